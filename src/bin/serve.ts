@@ -1,0 +1,56 @@
+// Entry file: `bun run serve`. Env, embedded PostgreSQL, migrations, Bun.serve and signals live here.
+import { createApp } from "../app.ts";
+import { ConfigError, loadConfig, type Config } from "../config.ts";
+import { connect } from "../db.ts";
+import { stripeEndpoints } from "../endpoints.ts";
+import { migrate } from "../migrate.ts";
+import { devWebhookSecret, openDatabase } from "../runtime/database.ts";
+import { loadMigrations } from "../runtime/migrations-fs.ts";
+
+const env = process.env;
+let config: Config;
+try {
+  config = loadConfig(env, env.DATABASE_URL ? undefined : devWebhookSecret());
+} catch (err) {
+  console.error(err instanceof ConfigError ? err.message : err);
+  process.exit(1);
+}
+
+const database = await openDatabase(env);
+const db = connect(database.url, { max: config.dbPoolMax, applicationName: "webhook-inbox serve" });
+const applied = await migrate(db, loadMigrations());
+const app = createApp({
+  db,
+  endpoints: stripeEndpoints(config.endpoints),
+  toleranceSec: config.toleranceSec,
+  maxBodyBytes: config.maxBodyBytes,
+});
+const server = Bun.serve({
+  hostname: config.host,
+  port: config.port,
+  fetch: app.fetch,
+  // Our own reader enforces the exact limit with a JSON 413; this only stops absurd uploads early.
+  maxRequestBodySize: config.maxBodyBytes * 2,
+});
+
+const base = `http://${config.host}:${server.port}`;
+console.log(`webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`);
+for (const e of config.endpoints) {
+  console.log(`  endpoint ${e.name}: POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`);
+}
+if (config.endpoints[0]?.source === "generated") {
+  console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");
+}
+
+let stopping = false;
+async function shutdown(signal: string): Promise<void> {
+  if (stopping) process.exit(1); // second signal: exit at once
+  stopping = true;
+  console.log(`${signal}: no longer accepting; finishing in-flight requests`);
+  await server.stop();
+  await db.end({ timeout: 5 });
+  await database.close();
+  process.exit(0);
+}
+process.on("SIGTERM", () => void shutdown("SIGTERM"));
+process.on("SIGINT", () => void shutdown("SIGINT"));

@@ -1,0 +1,97 @@
+/** A configured Stripe endpoint before it is wired to handlers. */
+export interface EndpointSettings {
+  /** URL segment and inbox `endpoint` value, e.g. `billing`. */
+  name: string;
+  /** `whsec_…` signing secrets; more than one during a rotation. */
+  secrets: string[];
+  /** The env variable the secrets came from (for messages), or `generated` for the dev secret. */
+  source: string;
+}
+
+/** Every setting of the receiver, read and checked at once by {@link loadConfig}. */
+export interface Config {
+  /** HTTP port. `PORT`, default 3000. */
+  port: number;
+  /** Listen address. `HOST`, default 127.0.0.1 (behind a reverse proxy on the same host). */
+  host: string;
+  /** `DATABASE_URL`; undefined means: start the embedded PostgreSQL. */
+  databaseUrl: string | undefined;
+  /** Signature tolerance, seconds, both directions. `STRIPE_TOLERANCE_SEC`, default 300, must be > 0. */
+  toleranceSec: number;
+  /** Body limit, bytes. `MAX_BODY_BYTES`, default 1048576 (1 MiB). */
+  maxBodyBytes: number;
+  /** Connection pool size. `DB_POOL_MAX`, default 10. */
+  dbPoolMax: number;
+  /** Stripe endpoints; `billing` (from `STRIPE_WEBHOOK_SECRET`) first. */
+  endpoints: EndpointSettings[];
+}
+
+/** All configuration problems at once, one per line, each naming its variable. */
+export class ConfigError extends Error {
+  readonly problems: string[];
+  constructor(problems: string[]) {
+    super(`Invalid configuration:\n- ${problems.join("\n- ")}`);
+    this.name = "ConfigError";
+    this.problems = problems;
+  }
+}
+
+const SECRET = /^whsec_[A-Za-z0-9+/=_-]{16,}$/;
+const ENDPOINT_NAME = /^[a-z][a-z0-9-]{0,62}$/;
+
+/**
+ * Reads the receiver's settings from an environment map (process env or a Workers `env` binding).
+ * `STRIPE_WEBHOOK_SECRET` (comma-separated during a rotation) signs the default `billing` endpoint;
+ * `STRIPE_ENDPOINTS=a,b` adds endpoints, each with `STRIPE_WEBHOOK_SECRET_<NAME>` (upper case, `-`
+ * → `_`). Without `DATABASE_URL` a missing billing secret falls back to `devSecret` (local use only);
+ * with `DATABASE_URL` it is an error. Secrets are never echoed in messages.
+ * @throws ConfigError listing every problem.
+ */
+export function loadConfig(env: Record<string, string | undefined>, devSecret?: string): Config {
+  const problems: string[] = [];
+  const int = (name: string, fallback: number, min: number): number => {
+    const raw = env[name];
+    if (raw === undefined || raw === "") return fallback;
+    const value = Number(raw);
+    if (!Number.isSafeInteger(value) || value < min) problems.push(`${name} must be an integer ≥ ${min}, got "${raw}"`);
+    return value;
+  };
+  const databaseUrl = env.DATABASE_URL || undefined;
+  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
+    problems.push("DATABASE_URL must start with postgres:// or postgresql://");
+  }
+  const endpoints: EndpointSettings[] = [];
+  const readSecrets = (name: string, variable: string): void => {
+    const raw = env[variable];
+    if (raw === undefined || raw.trim() === "") {
+      if (name === "billing" && databaseUrl === undefined && devSecret) {
+        endpoints.push({ name, secrets: [devSecret], source: "generated" });
+      } else {
+        problems.push(`${variable} is required (the ${name} endpoint's whsec_… signing secret)`);
+      }
+      return;
+    }
+    const secrets = raw.split(",").map((s) => s.trim());
+    secrets.forEach((s, i) => {
+      if (!SECRET.test(s)) problems.push(`${variable} value ${i + 1} of ${secrets.length} is not a whsec_… secret`);
+    });
+    endpoints.push({ name, secrets, source: variable });
+  };
+  readSecrets("billing", "STRIPE_WEBHOOK_SECRET");
+  for (const name of (env.STRIPE_ENDPOINTS ?? "").split(",").map((s) => s.trim()).filter(Boolean)) {
+    if (!ENDPOINT_NAME.test(name)) problems.push(`STRIPE_ENDPOINTS entry "${name}" must match ${ENDPOINT_NAME.source}`);
+    else if (endpoints.some((e) => e.name === name)) problems.push(`STRIPE_ENDPOINTS names "${name}" twice`);
+    else readSecrets(name, `STRIPE_WEBHOOK_SECRET_${name.toUpperCase().replaceAll("-", "_")}`);
+  }
+  const config: Config = {
+    port: int("PORT", 3000, 0),
+    host: env.HOST || "127.0.0.1",
+    databaseUrl,
+    toleranceSec: int("STRIPE_TOLERANCE_SEC", 300, 1),
+    maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
+    dbPoolMax: int("DB_POOL_MAX", 10, 1),
+    endpoints,
+  };
+  if (problems.length > 0) throw new ConfigError(problems);
+  return config;
+}

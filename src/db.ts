@@ -1,0 +1,74 @@
+import postgres from "postgres";
+
+/** The connection pool (postgres.js `Sql`). Use it only outside transactions. */
+export type Db = postgres.Sql;
+
+/**
+ * A transaction handle from `sql.begin`. A function that takes a `Tx` must be called inside the
+ * inbox transaction and must send every statement through it (never through the outer pool).
+ */
+export type Tx = postgres.TransactionSql;
+
+/** SQLSTATE codes this project branches on (PostgreSQL manual, Appendix A "Error Codes"). */
+export const SQLSTATE = {
+  uniqueViolation: "23505",
+  queryCanceled: "57014",
+  adminShutdown: "57P01",
+  crashShutdown: "57P02",
+  cannotConnectNow: "57P03",
+  serializationFailure: "40001",
+  deadlockDetected: "40P01",
+  lockNotAvailable: "55P03",
+  tooManyConnections: "53300",
+} as const;
+
+/** Options for {@link connect}. */
+export interface ConnectOptions {
+  /** Pool size (connections). Default 10. */
+  max?: number;
+  /** Seconds to wait for a new connection before failing. Default 5. */
+  connectTimeoutSec?: number;
+  /** Behind a transaction pooler (PgBouncer transaction mode) prepared statements must be off. */
+  prepare?: boolean;
+  /** Application name shown in pg_stat_activity. */
+  applicationName?: string;
+}
+
+/**
+ * Opens a postgres.js pool. Connections are lazy: nothing is contacted until the first query.
+ * Reconnect backoff is bounded (≤ 1 s) so a short database restart is a short outage, not ~20 s
+ * of 5xx (postgres.js's default backoff grows with attempts).
+ */
+export function connect(url: string, options: ConnectOptions = {}): Db {
+  return postgres(url, {
+    max: options.max ?? 10,
+    connect_timeout: options.connectTimeoutSec ?? 5,
+    idle_timeout: 60,
+    max_lifetime: 60 * 30,
+    prepare: options.prepare ?? true,
+    backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 1),
+    onnotice: () => {},
+    connection: { application_name: options.applicationName ?? "webhook-inbox" },
+  });
+}
+
+/** The SQLSTATE of a PostgreSQL error, or undefined for anything else. */
+export function sqlState(err: unknown): string | undefined {
+  if (err instanceof postgres.PostgresError) return err.code;
+  return undefined;
+}
+
+/**
+ * True when the error means the database could not be reached or dropped the connection
+ * (network errors from postgres.js, server shutdown, too many connections). Such failures are
+ * transient: the right answer is 503 and a retry, never a 4xx.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  const state = sqlState(err);
+  if (state) return state.startsWith("08") || state.startsWith("57P") || state === SQLSTATE.tooManyConnections;
+  const code = (err as { code?: unknown } | null)?.code;
+  return (
+    typeof code === "string" &&
+    ["CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT"].includes(code)
+  );
+}

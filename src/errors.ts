@@ -1,0 +1,55 @@
+/**
+ * Every error this service reports over HTTP, as a stable machine-readable code.
+ * 4xx codes mean "do not retry as is" to a human; Stripe retries any non-2xx anyway.
+ */
+export type ErrorCode =
+  | "signature_missing" // 400: no Stripe-Signature header
+  | "signature_malformed" // 400: header without one integer t= and at least one v1=
+  | "signature_mismatch" // 400: no v1 signature matches any secret of the endpoint
+  | "timestamp_out_of_tolerance" // 400: t= older or further in the future than the tolerance
+  | "invalid_body" // 400: body is not UTF-8
+  | "invalid_event" // 400: signed body is not a Stripe event object
+  | "payload_too_large" // 413
+  | "unknown_endpoint" // 404
+  | "not_found" // 404
+  | "method_not_allowed" // 405
+  | "database_unavailable" // 503: transient, retry
+  | "processing_failed"; // 500: the transaction rolled back, retry
+
+const STATUS: Record<ErrorCode, number> = {
+  signature_missing: 400,
+  signature_malformed: 400,
+  signature_mismatch: 400,
+  timestamp_out_of_tolerance: 400,
+  invalid_body: 400,
+  invalid_event: 400,
+  payload_too_large: 413,
+  unknown_endpoint: 404,
+  not_found: 404,
+  method_not_allowed: 405,
+  database_unavailable: 503,
+  processing_failed: 500,
+};
+
+/** An expected failure with a code and an operator-readable message (no secrets, no payload). */
+export class AppError extends Error {
+  readonly code: ErrorCode;
+  constructor(code: ErrorCode, message: string) {
+    super(message);
+    this.name = "AppError";
+    this.code = code;
+  }
+  /** HTTP status for this code. */
+  get status(): number {
+    return STATUS[this.code];
+  }
+}
+
+/**
+ * Turns an AppError into `{ error, message }` JSON with its status. The body is whitelisted:
+ * nothing else from the error object reaches the client. Anything that is not an AppError must be
+ * mapped by the caller first (a 500 says nothing internal).
+ */
+export function errorResponse(err: AppError, headers: Record<string, string> = {}): Response {
+  return Response.json({ error: err.code, message: err.message }, { status: err.status, headers });
+}

@@ -1,0 +1,114 @@
+import type { Tx } from "../db.ts";
+import { PermanentError, type HandlerContext, type HandlerTable } from "../handler-table.ts";
+
+/** The fields of a Stripe invoice object that billing uses (Stripe API reference, "The Invoice object"). */
+interface InvoiceFields {
+  id: string;
+  customer: string;
+  currency: string;
+  /** Minor currency units. */
+  amountDue: number;
+  /** Minor currency units. */
+  amountPaid: number;
+}
+
+type Status = "draft" | "open" | "uncollectible" | "paid" | "void";
+
+/**
+ * Reads and checks the invoice fields; a missing or mistyped one is a PermanentError naming it
+ * (never the value). `customer` may be a string id or an expanded object with an id.
+ */
+export function readInvoice(object: Record<string, unknown>): InvoiceFields {
+  const customer = typeof object.customer === "object" && object.customer !== null
+    ? (object.customer as { id?: unknown }).id
+    : object.customer;
+  const fields = {
+    id: object.id,
+    customer,
+    currency: object.currency,
+    amountDue: object.amount_due,
+    amountPaid: object.amount_paid,
+  };
+  const bad: string[] = [];
+  if (typeof fields.id !== "string" || !fields.id.startsWith("in_")) bad.push("id");
+  if (typeof fields.customer !== "string" || fields.customer === "") bad.push("customer");
+  if (typeof fields.currency !== "string" || !/^[a-z]{3}$/.test(fields.currency)) bad.push("currency");
+  if (!Number.isSafeInteger(fields.amountDue) || (fields.amountDue as number) < 0) bad.push("amount_due");
+  if (!Number.isSafeInteger(fields.amountPaid) || (fields.amountPaid as number) < 0) bad.push("amount_paid");
+  if (bad.length > 0) throw new PermanentError(`Cannot apply invoice event: missing or invalid field(s) ${bad.join(", ")}`);
+  return fields as InvoiceFields;
+}
+
+/**
+ * Moves an invoice to `target` if its current status is one of `from`, inserting it at `target`
+ * when absent. One statement; a later or duplicate event finds the status already past and changes
+ * nothing, so the lifecycle only moves forward: draft → open → (uncollectible →) paid | void.
+ */
+async function moveInvoice(tx: Tx, inv: InvoiceFields, target: Status, from: Status[]): Promise<void> {
+  await tx`
+    insert into invoices (id, customer_id, status, currency, amount_due)
+    values (${inv.id}, ${inv.customer}, ${target}, ${inv.currency}, ${inv.amountDue})
+    on conflict (id) do update
+       set status = excluded.status,
+           amount_due = excluded.amount_due,
+           updated_at = now()
+     where invoices.status = any(${from}::text[])
+  `;
+}
+
+/**
+ * Marks the invoice paid and books its payment, in one statement: the upsert moves the invoice to
+ * `paid` only from draft/open/uncollectible (never from void, never twice); only a transaction that
+ * made that move inserts the `payment` ledger entry (`unique (invoice_id, kind)` is the second line
+ * of defence) and, only if that insert booked a row, the `InvoicePaymentBooked` outbox row.
+ * Concurrent paid events for one invoice serialize on the invoice row lock (ON CONFLICT DO UPDATE).
+ * Seed §5.2 (`_apply_invoice_paid`), with its status re-read folded into RETURNING.
+ */
+async function bookPayment(tx: Tx, inv: InvoiceFields, ctx: HandlerContext): Promise<void> {
+  await tx`
+    with paid as (
+      insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
+      values (${inv.id}, ${inv.customer}, 'paid', ${inv.currency}, ${inv.amountDue}, ${inv.amountPaid}, now())
+      on conflict (id) do update
+         set status = 'paid',
+             amount_due = excluded.amount_due,
+             amount_paid = excluded.amount_paid,
+             paid_at = coalesce(invoices.paid_at, excluded.paid_at),
+             updated_at = now()
+       where invoices.status in ('draft', 'open', 'uncollectible')
+      returning id, amount_paid, currency
+    ), booked as (
+      insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
+      select id, 'payment', amount_paid, currency, ${ctx.eventId}
+        from paid
+      on conflict (invoice_id, kind) do nothing
+      returning invoice_id, amount, currency
+    )
+    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
+    select 'Invoice', invoice_id, 'InvoicePaymentBooked',
+           jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
+      from booked
+  `;
+}
+
+/**
+ * The billing handler table (Stripe invoice lifecycle), shared by the receiver and the worker.
+ * `invoice.paid` and `invoice.payment_succeeded` are two Event objects for one payment: both map to
+ * {@link bookPayment}, which books it once. Order is never decided by `created` (Stripe docs,
+ * "Event ordering"); each handler is a monotonic transition.
+ */
+export const billingHandlers: HandlerTable = {
+  "invoice.created": async (tx, object) => {
+    const inv = readInvoice(object);
+    await tx`
+      insert into invoices (id, customer_id, status, currency, amount_due)
+      values (${inv.id}, ${inv.customer}, 'draft', ${inv.currency}, ${inv.amountDue})
+      on conflict (id) do nothing
+    `;
+  },
+  "invoice.finalized": (tx, object) => moveInvoice(tx, readInvoice(object), "open", ["draft"]),
+  "invoice.marked_uncollectible": (tx, object) => moveInvoice(tx, readInvoice(object), "uncollectible", ["draft", "open"]),
+  "invoice.voided": (tx, object) => moveInvoice(tx, readInvoice(object), "void", ["draft", "open", "uncollectible"]),
+  "invoice.paid": (tx, object, ctx) => bookPayment(tx, readInvoice(object), ctx),
+  "invoice.payment_succeeded": (tx, object, ctx) => bookPayment(tx, readInvoice(object), ctx),
+};

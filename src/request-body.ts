@@ -1,0 +1,43 @@
+import { AppError } from "./errors.ts";
+
+const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
+
+/**
+ * Reads a request body as exact UTF-8 text, at most `maxBytes` bytes. A declared Content-Length over
+ * the limit is refused before reading; a streamed body is cut off as soon as it passes the limit.
+ * The bytes are decoded without replacement characters, so the text is byte-for-byte what was signed.
+ * @throws AppError `payload_too_large` (413) | `invalid_body` (400, not UTF-8)
+ */
+export async function readBody(request: Request, maxBytes: number): Promise<string> {
+  const declared = Number(request.headers.get("content-length") ?? "0");
+  if (declared > maxBytes) throw tooLarge(maxBytes);
+  if (!request.body) return "";
+  const reader = request.body.getReader();
+  const chunks: Uint8Array[] = [];
+  let total = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    total += value.byteLength;
+    if (total > maxBytes) {
+      await reader.cancel().catch(() => {});
+      throw tooLarge(maxBytes);
+    }
+    chunks.push(value);
+  }
+  const bytes = new Uint8Array(total);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  try {
+    return utf8.decode(bytes);
+  } catch {
+    throw new AppError("invalid_body", "Cannot read webhook body: it is not valid UTF-8");
+  }
+}
+
+function tooLarge(maxBytes: number): AppError {
+  return new AppError("payload_too_large", `Webhook body is larger than the limit of ${maxBytes} bytes`);
+}

@@ -1,0 +1,62 @@
+// Edge file: where the database comes from when a command starts (DATABASE_URL or embedded).
+import postgres from "postgres";
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { startEmbeddedPostgres } from "./embedded-postgres.ts";
+
+/** The repository's gitignored `.data/` folder (embedded cluster, dev secret). */
+export const DATA_DIR = fileURLToPath(new URL("../../.data/", import.meta.url));
+
+/** A database to use: its URL, whether it is the embedded one, and how to release it. */
+export interface DatabaseHandle {
+  url: string;
+  embedded: boolean;
+  /** Stops the embedded server if this process started it; otherwise does nothing. */
+  close(): Promise<void>;
+}
+
+/**
+ * `DATABASE_URL` when set; otherwise the embedded PostgreSQL 18 kept in `.data/postgres`
+ * (`EMBEDDED_PG_DIR`), on 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329). When that cluster is already
+ * running (another command, or a receiver that was killed), it is reused and left running.
+ * @throws Error when the embedded server cannot start.
+ */
+export async function openDatabase(env: Record<string, string | undefined>): Promise<DatabaseHandle> {
+  if (env.DATABASE_URL) return { url: env.DATABASE_URL, embedded: false, close: async () => {} };
+  const dir = env.EMBEDDED_PG_DIR ?? join(DATA_DIR, "postgres");
+  const port = Number(env.EMBEDDED_PG_PORT ?? 54329);
+  const url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
+  if (existsSync(join(dir, "postmaster.pid")) && (await answers(url))) {
+    return { url, embedded: true, close: async () => {} };
+  }
+  const server = await startEmbeddedPostgres({ dir, port });
+  return { url: server.url, embedded: true, close: () => server.stop() };
+}
+
+async function answers(url: string): Promise<boolean> {
+  const probe = postgres(url, { max: 1, connect_timeout: 2, onnotice: () => {} });
+  try {
+    await probe`select 1`;
+    return true;
+  } catch {
+    return false;
+  } finally {
+    await probe.end({ timeout: 1 });
+  }
+}
+
+/**
+ * A development signing secret kept in `.data/dev-webhook-secret`, created on first use, so a local
+ * receiver without `STRIPE_WEBHOOK_SECRET` keeps the same secret across restarts. Never used when
+ * `DATABASE_URL` is set (config refuses that).
+ */
+export function devWebhookSecret(): string {
+  const file = join(DATA_DIR, "dev-webhook-secret");
+  if (existsSync(file)) return readFileSync(file, "utf8").trim();
+  const bytes = crypto.getRandomValues(new Uint8Array(24));
+  const secret = `whsec_dev_${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
+  mkdirSync(DATA_DIR, { recursive: true });
+  writeFileSync(file, `${secret}\n`, { mode: 0o600 });
+  return secret;
+}

