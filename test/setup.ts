@@ -1,0 +1,45 @@
+// Test preload: one PostgreSQL server for the whole `bun test` run and a migrated template database
+// that each test file clones (test/helpers.ts freshDatabase). DATABASE_URL points at another server
+// (its user must be allowed to CREATE DATABASE); otherwise an embedded PostgreSQL 18 is started in a
+// temporary directory. A server that cannot start fails the run: never a green run without a database.
+import { afterAll } from "bun:test";
+import postgres from "postgres";
+import { migrate } from "../src/migrate.ts";
+import { startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../src/runtime/embedded-postgres.ts";
+import { loadMigrations } from "../src/runtime/migrations-fs.ts";
+
+export const TEMPLATE_DB = "webhook_inbox_test_template";
+
+let server: EmbeddedServer | undefined;
+let adminUrl = process.env.DATABASE_URL;
+if (!adminUrl) {
+  // fsync off: a throwaway cluster gains nothing from surviving an OS crash; commits stay synchronous.
+  server = await startEmbeddedPostgres({ dir: await temporaryDataDir(), port: 0, flags: ["-c", "fsync=off", "-c", "full_page_writes=off"] });
+  adminUrl = server.url;
+}
+process.env.TEST_ADMIN_URL = adminUrl;
+
+const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+try {
+  await admin.unsafe(`drop database if exists ${TEMPLATE_DB} with (force)`);
+  await admin.unsafe(`create database ${TEMPLATE_DB}`);
+} catch (err) {
+  console.error(`Cannot prepare the test database on ${new URL(adminUrl).host}: ${String(err)}`);
+  throw err;
+} finally {
+  await admin.end();
+}
+const template = postgres(withDatabase(adminUrl, TEMPLATE_DB), { max: 1, onnotice: () => {} });
+await migrate(template, loadMigrations());
+await template.end();
+
+afterAll(async () => {
+  await server?.stop();
+});
+
+/** `url` with its database name replaced. */
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  return u.toString();
+}
