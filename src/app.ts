@@ -3,7 +3,8 @@ import { isDatabaseUnavailable, type Db } from "./db.ts";
 import { AppError, errorResponse } from "./errors.ts";
 import type { HandlerTable } from "./handler-table.ts";
 import type { WebhookProvider } from "./provider.ts";
-import { receiveSync, type Outcome } from "./receive.ts";
+import { describeError, receiveAsync, receiveHybrid, receiveSync, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
+import type { VerifiedEvent } from "./provider.ts";
 import { readBody } from "./request-body.ts";
 
 /** One configured webhook endpoint: a provider, its secrets and the handler table it feeds. */
@@ -16,7 +17,13 @@ export interface Endpoint {
   handlers: HandlerTable;
   /** Served at `/webhooks/<provider>` as well as `/webhooks/<provider>/<name>`. */
   isDefault?: boolean;
+  /** Processing mode; default `sync`. */
+  mode?: Mode;
+  /** Hybrid mode's in-request budget and retry backoff; default 2 000 ms, 1 s doubling to 10 min. */
+  hybrid?: HybridOptions;
 }
+
+const DEFAULT_HYBRID: HybridOptions = { budgetMs: 2_000, backoff: { baseMs: 1_000, capMs: 600_000 } };
 
 /** One structured log line (JSON); never secrets, signature headers or payloads. */
 export type LogFn = (line: Record<string, unknown>) => void;
@@ -64,17 +71,31 @@ export function createApp(deps: AppDeps): App {
       const body = await readBody(request, maxBodyBytes);
       const event = await endpoint.provider.verify({ body, headers: request.headers, secrets: endpoint.secrets, toleranceSec, nowMs: now() });
       Object.assign(entry, { event_id: event.id, type: event.type });
-      const target = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
-      const outcome: Outcome = await receiveSync(deps.db, target, event);
+      const outcome = await receiveIn(endpoint, event, entry);
       entry.outcome = outcome;
       response = Response.json({ outcome, event_id: event.id });
     } catch (err) {
       const appError = toAppError(err, entry.event_id);
-      Object.assign(entry, { outcome: "rejected", error: appError.code, detail: describe(err) });
+      Object.assign(entry, { outcome: "rejected", error: appError.code, detail: err instanceof AppError ? err.message : describeError(err) });
       response = errorResponse(appError, appError.status === 503 ? { "retry-after": RETRY_AFTER_SEC } : {});
     }
     log({ ...entry, status: response.status, duration_ms: now() - started });
     return response;
+  }
+
+  /** Runs the endpoint's mode; a hybrid fallback's cause goes into the log line. */
+  function receiveIn(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>): Promise<Outcome> {
+    const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
+    switch (endpoint.mode ?? "sync") {
+      case "sync":
+        return receiveSync(deps.db, target, event);
+      case "async":
+        return receiveAsync(deps.db, target, event);
+      case "hybrid":
+        return receiveHybrid(deps.db, target, event, endpoint.hybrid ?? DEFAULT_HYBRID, (err) => {
+          entry.fallback = describeError(err);
+        });
+    }
   }
 
   async function health(): Promise<Response> {
@@ -107,16 +128,6 @@ function toAppError(err: unknown, eventId: unknown): AppError {
   const id = typeof eventId === "string" ? eventId : "the event";
   if (isDatabaseUnavailable(err)) return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);
-}
-
-/** Error class and a short message for logs: never a payload (handler messages name fields, not values). */
-export function describe(err: unknown): string {
-  if (err instanceof AppError) return err.message;
-  const e = err as { name?: unknown; code?: unknown; message?: unknown } | null;
-  const name = typeof e?.name === "string" ? e.name : "Error";
-  const code = typeof e?.code === "string" ? ` ${e.code}` : "";
-  const message = typeof e?.message === "string" ? e.message : String(err);
-  return `${name}${code}: ${message}`.slice(0, 300);
 }
 
 function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {

@@ -6,6 +6,8 @@ export interface EndpointSettings {
   secrets: string[];
   /** The env variable the secrets came from (for messages), or `generated` for the dev secret. */
   source: string;
+  /** `INBOX_MODE` for billing, `INBOX_MODE_<NAME>` for others; default `sync`. */
+  mode: "sync" | "async" | "hybrid";
 }
 
 /** Every setting of the receiver, read and checked at once by {@link loadConfig}. */
@@ -22,6 +24,8 @@ export interface Config {
   maxBodyBytes: number;
   /** Connection pool size. `DB_POOL_MAX`, default 10. */
   dbPoolMax: number;
+  /** Hybrid mode's in-request time budget, ms. `HYBRID_BUDGET_MS`, default 2000. */
+  hybridBudgetMs: number;
   /** Stripe endpoints; `billing` (from `STRIPE_WEBHOOK_SECRET`) first. */
   endpoints: EndpointSettings[];
 }
@@ -43,7 +47,7 @@ const ENDPOINT_NAME = /^[a-z][a-z0-9-]{0,62}$/;
  * Reads the receiver's settings from an environment map (process env or a Workers `env` binding).
  * `STRIPE_WEBHOOK_SECRET` (comma-separated during a rotation) signs the default `billing` endpoint;
  * `STRIPE_ENDPOINTS=a,b` adds endpoints, each with `STRIPE_WEBHOOK_SECRET_<NAME>` (upper case, `-`
- * → `_`). Without `DATABASE_URL` a missing billing secret falls back to `devSecret` (local use only);
+ * → `_`); `INBOX_MODE` / `INBOX_MODE_<NAME>` pick sync (default), async or hybrid. Without `DATABASE_URL` a missing billing secret falls back to `devSecret` (local use only);
  * with `DATABASE_URL` it is an error. Secrets are never echoed in messages.
  * @throws ConfigError listing every problem.
  */
@@ -61,11 +65,18 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     problems.push("DATABASE_URL must start with postgres:// or postgresql://");
   }
   const endpoints: EndpointSettings[] = [];
+  const readMode = (variable: string): EndpointSettings["mode"] => {
+    const raw = env[variable] || "sync";
+    if (raw === "sync" || raw === "async" || raw === "hybrid") return raw;
+    problems.push(`${variable} must be sync, async or hybrid, got "${raw}"`);
+    return "sync";
+  };
   const readSecrets = (name: string, variable: string): void => {
     const raw = env[variable];
+    const mode = readMode(name === "billing" ? "INBOX_MODE" : `INBOX_MODE_${name.toUpperCase().replaceAll("-", "_")}`);
     if (raw === undefined || raw.trim() === "") {
       if (name === "billing" && databaseUrl === undefined && devSecret) {
-        endpoints.push({ name, secrets: [devSecret], source: "generated" });
+        endpoints.push({ name, secrets: [devSecret], source: "generated", mode });
       } else {
         problems.push(`${variable} is required (the ${name} endpoint's whsec_… signing secret)`);
       }
@@ -75,7 +86,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     secrets.forEach((s, i) => {
       if (!SECRET.test(s)) problems.push(`${variable} value ${i + 1} of ${secrets.length} is not a whsec_… secret`);
     });
-    endpoints.push({ name, secrets, source: variable });
+    endpoints.push({ name, secrets, source: variable, mode });
   };
   readSecrets("billing", "STRIPE_WEBHOOK_SECRET");
   for (const name of (env.STRIPE_ENDPOINTS ?? "").split(",").map((s) => s.trim()).filter(Boolean)) {
@@ -90,6 +101,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     toleranceSec: int("STRIPE_TOLERANCE_SEC", 300, 1),
     maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
     dbPoolMax: int("DB_POOL_MAX", 10, 1),
+    hybridBudgetMs: int("HYBRID_BUDGET_MS", 2000, 1),
     endpoints,
   };
   if (problems.length > 0) throw new ConfigError(problems);

@@ -1,4 +1,4 @@
-import type { Tx } from "./db.ts";
+import type { Db, Tx } from "./db.ts";
 import type { VerifiedEvent } from "./provider.ts";
 
 /** The inbox's idempotency key: primary key of `webhook_inbox`. */
@@ -11,6 +11,15 @@ export interface InboxKey {
 /** How a row is recorded: already settled in this transaction (`processed`, `ignored`), or left for a worker (`null`). */
 export type RecordedAs = "processed" | "ignored" | null;
 
+/** LISTEN/NOTIFY channel that wakes workers when a row is queued (payload: `provider/endpoint`). */
+export const NOTIFY_CHANNEL = "webhook_inbox";
+
+/** Retry timing: first delay and cap, ms, for the SQL `webhook_inbox_backoff()` (sql/0003_worker.sql). */
+export interface Backoff {
+  baseMs: number;
+  capMs: number;
+}
+
 /**
  * Records a verified event in the inbox: `insert … on conflict do nothing returning`. Returns true
  * when this transaction inserted the row, false when the key already exists (a duplicate). When
@@ -20,15 +29,39 @@ export type RecordedAs = "processed" | "ignored" | null;
  *
  * With `as` = processed/ignored the row is written settled (`processed_at = now()`, the transaction's
  * start time): since the inbox row and the business change commit together, this is the same as the
- * seed's later `update … set processed_at`, one round trip shorter. Must be called inside the inbox
- * transaction. The payload is stored from the exact verified bytes, as a jsonb object.
+ * seed's later `update … set processed_at`, one round trip shorter. With `null` the row is left
+ * unprocessed for a worker, and `pg_notify` wakes workers when the transaction commits. Must be called
+ * inside the inbox transaction (or as its only statement). The payload is stored from the exact
+ * verified bytes, as a jsonb object.
  */
-export async function recordEvent(tx: Tx, key: InboxKey, event: VerifiedEvent, as: RecordedAs): Promise<boolean> {
+export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEvent, as: RecordedAs): Promise<boolean> {
   const rows = await tx`
     insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, processed_at, outcome)
     values (
       ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${event.body}::text::jsonb,
       case when ${as}::text is null then null else now() end, ${as}::text
+    )
+    on conflict (provider, endpoint, event_id) do nothing
+    returning case when processed_at is null then pg_notify(${NOTIFY_CHANNEL}, provider || '/' || endpoint) end
+  `;
+  return rows.length === 1;
+}
+
+/**
+ * Hybrid mode, after the in-request attempt rolled back: records the event unprocessed with
+ * `attempts = 1`, the error, and the first backoff, so a worker retries it; `permanent` parks it as
+ * needs-review at once instead. One statement, its own transaction. No NOTIFY: the row is not due
+ * before its backoff, and the worker's poll finds it then. Returns false when the key
+ * already exists (a concurrent delivery recorded it meanwhile: a duplicate).
+ * @throws the database error when it cannot be written (the caller must then answer 5xx).
+ */
+export async function recordFailedAttempt(db: Db, key: InboxKey, event: VerifiedEvent, error: string, permanent: boolean, backoff: Backoff): Promise<boolean> {
+  const rows = await db`
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, attempts, last_error, available_at, needs_review_at)
+    values (
+      ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${event.body}::text::jsonb,
+      1, ${error}, now() + webhook_inbox_backoff(1, ${backoff.baseMs}, ${backoff.capMs}),
+      case when ${permanent} then now() end
     )
     on conflict (provider, endpoint, event_id) do nothing
     returning 1

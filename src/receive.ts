@@ -1,10 +1,13 @@
-import type { Db } from "./db.ts";
-import { dataObject, type HandlerTable } from "./handler-table.ts";
-import { recordEvent } from "./inbox.ts";
+import { isDatabaseUnavailable, type Db } from "./db.ts";
+import { dataObject, PermanentError, type HandlerTable } from "./handler-table.ts";
+import { recordEvent, recordFailedAttempt, type Backoff } from "./inbox.ts";
 import type { VerifiedEvent } from "./provider.ts";
 
 /** The result of one delivery, returned as a value (all are 2xx). */
-export type Outcome = "processed" | "duplicate" | "ignored";
+export type Outcome = "processed" | "duplicate" | "ignored" | "queued";
+
+/** How an endpoint processes: in the request (`sync`), by a worker (`async`), or in the request with a worker as fallback (`hybrid`). */
+export type Mode = "sync" | "async" | "hybrid";
 
 /** Where an event is received: the inbox key's provider and endpoint, and the endpoint's handler table. */
 export interface ReceiveTarget {
@@ -19,17 +22,85 @@ export interface ReceiveTarget {
  * - `duplicate`: the key was already recorded (or a concurrent delivery committed it first).
  * - `ignored`: no handler for the type; the row is recorded so a redelivery is a duplicate.
  * - `processed`: the handler ran and committed with the inbox row.
+ * `statementTimeoutMs` (optional) bounds each statement of the transaction, lock waits included.
  * Throws whatever the handler or the database threw, after the rollback: nothing of this attempt
  * remains, so the provider's retry processes it again (no Case A loss, no Case B double booking).
  */
-export function receiveSync(db: Db, target: ReceiveTarget, event: VerifiedEvent): Promise<Outcome> {
+export function receiveSync(db: Db, target: ReceiveTarget, event: VerifiedEvent, statementTimeoutMs?: number): Promise<Outcome> {
   const handler = target.handlers[event.type];
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   return db.begin(async (tx): Promise<Outcome> => {
+    if (statementTimeoutMs !== undefined) await tx`select set_config('statement_timeout', ${String(statementTimeoutMs)}, true)`;
     const inserted = await recordEvent(tx, key, event, handler ? "processed" : "ignored");
     if (!inserted) return "duplicate";
     if (!handler) return "ignored";
     await handler(tx, dataObject(event.payload), { ...key, eventType: event.type });
     return "processed";
   });
+}
+
+/**
+ * Async mode (seed §6): one statement records the event unprocessed (its own transaction) and
+ * NOTIFYs workers; from its commit on, retrying is our job, not the provider's. Types without a
+ * handler are recorded `ignored` at once (no worker round trip). Returns `queued`, `ignored` or
+ * `duplicate`. Throws the database error (nothing was recorded).
+ */
+export async function receiveAsync(db: Db, target: ReceiveTarget, event: VerifiedEvent): Promise<Outcome> {
+  const handled = target.handlers[event.type] !== undefined;
+  const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
+  const inserted = await recordEvent(db, key, event, handled ? null : "ignored");
+  if (!inserted) return "duplicate";
+  return handled ? "queued" : "ignored";
+}
+
+/** Settings of {@link receiveHybrid}. */
+export interface HybridOptions {
+  /** Time budget for the in-request attempt, ms (each statement, and the whole attempt). */
+  budgetMs: number;
+  backoff: Backoff;
+}
+
+/**
+ * Hybrid mode: processes in the request like {@link receiveSync}; when the handler fails or the
+ * attempt exceeds `budgetMs`, the transaction rolls back and a fresh short transaction records the
+ * event unprocessed with `attempts = 1` and `last_error` for the worker (`queued`; a PermanentError
+ * parks it as needs-review). If the database is unavailable, or the fallback record cannot be
+ * written either, this throws: the caller answers 5xx and nothing was acknowledged.
+ * `onFallback` receives the error that caused the fallback (for logging).
+ */
+export async function receiveHybrid(db: Db, target: ReceiveTarget, event: VerifiedEvent, options: HybridOptions, onFallback?: (err: unknown) => void): Promise<Outcome> {
+  const started = Date.now();
+  try {
+    return await receiveSync(db, withDeadline(target, started, options.budgetMs), event, options.budgetMs);
+  } catch (err) {
+    if (isDatabaseUnavailable(err)) throw err;
+    onFallback?.(err);
+    const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
+    const recorded = await recordFailedAttempt(db, key, event, describeError(err), err instanceof PermanentError, options.backoff);
+    return recorded ? "queued" : "duplicate";
+  }
+}
+
+/** Wraps every handler so an attempt that ran past the budget rolls back even if each statement was quick. */
+function withDeadline(target: ReceiveTarget, started: number, budgetMs: number): ReceiveTarget {
+  const handlers = Object.fromEntries(
+    Object.entries(target.handlers).map(([type, handler]) => [type, async (...args: Parameters<typeof handler>) => {
+      await handler(...args);
+      const elapsed = Date.now() - started;
+      if (elapsed > budgetMs) throw new Error(`Time budget exceeded: ${elapsed} ms, budget ${budgetMs} ms`);
+    }]),
+  );
+  return { ...target, handlers };
+}
+
+/**
+ * Error class, SQLSTATE and a short message, for `last_error` and logs; never a payload (handler
+ * messages name fields, not values). At most 300 characters.
+ */
+export function describeError(err: unknown): string {
+  const e = err as { name?: unknown; code?: unknown; message?: unknown } | null;
+  const name = typeof e?.name === "string" ? e.name : "Error";
+  const code = typeof e?.code === "string" ? ` ${e.code}` : "";
+  const message = typeof e?.message === "string" ? e.message : String(err);
+  return `${name}${code}: ${message}`.slice(0, 300);
 }

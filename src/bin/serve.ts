@@ -21,7 +21,7 @@ const db = connect(database.url, { max: config.dbPoolMax, applicationName: "webh
 const applied = await migrate(db, loadMigrations());
 const app = createApp({
   db,
-  endpoints: stripeEndpoints(config.endpoints),
+  endpoints: stripeEndpoints(config.endpoints, config.hybridBudgetMs),
   toleranceSec: config.toleranceSec,
   maxBodyBytes: config.maxBodyBytes,
 });
@@ -36,7 +36,7 @@ const server = Bun.serve({
 const base = `http://${config.host}:${server.port}`;
 console.log(`webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`);
 for (const e of config.endpoints) {
-  console.log(`  endpoint ${e.name}: POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`);
+  console.log(`  endpoint ${e.name} (${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`);
 }
 if (config.endpoints[0]?.source === "generated") {
   console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");

@@ -1,0 +1,62 @@
+import type { Db } from "./db.ts";
+import type { InboxKey } from "./inbox.ts";
+
+/** A row a worker claimed: its key, type, and the attempt number this claim counted. */
+export interface Claim extends InboxKey {
+  eventType: string;
+  /**
+   * `attempts` after this claim's increment. It doubles as a fencing token: a worker records a
+   * failure only while the row still carries its number, so a worker whose lease expired and whose
+   * row was claimed again cannot push back the new owner's lease.
+   */
+  attempt: number;
+}
+
+/** Options of {@link claimBatch}. */
+export interface ClaimOptions {
+  /** Rows to claim at most. */
+  limit: number;
+  /** Lease, ms: the row is invisible to other workers until then (its `available_at`). */
+  leaseMs: number;
+  /** Attempt limit; a due row that already used them is parked as needs-review instead. */
+  maxAttempts: number;
+}
+
+/**
+ * Claims up to `limit` due rows in one short transaction (seed §6 `claim_next`, several at once):
+ * picks unprocessed, unparked rows with `available_at <= now()` oldest first with
+ * `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"), counts the attempt and
+ * pushes `available_at` out by the lease before any work is done, so a process that dies mid-work
+ * has still used up an attempt. A picked row that has used all attempts (its last worker died
+ * without reporting) is parked as needs-review in the same statement rather than claimed.
+ */
+export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
+  const rows = await db<{ provider: string; endpoint: string; event_id: string; event_type: string; attempts: number }[]>`
+    with picked as (
+      select provider, endpoint, event_id, attempts
+        from webhook_inbox
+       where processed_at is null
+         and needs_review_at is null
+         and available_at <= now()
+       order by available_at
+       limit ${options.limit}
+         for update skip locked
+    ), parked as (
+      update webhook_inbox w
+         set needs_review_at = now(),
+             last_error = left(coalesce(w.last_error || '; ', '') || 'attempt limit ' || ${options.maxAttempts}::int
+                          || ' reached: the last attempt never reported back (worker killed or lease expired)', 1000)
+        from picked p
+       where p.attempts >= ${options.maxAttempts}
+         and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
+    )
+    update webhook_inbox w
+       set attempts = w.attempts + 1,
+           available_at = now() + ${options.leaseMs} * interval '1 millisecond'
+      from picked p
+     where p.attempts < ${options.maxAttempts}
+       and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
+    returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts
+  `;
+  return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts }));
+}

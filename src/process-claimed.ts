@@ -1,0 +1,86 @@
+import type { Db } from "./db.ts";
+import type { Claim } from "./claim.ts";
+import { dataObject, PermanentError, type HandlerTable } from "./handler-table.ts";
+import type { Backoff } from "./inbox.ts";
+import { describeError } from "./receive.ts";
+
+/** What one claimed row came to. `skipped`: another worker had processed it meanwhile. */
+export type WorkOutcome = "processed" | "ignored" | "skipped" | "failed" | "needs_review";
+
+/** Options of {@link processClaimed}. */
+export interface ProcessOptions {
+  /** The handler table for a row's provider and endpoint; undefined parks the row (no code for it). */
+  handlersFor: (provider: string, endpoint: string) => HandlerTable | undefined;
+  /** Transaction-local `statement_timeout`, ms; must be shorter than the lease. */
+  timeoutMs: number;
+  maxAttempts: number;
+  backoff: Backoff;
+}
+
+/**
+ * Processes one claimed row in its own transaction (seed §6 `process_claimed`): sets a local
+ * `statement_timeout`, locks the row with `FOR UPDATE` (not SKIP LOCKED: a row briefly locked by
+ * another worker's claim must be waited for, not skipped) and re-checks that it is still unprocessed,
+ * runs the handler, marks it processed, commits. A late worker whose lease expired finds the row
+ * processed and does nothing. On failure the transaction rolls back and {@link recordFailure} stores
+ * the error and the next attempt time. Returns the outcome and the error text on failure; never throws
+ * for handler errors. A failure to record the failure is thrown (the lease then expires and the row
+ * is claimed again).
+ */
+export async function processClaimed(db: Db, claim: Claim, options: ProcessOptions): Promise<{ outcome: WorkOutcome; error?: string }> {
+  try {
+    const outcome = await db.begin(async (tx): Promise<WorkOutcome> => {
+      await tx`select set_config('statement_timeout', ${String(options.timeoutMs)}, true)`;
+      const [row] = await tx<{ event_type: string; payload: Record<string, unknown> }[]>`
+        select event_type, payload
+          from webhook_inbox
+         where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+           and processed_at is null
+           and needs_review_at is null
+           for update
+      `;
+      if (!row) return "skipped";
+      const table = options.handlersFor(claim.provider, claim.endpoint);
+      if (!table) throw new PermanentError(`No handler table for ${claim.provider}/${claim.endpoint}`);
+      const handler = table[row.event_type];
+      if (handler) {
+        await handler(tx, dataObject(row.payload), { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: row.event_type });
+      }
+      const outcome = handler ? "processed" : "ignored";
+      await tx`
+        update webhook_inbox
+           set processed_at = now(),
+               outcome = ${outcome},
+               last_error = null
+         where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+      `;
+      return outcome;
+    });
+    return { outcome };
+  } catch (err) {
+    const error = describeError(err);
+    const parked = await recordFailure(db, claim, error, err instanceof PermanentError, options);
+    return { outcome: parked ? "needs_review" : "failed", error };
+  }
+}
+
+/**
+ * Records a failed attempt after its rollback, in its own short transaction (graphile-worker's
+ * `failJobs`): `last_error`, `available_at` pushed out by the SQL backoff, and needs-review when the
+ * error is permanent or the attempt limit is reached. Touches the row only while it is unprocessed
+ * and still carries this claim's attempt number (the fencing token), so it never disturbs a row
+ * another worker finished or re-claimed. Returns true when the row is now needs-review.
+ */
+export async function recordFailure(db: Db, claim: Claim, error: string, permanent: boolean, options: Pick<ProcessOptions, "maxAttempts" | "backoff">): Promise<boolean> {
+  const [row] = await db<{ parked: boolean }[]>`
+    update webhook_inbox
+       set last_error = ${error},
+           available_at = now() + webhook_inbox_backoff(attempts, ${options.backoff.baseMs}, ${options.backoff.capMs}),
+           needs_review_at = case when ${permanent} or attempts >= ${options.maxAttempts} then now() end
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+       and processed_at is null
+       and attempts = ${claim.attempt}
+    returning needs_review_at is not null as parked
+  `;
+  return row?.parked ?? false;
+}

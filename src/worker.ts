@@ -1,0 +1,116 @@
+import type { LogFn } from "./app.ts";
+import { claimBatch, type Claim } from "./claim.ts";
+import type { Db } from "./db.ts";
+import type { HandlerTable } from "./handler-table.ts";
+import { NOTIFY_CHANNEL, type Backoff } from "./inbox.ts";
+import { processClaimed } from "./process-claimed.ts";
+import { describeError } from "./receive.ts";
+
+/** Settings of {@link runWorker}; times in ms. */
+export interface WorkerOptions {
+  db: Db;
+  /** The handler table for a row's provider and endpoint (the receiver's table: one definition). */
+  handlersFor: (provider: string, endpoint: string) => HandlerTable | undefined;
+  /** Abort to shut down: stop claiming, finish in-flight rows, then resolve. */
+  signal: AbortSignal;
+  /** Rows processed at once. Default 4. */
+  concurrency?: number;
+  /** Lease per claim. Default 60 000. */
+  leaseMs?: number;
+  /** Statement timeout inside a row's transaction; must be < leaseMs. Default 30 000. */
+  timeoutMs?: number;
+  /** Attempts before needs-review. Default 10. */
+  maxAttempts?: number;
+  /** Fallback poll when no NOTIFY arrives. Default 5 000. */
+  pollMs?: number;
+  /** Retry backoff. Default 1 s doubling, capped at 10 min. */
+  backoff?: Backoff;
+  /** LISTEN for new rows (off behind a transaction pooler). Default true. */
+  listen?: boolean;
+  log?: LogFn;
+}
+
+/**
+ * The async-mode worker loop (seed §6): claim due rows in batches up to the free slots, process each
+ * in its own transaction, sleep until a NOTIFY, a freed slot or the poll interval. Logs one line per
+ * row: event id, type, attempt, outcome, duration ms (never the payload). Resolves after `signal`
+ * aborts and in-flight rows finished. Database errors while claiming are logged and retried after
+ * the poll interval (capped at 1 s); they never end the loop.
+ * @throws Error when `timeoutMs >= leaseMs` (a row could outlive its lease while still running).
+ */
+export async function runWorker(options: WorkerOptions): Promise<void> {
+  const { db, signal } = options;
+  const concurrency = options.concurrency ?? 4;
+  const leaseMs = options.leaseMs ?? 60_000;
+  const timeoutMs = options.timeoutMs ?? 30_000;
+  const maxAttempts = options.maxAttempts ?? 10;
+  const pollMs = options.pollMs ?? 5_000;
+  const backoff = options.backoff ?? { baseMs: 1_000, capMs: 600_000 };
+  const log = options.log ?? ((line) => console.log(JSON.stringify(line)));
+  if (timeoutMs >= leaseMs) throw new Error(`Worker timeout (${timeoutMs} ms) must be shorter than the lease (${leaseMs} ms)`);
+
+  // Wake-ups: a NOTIFY, a finished row or abort sets `woken`; sleep() returns at once if it is set,
+  // so a wake-up that arrives while claiming is never lost.
+  let woken = false;
+  let wake: (() => void) | undefined;
+  const nudge = () => {
+    woken = true;
+    wake?.();
+  };
+  const sleep = (ms: number) =>
+    new Promise<void>((resolve) => {
+      if (woken || signal.aborted) return resolve();
+      const timer = setTimeout(done, ms);
+      wake = done;
+      function done() {
+        clearTimeout(timer);
+        wake = undefined;
+        resolve();
+      }
+    });
+  signal.addEventListener("abort", nudge);
+  const listener = options.listen === false ? undefined : await db.listen(NOTIFY_CHANNEL, nudge).catch((err) => {
+    log({ worker: "listen_failed", error: describeError(err) });
+    return undefined;
+  });
+
+  const inFlight = new Set<Promise<void>>();
+  async function work(claim: Claim): Promise<void> {
+    const started = Date.now();
+    const line = { event_id: claim.eventId, endpoint: claim.endpoint, type: claim.eventType, attempt: claim.attempt };
+    try {
+      const result = await processClaimed(db, claim, { handlersFor: options.handlersFor, timeoutMs, maxAttempts, backoff });
+      log({ ...line, outcome: result.outcome, ...(result.error ? { error: result.error } : {}), duration_ms: Date.now() - started });
+    } catch (err) {
+      // Recording the failure failed too: the lease expires and the row is claimed again.
+      log({ ...line, outcome: "failed", error: describeError(err), duration_ms: Date.now() - started });
+    }
+  }
+
+  while (!signal.aborted) {
+    const free = concurrency - inFlight.size;
+    let claims: Claim[] = [];
+    if (free > 0) {
+      woken = false;
+      try {
+        claims = await claimBatch(db, { limit: free, leaseMs, maxAttempts });
+      } catch (err) {
+        log({ worker: "claim_failed", error: describeError(err) });
+        await sleep(Math.min(pollMs, 1_000));
+        continue;
+      }
+      for (const claim of claims) {
+        const p: Promise<void> = work(claim).finally(() => {
+          inFlight.delete(p);
+          nudge();
+        });
+        inFlight.add(p);
+      }
+    }
+    // Invariant: claim again at once only when the batch filled every free slot (more may be due).
+    if (claims.length > 0 && claims.length === free) continue;
+    await sleep(pollMs);
+  }
+  await Promise.all(inFlight);
+  await listener?.unlisten().catch(() => {});
+}
