@@ -16,10 +16,11 @@ test("migrate() applies every file once when four servers start at the same time
   await closeAll(clients);
   const applied = results.filter((r) => r.length > 0);
   expect(applied).toHaveLength(1);
-  expect(applied[0]).toEqual(["0001_inbox.sql", "0002_billing.sql"]);
+  expect(applied[0]).toEqual(loadMigrations().map((m) => m.name));
   expect(results.filter((r) => r.length === 0)).toHaveLength(3);
   const rows = await fresh.db`select version, name from schema_migrations order by version`;
-  expect(rows.map((r) => r.name)).toEqual(["0001_inbox.sql", "0002_billing.sql"]);
+  expect(rows.map((r) => r.name)).toEqual(loadMigrations().map((m) => m.name));
+  expect(rows.length).toBeGreaterThanOrEqual(3);
 });
 
 test("migrate() refuses a gap in the numbering and a changed applied file", async () => {
