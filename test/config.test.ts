@@ -1,0 +1,187 @@
+import { describe, expect, test } from "bun:test";
+import { ConfigError, loadConfig } from "../src/config.ts";
+import { OTHER_SECRET, SECRET } from "./helpers.ts";
+
+const DEV_SECRET = "whsec_dev_generated_0123456789abcdef";
+const DB_URL = "postgres://app:pw@db.internal:5432/inbox";
+
+/** The ConfigError that `env` must raise; fails the test if loadConfig accepts it. */
+function configError(env: Record<string, string | undefined>, devSecret?: string): ConfigError {
+  try {
+    loadConfig(env, devSecret);
+  } catch (err) {
+    if (err instanceof ConfigError) return err;
+    throw err;
+  }
+  throw new Error(`loadConfig() accepted ${JSON.stringify(Object.keys(env))}`);
+}
+
+describe("loadConfig()", () => {
+  test("`loadConfig()` fills every default from a minimal environment", () => {
+    expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET })).toEqual({
+      port: 3000,
+      host: "127.0.0.1",
+      databaseUrl: undefined,
+      toleranceSec: 300,
+      maxBodyBytes: 1024 * 1024,
+      dbPoolMax: 10,
+      hybridBudgetMs: 2000,
+      endpoints: [{ name: "billing", secrets: [SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
+    });
+  });
+
+  test("`loadConfig()` reads every variable and splits a rotating secret", () => {
+    const config = loadConfig({
+      PORT: "8080",
+      HOST: "0.0.0.0",
+      DATABASE_URL: DB_URL,
+      STRIPE_TOLERANCE_SEC: "60",
+      MAX_BODY_BYTES: "4096",
+      DB_POOL_MAX: "3",
+      STRIPE_WEBHOOK_SECRET: ` ${SECRET} , ${OTHER_SECRET} `,
+    });
+    expect(config).toEqual({
+      port: 8080,
+      host: "0.0.0.0",
+      databaseUrl: DB_URL,
+      toleranceSec: 60,
+      maxBodyBytes: 4096,
+      dbPoolMax: 3,
+      hybridBudgetMs: 2000,
+      endpoints: [{ name: "billing", secrets: [SECRET, OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
+    });
+  });
+
+  test("`loadConfig()` treats empty strings as unset", () => {
+    const config = loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, PORT: "", STRIPE_TOLERANCE_SEC: "", DATABASE_URL: "", HOST: "" });
+    expect([config.port, config.toleranceSec, config.databaseUrl, config.host]).toEqual([3000, 300, undefined, "127.0.0.1"]);
+  });
+
+  test("`loadConfig()` lists every problem at once in one ConfigError", () => {
+    const err = configError({
+      PORT: "abc",
+      STRIPE_TOLERANCE_SEC: "0",
+      MAX_BODY_BYTES: "10",
+      DB_POOL_MAX: "0",
+      DATABASE_URL: "mysql://db.internal/inbox",
+      STRIPE_WEBHOOK_SECRET: "whsec_short",
+      STRIPE_ENDPOINTS: "analytics,Bad_Name",
+    });
+    const expected = [
+      /^PORT must be an integer ≥ 0, got "abc"$/,
+      /^STRIPE_TOLERANCE_SEC must be an integer ≥ 1, got "0"$/,
+      /^MAX_BODY_BYTES must be an integer ≥ 1024, got "10"$/,
+      /^DB_POOL_MAX must be an integer ≥ 1, got "0"$/,
+      /^DATABASE_URL must start with postgres:\/\//,
+      /^STRIPE_WEBHOOK_SECRET value 1 of 1 is not a whsec_… secret$/,
+      /^STRIPE_WEBHOOK_SECRET_ANALYTICS is required/,
+      /^STRIPE_ENDPOINTS entry "Bad_Name" must match/,
+    ];
+    expect(err.problems).toHaveLength(expected.length);
+    for (const pattern of expected) expect(err.problems.some((p) => pattern.test(p))).toBe(true);
+    expect(err.message.startsWith("Invalid configuration:\n- ")).toBe(true);
+    for (const problem of err.problems) expect(err.message).toContain(problem);
+  });
+
+  test.each(["abc", "-1", "80.5", "1e400"])("`loadConfig()` refuses PORT=%s", (port) => {
+    const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, PORT: port });
+    expect(err.problems).toEqual([`PORT must be an integer ≥ 0, got "${port}"`]);
+  });
+
+  test("`loadConfig()` refuses a PORT above 65535", () => {
+    const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, PORT: "70000" });
+    expect(err.problems).toHaveLength(1);
+    expect(err.problems[0]).toContain("PORT");
+  });
+
+  test.each(["0", "-5", "-300", "2.5"])("`loadConfig()` refuses STRIPE_TOLERANCE_SEC=%s", (tolerance) => {
+    const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_TOLERANCE_SEC: tolerance });
+    expect(err.problems).toEqual([`STRIPE_TOLERANCE_SEC must be an integer ≥ 1, got "${tolerance}"`]);
+  });
+
+  test.each([
+    ["not a whsec_ secret", "sk_live_abcdefghijklmnopqrstuvwxyz"],
+    ["too short", "whsec_abc"],
+    ["with a space inside", "whsec_abcdefgh ijklmnopqrstuvwx"],
+  ])("`loadConfig()` refuses a STRIPE_WEBHOOK_SECRET that is %s", (_label, secret) => {
+    const err = configError({ STRIPE_WEBHOOK_SECRET: secret });
+    expect(err.problems).toEqual(["STRIPE_WEBHOOK_SECRET value 1 of 1 is not a whsec_… secret"]);
+  });
+
+  test("`loadConfig()` names the bad value of a rotating secret by position", () => {
+    const err = configError({ STRIPE_WEBHOOK_SECRET: `${SECRET},whsec_bad` });
+    expect(err.problems).toEqual(["STRIPE_WEBHOOK_SECRET value 2 of 2 is not a whsec_… secret"]);
+  });
+
+  test("`loadConfig()` requires STRIPE_WEBHOOK_SECRET with DATABASE_URL and names the variable", () => {
+    for (const dev of [undefined, DEV_SECRET]) {
+      const err = configError({ DATABASE_URL: DB_URL }, dev);
+      expect(err.problems).toHaveLength(1);
+      expect(err.problems[0]).toStartWith("STRIPE_WEBHOOK_SECRET is required");
+      expect(err.message).not.toContain(DEV_SECRET);
+    }
+  });
+
+  test("`loadConfig()` adds STRIPE_ENDPOINTS with their own STRIPE_WEBHOOK_SECRET_<NAME>", () => {
+    const config = loadConfig({
+      STRIPE_WEBHOOK_SECRET: SECRET,
+      STRIPE_ENDPOINTS: " analytics , ops-eu ",
+      STRIPE_WEBHOOK_SECRET_ANALYTICS: OTHER_SECRET,
+      STRIPE_WEBHOOK_SECRET_OPS_EU: `${OTHER_SECRET},${SECRET}`,
+    });
+    expect(config.endpoints).toEqual([
+      { name: "billing", secrets: [SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" },
+      { name: "analytics", secrets: [OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET_ANALYTICS", mode: "sync" },
+      { name: "ops-eu", secrets: [OTHER_SECRET, SECRET], source: "STRIPE_WEBHOOK_SECRET_OPS_EU", mode: "sync" },
+    ]);
+  });
+
+  test("`loadConfig()` names the missing secret variable of an extra endpoint", () => {
+    const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_ENDPOINTS: "ops-eu" });
+    expect(err.problems).toEqual(["STRIPE_WEBHOOK_SECRET_OPS_EU is required (the ops-eu endpoint's whsec_… signing secret)"]);
+  });
+
+  test("`loadConfig()` refuses a name repeated in STRIPE_ENDPOINTS, billing included", () => {
+    const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_ENDPOINTS: "analytics,billing,analytics", STRIPE_WEBHOOK_SECRET_ANALYTICS: OTHER_SECRET });
+    expect(err.problems).toEqual(['STRIPE_ENDPOINTS names "billing" twice', 'STRIPE_ENDPOINTS names "analytics" twice']);
+  });
+
+  test("`loadConfig()` reports a repeated endpoint name as repeated even when its secret is missing", () => {
+    const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_ENDPOINTS: "ops-eu,ops-eu" });
+    expect(err.problems).toEqual([
+      "STRIPE_WEBHOOK_SECRET_OPS_EU is required (the ops-eu endpoint's whsec_… signing secret)",
+      'STRIPE_ENDPOINTS names "ops-eu" twice',
+    ]);
+  });
+
+  test("`loadConfig()` uses the dev secret for billing only without DATABASE_URL and STRIPE_WEBHOOK_SECRET", () => {
+    expect(loadConfig({}, DEV_SECRET).endpoints).toEqual([{ name: "billing", secrets: [DEV_SECRET], source: "generated", mode: "sync" }]);
+    expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET }, DEV_SECRET).endpoints).toEqual([
+      { name: "billing", secrets: [SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" },
+    ]);
+    expect(configError({}).problems[0]).toStartWith("STRIPE_WEBHOOK_SECRET is required");
+    // Extra endpoints never fall back to the dev secret.
+    const err = configError({ STRIPE_ENDPOINTS: "analytics" }, DEV_SECRET);
+    expect(err.problems).toHaveLength(1);
+    expect(err.problems[0]).toStartWith("STRIPE_WEBHOOK_SECRET_ANALYTICS is required");
+  });
+
+  test("`loadConfig()` messages never contain secret values or the database password", () => {
+    const secrets = [
+      "whsec_live_goodsecret0123456789AB",
+      "sk_live_verysecretapikey0123456789",
+      "whsec_tiny",
+      "whsec_has space in it 0123456789",
+    ];
+    const err = configError({
+      DATABASE_URL: "mysql://admin:hunter2-db-password@db.internal/inbox",
+      STRIPE_WEBHOOK_SECRET: `${secrets[0]},${secrets[1]}`,
+      STRIPE_ENDPOINTS: "analytics,ops",
+      STRIPE_WEBHOOK_SECRET_ANALYTICS: secrets[2],
+      STRIPE_WEBHOOK_SECRET_OPS: secrets[3],
+    }, DEV_SECRET);
+    expect(err.problems).toHaveLength(4);
+    const text = `${err.message}\n${err.problems.join("\n")}\n${String(err)}`;
+    for (const value of [...secrets, "hunter2-db-password", DEV_SECRET]) expect(text).not.toContain(value);
+  });
+});

@@ -1,0 +1,139 @@
+import { afterAll, describe, expect, test } from "bun:test";
+import { createApp } from "../src/app.ts";
+import { deliver, type EventFile } from "../src/deliver.ts";
+import { stripeEndpoints } from "../src/endpoints.ts";
+import { stripeProvider } from "../src/stripe-event.ts";
+import { count, freshDatabase, lifecycle, SECRET } from "./helpers.ts";
+
+const fresh = await freshDatabase();
+afterAll(() => fresh.drop());
+
+const URL = "http://receiver.test/webhooks/stripe";
+const events: EventFile[] = lifecycle();
+const idOf = (body: string): string => (JSON.parse(body) as { id: string }).id;
+
+/** What a fake receiver saw of one request. */
+interface Seen {
+  id: string;
+  body: string;
+  signature: string;
+  contentType: string | null;
+  verified: boolean;
+}
+
+/** A fake receiver that records and verifies every request, then answers with `answer(n)` (n = 1-based request number). */
+function fakeReceiver(answer: (n: number, seen: Seen) => Response | Promise<Response>) {
+  const seen: Seen[] = [];
+  const fetch = async (request: Request): Promise<Response> => {
+    const body = await request.text();
+    const signature = request.headers.get("stripe-signature") ?? "";
+    let verified = false;
+    try {
+      await stripeProvider.verify({ body, headers: request.headers, secrets: [SECRET], toleranceSec: 300, nowMs: Date.now() });
+      verified = true;
+    } catch {
+      verified = false;
+    }
+    const entry = { id: idOf(body), body, signature, contentType: request.headers.get("content-type"), verified };
+    seen.push(entry);
+    return answer(seen.length, entry);
+  };
+  return { seen, fetch };
+}
+
+const processed = () => Response.json({ outcome: "processed" });
+
+describe("deliver()", () => {
+  test("`deliver()` delivers the shuffled lifecycle 3 times with 8 in flight to a real app and reports the outcomes", async () => {
+    const app = createApp({ db: fresh.db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET] }]), log: () => {} });
+    const summary = await deliver(events, { url: URL, secret: SECRET, copies: 3, concurrency: 8, shuffle: true, seed: 7, retryBaseMs: 1, fetch: app.fetch });
+    expect(summary).toEqual({
+      deliveries: 36,
+      requests: 36,
+      outcomes: { processed: 11, ignored: 1, duplicate: 24 },
+      retried: {},
+      failures: [],
+    });
+    expect(await count(fresh.db, "webhook_inbox")).toBe(12);
+    expect(await count(fresh.db, "ledger_entries")).toBe(2);
+    expect(await count(fresh.db, "outbox")).toBe(2);
+    const invoices = await fresh.db`select id, status from invoices order by id`;
+    expect(invoices.map((r) => `${r.id}:${r.status}`)).toEqual([
+      "in_1SkA1pLgUG5tbmjcQ7nB2vXa:paid",
+      "in_1SkA2qLgUG5tbmjcR8oC3wYb:void",
+      "in_1SkA3rLgUG5tbmjcS9pD4xZc:paid",
+    ]);
+  });
+
+  test("`deliver()` retries a 500 twice with a fresh, valid signature each attempt and the exact bytes", async () => {
+    const [event] = events;
+    if (!event) throw new Error("no fixtures");
+    const receiver = fakeReceiver((n) => (n <= 2 ? new Response("oops", { status: 500 }) : processed()));
+    const summary = await deliver([event], { url: URL, secret: SECRET, retryBaseMs: 1, fetch: receiver.fetch });
+    expect(summary).toEqual({ deliveries: 1, requests: 3, outcomes: { processed: 1 }, retried: { "500": 2 }, failures: [] });
+    expect(receiver.seen).toHaveLength(3);
+    for (const s of receiver.seen) {
+      expect(s.verified).toBe(true);
+      expect(s.signature).toMatch(/^t=\d+,v1=[0-9a-f]{64}$/);
+      expect(s.body).toBe(event.body);
+      expect(s.contentType).toBe("application/json; charset=utf-8");
+    }
+  });
+
+  test("`deliver()` reports failures after `attempts` tries against a receiver that always fails", async () => {
+    const two = events.slice(0, 2);
+    const down = fakeReceiver(() => new Response("unavailable", { status: 503 }));
+    const summary = await deliver(two, { url: URL, secret: SECRET, attempts: 3, retryBaseMs: 1, fetch: down.fetch });
+    expect(summary.deliveries).toBe(2);
+    expect(summary.requests).toBe(6);
+    expect(down.seen).toHaveLength(6);
+    expect(summary.outcomes).toEqual({ failed: 2 });
+    expect(summary.retried).toEqual({ "503": 6 });
+    expect(summary.failures.map((f) => f.status)).toEqual(["503", "503"]);
+    expect(summary.failures.map((f) => f.name).sort()).toEqual(two.map((e) => e.name).sort());
+  });
+
+  test("`deliver()` counts a connection failure as `network` and never throws", async () => {
+    const [event] = events;
+    if (!event) throw new Error("no fixtures");
+    let calls = 0;
+    const refuse = async (): Promise<Response> => {
+      calls++;
+      throw new TypeError("connect ECONNREFUSED");
+    };
+    const summary = await deliver([event], { url: URL, secret: SECRET, attempts: 4, retryBaseMs: 1, fetch: refuse });
+    expect(calls).toBe(4);
+    expect(summary).toEqual({
+      deliveries: 1,
+      requests: 4,
+      outcomes: { failed: 1 },
+      retried: { network: 4 },
+      failures: [{ name: event.name, status: "network" }],
+    });
+  });
+
+  test("`deliver()` counts a 2xx without a JSON outcome as `2xx`", async () => {
+    const receiver = fakeReceiver(() => new Response("ok", { status: 204 }));
+    const summary = await deliver(events.slice(0, 3), { url: URL, secret: SECRET, fetch: receiver.fetch });
+    expect(summary.outcomes).toEqual({ "2xx": 3 });
+    expect(summary.requests).toBe(3);
+  });
+
+  test("`deliver()` keeps file order without shuffle and repeats the same shuffled order for the same seed", async () => {
+    const order = async (options: { shuffle?: boolean; seed?: number; copies?: number }): Promise<string[]> => {
+      const receiver = fakeReceiver(() => processed());
+      await deliver(events, { url: URL, secret: SECRET, fetch: receiver.fetch, ...options });
+      return receiver.seen.map((s) => s.id);
+    };
+    const fileOrder = events.map((e) => idOf(e.body));
+    expect(await order({})).toEqual(fileOrder);
+
+    const a = await order({ shuffle: true, seed: 7, copies: 2 });
+    const b = await order({ shuffle: true, seed: 7, copies: 2 });
+    const c = await order({ shuffle: true, seed: 8, copies: 2 });
+    expect(a).toHaveLength(24);
+    expect(b).toEqual(a);
+    expect(c).not.toEqual(a);
+    expect([...a].sort()).toEqual([...fileOrder, ...fileOrder].sort());
+  });
+});
