@@ -88,6 +88,6 @@ export async function signedRequest(url: string, body: string, options: { secret
 
 /** `select count(*)::int` of a table (optionally with a where clause on trusted test text). */
 export async function count(db: Db, table: string, where = "true"): Promise<number> {
-  const [row] = await db.unsafe(`select count(*)::int as n from ${table} where ${where}`);
-  return (row as { n: number }).n;
+  const rows = await db.unsafe<{ n: number }[]>(`select count(*)::int as n from ${table} where ${where}`);
+  return rows[0]?.n ?? 0;
 }
