@@ -1,5 +1,5 @@
 import { Router, type IRequest } from "itty-router";
-import { isDatabaseUnavailable, type Db } from "./db.ts";
+import { isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "./db.ts";
 import { AppError, errorResponse } from "./errors.ts";
 import type { HandlerTable } from "./handler-table.ts";
 import type { WebhookProvider } from "./provider.ts";
@@ -111,8 +111,12 @@ export function createApp(deps: AppDeps): App {
   router
     .post("/webhooks/:provider/:endpoint?", receive)
     .get("/healthz", health)
-    .all("/webhooks/*", () => errorResponse(new AppError("method_not_allowed", "Webhooks are delivered with POST"), { allow: "POST" }))
-    .all("/healthz", () => errorResponse(new AppError("method_not_allowed", "Use GET /healthz"), { allow: "GET" }))
+    .head("/healthz", async () => {
+      const response = await health();
+      return new Response(null, { status: response.status, headers: response.headers });
+    })
+    .all("/webhooks/:provider/:endpoint?", () => errorResponse(new AppError("method_not_allowed", "Webhooks are delivered with POST"), { allow: "POST" }))
+    .all("/healthz", () => errorResponse(new AppError("method_not_allowed", "Use GET /healthz"), { allow: "GET, HEAD" }))
     .all("*", (request) => errorResponse(new AppError("not_found", `No route for ${new URL(request.url).pathname}`)));
 
   return { fetch: (request) => router.fetch(request) };
@@ -126,6 +130,10 @@ function findEndpoint(endpoints: readonly Endpoint[], provider?: string, name?: 
 function toAppError(err: unknown, eventId: unknown): AppError {
   if (err instanceof AppError) return err;
   const id = typeof eventId === "string" ? eventId : "the event";
+  if (sqlState(err) === SQLSTATE.untranslatableCharacter) {
+    // jsonb cannot hold \u0000: no retry can store this event, so say so instead of a 5xx loop.
+    return new AppError("invalid_event", `Cannot record ${id}: it contains a \\u0000 character, which PostgreSQL jsonb cannot store`);
+  }
   if (isDatabaseUnavailable(err)) return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);
 }

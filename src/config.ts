@@ -53,11 +53,14 @@ const ENDPOINT_NAME = /^[a-z][a-z0-9-]{0,62}$/;
  */
 export function loadConfig(env: Record<string, string | undefined>, devSecret?: string): Config {
   const problems: string[] = [];
-  const int = (name: string, fallback: number, min: number): number => {
+  const int = (name: string, fallback: number, min: number, max = Number.MAX_SAFE_INTEGER): number => {
     const raw = env[name];
     if (raw === undefined || raw === "") return fallback;
     const value = Number(raw);
-    if (!Number.isSafeInteger(value) || value < min) problems.push(`${name} must be an integer ≥ ${min}, got "${raw}"`);
+    if (!Number.isSafeInteger(value) || value < min || value > max) {
+      const range = max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `from ${min} to ${max}`;
+      problems.push(`${name} must be an integer ${range}, got "${raw}"`);
+    }
     return value;
   };
   const databaseUrl = env.DATABASE_URL || undefined;
@@ -89,13 +92,15 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     endpoints.push({ name, secrets, source: variable, mode });
   };
   readSecrets("billing", "STRIPE_WEBHOOK_SECRET");
+  const seen = new Set(["billing"]);
   for (const name of (env.STRIPE_ENDPOINTS ?? "").split(",").map((s) => s.trim()).filter(Boolean)) {
     if (!ENDPOINT_NAME.test(name)) problems.push(`STRIPE_ENDPOINTS entry "${name}" must match ${ENDPOINT_NAME.source}`);
-    else if (endpoints.some((e) => e.name === name)) problems.push(`STRIPE_ENDPOINTS names "${name}" twice`);
+    else if (seen.has(name)) problems.push(`STRIPE_ENDPOINTS names "${name}" twice`);
     else readSecrets(name, `STRIPE_WEBHOOK_SECRET_${name.toUpperCase().replaceAll("-", "_")}`);
+    seen.add(name);
   }
   const config: Config = {
-    port: int("PORT", 3000, 0),
+    port: int("PORT", 3000, 0, 65535),
     host: env.HOST || "127.0.0.1",
     databaseUrl,
     toleranceSec: int("STRIPE_TOLERANCE_SEC", 300, 1),

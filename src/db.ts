@@ -20,6 +20,7 @@ export const SQLSTATE = {
   deadlockDetected: "40P01",
   lockNotAvailable: "55P03",
   tooManyConnections: "53300",
+  untranslatableCharacter: "22P05",
 } as const;
 
 /** Options for {@link connect}. */

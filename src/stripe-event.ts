@@ -21,10 +21,11 @@ export function parseStripeSignature(header: string | null): SignatureHeader {
   const timestamps: string[] = [];
   const signatures: string[] = [];
   for (const part of header.split(",")) {
+    // No trimming: Stripe's own parser (and Stripe's sender) uses no spaces, so "t=1, v1=…" is malformed.
     const eq = part.indexOf("=");
-    const key = part.slice(0, eq).trim();
-    const value = part.slice(eq + 1).trim();
     if (eq < 0) continue;
+    const key = part.slice(0, eq);
+    const value = part.slice(eq + 1);
     if (key === "t") timestamps.push(value);
     if (key === "v1" && value !== "") signatures.push(value);
   }
@@ -44,10 +45,11 @@ export function parseStripeSignature(header: string | null): SignatureHeader {
  * old timestamps, so a future one is rejected here); HMAC-SHA256 over the exact body with each secret
  * through `stripe.webhooks.constructEventAsync` and the SubtleCrypto provider, accepting any match;
  * then the shape of a Stripe event (`object: "event"`, string `id` and `type`, object `data.object`).
- * @throws AppError `signature_missing` | `signature_malformed` | `timestamp_out_of_tolerance` |
- *   `signature_mismatch` | `invalid_event`
+ * @throws AppError `invalid_event` (empty body) | `signature_missing` | `signature_malformed` |
+ *   `timestamp_out_of_tolerance` | `signature_mismatch` | `invalid_event`
  */
 export async function verifyStripeEvent(input: VerifyInput): Promise<VerifiedEvent> {
+  if (input.body === "") throw new AppError("invalid_event", "Webhook body is empty: expected a Stripe event");
   const { timestamp } = parseStripeSignature(input.headers.get("stripe-signature"));
   const skewSec = Math.floor(input.nowMs / 1000) - timestamp;
   if (Math.abs(skewSec) > input.toleranceSec) {

@@ -147,6 +147,7 @@ describe("signature checks", () => {
     ["a t= that is not a number", (sig) => `t=now,v1=${sig}`],
     ["no v1=", () => `t=${NOW_SEC}`],
     ["only a v0=", (sig) => `t=${NOW_SEC},v0=${sig}`],
+    ["a space after the comma (Stripe sends none)", (sig) => `t=${NOW_SEC}, v1=${sig}`],
   ];
   test.each(malformed)("`createApp()` answers 400 signature_malformed for a header with %s", async (_label, make) => {
     const sig = v1Of(await signStripePayload(body, SECRET, NOW_SEC));
@@ -242,11 +243,22 @@ describe("body checks", () => {
     ["an event without data.object", JSON.stringify({ id: "evt_nodata1", object: "event", type: "invoice.created", data: {} })],
     ["an event whose data.object is an array", JSON.stringify({ id: "evt_arraydata", object: "event", type: "invoice.created", data: { object: [1] } })],
     ["an event with a non-evt_ id", JSON.stringify({ id: "in_123", object: "event", type: "invoice.created", data: { object: invoice() } })],
+    ["an empty body", ""],
   ];
   test.each(notEvents)("`createApp()` answers 400 invalid_event for signed %s", async (_label, body) => {
     const res = await reply(await makeApp().fetch(await signed(body)));
     expect(res.status).toBe(400);
     expect(res.body.error).toBe("invalid_event");
+    await expectNothingWritten();
+  });
+
+  test("`createApp()` answers 400 invalid_event for a signed event holding \\u0000, which jsonb cannot store", async () => {
+    const body = eventBody("evt_nul_char_1", "invoice.created", invoice({ description: "a\u0000b" }));
+    expect(body).toContain("\\u0000");
+    const res = await reply(await makeApp().fetch(await signed(body)));
+    expect(res.status).toBe(400);
+    expect(res.body.error).toBe("invalid_event");
+    expect(res.body.message).toContain("\\u0000");
     await expectNothingWritten();
   });
 
@@ -308,6 +320,12 @@ describe("routing", () => {
     expect(res.status).toBe(405);
     expect(res.headers.get("allow")).toBe("POST");
     expect(((await res.json()) as Reply).error).toBe("method_not_allowed");
+  });
+
+  test("`createApp()` answers HEAD /healthz with the health status and no body", async () => {
+    const res = await makeApp().fetch(new Request(`${BASE}/healthz`, { method: "HEAD" }));
+    expect(res.status).toBe(200);
+    expect(await res.text()).toBe("");
   });
 
   test("`createApp()` answers 404 unknown_endpoint for a signed event to /webhooks/stripe/nope", async () => {

@@ -68,7 +68,7 @@ describe("loadConfig()", () => {
       STRIPE_ENDPOINTS: "analytics,Bad_Name",
     });
     const expected = [
-      /^PORT must be an integer ≥ 0, got "abc"$/,
+      /^PORT must be an integer from 0 to 65535, got "abc"$/,
       /^STRIPE_TOLERANCE_SEC must be an integer ≥ 1, got "0"$/,
       /^MAX_BODY_BYTES must be an integer ≥ 1024, got "10"$/,
       /^DB_POOL_MAX must be an integer ≥ 1, got "0"$/,
@@ -85,7 +85,7 @@ describe("loadConfig()", () => {
 
   test.each(["abc", "-1", "80.5", "1e400"])("`loadConfig()` refuses PORT=%s", (port) => {
     const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, PORT: port });
-    expect(err.problems).toEqual([`PORT must be an integer ≥ 0, got "${port}"`]);
+    expect(err.problems).toEqual([`PORT must be an integer from 0 to 65535, got "${port}"`]);
   });
 
   test("`loadConfig()` refuses a PORT above 65535", () => {
