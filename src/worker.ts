@@ -89,26 +89,30 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
 
   while (!signal.aborted) {
     const free = concurrency - inFlight.size;
-    let claims: Claim[] = [];
-    if (free > 0) {
-      woken = false;
-      try {
-        claims = await claimBatch(db, { limit: free, leaseMs, maxAttempts });
-      } catch (err) {
-        log({ worker: "claim_failed", error: describeError(err) });
-        await sleep(Math.min(pollMs, 1_000));
-        continue;
-      }
-      for (const claim of claims) {
-        const p: Promise<void> = work(claim).finally(() => {
-          inFlight.delete(p);
-          nudge();
-        });
-        inFlight.add(p);
-      }
+    if (free === 0) {
+      // Every slot is busy: wait for one to finish. (Not sleep(): a NOTIFY sets `woken`, which only a
+      // claim clears, so sleep() would return at once and this loop would spin and starve its own rows.)
+      await Promise.race(inFlight);
+      continue;
+    }
+    woken = false;
+    let claims: Claim[];
+    try {
+      claims = await claimBatch(db, { limit: free, leaseMs, maxAttempts });
+    } catch (err) {
+      log({ worker: "claim_failed", error: describeError(err) });
+      await sleep(Math.min(pollMs, 1_000));
+      continue;
+    }
+    for (const claim of claims) {
+      const p: Promise<void> = work(claim).finally(() => {
+        inFlight.delete(p);
+        nudge();
+      });
+      inFlight.add(p);
     }
     // Invariant: claim again at once only when the batch filled every free slot (more may be due).
-    if (claims.length > 0 && claims.length === free) continue;
+    if (claims.length === free) continue;
     await sleep(pollMs);
   }
   await Promise.all(inFlight);
