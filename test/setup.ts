@@ -3,6 +3,8 @@
 // (its user must be allowed to CREATE DATABASE); otherwise an embedded PostgreSQL 18 is started in a
 // temporary directory. A server that cannot start fails the run: never a green run without a database.
 import { afterAll } from "bun:test";
+import { rm } from "node:fs/promises";
+import { dirname } from "node:path";
 import postgres from "postgres";
 import { migrate } from "../src/migrate.ts";
 import { startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../src/runtime/embedded-postgres.ts";
@@ -11,10 +13,12 @@ import { loadMigrations } from "../src/runtime/migrations-fs.ts";
 export const TEMPLATE_DB = "webhook_inbox_test_template";
 
 let server: EmbeddedServer | undefined;
+let dataDir: string | undefined;
 let adminUrl = process.env.DATABASE_URL;
 if (!adminUrl) {
   // fsync off: a throwaway cluster gains nothing from surviving an OS crash; commits stay synchronous.
-  server = await startEmbeddedPostgres({ dir: await temporaryDataDir(), port: 0, flags: ["-c", "fsync=off", "-c", "full_page_writes=off"] });
+  dataDir = await temporaryDataDir();
+  server = await startEmbeddedPostgres({ dir: dataDir, port: 0, flags: ["-c", "fsync=off", "-c", "full_page_writes=off"] });
   adminUrl = server.url;
 }
 process.env.TEST_ADMIN_URL = adminUrl;
@@ -35,6 +39,7 @@ await template.end();
 
 afterAll(async () => {
   await server?.stop();
+  if (dataDir) await rm(dirname(dataDir), { recursive: true, force: true });
 });
 
 /** `url` with its database name replaced. */
