@@ -6,6 +6,8 @@ import type { WebhookProvider } from "./provider.ts";
 import { describeError, receiveAsync, receiveHybrid, receiveSync, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
 import type { VerifiedEvent } from "./provider.ts";
 import { readBody } from "./request-body.ts";
+import { createMetrics, type Metrics } from "./metrics.ts";
+import { createProbes, RETRY_AFTER_SEC } from "./probes.ts";
 
 /** One configured webhook endpoint: a provider, its secrets and the handler table it feeds. */
 export interface Endpoint {
@@ -39,6 +41,12 @@ export interface AppDeps {
   /** Clock, ms since the epoch. Default `Date.now`. */
   now?: () => number;
   log?: LogFn;
+  /** Counters for `/metrics`; default a fresh registry. */
+  metrics?: Metrics;
+  /** Migrations the code expects, for `/readyz`; default: reachability only. */
+  schemaVersion?: number;
+  /** When set, `/metrics` requires this bearer token. */
+  metricsToken?: string;
 }
 
 /** A Web-standard fetch handler, usable by Bun.serve, Deno.serve, Node adapters and Workers. */
@@ -46,11 +54,10 @@ export interface App {
   fetch(request: Request): Promise<Response>;
 }
 
-const RETRY_AFTER_SEC = "5";
-
 /**
- * Builds the receiver: `POST /webhooks/:provider[/:endpoint]` verifies, then runs {@link receiveSync};
- * `GET /healthz` checks the database. Answers 200 `{ outcome, event_id }` for processed, duplicate and
+ * Builds the receiver: `POST /webhooks/:provider[/:endpoint]` verifies, then runs the endpoint's mode
+ * ({@link receiveSync}, {@link receiveAsync} or {@link receiveHybrid}); `GET /healthz`, `/readyz` and
+ * `/metrics` come from {@link createProbes}. Answers 200 `{ outcome, event_id }` for processed, duplicate and
  * ignored (seed §5.5), 4xx `{ error, message }` for input that must not be recorded (nothing written),
  * 503 when the database is unavailable and 500 when processing failed (both rolled back: the provider
  * retries). Nothing is acknowledged before its transaction committed.
@@ -60,6 +67,14 @@ export function createApp(deps: AppDeps): App {
   const log = deps.log ?? ((line) => console.log(JSON.stringify(line)));
   const toleranceSec = deps.toleranceSec ?? 300;
   const maxBodyBytes = deps.maxBodyBytes ?? 1024 * 1024;
+  const metrics = deps.metrics ?? createMetrics();
+  const probes = createProbes({
+    db: deps.db,
+    metrics,
+    endpoints: deps.endpoints.map((e) => ({ provider: e.provider.name, endpoint: e.name })),
+    schemaVersion: deps.schemaVersion,
+    metricsToken: deps.metricsToken,
+  });
 
   async function receive(request: IRequest): Promise<Response> {
     const started = now();
@@ -79,7 +94,11 @@ export function createApp(deps: AppDeps): App {
       Object.assign(entry, { outcome: "rejected", error: appError.code, detail: err instanceof AppError ? err.message : describeError(err) });
       response = errorResponse(appError, appError.status === 503 ? { "retry-after": RETRY_AFTER_SEC } : {});
     }
-    log({ ...entry, status: response.status, duration_ms: now() - started });
+    const durationMs = now() - started;
+    log({ ...entry, status: response.status, duration_ms: durationMs });
+    if (endpoint) {
+      metrics.observe({ provider: endpoint.provider.name, endpoint: endpoint.name, outcome: String(entry.outcome), reason: entry.error as string | undefined, durationSec: durationMs / 1000 });
+    }
     return response;
   }
 
@@ -98,28 +117,31 @@ export function createApp(deps: AppDeps): App {
     }
   }
 
-  async function health(): Promise<Response> {
-    try {
-      await withTimeout(deps.db`select 1`.execute(), 2000);
-      return Response.json({ status: "ok" });
-    } catch {
-      return errorResponse(new AppError("database_unavailable", "Database is not reachable"), { "retry-after": RETRY_AFTER_SEC });
-    }
-  }
-
   const router = Router();
   router
     .post("/webhooks/:provider/:endpoint?", receive)
-    .get("/healthz", health)
-    .head("/healthz", async () => {
-      const response = await health();
-      return new Response(null, { status: response.status, headers: response.headers });
-    })
+    .get("/healthz", probes.healthz)
+    .head("/healthz", probes.healthz)
+    .get("/readyz", probes.readyz)
+    .head("/readyz", probes.readyz)
+    .get("/metrics", probes.metrics)
     .all("/webhooks/:provider/:endpoint?", () => errorResponse(new AppError("method_not_allowed", "Webhooks are delivered with POST"), { allow: "POST" }))
-    .all("/healthz", () => errorResponse(new AppError("method_not_allowed", "Use GET /healthz"), { allow: "GET, HEAD" }))
+    .all("/healthz", wrongMethod)
+    .all("/readyz", wrongMethod)
+    .all("/metrics", wrongMethod)
     .all("*", (request) => errorResponse(new AppError("not_found", `No route for ${new URL(request.url).pathname}`)));
 
-  return { fetch: (request) => router.fetch(request) };
+  return {
+    async fetch(request) {
+      const response: Response = await router.fetch(request);
+      // HEAD: same status and headers as GET, no body (RFC 9110 §9.3.2).
+      return request.method === "HEAD" ? new Response(null, { status: response.status, headers: response.headers }) : response;
+    },
+  };
+}
+
+function wrongMethod(request: Request): Response {
+  return errorResponse(new AppError("method_not_allowed", `Use GET ${new URL(request.url).pathname}`), { allow: "GET, HEAD" });
 }
 
 function findEndpoint(endpoints: readonly Endpoint[], provider?: string, name?: string): Endpoint | undefined {
@@ -136,12 +158,4 @@ function toAppError(err: unknown, eventId: unknown): AppError {
   }
   if (isDatabaseUnavailable(err)) return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);
-}
-
-function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`Timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

@@ -26,6 +26,8 @@ export interface Config {
   dbPoolMax: number;
   /** Hybrid mode's in-request time budget, ms. `HYBRID_BUDGET_MS`, default 2000. */
   hybridBudgetMs: number;
+  /** Bearer token for `GET /metrics`. `METRICS_TOKEN`; unset = open (bind to a private interface). */
+  metricsToken: string | undefined;
   /** Stripe endpoints; `billing` (from `STRIPE_WEBHOOK_SECRET`) first. */
   endpoints: EndpointSettings[];
 }
@@ -107,8 +109,10 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
     dbPoolMax: int("DB_POOL_MAX", 10, 1),
     hybridBudgetMs: int("HYBRID_BUDGET_MS", 2000, 1),
+    metricsToken: env.METRICS_TOKEN || undefined,
     endpoints,
   };
+  if (config.metricsToken !== undefined && config.metricsToken.length < 16) problems.push("METRICS_TOKEN must be at least 16 characters");
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
 }

@@ -415,7 +415,7 @@ describe("failures", () => {
     expect(await tableCounts()).toEqual({ inbox: 1, invoices: 1, ledger: 0, outbox: 0 });
   });
 
-  test("`createApp()` answers 503 database_unavailable with Retry-After when the database is unreachable", async () => {
+  test("`createApp()` answers 503 database_unavailable with Retry-After when the database is unreachable, and /readyz follows the database", async () => {
     const dead = connect("postgres://postgres:postgres@127.0.0.1:1/x", { connectTimeoutSec: 1 });
     try {
       const app = makeApp({ db: dead });
@@ -424,16 +424,21 @@ describe("failures", () => {
       expect(((await res.json()) as Reply).error).toBe("database_unavailable");
       expect(Number(res.headers.get("retry-after"))).toBeGreaterThan(0);
 
-      const health = await app.fetch(new Request(`${BASE}/healthz`));
-      expect(health.status).toBe(503);
-      expect(((await health.json()) as Reply).error).toBe("database_unavailable");
-      expect(Number(health.headers.get("retry-after"))).toBeGreaterThan(0);
+      // Liveness stays 200 (a database outage must not get the receiver restarted); readiness is 503.
+      expect((await app.fetch(new Request(`${BASE}/healthz`))).status).toBe(200);
+      const ready = await app.fetch(new Request(`${BASE}/readyz`));
+      expect(ready.status).toBe(503);
+      expect(((await ready.json()) as Reply).error).toBe("database_unavailable");
+      expect(Number(ready.headers.get("retry-after"))).toBeGreaterThan(0);
     } finally {
       await dead.end({ timeout: 1 });
     }
-    const healthy = await makeApp().fetch(new Request(`${BASE}/healthz`));
-    expect(healthy.status).toBe(200);
-    expect(((await healthy.json()) as Reply).status).toBe("ok");
+    const ready = await makeApp({ schemaVersion: 1 }).fetch(new Request(`${BASE}/readyz`));
+    expect(ready.status).toBe(200);
+    expect(((await ready.json()) as Reply).status).toBe("ready");
+    const pending = await makeApp({ schemaVersion: 999 }).fetch(new Request(`${BASE}/readyz`));
+    expect(pending.status).toBe(503);
+    expect(((await pending.json()) as Reply).status).toBe("migrations_pending");
   });
 });
 

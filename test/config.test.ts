@@ -26,6 +26,7 @@ describe("loadConfig()", () => {
       maxBodyBytes: 1024 * 1024,
       dbPoolMax: 10,
       hybridBudgetMs: 2000,
+      metricsToken: undefined,
       endpoints: [{ name: "billing", secrets: [SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
     });
   });
@@ -38,6 +39,7 @@ describe("loadConfig()", () => {
       STRIPE_TOLERANCE_SEC: "60",
       MAX_BODY_BYTES: "4096",
       DB_POOL_MAX: "3",
+      METRICS_TOKEN: "metrics-token-0123456789",
       STRIPE_WEBHOOK_SECRET: ` ${SECRET} , ${OTHER_SECRET} `,
     });
     expect(config).toEqual({
@@ -48,6 +50,7 @@ describe("loadConfig()", () => {
       maxBodyBytes: 4096,
       dbPoolMax: 3,
       hybridBudgetMs: 2000,
+      metricsToken: "metrics-token-0123456789",
       endpoints: [{ name: "billing", secrets: [SECRET, OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
     });
   });

@@ -18,12 +18,15 @@ try {
 
 const database = await openDatabase(env);
 const db = connect(database.url, { max: config.dbPoolMax, applicationName: "webhook-inbox serve" });
-const applied = await migrate(db, loadMigrations());
+const migrations = loadMigrations();
+const applied = await migrate(db, migrations);
 const app = createApp({
   db,
   endpoints: stripeEndpoints(config.endpoints, config.hybridBudgetMs),
   toleranceSec: config.toleranceSec,
   maxBodyBytes: config.maxBodyBytes,
+  schemaVersion: migrations.length,
+  metricsToken: config.metricsToken,
 });
 const server = Bun.serve({
   hostname: config.host,

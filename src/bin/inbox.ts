@@ -1,0 +1,205 @@
+// Entry file: `bun run inbox <command>`: the operator's view of the inbox (DATABASE_URL or embedded).
+// Exit codes: 0 ok, 1 failure, 2 usage error.
+import { parseArgs } from "node:util";
+import { connect, type Db } from "../db.ts";
+import { handlersFor } from "../endpoints.ts";
+import { migrate } from "../migrate.ts";
+import { listEvents, showEvent } from "../ops/events.ts";
+import { parseDuration, type RowFilter } from "../ops/filter.ts";
+import { purge, RetentionTooShortError } from "../ops/purge.ts";
+import { replayEvent } from "../ops/replay.ts";
+import { requeue } from "../ops/requeue.ts";
+import { inboxStatus } from "../ops/status.ts";
+import { openDatabase } from "../runtime/database.ts";
+import { loadMigrations } from "../runtime/migrations-fs.ts";
+
+const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
+  status                                  backlog per endpoint; arrivals per type over the last hour
+  list [--needs-review | --unprocessed] [--type T] [--endpoint E] [--since 2h|ISO] [--limit N]
+  show <event_id> [--payload]             every row of an event: state, attempts, last error (payload on request)
+  requeue [--id evt_…] [--type T] [--endpoint E] [--error TEXT] [--dry-run]
+                                          needs-review rows back to the queue, attempts reset
+  replay <event_id> [--endpoint E]        run a processed event through its handler again (idempotent)
+  purge [--older-than 30d] [--payloads-older-than 7d] [--force] [--dry-run] [--batch N]
+                                          delete processed rows past retention (never unprocessed or needs-review)
+  migrate                                 apply pending sql/ migrations`;
+
+class UsageError extends Error {}
+
+const { values: opts, positionals } = (() => {
+  try {
+    return parseArgs({
+      allowPositionals: true,
+      options: {
+        json: { type: "boolean", default: false },
+        "needs-review": { type: "boolean", default: false },
+        unprocessed: { type: "boolean", default: false },
+        type: { type: "string" },
+        endpoint: { type: "string" },
+        provider: { type: "string", default: "stripe" },
+        since: { type: "string" },
+        limit: { type: "string", default: "50" },
+        payload: { type: "boolean", default: false },
+        id: { type: "string" },
+        error: { type: "string" },
+        "dry-run": { type: "boolean", default: false },
+        "older-than": { type: "string", default: "30d" },
+        "payloads-older-than": { type: "string" },
+        force: { type: "boolean", default: false },
+        batch: { type: "string", default: "1000" },
+        help: { type: "boolean", short: "h", default: false },
+      },
+    });
+  } catch (err) {
+    console.error(`${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
+    process.exit(2);
+  }
+})();
+
+const [command, ...args] = positionals;
+if (opts.help || !command) {
+  console.log(USAGE);
+  process.exit(command || opts.help ? 0 : 2);
+}
+
+function print(value: unknown, table?: Record<string, unknown>[]): void {
+  if (opts.json) console.log(JSON.stringify(value, null, 2));
+  else if (table) table.length ? console.table(table) : console.log("(none)");
+  else console.log(value);
+}
+
+function wholeNumber(name: string, raw: string): number {
+  const n = Number(raw);
+  if (!Number.isSafeInteger(n) || n < 1) throw new UsageError(`--${name} must be a whole number ≥ 1, got "${raw}"`);
+  return n;
+}
+
+function duration(name: string, raw: string): number {
+  try {
+    return parseDuration(raw);
+  } catch (err) {
+    throw new UsageError(`--${name}: ${(err as Error).message}`);
+  }
+}
+
+function filter(): RowFilter {
+  if (opts["needs-review"] && opts.unprocessed) throw new UsageError("Choose one of --needs-review and --unprocessed");
+  let since: Date | undefined;
+  if (opts.since) {
+    since = /^\d+(ms|s|m|h|d)$/.test(opts.since) ? new Date(Date.now() - duration("since", opts.since)) : new Date(opts.since);
+    if (Number.isNaN(since.getTime())) throw new UsageError(`--since must be a duration (2h) or an ISO time, got "${opts.since}"`);
+  }
+  return {
+    state: opts["needs-review"] ? "needs_review" : opts.unprocessed ? "unprocessed" : undefined,
+    eventType: opts.type, endpoint: opts.endpoint, since, eventId: opts.id, error: opts.error,
+  };
+}
+
+function oneArgument(what: string): string {
+  const [value, ...rest] = args;
+  if (!value || rest.length) throw new UsageError(`${command} takes exactly one ${what}`);
+  return value;
+}
+
+/** Refuses to run against a schema older than the code (except `migrate`), naming the fix. */
+async function checkSchema(db: Db): Promise<void> {
+  if (command === "migrate") return;
+  const expected = loadMigrations().length;
+  const [row] = await db<{ version: number }[]>`
+    select coalesce(max(version), 0)::int as version
+      from schema_migrations
+  `.catch(() => [{ version: 0 }]);
+  if ((row?.version ?? 0) < expected) {
+    throw new Error(`Database schema is at migration ${row?.version ?? 0}, this code needs ${expected}: run \`bun run inbox migrate\` first`);
+  }
+}
+
+async function run(db: Db): Promise<number> {
+  await checkSchema(db);
+  switch (command) {
+    case "status": {
+      const s = await inboxStatus(db);
+      if (opts.json) return print(s), 0;
+      console.log("backlog (unprocessed rows wait for a worker; needs-review rows wait for an operator)");
+      print(s, s.backlog.map((b) => ({ endpoint: `${b.provider}/${b.endpoint}`, unprocessed: b.unprocessed, oldest_age_s: Math.round(b.oldestUnprocessedAgeSec), needs_review: b.needsReview })));
+      console.log(`arrivals over the last ${s.windowSec / 60} min`);
+      print(s, s.arrivals.map((a) => ({ endpoint: `${a.provider}/${a.endpoint}`, type: a.eventType, received: a.received, processed: a.processed, ignored: a.ignored, unprocessed: a.unprocessed, needs_review: a.needsReview })));
+      return 0;
+    }
+    case "list": {
+      const rows = await listEvents(db, filter(), wholeNumber("limit", opts.limit));
+      print(rows, rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, state: r.state, attempts: r.attempts, received_at: r.receivedAt, last_error: r.lastError ?? "" })));
+      return 0;
+    }
+    case "show": {
+      const rows = await showEvent(db, oneArgument("event id"), opts.payload);
+      if (rows.length === 0) {
+        console.error(`No inbox row for ${args[0]}`);
+        return 1;
+      }
+      if (opts.json) print(rows);
+      else for (const r of rows) console.log(r);
+      return 0;
+    }
+    case "requeue": {
+      const result = await requeue(db, filter(), opts["dry-run"]);
+      if (opts.json) return print(result), 0;
+      console.log(`${result.dryRun ? "Would requeue" : "Requeued"} ${result.rows.length} needs-review row(s)`);
+      print(result, result.rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, attempts_before: r.attempts, last_error: r.lastError ?? "" })));
+      return 0;
+    }
+    case "replay": {
+      const eventId = oneArgument("event id");
+      const rows = await showEvent(db, eventId);
+      const candidates = rows.filter((r) => r.provider === opts.provider && (!opts.endpoint || r.endpoint === opts.endpoint));
+      const [row] = candidates;
+      if (!row) throw new Error(`Cannot replay ${eventId}: no inbox row${opts.endpoint ? ` at endpoint ${opts.endpoint}` : ""}`);
+      if (candidates.length > 1) throw new UsageError(`${eventId} was received by several endpoints (${candidates.map((r) => r.endpoint).join(", ")}): pass --endpoint`);
+      const result = await replayEvent(db, { provider: row.provider, endpoint: row.endpoint, eventId }, handlersFor(row.provider));
+      if (opts.json) return print(result), 0;
+      console.log(result.handled
+        ? `Replayed ${eventId} (${result.eventType}) at ${row.provider}/${row.endpoint}: ${result.inserted} row(s) inserted, ${result.updated} updated, ${result.deleted} deleted`
+        : `Nothing to replay: ${eventId} (${result.eventType}) has no handler`);
+      return 0;
+    }
+    case "purge": {
+      const result = await purge(db, {
+        olderThanMs: duration("older-than", opts["older-than"]),
+        payloadsOlderThanMs: opts["payloads-older-than"] ? duration("payloads-older-than", opts["payloads-older-than"]) : undefined,
+        force: opts.force,
+        dryRun: opts["dry-run"],
+        batchSize: wholeNumber("batch", opts.batch),
+      });
+      if (opts.json) return print(result), 0;
+      console.log(`${result.dryRun ? "Would delete" : "Deleted"} ${result.deleted} processed row(s) older than ${opts["older-than"]}` +
+        (opts["payloads-older-than"] ? `; ${result.dryRun ? "would drop" : "dropped"} ${result.payloadsDropped} payload(s) older than ${opts["payloads-older-than"]}` : ""));
+      return 0;
+    }
+    case "migrate": {
+      const applied = await migrate(db, loadMigrations());
+      print(opts.json ? { applied } : applied.length ? `Applied ${applied.join(", ")}` : "Nothing to apply: the schema is current");
+      return 0;
+    }
+    default:
+      throw new UsageError(`Unknown command "${command}"`);
+  }
+}
+
+let code: number;
+const database = await openDatabase(process.env);
+const db = connect(database.url, { max: 2, applicationName: "webhook-inbox inbox" });
+try {
+  code = await run(db);
+} catch (err) {
+  if (err instanceof UsageError) {
+    console.error(`${err.message}\n\n${USAGE}`);
+    code = 2;
+  } else {
+    console.error(err instanceof RetentionTooShortError || err instanceof Error ? err.message : String(err));
+    code = 1;
+  }
+} finally {
+  await db.end({ timeout: 5 });
+  await database.close();
+}
+process.exit(code!);

@@ -1,0 +1,47 @@
+import type { Db } from "../db.ts";
+
+/** A row's state, as the `webhook_inbox_state` view defines it (sql/0004_retention.sql). */
+export type RowState = "processed" | "ignored" | "unprocessed" | "needs_review";
+
+/** Which inbox rows an operator command applies to; every field narrows, none means all. */
+export interface RowFilter {
+  state?: RowState;
+  /** Exact event id (evt_…). */
+  eventId?: string;
+  eventType?: string;
+  endpoint?: string;
+  provider?: string;
+  /** Received at or after this time. */
+  since?: Date;
+  /** Substring of `last_error` (case-insensitive). */
+  error?: string;
+}
+
+/**
+ * The SQL condition for a filter, as a postgres.js fragment over `webhook_inbox_state`: every value
+ * is a bound parameter.
+ */
+export function whereRows(db: Db, f: RowFilter) {
+  const none = db``;
+  return db`
+    true
+    ${f.state ? db`and state = ${f.state}` : none}
+    ${f.eventId ? db`and event_id = ${f.eventId}` : none}
+    ${f.eventType ? db`and event_type = ${f.eventType}` : none}
+    ${f.endpoint ? db`and endpoint = ${f.endpoint}` : none}
+    ${f.provider ? db`and provider = ${f.provider}` : none}
+    ${f.since ? db`and received_at >= ${f.since}` : none}
+    ${f.error ? db`and last_error ilike ${"%" + f.error.replace(/[\\%_]/g, "\\$&") + "%"}` : none}
+  `;
+}
+
+/**
+ * Parses a duration such as `30d`, `12h`, `90m`, `45s` or `500ms` into milliseconds.
+ * @throws Error naming the value when it is not a positive whole number with one of those units.
+ */
+export function parseDuration(text: string): number {
+  const match = /^(\d+)(ms|s|m|h|d)$/.exec(text.trim());
+  if (!match?.[1] || !match[2]) throw new Error(`Cannot read duration "${text}": use a whole number with ms, s, m, h or d (e.g. 30d)`);
+  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as "ms" | "s" | "m" | "h" | "d"];
+  return Number(match[1]) * unit;
+}

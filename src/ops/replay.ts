@@ -1,0 +1,48 @@
+import type { Db } from "../db.ts";
+import { dataObject, type HandlerTable } from "../handler-table.ts";
+import type { InboxKey } from "../inbox.ts";
+
+/** What a replay did: the handler's effect, counted by PostgreSQL for its transaction. */
+export interface ReplayResult {
+  eventType: string;
+  /** False when the type has no handler (an ignored event): nothing ran. */
+  handled: boolean;
+  /** Rows the replay's transaction inserted, updated and deleted, over all user tables. */
+  inserted: number;
+  updated: number;
+  deleted: number;
+}
+
+/**
+ * Runs an already processed event through its handler again, in one transaction that holds the inbox
+ * row `FOR UPDATE`. Safe because handlers are idempotent: a replay of a booked payment books nothing
+ * (0 inserted). The effect is read from `pg_stat_xact_user_tables` (PostgreSQL manual, "The Cumulative
+ * Statistics System": counts of the current transaction) just before commit.
+ * @throws Error when the row does not exist, is not processed yet (the worker owns it), or its payload
+ *   was dropped by retention; the handler's own error after rolling back.
+ */
+export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable | undefined): Promise<ReplayResult> {
+  return db.begin(async (tx) => {
+    const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null; processed_at: Date | null }[]>`
+      select event_type, payload, processed_at
+        from webhook_inbox
+       where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+         for update
+    `;
+    const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
+    if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
+    if (!row.processed_at) throw new Error(`Cannot replay ${name}: it is not processed yet (requeue it, or let the worker finish it)`);
+    if (!row.payload) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
+    const handler = handlers?.[row.event_type];
+    if (handler) {
+      await handler(tx, dataObject(row.payload), { provider: key.provider, endpoint: key.endpoint, eventId: key.eventId, eventType: row.event_type });
+    }
+    const [stats] = await tx<{ inserted: number; updated: number; deleted: number }[]>`
+      select coalesce(sum(n_tup_ins), 0)::int as inserted,
+             coalesce(sum(n_tup_upd), 0)::int as updated,
+             coalesce(sum(n_tup_del), 0)::int as deleted
+        from pg_stat_xact_user_tables
+    `;
+    return { eventType: row.event_type, handled: handler !== undefined, inserted: stats?.inserted ?? 0, updated: stats?.updated ?? 0, deleted: stats?.deleted ?? 0 };
+  });
+}

@@ -1,0 +1,49 @@
+import type { Db } from "../db.ts";
+import { NOTIFY_CHANNEL } from "../inbox.ts";
+import { whereRows, type RowFilter } from "./filter.ts";
+
+/** The rows a requeue touched (or would touch, on a dry run). */
+export interface RequeueResult {
+  dryRun: boolean;
+  rows: { provider: string; endpoint: string; eventId: string; eventType: string; attempts: number; lastError: string | null }[];
+}
+
+/**
+ * Puts needs-review rows that match `filter` back in the queue: `needs_review_at` and `attempts` reset,
+ * due now, workers notified; `last_error` is kept for the record until the next attempt overwrites it.
+ * Only needs-review rows are touched, whatever `filter.state` says. With `dryRun` nothing changes and
+ * the rows that would be requeued are returned.
+ */
+export async function requeue(db: Db, filter: RowFilter, dryRun: boolean): Promise<RequeueResult> {
+  const match = whereRows(db, { ...filter, state: "needs_review" });
+  const rows = dryRun
+    ? await db<{ provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; last_error: string | null }[]>`
+        select provider, endpoint, event_id, event_type, attempts, last_error
+          from webhook_inbox_state
+         where ${match}
+         order by received_at
+      `
+    : await db<{ provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; last_error: string | null }[]>`
+        with picked as (
+          select provider, endpoint, event_id, attempts
+            from webhook_inbox_state
+           where ${match}
+        ), requeued as (
+          update webhook_inbox w
+             set needs_review_at = null,
+                 attempts = 0,
+                 available_at = now()
+            from picked p
+           where (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
+             and w.processed_at is null
+             and w.needs_review_at is not null
+          returning w.provider, w.endpoint, w.event_id, w.event_type, p.attempts, w.last_error
+        )
+        select r.*, pg_notify(${NOTIFY_CHANNEL}, r.provider || '/' || r.endpoint)::text as notified
+          from requeued r
+      `;
+  return {
+    dryRun,
+    rows: rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempts: r.attempts, lastError: r.last_error })),
+  };
+}

@@ -1,0 +1,73 @@
+import type { Db } from "../db.ts";
+
+/** Backlog of one endpoint: what is waiting and what needs an operator. Ages in seconds. */
+export interface Backlog {
+  provider: string;
+  endpoint: string;
+  unprocessed: number;
+  /** Age of the oldest unprocessed (not parked) row, seconds; 0 when none. */
+  oldestUnprocessedAgeSec: number;
+  needsReview: number;
+}
+
+/** Arrivals of one event type at one endpoint within the status window. */
+export interface Arrivals {
+  provider: string;
+  endpoint: string;
+  eventType: string;
+  received: number;
+  processed: number;
+  ignored: number;
+  unprocessed: number;
+  needsReview: number;
+}
+
+/** What `inbox status` reports. */
+export interface InboxStatus {
+  backlog: Backlog[];
+  /** Window of `arrivals`, seconds (default the last hour). */
+  windowSec: number;
+  arrivals: Arrivals[];
+}
+
+/**
+ * Backlog per provider and endpoint, read from the partial indexes on unprocessed and parked rows
+ * (seed §9's monitoring query, split by endpoint). Used by `inbox status` and the `/metrics` gauges.
+ */
+export async function readBacklog(db: Db): Promise<Backlog[]> {
+  const rows = await db<{ provider: string; endpoint: string; unprocessed: number; oldest: number; needs_review: number }[]>`
+    select provider, endpoint,
+           count(*) filter (where needs_review_at is null)::int as unprocessed,
+           coalesce(extract(epoch from now() - min(received_at) filter (where needs_review_at is null)), 0)::float8 as oldest,
+           count(*) filter (where needs_review_at is not null)::int as needs_review
+      from webhook_inbox
+     where processed_at is null
+     group by provider, endpoint
+     order by provider, endpoint
+  `;
+  return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, unprocessed: r.unprocessed, oldestUnprocessedAgeSec: r.oldest, needsReview: r.needs_review }));
+}
+
+/** The backlog plus arrivals per endpoint and event type over the last `windowSec` seconds (default 3600). */
+export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus> {
+  const arrivals = await db<{ provider: string; endpoint: string; event_type: string; received: number; processed: number; ignored: number; unprocessed: number; needs_review: number }[]>`
+    select provider, endpoint, event_type,
+           count(*)::int as received,
+           count(*) filter (where state = 'processed')::int as processed,
+           count(*) filter (where state = 'ignored')::int as ignored,
+           count(*) filter (where state = 'unprocessed')::int as unprocessed,
+           count(*) filter (where state = 'needs_review')::int as needs_review
+      from webhook_inbox_state
+     where received_at > now() - ${windowSec} * interval '1 second'
+     group by provider, endpoint, event_type
+     order by provider, endpoint, received desc, event_type
+  `;
+  return {
+    backlog: await readBacklog(db),
+    windowSec,
+    arrivals: arrivals.map((r) => ({
+      provider: r.provider, endpoint: r.endpoint, eventType: r.event_type, received: r.received,
+      processed: r.processed, ignored: r.ignored, unprocessed: r.unprocessed, needsReview: r.needs_review,
+    })),
+  };
+}
