@@ -1,11 +1,12 @@
 import { Router, type IRequest } from "itty-router";
 import { isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "./db.ts";
 import { AppError, errorResponse } from "./errors.ts";
-import type { HandlerTable } from "./handler-table.ts";
+import { PermanentError, type HandlerTable } from "./handler-table.ts";
 import type { WebhookProvider } from "./provider.ts";
-import { describeError, receiveAsync, receiveHybrid, receiveSync, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
+import { describeError, receiveAsync, receiveHybrid, receiveSync, recordFallback, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
 import type { VerifiedEvent } from "./provider.ts";
 import { readBody } from "./request-body.ts";
+import { createLimiter } from "./limiter.ts";
 import { createMetrics, type Metrics } from "./metrics.ts";
 import { createProbes, RETRY_AFTER_SEC } from "./probes.ts";
 
@@ -47,6 +48,10 @@ export interface AppDeps {
   schemaVersion?: number;
   /** When set, `/metrics` requires this bearer token. */
   metricsToken?: string;
+  /** Deliveries using the database at once (match the pool size); more wait. Default: unbounded. */
+  maxInFlight?: number;
+  /** How long a delivery waits for a slot before 503 `overloaded`, ms. Default 2000. */
+  queueTimeoutMs?: number;
 }
 
 /** A Web-standard fetch handler, usable by Bun.serve, Deno.serve, Node adapters and Workers. */
@@ -60,7 +65,8 @@ export interface App {
  * `/metrics` come from {@link createProbes}. Answers 200 `{ outcome, event_id }` for processed, duplicate and
  * ignored (seed §5.5), 4xx `{ error, message }` for input that must not be recorded (nothing written),
  * 503 when the database is unavailable and 500 when processing failed (both rolled back: the provider
- * retries). Nothing is acknowledged before its transaction committed.
+ * retries). A signed event a handler can never apply (PermanentError) is recorded as needs-review and
+ * answered 200 `needs_review`: retrying could not help, and the row is visible to operators. Nothing is acknowledged before its transaction committed.
  */
 export function createApp(deps: AppDeps): App {
   const now = deps.now ?? Date.now;
@@ -68,6 +74,7 @@ export function createApp(deps: AppDeps): App {
   const toleranceSec = deps.toleranceSec ?? 300;
   const maxBodyBytes = deps.maxBodyBytes ?? 1024 * 1024;
   const metrics = deps.metrics ?? createMetrics();
+  const limiter = deps.maxInFlight === undefined ? undefined : createLimiter(deps.maxInFlight, deps.queueTimeoutMs ?? 2_000);
   const probes = createProbes({
     db: deps.db,
     metrics,
@@ -86,7 +93,7 @@ export function createApp(deps: AppDeps): App {
       const body = await readBody(request, maxBodyBytes);
       const event = await endpoint.provider.verify({ body, headers: request.headers, secrets: endpoint.secrets, toleranceSec, nowMs: now() });
       Object.assign(entry, { event_id: event.id, type: event.type });
-      const outcome = await receiveIn(endpoint, event, entry);
+      const outcome = limiter ? await limiter.run(() => receiveIn(endpoint, event, entry)) : await receiveIn(endpoint, event, entry);
       entry.outcome = outcome;
       response = Response.json({ outcome, event_id: event.id });
     } catch (err) {
@@ -107,7 +114,12 @@ export function createApp(deps: AppDeps): App {
     const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
     switch (endpoint.mode ?? "sync") {
       case "sync":
-        return receiveSync(deps.db, target, event);
+        // A PermanentError is parked as needs-review (200): a 5xx would only make the provider retry in vain.
+        return receiveSync(deps.db, target, event).catch((err: unknown) => {
+          if (!(err instanceof PermanentError)) throw err;
+          entry.fallback = describeError(err);
+          return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
+        });
       case "async":
         return receiveAsync(deps.db, target, event);
       case "hybrid":

@@ -22,8 +22,10 @@ export interface Config {
   toleranceSec: number;
   /** Body limit, bytes. `MAX_BODY_BYTES`, default 1048576 (1 MiB). */
   maxBodyBytes: number;
-  /** Connection pool size. `DB_POOL_MAX`, default 10. */
+  /** Connection pool size, also the deliveries using the database at once. `DB_POOL_MAX`, default 10. */
   dbPoolMax: number;
+  /** How long a delivery waits for a free connection before 503, ms. `QUEUE_TIMEOUT_MS`, default 2000. */
+  queueTimeoutMs: number;
   /** Hybrid mode's in-request time budget, ms. `HYBRID_BUDGET_MS`, default 2000. */
   hybridBudgetMs: number;
   /** Bearer token for `GET /metrics`. `METRICS_TOKEN`; unset = open (bind to a private interface). */
@@ -108,6 +110,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     toleranceSec: int("STRIPE_TOLERANCE_SEC", 300, 1),
     maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
     dbPoolMax: int("DB_POOL_MAX", 10, 1),
+    queueTimeoutMs: int("QUEUE_TIMEOUT_MS", 2000, 1),
     hybridBudgetMs: int("HYBRID_BUDGET_MS", 2000, 1),
     metricsToken: env.METRICS_TOKEN || undefined,
     endpoints,

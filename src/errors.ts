@@ -14,6 +14,7 @@ export type ErrorCode =
   | "not_found" // 404
   | "method_not_allowed" // 405
   | "database_unavailable" // 503: transient, retry
+  | "overloaded" // 503: every database slot busy past the queue timeout; nothing was touched
   | "processing_failed"; // 500: the transaction rolled back, retry
 
 const STATUS: Record<ErrorCode, number> = {
@@ -28,6 +29,7 @@ const STATUS: Record<ErrorCode, number> = {
   not_found: 404,
   method_not_allowed: 405,
   database_unavailable: 503,
+  overloaded: 503,
   processing_failed: 500,
 };
 

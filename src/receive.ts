@@ -4,7 +4,7 @@ import { recordEvent, recordFailedAttempt, type Backoff } from "./inbox.ts";
 import type { VerifiedEvent } from "./provider.ts";
 
 /** The result of one delivery, returned as a value (all are 2xx). */
-export type Outcome = "processed" | "duplicate" | "ignored" | "queued";
+export type Outcome = "processed" | "duplicate" | "ignored" | "queued" | "needs_review";
 
 /** How an endpoint processes: in the request (`sync`), by a worker (`async`), or in the request with a worker as fallback (`hybrid`). */
 export type Mode = "sync" | "async" | "hybrid";
@@ -64,7 +64,7 @@ export interface HybridOptions {
  * Hybrid mode: processes in the request like {@link receiveSync}; when the handler fails or the
  * attempt exceeds `budgetMs`, the transaction rolls back and a fresh short transaction records the
  * event unprocessed with `attempts = 1` and `last_error` for the worker (`queued`; a PermanentError
- * parks it as needs-review). If the database is unavailable, or the fallback record cannot be
+ * parks it as needs-review: `needs_review`), see {@link recordFallback}. If the database is unavailable, or the fallback record cannot be
  * written either, this throws: the caller answers 5xx and nothing was acknowledged.
  * `onFallback` receives the error that caused the fallback (for logging).
  */
@@ -75,10 +75,24 @@ export async function receiveHybrid(db: Db, target: ReceiveTarget, event: Verifi
   } catch (err) {
     if (isDatabaseUnavailable(err)) throw err;
     onFallback?.(err);
-    const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
-    const recorded = await recordFailedAttempt(db, key, event, describeError(err), err instanceof PermanentError, options.backoff);
-    return recorded ? "queued" : "duplicate";
+    return recordFallback(db, target, event, err, options.backoff);
   }
+}
+
+/**
+ * After an in-request attempt rolled back: records the event for the worker in a fresh short
+ * transaction, with `attempts = 1` and `last_error` (`queued`), or parked as needs-review at once when
+ * `err` is a PermanentError (`needs_review`); `duplicate` when a concurrent delivery recorded the key
+ * meanwhile. Sync mode uses it for PermanentErrors only (a 5xx would make the provider retry, in vain,
+ * for days); hybrid mode for every handler failure.
+ * @throws the database error when the row cannot be written: the caller must answer 5xx.
+ */
+export async function recordFallback(db: Db, target: ReceiveTarget, event: VerifiedEvent, err: unknown, backoff: Backoff): Promise<Outcome> {
+  const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
+  const permanent = err instanceof PermanentError;
+  const recorded = await recordFailedAttempt(db, key, event, describeError(err), permanent, backoff);
+  if (!recorded) return "duplicate";
+  return permanent ? "needs_review" : "queued";
 }
 
 /** Wraps every handler so an attempt that ran past the budget rolls back even if each statement was quick. */

@@ -415,6 +415,20 @@ describe("failures", () => {
     expect(await tableCounts()).toEqual({ inbox: 1, invoices: 1, ledger: 0, outbox: 0 });
   });
 
+  test("`createApp()` parks a signed event its handler can never apply as needs-review and answers 200 needs_review, not a 5xx loop", async () => {
+    const body = eventBody("evt_no_customer_1", "invoice.paid", invoice({ customer: null, amount_paid: 2000, status: "paid" }));
+    for (let delivery = 0; delivery < 2; delivery++) {
+      const res = await reply(await makeApp().fetch(await signed(body)));
+      expect(res.status).toBe(200);
+      expect(res.body.outcome).toBe(delivery === 0 ? "needs_review" : "duplicate");
+    }
+    const rows = await db`select attempts, processed_at, needs_review_at is not null as parked, last_error from webhook_inbox`;
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ attempts: 1, processed_at: null, parked: true });
+    expect(String(rows[0]?.last_error)).toContain("customer");
+    expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
+  });
+
   test("`createApp()` answers 503 database_unavailable with Retry-After when the database is unreachable, and /readyz follows the database", async () => {
     const dead = connect("postgres://postgres:postgres@127.0.0.1:1/x", { connectTimeoutSec: 1 });
     try {

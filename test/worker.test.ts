@@ -449,9 +449,9 @@ describe("receiveAsync() and receiveHybrid()", () => {
     expect(await count(db, "invoices")).toBe(0);
   });
 
-  test("`receiveHybrid()` queues a PermanentError as needs-review at once", async () => {
+  test("`receiveHybrid()` parks a PermanentError as needs-review at once and answers needs_review", async () => {
     const { eventId, body } = paidEvent({ customer: undefined });
-    expect(await receiveHybrid(db, TARGET, verified(body), { budgetMs: 2_000, backoff: BACKOFF })).toBe("queued");
+    expect(await receiveHybrid(db, TARGET, verified(body), { budgetMs: 2_000, backoff: BACKOFF })).toBe("needs_review");
     const row = await inboxRow(eventId);
     expect(row).toMatchObject({ attempts: 1, processed: false, needs_review: true });
     expect(row.last_error).toContain("PermanentError");

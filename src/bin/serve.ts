@@ -17,7 +17,8 @@ try {
 }
 
 const database = await openDatabase(env);
-const db = connect(database.url, { max: config.dbPoolMax, applicationName: "webhook-inbox serve" });
+// One connection more than the delivery limit, so /readyz and /metrics still answer under full load.
+const db = connect(database.url, { max: config.dbPoolMax + 1, applicationName: "webhook-inbox serve" });
 const migrations = loadMigrations();
 const applied = await migrate(db, migrations);
 const app = createApp({
@@ -26,6 +27,8 @@ const app = createApp({
   toleranceSec: config.toleranceSec,
   maxBodyBytes: config.maxBodyBytes,
   schemaVersion: migrations.length,
+  maxInFlight: config.dbPoolMax,
+  queueTimeoutMs: config.queueTimeoutMs,
   metricsToken: config.metricsToken,
 });
 const server = Bun.serve({
