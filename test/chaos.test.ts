@@ -1,0 +1,111 @@
+// `bun run chaos` in CI, one bounded run per mode (real serve/worker processes, SIGKILLs, an immediate
+// PostgreSQL shutdown), and the checker itself shown able to fail on each kind of violation.
+import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { checkStorm, passed } from "../src/chaos/check.ts";
+import { generateStorm } from "../src/chaos/model.ts";
+import { billingHandlers } from "../src/handlers/billing.ts";
+import { PermanentError } from "../src/handler-table.ts";
+import { receiveSync, recordFallback } from "../src/receive.ts";
+import { freshDatabase, verified } from "./helpers.ts";
+
+const ROOT = join(import.meta.dir, "..");
+
+interface Summary {
+  passed: boolean;
+  events: number;
+  duplicates: number;
+  concurrent_duplicates: number;
+  receiver_kills: number;
+  worker_kills: number;
+  db_restarts: number;
+  lost: number;
+  unacknowledged: number;
+  double_booked: number;
+  wrong_final_state: number;
+  unprocessed: number;
+  unexpected_needs_review: number;
+  poison_parked: number;
+  graceful_exits: number;
+  children: number;
+}
+
+describe("bun run chaos", () => {
+  test.each([
+    ["sync", 101],
+    ["async", 202],
+    ["hybrid", 303],
+  ])("`chaos --mode %s` loses nothing and books nothing twice through SIGKILLs and a PostgreSQL restart", async (mode, seed) => {
+    const env: Record<string, string | undefined> = { ...process.env };
+    delete env.DATABASE_URL; // its own embedded server, so it can restart it
+    const child = Bun.spawn(
+      ["bun", "src/bin/chaos.ts", "--json", "--mode", String(mode), "--invoices", "70", "--poison", "1", "--seed", String(seed), "--fault-every-ms", "350", "--deadline-ms", "60000"],
+      { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
+    );
+    const killer = setTimeout(() => child.kill("SIGKILL"), 110_000);
+    const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
+    clearTimeout(killer);
+    const last = stdout.trim().split("\n").pop() ?? "";
+    let summary: Summary;
+    try {
+      summary = JSON.parse(last) as Summary;
+    } catch {
+      throw new Error(`chaos printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
+    }
+    expect({ code, ...summary }).toMatchObject({
+      code: 0, passed: true, lost: 0, unacknowledged: 0, double_booked: 0, wrong_final_state: 0, unprocessed: 0, unexpected_needs_review: 0, poison_parked: 1,
+    });
+    expect(summary.db_restarts).toBe(1);
+    expect(summary.receiver_kills + summary.worker_kills).toBeGreaterThanOrEqual(2);
+    expect(summary.concurrent_duplicates).toBeGreaterThan(0);
+    expect(summary.graceful_exits).toBe(summary.children);
+  }, 120_000);
+});
+
+const fresh = await freshDatabase();
+const db = fresh.db;
+afterAll(() => fresh.drop());
+
+describe("checkStorm()", () => {
+  const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+
+  async function applied() {
+    await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+    const storm = generateStorm({ invoices: 12, poison: 1, seed: 5 });
+    for (const e of storm.events) {
+      await receiveSync(db, target, verified(e.body)).catch((err: unknown) => {
+        if (!(err instanceof PermanentError)) throw err;
+        return recordFallback(db, target, verified(e.body), err, { baseMs: 1000, capMs: 1000 });
+      });
+    }
+    return { storm, acked: new Set(storm.events.map((e) => e.id)) };
+  }
+
+  test("`checkStorm()` passes a storm applied in any order, and `generateStorm()` is deterministic per seed", async () => {
+    const { storm, acked } = await applied();
+    expect(generateStorm({ invoices: 12, poison: 1, seed: 5 })).toEqual(storm);
+    expect(generateStorm({ invoices: 12, poison: 1, seed: 6 }).events.map((e) => e.type)).not.toEqual(storm.events.map((e) => e.type));
+    const verdict = await checkStorm(db, storm, "billing", acked, []);
+    expect(passed(verdict)).toBe(true);
+    expect(verdict.poison).toEqual([{ eventId: storm.poisonEventIds[0] ?? "", parked: true }]);
+  });
+
+  test("`checkStorm()` reports a lost event, a double booking, a wrong state and a stuck row", async () => {
+    const { storm, acked } = await applied();
+    const paid = storm.expected.find((e) => e.payment !== null);
+    const voided = storm.expected.find((e) => e.status === "void");
+    if (!paid || !voided) throw new Error("seed 5 should give paid and void invoices");
+    const [gone] = await db<{ event_id: string }[]>`delete from webhook_inbox where event_id = (select min(event_id) from webhook_inbox where needs_review_at is null) returning event_id`;
+    await db`insert into outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', ${paid.invoiceId}, 'InvoicePaymentBooked', '{}')`;
+    await db`update invoices set status = 'open' where id = ${voided.invoiceId}`;
+    await db`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'billing', 'evt_stuck', 'invoice.created', '{}')`;
+    const verdict = await checkStorm(db, storm, "billing", acked, ["evt_never"]);
+    expect(passed(verdict)).toBe(false);
+    expect(verdict.lost).toEqual([gone?.event_id ?? ""]);
+    expect(verdict.unacknowledged).toEqual(["evt_never"]);
+    expect(verdict.doubleBooked).toHaveLength(1);
+    expect(verdict.doubleBooked[0]).toContain(paid.invoiceId);
+    expect(verdict.wrongState).toEqual([`${voided.invoiceId}: open, expected void`]);
+    expect(verdict.unprocessed).toBe(1);
+  });
+});
