@@ -1,0 +1,277 @@
+// The real `bun run inbox` CLI (src/bin/inbox.ts) as a subprocess against this file's database:
+// exit codes (0 ok, 1 failure, 2 usage), the --json output of each command, and the schema check.
+import { afterAll, beforeEach, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { PermanentError } from "../src/handler-table.ts";
+import { billingHandlers } from "../src/handlers/billing.ts";
+import { migrate } from "../src/migrate.ts";
+import type { EventSummary } from "../src/ops/events.ts";
+import type { PurgeResult } from "../src/ops/purge.ts";
+import type { ReplayResult } from "../src/ops/replay.ts";
+import type { RequeueResult } from "../src/ops/requeue.ts";
+import type { InboxStatus } from "../src/ops/status.ts";
+import { receiveAsync, receiveSync, recordFallback, type ReceiveTarget } from "../src/receive.ts";
+import { loadMigrations } from "../src/runtime/migrations-fs.ts";
+import { count, eventBody, freshDatabase, invoice, verified } from "./helpers.ts";
+
+const fresh = await freshDatabase();
+const db = fresh.db;
+afterAll(() => fresh.drop());
+beforeEach(async () => {
+  await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+});
+
+const REPO = join(import.meta.dir, "..");
+/** Bound on one CLI run; the tests that spawn several get a multiple of it. */
+const RUN_MS = 20_000;
+const WAITS = 60_000;
+const BILLING: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+const PAYMENTS: ReceiveTarget = { ...BILLING, endpoint: "payments" };
+
+interface Run {
+  code: number | null;
+  /** Set when the run was killed (e.g. by the RUN_MS bound). */
+  signal: string | number | null;
+  stdout: string;
+  stderr: string;
+}
+
+/**
+ * Runs `bun src/bin/inbox.ts ...args` from the repository root with DATABASE_URL set to `url`; killed
+ * after RUN_MS. `process.execPath` is the bun running this test, so the CLI runs on the same version.
+ */
+async function inbox(args: string[], url = fresh.url): Promise<Run> {
+  const proc = Bun.spawn([process.execPath, "src/bin/inbox.ts", ...args], {
+    cwd: REPO,
+    env: { ...process.env, DATABASE_URL: url },
+    stdout: "pipe",
+    stderr: "pipe",
+    timeout: RUN_MS,
+  });
+  const [stdout, stderr] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { code: proc.exitCode, signal: proc.signalCode, stdout, stderr };
+}
+
+/** Runs the CLI, expects exit 0 and parses its stdout as JSON. */
+async function inboxJson<T>(args: string[], url = fresh.url): Promise<T> {
+  const run = await inbox([...args, "--json"], url);
+  expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: "" });
+  return JSON.parse(run.stdout) as T;
+}
+
+let seq = 0;
+function event(type = "invoice.paid", overrides: Record<string, unknown> = {}): { eventId: string; invoiceId: string; body: string } {
+  const n = ++seq;
+  const eventId = `evt_cli_${n}`;
+  const invoiceId = `in_cli_${n}`;
+  return { eventId, invoiceId, body: eventBody(eventId, type, invoice({ id: invoiceId, customer: "cus_payload_marker", amount_paid: 2000, status: "paid", ...overrides })) };
+}
+
+async function processed(type = "invoice.paid", target = BILLING) {
+  const e = event(type);
+  expect(await receiveSync(db, target, verified(e.body))).toBe("processed");
+  return e;
+}
+
+async function queued(target = BILLING) {
+  const e = event();
+  expect(await receiveAsync(db, target, verified(e.body))).toBe("queued");
+  return e;
+}
+
+/** A needs-review row, parked the way the receiver parks a PermanentError. */
+async function parked(message: string, target = BILLING) {
+  const e = event();
+  const outcome = await recordFallback(db, target, verified(e.body), new PermanentError(message), { baseMs: 60_000, capMs: 600_000 });
+  expect(outcome).toBe("needs_review");
+  return e;
+}
+
+async function stateOf(eventId: string, endpoint = "billing"): Promise<{ state: string; attempts: number; due: boolean } | undefined> {
+  const [row] = await db<{ state: string; attempts: number; due: boolean }[]>`
+    select state, attempts, available_at <= now() as due
+      from webhook_inbox_state
+     where endpoint = ${endpoint}
+       and event_id = ${eventId}
+  `;
+  return row;
+}
+
+describe("inbox CLI", () => {
+  test("`inbox status --json` reports the backlog per endpoint and the last hour's arrivals", async () => {
+    await processed();
+    await queued();
+    await queued(PAYMENTS);
+    await parked("Cannot apply invoice event: missing or invalid field(s) customer");
+    const status = await inboxJson<InboxStatus>(["status"]);
+    expect(status.windowSec).toBe(3_600);
+    expect(status.backlog.map(({ oldestUnprocessedAgeSec: _, ...b }) => b)).toEqual([
+      { provider: "stripe", endpoint: "billing", unprocessed: 1, needsReview: 1 },
+      { provider: "stripe", endpoint: "payments", unprocessed: 1, needsReview: 0 },
+    ]);
+    expect(status.arrivals).toEqual([
+      { provider: "stripe", endpoint: "billing", eventType: "invoice.paid", received: 3, processed: 1, ignored: 0, unprocessed: 1, needsReview: 1 },
+      { provider: "stripe", endpoint: "payments", eventType: "invoice.paid", received: 1, processed: 0, ignored: 0, unprocessed: 1, needsReview: 0 },
+    ]);
+    const text = await inbox(["status"]);
+    expect(text.code).toBe(0);
+    expect(text.stdout).toContain("backlog");
+  }, WAITS);
+
+  test("`inbox list --json` filters rows newest first and never prints a payload", async () => {
+    const review = await parked("Quota at 100% of the plan");
+    const waiting = await queued();
+    const done = await processed();
+    await db`update webhook_inbox set received_at = received_at - interval '1 hour' where event_id = ${review.eventId}`;
+
+    const all = await inboxJson<EventSummary[]>(["list"]);
+    expect(all.map((r) => r.eventId)).toEqual([done.eventId, waiting.eventId, review.eventId]);
+    expect(all.map((r) => r.state)).toEqual(["processed", "unprocessed", "needs_review"]);
+    for (const r of all) expect("payload" in r).toBe(false);
+    expect(JSON.stringify(all)).not.toContain("cus_payload_marker");
+
+    expect((await inboxJson<EventSummary[]>(["list", "--needs-review"])).map((r) => r.eventId)).toEqual([review.eventId]);
+    expect((await inboxJson<EventSummary[]>(["list", "--unprocessed"])).map((r) => r.eventId)).toEqual([waiting.eventId]);
+    expect((await inboxJson<EventSummary[]>(["list", "--error", "100%"])).map((r) => r.eventId)).toEqual([review.eventId]);
+    expect((await inboxJson<EventSummary[]>(["list", "--since", "30m", "--limit", "1"])).map((r) => r.eventId)).toEqual([done.eventId]);
+    expect(await inboxJson<EventSummary[]>(["list", "--type", "invoice.voided"])).toEqual([]);
+  }, WAITS);
+
+  test("`inbox` exits 2 on a bad --limit, an unknown command, an unknown option or no command", async () => {
+    for (const args of [["list", "--limit", "abc"], ["list", "--limit", "0"], ["list", "--limit", "1.5"]]) {
+      const run = await inbox(args);
+      expect(run.code).toBe(2);
+      expect(run.stderr).toContain("--limit must be a whole number");
+    }
+    const unknown = await inbox(["frobnicate"]);
+    expect(unknown.code).toBe(2);
+    expect(unknown.stderr).toContain('Unknown command "frobnicate"');
+    expect(unknown.stderr).toContain("Usage: bun run inbox");
+    const option = await inbox(["list", "--bogus"]);
+    expect(option.code).toBe(2);
+    expect(option.stderr).toContain("Usage: bun run inbox");
+    const none = await inbox([]);
+    expect(none.code).toBe(2);
+    const both = await inbox(["list", "--needs-review", "--unprocessed"]);
+    expect(both.code).toBe(2);
+    expect(both.stderr).toContain("Choose one of --needs-review and --unprocessed");
+    const help = await inbox(["--help"]);
+    expect(help.code).toBe(0);
+    expect(help.stdout).toContain("Usage: bun run inbox");
+  }, WAITS);
+
+  test("`inbox show --json` prints every endpoint's row of an event, with --payload its payload; an unknown id exits 1", async () => {
+    const e = event();
+    expect(await receiveSync(db, BILLING, verified(e.body))).toBe("processed");
+    expect(await receiveAsync(db, PAYMENTS, verified(e.body))).toBe("queued");
+
+    const rows = await inboxJson<EventSummary[]>(["show", e.eventId]);
+    expect(rows.map((r) => [r.endpoint, r.state])).toEqual([["billing", "processed"], ["payments", "unprocessed"]]);
+    expect(JSON.stringify(rows)).not.toContain("cus_payload_marker");
+    const withPayload = await inboxJson<(EventSummary & { payload: unknown })[]>(["show", e.eventId, "--payload"]);
+    expect(withPayload.map((r) => r.payload)).toEqual([JSON.parse(e.body), JSON.parse(e.body)]);
+
+    const unknown = await inbox(["show", "evt_cli_unknown"]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain("No inbox row for evt_cli_unknown");
+    expect((await inbox(["show"])).code).toBe(2);
+  }, WAITS);
+
+  test("`inbox requeue --dry-run --json` lists the needs-review rows and changes nothing; without --dry-run it requeues them", async () => {
+    const review = await parked("Cannot apply invoice event: missing or invalid field(s) customer");
+    const other = await parked("Cannot apply invoice event: missing or invalid field(s) currency", PAYMENTS);
+    const waiting = await queued();
+
+    const dry = await inboxJson<RequeueResult>(["requeue", "--endpoint", "billing", "--dry-run"]);
+    expect(dry).toEqual({
+      dryRun: true,
+      rows: [{ provider: "stripe", endpoint: "billing", eventId: review.eventId, eventType: "invoice.paid", attempts: 1, lastError: "PermanentError: Cannot apply invoice event: missing or invalid field(s) customer" }],
+    });
+    expect(await stateOf(review.eventId)).toEqual({ state: "needs_review", attempts: 1, due: false });
+
+    const real = await inboxJson<RequeueResult>(["requeue", "--error", "customer"]);
+    expect(real.dryRun).toBe(false);
+    expect(real.rows.map((r) => r.eventId)).toEqual([review.eventId]);
+    expect(await stateOf(review.eventId)).toEqual({ state: "unprocessed", attempts: 0, due: true });
+    expect(await stateOf(other.eventId, "payments")).toEqual({ state: "needs_review", attempts: 1, due: false });
+    expect(await stateOf(waiting.eventId)).toMatchObject({ state: "unprocessed", attempts: 0 });
+  }, WAITS);
+
+  test("`inbox replay --json` of a processed invoice.paid books nothing; an unprocessed or unknown event exits 1", async () => {
+    const paid = await processed();
+    const result = await inboxJson<ReplayResult>(["replay", paid.eventId]);
+    expect(result).toEqual({ eventType: "invoice.paid", handled: true, inserted: 0, updated: 0, deleted: 0 });
+    expect(await count(db, "ledger_entries")).toBe(1);
+    expect(await count(db, "outbox")).toBe(1);
+
+    const ignored = event("customer.created");
+    expect(await receiveSync(db, BILLING, verified(ignored.body))).toBe("ignored");
+    expect(await inboxJson<ReplayResult>(["replay", ignored.eventId])).toMatchObject({ eventType: "customer.created", handled: false });
+
+    const waiting = await queued();
+    const notYet = await inbox(["replay", waiting.eventId]);
+    expect(notYet.code).toBe(1);
+    expect(notYet.stderr).toContain(`Cannot replay ${waiting.eventId} at stripe/billing: it is not processed yet`);
+    const unknown = await inbox(["replay", "evt_cli_unknown"]);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toContain("Cannot replay evt_cli_unknown: no inbox row");
+    expect(await count(db, "ledger_entries")).toBe(1);
+  }, WAITS);
+
+  test("`inbox replay` of an event received at two endpoints needs --endpoint (exit 2), then replays that one", async () => {
+    const e = event();
+    expect(await receiveSync(db, BILLING, verified(e.body))).toBe("processed");
+    expect(await receiveSync(db, PAYMENTS, verified(e.body))).toBe("processed");
+    const ambiguous = await inbox(["replay", e.eventId]);
+    expect(ambiguous.code).toBe(2);
+    expect(ambiguous.stderr).toContain("pass --endpoint");
+    expect(await inboxJson<ReplayResult>(["replay", e.eventId, "--endpoint", "payments"])).toMatchObject({ eventType: "invoice.paid", handled: true, inserted: 0 });
+    expect(await count(db, "ledger_entries")).toBe(1);
+  }, WAITS);
+
+  test("`inbox purge --older-than 1d` is refused with exit 1 naming the horizon; --dry-run --json counts without deleting", async () => {
+    const old = await processed();
+    const recent = await processed();
+    const waiting = await queued();
+    await db`update webhook_inbox set received_at = now() - 40 * interval '1 day', processed_at = now() - 40 * interval '1 day' where event_id = ${old.eventId}`;
+    await db`update webhook_inbox set received_at = now() - 40 * interval '1 day' where event_id = ${waiting.eventId}`;
+    await db`update webhook_inbox set received_at = now() - 5 * interval '1 day', processed_at = now() - 5 * interval '1 day' where event_id = ${recent.eventId}`;
+
+    const refused = await inbox(["purge", "--older-than", "1d"]);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toContain("retry horizon of 3 d");
+    expect(await count(db, "webhook_inbox")).toBe(3);
+
+    expect(await inboxJson<PurgeResult>(["purge", "--dry-run", "--payloads-older-than", "3d"])).toEqual({ dryRun: true, deleted: 1, payloadsDropped: 1 });
+    expect(await count(db, "webhook_inbox")).toBe(3);
+    expect(await count(db, "webhook_inbox", "payload is null")).toBe(0);
+
+    expect(await inboxJson<PurgeResult>(["purge", "--batch", "1"])).toEqual({ dryRun: false, deleted: 1, payloadsDropped: 0 });
+    expect(await count(db, "webhook_inbox", `event_id = '${old.eventId}'`)).toBe(0);
+    expect(await count(db, "webhook_inbox")).toBe(2);
+
+    const badDuration = await inbox(["purge", "--older-than", "30"]);
+    expect(badDuration.code).toBe(2);
+    expect(badDuration.stderr).toContain('Cannot read duration "30"');
+    expect((await inbox(["purge", "--batch", "0"])).code).toBe(2);
+  }, WAITS);
+
+  test("`inbox status` on a schema behind the code exits 1 telling to run `bun run inbox migrate`, and `inbox migrate` fixes it", async () => {
+    const behind = await freshDatabase({ migrated: false });
+    try {
+      const all = loadMigrations();
+      expect(await migrate(behind.db, all.slice(0, 3))).toEqual(all.slice(0, 3).map((m) => m.name));
+
+      const refused = await inbox(["status"], behind.url);
+      expect(refused.code).toBe(1);
+      expect(refused.stderr).toContain(`Database schema is at migration 3, this code needs ${all.length}`);
+      expect(refused.stderr).toContain("bun run inbox migrate");
+
+      expect(await inboxJson<{ applied: string[] }>(["migrate"], behind.url)).toEqual({ applied: all.slice(3).map((m) => m.name) });
+      expect(await inboxJson<{ applied: string[] }>(["migrate"], behind.url)).toEqual({ applied: [] });
+      expect(await inboxJson<InboxStatus>(["status"], behind.url)).toEqual({ backlog: [], windowSec: 3_600, arrivals: [] });
+    } finally {
+      await behind.drop();
+    }
+  }, WAITS);
+});
