@@ -1,3 +1,4 @@
+import type { PendingQuery, Row } from "postgres";
 import type { Db, Tx } from "./db.ts";
 import type { VerifiedEvent } from "./provider.ts";
 
@@ -67,4 +68,24 @@ export async function recordFailedAttempt(db: Db, key: InboxKey, event: Verified
     returning 1
   `;
   return rows.length === 1;
+}
+
+/**
+ * Sync mode in one statement: inserts the inbox row settled as `processed` in a CTE named `inbox`
+ * (`on conflict do nothing returning 1`) and runs `effect`, the handler's CTEs gated on
+ * `exists (select 1 from inbox)`, in the same statement, which PostgreSQL commits or rolls back as a
+ * whole. Returns true when this statement inserted the row (and so applied the effect), false for a
+ * duplicate; a concurrent duplicate waits on the unique index exactly as in the multi-statement form.
+ */
+export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: PendingQuery<Row[]>): Promise<boolean> {
+  const [row] = await db<{ inserted: boolean }[]>`
+    with inbox as (
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, processed_at, outcome)
+      values (${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${event.body}::text::jsonb, now(), 'processed')
+      on conflict (provider, endpoint, event_id) do nothing
+      returning 1
+    ), ${effect}
+    select exists (select 1 from inbox) as inserted
+  `;
+  return row?.inserted === true;
 }

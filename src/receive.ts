@@ -1,6 +1,6 @@
 import { isDatabaseUnavailable, type Db } from "./db.ts";
 import { dataObject, PermanentError, type HandlerTable } from "./handler-table.ts";
-import { recordEvent, recordFailedAttempt, type Backoff } from "./inbox.ts";
+import { recordAndApply, recordEvent, recordFailedAttempt, type Backoff } from "./inbox.ts";
 import type { VerifiedEvent } from "./provider.ts";
 
 /** The result of one delivery, returned as a value (all are 2xx). */
@@ -23,12 +23,20 @@ export interface ReceiveTarget {
  * - `ignored`: no handler for the type; the row is recorded so a redelivery is a duplicate.
  * - `processed`: the handler ran and committed with the inbox row.
  * `statementTimeoutMs` (optional) bounds each statement of the transaction, lock waits included.
+ * A handler made by `statementHandler` (all billing handlers) runs in the same statement as the inbox
+ * insert: one round trip and no BEGIN/COMMIT (a single statement is its own transaction), with the
+ * same all-or-nothing guarantee; other handlers run in a `sql.begin` transaction.
  * Throws whatever the handler or the database threw, after the rollback: nothing of this attempt
  * remains, so the provider's retry processes it again (no Case A loss, no Case B double booking).
  */
-export function receiveSync(db: Db, target: ReceiveTarget, event: VerifiedEvent, statementTimeoutMs?: number): Promise<Outcome> {
+export async function receiveSync(db: Db, target: ReceiveTarget, event: VerifiedEvent, statementTimeoutMs?: number): Promise<Outcome> {
   const handler = target.handlers[event.type];
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
+  if (handler?.statement && statementTimeoutMs === undefined) {
+    const context = { ...key, eventType: event.type };
+    const effect = handler.statement(db, dataObject(event.payload), context);
+    return (await recordAndApply(db, key, event, effect)) ? "processed" : "duplicate";
+  }
   return db.begin(async (tx): Promise<Outcome> => {
     if (statementTimeoutMs !== undefined) await tx`select set_config('statement_timeout', ${String(statementTimeoutMs)}, true)`;
     const inserted = await recordEvent(tx, key, event, handler ? "processed" : "ignored");

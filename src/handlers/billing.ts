@@ -1,5 +1,4 @@
-import type { Tx } from "../db.ts";
-import { PermanentError, type HandlerContext, type HandlerTable } from "../handler-table.ts";
+import { PermanentError, statementHandler, type HandlerTable } from "../handler-table.ts";
 
 /** The fields of a Stripe invoice object that billing uses (Stripe API reference, "The Invoice object"). */
 interface InvoiceFields {
@@ -41,34 +40,44 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
 
 /**
  * Moves an invoice to `target` if its current status is one of `from`, inserting it at `target`
- * when absent. One statement; a later or duplicate event finds the status already past and changes
- * nothing, so the lifecycle only moves forward: draft → open → (uncollectible →) paid | void.
+ * when absent; `from` empty means insert-if-absent only. A later or duplicate event finds the status
+ * already past and changes nothing, so the lifecycle only moves forward:
+ * draft → open → (uncollectible →) paid | void.
  */
-async function moveInvoice(tx: Tx, inv: InvoiceFields, target: Status, from: Status[]): Promise<void> {
-  await tx`
-    insert into invoices (id, customer_id, status, currency, amount_due)
-    values (${inv.id}, ${inv.customer}, ${target}, ${inv.currency}, ${inv.amountDue})
-    on conflict (id) do update
-       set status = excluded.status,
-           amount_due = excluded.amount_due,
-           updated_at = now()
-     where invoices.status = any(${from}::text[])
-  `;
+function moveInvoice(target: Status, from: Status[]) {
+  return statementHandler((sql, object) => {
+    const inv = readInvoice(object);
+    return sql`
+      moved as (
+        insert into invoices (id, customer_id, status, currency, amount_due)
+        select ${inv.id}::text, ${inv.customer}::text, ${target}::text, ${inv.currency}::text, ${inv.amountDue}::bigint
+         where exists (select 1 from inbox)
+        ${from.length === 0 ? sql`on conflict (id) do nothing` : sql`
+        on conflict (id) do update
+           set status = excluded.status,
+               amount_due = excluded.amount_due,
+               updated_at = now()
+         where invoices.status = any(${from}::text[])`}
+      )
+    `;
+  });
 }
 
 /**
- * Marks the invoice paid and books its payment, in one statement: the upsert moves the invoice to
- * `paid` only from draft/open/uncollectible (never from void, never twice); only a transaction that
- * made that move inserts the `payment` ledger entry (`unique (invoice_id, kind)` is the second line
- * of defence) and, only if that insert booked a row, the `InvoicePaymentBooked` outbox row.
- * Concurrent paid events for one invoice serialize on the invoice row lock (ON CONFLICT DO UPDATE).
- * Seed §5.2 (`_apply_invoice_paid`), with its status re-read folded into RETURNING.
+ * Marks the invoice paid and books its payment: the upsert moves the invoice to `paid` only from
+ * draft/open/uncollectible (never from void, never twice); only a statement that made that move
+ * inserts the `payment` ledger entry (`unique (invoice_id, kind)` is the second line of defence) and,
+ * only if that insert booked a row, the `InvoicePaymentBooked` outbox row. Concurrent paid events for
+ * one invoice serialize on the invoice row lock (ON CONFLICT DO UPDATE). Seed §5.2
+ * (`_apply_invoice_paid`), with its status re-read folded into RETURNING.
  */
-async function bookPayment(tx: Tx, inv: InvoiceFields, ctx: HandlerContext): Promise<void> {
-  await tx`
-    with paid as (
+const bookPayment = statementHandler((sql, object, ctx) => {
+  const inv = readInvoice(object);
+  return sql`
+    paid as (
       insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
-      values (${inv.id}, ${inv.customer}, 'paid', ${inv.currency}, ${inv.amountDue}, ${inv.amountPaid}, now())
+      select ${inv.id}::text, ${inv.customer}::text, 'paid', ${inv.currency}::text, ${inv.amountDue}::bigint, ${inv.amountPaid}::bigint, now()
+       where exists (select 1 from inbox)
       on conflict (id) do update
          set status = 'paid',
              amount_due = excluded.amount_due,
@@ -79,36 +88,31 @@ async function bookPayment(tx: Tx, inv: InvoiceFields, ctx: HandlerContext): Pro
       returning id, amount_paid, currency
     ), booked as (
       insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
-      select id, 'payment', amount_paid, currency, ${ctx.eventId}
+      select id, 'payment', amount_paid, currency, ${ctx.eventId}::text
         from paid
       on conflict (invoice_id, kind) do nothing
       returning invoice_id, amount, currency
+    ), announced as (
+      insert into outbox (aggregate_type, aggregate_id, event_type, payload)
+      select 'Invoice', invoice_id, 'InvoicePaymentBooked',
+             jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
+        from booked
     )
-    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-    select 'Invoice', invoice_id, 'InvoicePaymentBooked',
-           jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
-      from booked
   `;
-}
+});
 
 /**
- * The billing handler table (Stripe invoice lifecycle), shared by the receiver and the worker.
- * `invoice.paid` and `invoice.payment_succeeded` are two Event objects for one payment: both map to
- * {@link bookPayment}, which books it once. Order is never decided by `created` (Stripe docs,
+ * The billing handler table (Stripe invoice lifecycle), shared by the receiver and the worker. Every
+ * handler is a {@link statementHandler}: in sync mode it runs in the same statement as the inbox
+ * insert. `invoice.paid` and `invoice.payment_succeeded` are two Event objects for one payment: both
+ * map to {@link bookPayment}, which books it once. Order is never decided by `created` (Stripe docs,
  * "Event ordering"); each handler is a monotonic transition.
  */
 export const billingHandlers: HandlerTable = {
-  "invoice.created": async (tx, object) => {
-    const inv = readInvoice(object);
-    await tx`
-      insert into invoices (id, customer_id, status, currency, amount_due)
-      values (${inv.id}, ${inv.customer}, 'draft', ${inv.currency}, ${inv.amountDue})
-      on conflict (id) do nothing
-    `;
-  },
-  "invoice.finalized": (tx, object) => moveInvoice(tx, readInvoice(object), "open", ["draft"]),
-  "invoice.marked_uncollectible": (tx, object) => moveInvoice(tx, readInvoice(object), "uncollectible", ["draft", "open"]),
-  "invoice.voided": (tx, object) => moveInvoice(tx, readInvoice(object), "void", ["draft", "open", "uncollectible"]),
-  "invoice.paid": (tx, object, ctx) => bookPayment(tx, readInvoice(object), ctx),
-  "invoice.payment_succeeded": (tx, object, ctx) => bookPayment(tx, readInvoice(object), ctx),
+  "invoice.created": moveInvoice("draft", []),
+  "invoice.finalized": moveInvoice("open", ["draft"]),
+  "invoice.marked_uncollectible": moveInvoice("uncollectible", ["draft", "open"]),
+  "invoice.voided": moveInvoice("void", ["draft", "open", "uncollectible"]),
+  "invoice.paid": bookPayment,
+  "invoice.payment_succeeded": bookPayment,
 };
