@@ -1,4 +1,4 @@
-import type { Db } from "../db.ts";
+import type { Db, Tx } from "../db.ts";
 import { dataObject, type HandlerTable } from "../handler-table.ts";
 import type { InboxKey } from "../inbox.ts";
 
@@ -17,7 +17,7 @@ export interface ReplayResult {
  * Runs an already processed event through its handler again, in one transaction that holds the inbox
  * row `FOR UPDATE`. Safe because handlers are idempotent: a replay of a booked payment books nothing
  * (0 inserted). The effect is read from `pg_stat_xact_user_tables` (PostgreSQL manual, "The Cumulative
- * Statistics System": counts of the current transaction) just before commit.
+ * Statistics System") before and after the handler, inside the transaction, and reported as the difference.
  * @throws Error when the row does not exist, is not processed yet (the worker owns it), or its payload
  *   was dropped by retention; the handler's own error after rolling back.
  */
@@ -33,16 +33,30 @@ export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable 
     if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
     if (!row.processed_at) throw new Error(`Cannot replay ${name}: it is not processed yet (requeue it, or let the worker finish it)`);
     if (!row.payload) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
+    // Pending statistics of earlier transactions on this connection may not be flushed yet
+    // (PostgreSQL ≥ 15 flushes them at most once a second), so count the difference.
+    const before = await writesSoFar(tx);
     const handler = handlers?.[row.event_type];
     if (handler) {
       await handler(tx, dataObject(row.payload), { provider: key.provider, endpoint: key.endpoint, eventId: key.eventId, eventType: row.event_type });
     }
-    const [stats] = await tx<{ inserted: number; updated: number; deleted: number }[]>`
-      select coalesce(sum(n_tup_ins), 0)::int as inserted,
-             coalesce(sum(n_tup_upd), 0)::int as updated,
-             coalesce(sum(n_tup_del), 0)::int as deleted
-        from pg_stat_xact_user_tables
-    `;
-    return { eventType: row.event_type, handled: handler !== undefined, inserted: stats?.inserted ?? 0, updated: stats?.updated ?? 0, deleted: stats?.deleted ?? 0 };
+    const after = await writesSoFar(tx);
+    return {
+      eventType: row.event_type,
+      handled: handler !== undefined,
+      inserted: after.inserted - before.inserted,
+      updated: after.updated - before.updated,
+      deleted: after.deleted - before.deleted,
+    };
   });
+}
+
+async function writesSoFar(tx: Tx): Promise<{ inserted: number; updated: number; deleted: number }> {
+  const [stats] = await tx<{ inserted: number; updated: number; deleted: number }[]>`
+    select coalesce(sum(n_tup_ins), 0)::int as inserted,
+           coalesce(sum(n_tup_upd), 0)::int as updated,
+           coalesce(sum(n_tup_del), 0)::int as deleted
+      from pg_stat_xact_user_tables
+  `;
+  return stats ?? { inserted: 0, updated: 0, deleted: 0 };
 }
