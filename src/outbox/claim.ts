@@ -1,0 +1,116 @@
+import type { Db } from "../db.ts";
+
+/** One outbox row a dispatcher claimed, with the fencing token of this claim. */
+export interface OutboxMessage {
+  /** `outbox.id` (a bigint, as its decimal text). */
+  id: string;
+  /** Stable message id for receivers to deduplicate on, the same on every retry: `msg_outbox_<id>`. */
+  messageId: string;
+  aggregateType: string;
+  aggregateId: string;
+  eventType: string;
+  payload: Record<string, unknown>;
+  /** When the business transaction wrote the row. */
+  createdAt: Date;
+  /** `attempts` after this claim's increment (1 on the first delivery). */
+  attempt: number;
+  /**
+   * Fencing token: `nextval('outbox_claim_token_seq')` taken by this claim, strictly greater than the
+   * token of every earlier claim of any row. Marking the row published or failed requires it.
+   */
+  token: bigint;
+}
+
+/** Options of {@link claimOutboxBatch}. */
+export interface OutboxClaimOptions {
+  /** Rows to claim at most. */
+  limit: number;
+  /** Lease, ms: the row is invisible to other dispatchers until then (its `available_at`). */
+  leaseMs: number;
+  /** Attempt limit; a due row that already used them is parked as needs-review instead. */
+  maxAttempts: number;
+  /**
+   * Per-aggregate order: claim a row only when no earlier (lower `id`) row of the same
+   * (aggregate_type, aggregate_id) is unpublished, parked ones included. Default false.
+   */
+  ordered?: boolean;
+}
+
+/** The stable Standard Webhooks message id of an outbox row. */
+export function outboxMessageId(id: string): string {
+  return `msg_outbox_${id}`;
+}
+
+interface ClaimedRow {
+  id: string;
+  aggregate_type: string;
+  aggregate_id: string;
+  event_type: string;
+  payload: Record<string, unknown>;
+  created_at: Date;
+  attempts: number;
+  claim_token: string;
+}
+
+/**
+ * Claims up to `limit` due outbox rows in one short transaction, like the inbox worker's
+ * `claimBatch`: unpublished, unparked rows with `available_at <= now()`, oldest due first, locked
+ * with `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"). Each claimed row
+ * counts the attempt, takes a new fencing token and has `available_at` pushed out by the lease before
+ * anything is delivered, so a dispatcher that dies mid-delivery has still used an attempt. A picked
+ * row that has used all attempts (its last dispatcher never reported) is parked as needs-review in the
+ * same statement. With `ordered`, only the head (lowest unpublished `id`) of each aggregate can be
+ * picked, so one aggregate's rows are delivered one after another in `id` order.
+ */
+export async function claimOutboxBatch(db: Db, options: OutboxClaimOptions): Promise<OutboxMessage[]> {
+  const ordered = options.ordered ?? false;
+  const rows = await db<ClaimedRow[]>`
+    with picked as (
+      select o.id, o.attempts
+        from outbox o
+       where o.published_at is null
+         and o.needs_review_at is null
+         and o.available_at <= now()
+         and (not ${ordered}::boolean or not exists (
+               select 1
+                 from outbox e
+                where (e.aggregate_type, e.aggregate_id) = (o.aggregate_type, o.aggregate_id)
+                  and e.id < o.id
+                  and e.published_at is null
+             ))
+       order by o.available_at, o.id
+       limit ${options.limit}
+         for update skip locked
+    ), parked as (
+      update outbox o
+         set needs_review_at = now(),
+             last_error = left(coalesce(o.last_error || '; ', '') || 'attempt limit ' || ${options.maxAttempts}::int
+                          || ' reached: the last attempt never reported back (dispatcher killed or lease expired)', 1000)
+        from picked p
+       where p.attempts >= ${options.maxAttempts}
+         and o.id = p.id
+    )
+    update outbox o
+       set attempts = o.attempts + 1,
+           claim_token = nextval('outbox_claim_token_seq'),
+           available_at = now() + ${options.leaseMs} * interval '1 millisecond'
+      from picked p
+     where p.attempts < ${options.maxAttempts}
+       and o.id = p.id
+    returning o.id::text as id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.created_at,
+              o.attempts, o.claim_token::text as claim_token
+  `;
+  return rows
+    .map((r) => ({
+      id: r.id,
+      messageId: outboxMessageId(r.id),
+      aggregateType: r.aggregate_type,
+      aggregateId: r.aggregate_id,
+      eventType: r.event_type,
+      payload: r.payload,
+      createdAt: r.created_at,
+      attempt: r.attempts,
+      token: BigInt(r.claim_token),
+    }))
+    .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
+}
