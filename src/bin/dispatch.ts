@@ -1,0 +1,113 @@
+// Entry file: `bun run dispatch [options]`: delivers outbox rows to OUTBOX_SINK_URL, signed with the
+// Standard Webhooks scheme. Env, args and signals live here; the loop is src/outbox/dispatcher.ts.
+import { parseArgs } from "node:util";
+import { connect } from "../db.ts";
+import { migrate } from "../migrate.ts";
+import { runDispatcher } from "../outbox/dispatcher.ts";
+import { httpSink } from "../outbox/http-sink.ts";
+import { openDatabase } from "../runtime/database.ts";
+import { loadMigrations } from "../runtime/migrations-fs.ts";
+
+const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBOX_<NAME> from the environment)
+  OUTBOX_SINK_URL     (required) where messages are POSTed, http(s)
+  OUTBOX_SINK_SECRET  (required) Standard Webhooks signing secret, whsec_<base64>
+  --concurrency N     deliveries at once (default 4)
+  --lease-ms N        lease per claim, ms (default 60000)
+  --timeout-ms N      HTTP timeout per delivery, ms, < lease (default 30000)
+  --max-attempts N    attempts before needs-review (default 10)
+  --poll-ms N         poll interval when no NOTIFY arrives, ms (default 5000)
+  --backoff-base-ms N first retry delay, ms, doubling (default 1000)
+  --backoff-cap-ms N  longest retry delay, ms (default 600000)
+  --ordered           one row at a time per aggregate, in id order (OUTBOX_ORDERED=true)
+  --no-listen         do not LISTEN (behind a transaction pooler); poll only`;
+
+const names = ["concurrency", "lease-ms", "timeout-ms", "max-attempts", "poll-ms", "backoff-base-ms", "backoff-cap-ms"] as const;
+const defaults: Record<(typeof names)[number], number> = {
+  concurrency: 4, "lease-ms": 60_000, "timeout-ms": 30_000, "max-attempts": 10, "poll-ms": 5_000, "backoff-base-ms": 1_000, "backoff-cap-ms": 600_000,
+};
+
+function usageError(problems: string[]): never {
+  console.error(`Cannot start the dispatcher:\n${problems.map((p) => `  - ${p}`).join("\n")}\n\n${USAGE}`);
+  process.exit(2);
+}
+
+let parsed;
+try {
+  parsed = parseArgs({
+    options: {
+      ...Object.fromEntries(names.map((n) => [n, { type: "string" as const }])),
+      ordered: { type: "boolean", default: false },
+      "no-listen": { type: "boolean", default: false },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+} catch (err) {
+  usageError([err instanceof Error ? err.message : String(err)]);
+}
+if (parsed.values.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+
+// Every problem is listed at once, each naming its flag or variable; secrets are never echoed.
+const problems: string[] = [];
+const settings = {} as Record<(typeof names)[number], number>;
+for (const name of names) {
+  const envName = `OUTBOX_${name.toUpperCase().replaceAll("-", "_")}`;
+  const raw = (parsed.values as Record<string, unknown>)[name] ?? process.env[envName];
+  const value = raw === undefined ? defaults[name] : Number(raw);
+  if (!Number.isSafeInteger(value) || value < 1) problems.push(`--${name} (${envName}) must be a whole number ≥ 1, got "${String(raw)}"`);
+  settings[name] = value;
+}
+if (settings["timeout-ms"] >= settings["lease-ms"]) problems.push(`--timeout-ms (${settings["timeout-ms"]}) must be shorter than --lease-ms (${settings["lease-ms"]})`);
+const orderedEnv = process.env.OUTBOX_ORDERED;
+if (orderedEnv !== undefined && !["true", "false", ""].includes(orderedEnv)) problems.push(`OUTBOX_ORDERED must be true or false, got "${orderedEnv}"`);
+const ordered = parsed.values.ordered || orderedEnv === "true";
+const sinkUrl = process.env.OUTBOX_SINK_URL;
+const sinkSecret = process.env.OUTBOX_SINK_SECRET;
+if (!sinkUrl) problems.push("OUTBOX_SINK_URL is not set: the URL that receives outbox messages");
+if (!sinkSecret) problems.push("OUTBOX_SINK_SECRET is not set: the receiver's Standard Webhooks secret, whsec_<base64>");
+let send;
+if (sinkUrl && sinkSecret) {
+  try {
+    send = httpSink({ url: sinkUrl, secret: sinkSecret });
+  } catch (err) {
+    problems.push(`OUTBOX_SINK_URL / OUTBOX_SINK_SECRET: ${err instanceof Error ? err.message : String(err)}`);
+  }
+}
+if (problems.length > 0 || !send) usageError(problems);
+
+const database = await openDatabase(process.env);
+const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher" });
+await migrate(db, loadMigrations());
+
+const controller = new AbortController();
+let signals = 0;
+function onSignal(signal: string): void {
+  if (++signals > 1) process.exit(1); // second signal: exit at once
+  console.log(JSON.stringify({ dispatcher: "stopping", signal }));
+  controller.abort();
+}
+process.on("SIGTERM", () => onSignal("SIGTERM"));
+process.on("SIGINT", () => onSignal("SIGINT"));
+
+console.log(JSON.stringify({
+  dispatcher: "started", database: database.embedded ? "embedded" : "DATABASE_URL", sink: new URL(sinkUrl as string).origin, ordered, ...settings,
+}));
+await runDispatcher({
+  db,
+  send,
+  signal: controller.signal,
+  concurrency: settings.concurrency,
+  leaseMs: settings["lease-ms"],
+  timeoutMs: settings["timeout-ms"],
+  maxAttempts: settings["max-attempts"],
+  pollMs: settings["poll-ms"],
+  backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
+  ordered,
+  listen: !parsed.values["no-listen"],
+});
+await db.end({ timeout: 5 });
+await database.close();
+console.log(JSON.stringify({ dispatcher: "stopped" }));
+process.exit(0);
