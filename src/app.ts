@@ -1,9 +1,9 @@
 import { Router, type IRequest } from "itty-router";
-import { isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "./db.ts";
+import { isDatabaseUnavailable, isDataError, sqlState, type Db } from "./db.ts";
 import { AppError, errorResponse } from "./errors.ts";
-import { PermanentError, type HandlerTable } from "./handler-table.ts";
+import type { HandlerTable } from "./handler-table.ts";
 import type { WebhookProvider } from "./provider.ts";
-import { describeError, receiveAsync, receiveHybrid, receiveSync, recordFallback, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
+import { describeError, isPermanent, receiveAsync, receiveHybrid, receiveSync, recordFallback, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
 import type { VerifiedEvent } from "./provider.ts";
 import { readBody } from "./request-body.ts";
 import { createLimiter } from "./limiter.ts";
@@ -114,9 +114,9 @@ export function createApp(deps: AppDeps): App {
     const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
     switch (endpoint.mode ?? "sync") {
       case "sync":
-        // A PermanentError is parked as needs-review (200): a 5xx would only make the provider retry in vain.
+        // A permanent failure is parked as needs-review (200): a 5xx would only make the provider retry in vain.
         return receiveSync(deps.db, target, event).catch((err: unknown) => {
-          if (!(err instanceof PermanentError)) throw err;
+          if (!isPermanent(err)) throw err;
           entry.fallback = describeError(err);
           return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
         });
@@ -164,9 +164,10 @@ function findEndpoint(endpoints: readonly Endpoint[], provider?: string, name?: 
 function toAppError(err: unknown, eventId: unknown): AppError {
   if (err instanceof AppError) return err;
   const id = typeof eventId === "string" ? eventId : "the event";
-  if (sqlState(err) === SQLSTATE.untranslatableCharacter) {
-    // jsonb cannot hold \u0000: no retry can store this event, so say so instead of a 5xx loop.
-    return new AppError("invalid_event", `Cannot record ${id}: it contains a \\u0000 character, which PostgreSQL jsonb cannot store`);
+  if (isDataError(err)) {
+    // The event itself cannot be stored (jsonb refuses \u0000, lone surrogates, huge numbers, deep
+    // nesting): no retry can help, so say so instead of a 5xx loop.
+    return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL cannot store this event as jsonb (SQLSTATE ${sqlState(err)}; e.g. a \\u0000 character, a lone surrogate, a number out of range or nesting too deep)`);
   }
   if (isDatabaseUnavailable(err)) return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);

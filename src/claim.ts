@@ -10,6 +10,8 @@ export interface Claim extends InboxKey {
    * row was claimed again cannot push back the new owner's lease.
    */
   attempt: number;
+  /** The stored event (never changes while unprocessed), so processing needs no second read. */
+  payload?: Record<string, unknown> | null;
 }
 
 /** Options of {@link claimBatch}. */
@@ -31,7 +33,7 @@ export interface ClaimOptions {
  * without reporting) is parked as needs-review in the same statement rather than claimed.
  */
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
-  const rows = await db<{ provider: string; endpoint: string; event_id: string; event_type: string; attempts: number }[]>`
+  const rows = await db<{ provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; payload: Record<string, unknown> | null }[]>`
     with picked as (
       select provider, endpoint, event_id, attempts
         from webhook_inbox
@@ -56,7 +58,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       from picked p
      where p.attempts < ${options.maxAttempts}
        and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
-    returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts
+    returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload
   `;
-  return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts }));
+  return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload }));
 }

@@ -73,3 +73,13 @@ export function isDatabaseUnavailable(err: unknown): boolean {
     ["CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT"].includes(code)
   );
 }
+
+/**
+ * True for errors that no retry can fix because of the data itself: SQLSTATE class 22 "data
+ * exception" (e.g. a `\u0000` or lone surrogate that jsonb rejects, a number out of range) and 54001
+ * "statement too complex" (JSON nested too deep). PostgreSQL manual, Appendix A.
+ */
+export function isDataError(err: unknown): boolean {
+  const state = sqlState(err);
+  return state !== undefined && (state.startsWith("22") || state === "54001");
+}

@@ -12,7 +12,7 @@ export interface InboxKey {
 /** How a row is recorded: already settled in this transaction (`processed`, `ignored`), or left for a worker (`null`). */
 export type RecordedAs = "processed" | "ignored" | null;
 
-/** LISTEN/NOTIFY channel that wakes workers when a row is queued (payload: `provider/endpoint`). */
+/** LISTEN/NOTIFY channel that wakes workers when a row is queued (see notifier.ts). */
 export const NOTIFY_CHANNEL = "webhook_inbox";
 
 /** Retry timing: first delay and cap, ms, for the SQL `webhook_inbox_backoff()` (sql/0003_worker.sql). */
@@ -31,7 +31,7 @@ export interface Backoff {
  * With `as` = processed/ignored the row is written settled (`processed_at = now()`, the transaction's
  * start time): since the inbox row and the business change commit together, this is the same as the
  * seed's later `update … set processed_at`, one round trip shorter. With `null` the row is left
- * unprocessed for a worker, and `pg_notify` wakes workers when the transaction commits. Must be called
+ * unprocessed for a worker (the caller wakes workers after the commit: notifier.ts). Must be called
  * inside the inbox transaction (or as its only statement). The payload is stored from the exact
  * verified bytes, as a jsonb object.
  */
@@ -43,7 +43,7 @@ export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEve
       case when ${as}::text is null then null else now() end, ${as}::text
     )
     on conflict (provider, endpoint, event_id) do nothing
-    returning case when processed_at is null then pg_notify(${NOTIFY_CHANNEL}, provider || '/' || endpoint) end
+    returning 1
   `;
   return rows.length === 1;
 }

@@ -1,8 +1,8 @@
 import type { Db } from "./db.ts";
 import type { Claim } from "./claim.ts";
-import { dataObject, PermanentError, type HandlerTable } from "./handler-table.ts";
+import { dataObject, PermanentError, type HandlerTable, type StatementBuilder } from "./handler-table.ts";
 import type { Backoff } from "./inbox.ts";
-import { describeError } from "./receive.ts";
+import { describeError, isPermanent } from "./receive.ts";
 
 /** What one claimed row came to. `skipped`: another worker had processed it meanwhile. */
 export type WorkOutcome = "processed" | "ignored" | "skipped" | "failed" | "needs_review";
@@ -29,6 +29,9 @@ export interface ProcessOptions {
  */
 export async function processClaimed(db: Db, claim: Claim, options: ProcessOptions): Promise<{ outcome: WorkOutcome; error?: string }> {
   try {
+    const table = options.handlersFor(claim.provider, claim.endpoint);
+    const handler = table?.[claim.eventType];
+    if (handler?.statement) return { outcome: await processInOneStatement(db, claim, handler.statement, options.timeoutMs) };
     const outcome = await db.begin(async (tx): Promise<WorkOutcome> => {
       await tx`select set_config('statement_timeout', ${String(options.timeoutMs)}, true)`;
       const [row] = await tx<{ event_type: string; payload: Record<string, unknown> }[]>`
@@ -40,11 +43,9 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
            for update
       `;
       if (!row) return "skipped";
-      const table = options.handlersFor(claim.provider, claim.endpoint);
       if (!table) throw new PermanentError(`No handler table for ${claim.provider}/${claim.endpoint}`);
-      const handler = table[row.event_type];
       if (handler) {
-        await handler(tx, dataObject(row.payload), { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: row.event_type });
+        await handler(tx, dataObject(row.payload), { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType });
       }
       const outcome = handler ? "processed" : "ignored";
       await tx`
@@ -59,8 +60,53 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
     return { outcome };
   } catch (err) {
     const error = describeError(err);
-    const parked = await recordFailure(db, claim, error, err instanceof PermanentError, options);
+    const parked = await recordFailure(db, claim, error, isPermanent(err), options);
     return { outcome: parked ? "needs_review" : "failed", error };
+  }
+}
+
+/**
+ * The same as the transaction above, for a {@link StatementBuilder} handler, in ONE statement (its own
+ * transaction): `inbox` locks the row `FOR UPDATE` and re-checks it is unprocessed and unparked (a
+ * concurrent worker's row lock is waited for, then the row is re-read), the handler's CTEs apply only
+ * when it did, and `done` marks it processed. The payload comes with the claim. The timeout cancels
+ * the statement from the client (postgres.js `cancel()`, PostgreSQL's cancel request): SQLSTATE 57014
+ * like `statement_timeout`. A cancel that races the statement's own completion can at worst cancel the
+ * next statement on that connection, which is then recorded as a failed attempt and retried: safe.
+ */
+async function processInOneStatement(db: Db, claim: Claim, build: StatementBuilder, timeoutMs: number): Promise<WorkOutcome> {
+  const payload = claim.payload ?? (await db<{ payload: Record<string, unknown> | null }[]>`
+    select payload
+      from webhook_inbox
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+  `)[0]?.payload;
+  if (!payload) return "skipped";
+  const context = { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType };
+  const query = db<{ applied: boolean }[]>`
+    with inbox as (
+      select 1
+        from webhook_inbox
+       where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+         and processed_at is null
+         and needs_review_at is null
+         for update
+    ), ${build(db, dataObject(payload), context)},
+    done as (
+      update webhook_inbox
+         set processed_at = now(),
+             outcome = 'processed',
+             last_error = null
+       where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+         and exists (select 1 from inbox)
+    )
+    select exists (select 1 from inbox) as applied
+  `;
+  const timer = setTimeout(() => void query.cancel(), timeoutMs);
+  try {
+    const [result] = await query;
+    return result?.applied ? "processed" : "skipped";
+  } finally {
+    clearTimeout(timer);
   }
 }
 

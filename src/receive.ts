@@ -1,6 +1,7 @@
-import { isDatabaseUnavailable, type Db } from "./db.ts";
+import { isDatabaseUnavailable, isDataError, type Db } from "./db.ts";
 import { dataObject, PermanentError, type HandlerTable } from "./handler-table.ts";
 import { recordAndApply, recordEvent, recordFailedAttempt, type Backoff } from "./inbox.ts";
+import { notifierFor } from "./notifier.ts";
 import type { VerifiedEvent } from "./provider.ts";
 
 /** The result of one delivery, returned as a value (all are 2xx). */
@@ -48,8 +49,9 @@ export async function receiveSync(db: Db, target: ReceiveTarget, event: Verified
 }
 
 /**
- * Async mode (seed §6): one statement records the event unprocessed (its own transaction) and
- * NOTIFYs workers; from its commit on, retrying is our job, not the provider's. Types without a
+ * Async mode (seed §6): one statement records the event unprocessed (its own transaction), then
+ * workers are woken by a coalesced NOTIFY sent after that commit (notifier.ts explains why not inside
+ * it); from the commit on, retrying is our job, not the provider's. Types without a
  * handler are recorded `ignored` at once (no worker round trip). Returns `queued`, `ignored` or
  * `duplicate`. Throws the database error (nothing was recorded).
  */
@@ -58,7 +60,9 @@ export async function receiveAsync(db: Db, target: ReceiveTarget, event: Verifie
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   const inserted = await recordEvent(db, key, event, handled ? null : "ignored");
   if (!inserted) return "duplicate";
-  return handled ? "queued" : "ignored";
+  if (!handled) return "ignored";
+  notifierFor(db).wake();
+  return "queued";
 }
 
 /** Settings of {@link receiveHybrid}. */
@@ -90,17 +94,22 @@ export async function receiveHybrid(db: Db, target: ReceiveTarget, event: Verifi
 /**
  * After an in-request attempt rolled back: records the event for the worker in a fresh short
  * transaction, with `attempts = 1` and `last_error` (`queued`), or parked as needs-review at once when
- * `err` is a PermanentError (`needs_review`); `duplicate` when a concurrent delivery recorded the key
+ * `err` is permanent ({@link isPermanent}: `needs_review`); `duplicate` when a concurrent delivery recorded the key
  * meanwhile. Sync mode uses it for PermanentErrors only (a 5xx would make the provider retry, in vain,
  * for days); hybrid mode for every handler failure.
  * @throws the database error when the row cannot be written: the caller must answer 5xx.
  */
 export async function recordFallback(db: Db, target: ReceiveTarget, event: VerifiedEvent, err: unknown, backoff: Backoff): Promise<Outcome> {
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
-  const permanent = err instanceof PermanentError;
+  const permanent = isPermanent(err);
   const recorded = await recordFailedAttempt(db, key, event, describeError(err), permanent, backoff);
   if (!recorded) return "duplicate";
   return permanent ? "needs_review" : "queued";
+}
+
+/** A failure that retrying the same event cannot fix: a PermanentError, or a data error from PostgreSQL. */
+export function isPermanent(err: unknown): boolean {
+  return err instanceof PermanentError || isDataError(err);
 }
 
 /** Wraps every handler so an attempt that ran past the budget rolls back even if each statement was quick. */

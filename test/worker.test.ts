@@ -118,7 +118,7 @@ describe("processClaimed() and recordFailure()", () => {
   test("`processClaimed()` records a handler failure (attempts 1, class and message, backoff) and a later retry processes it", async () => {
     const eventId = await queuePaid({ customer: "cus_secret_marker" });
     const first = await claimOne();
-    expect(first).toEqual({ provider: "stripe", endpoint: "billing", eventId, eventType: "invoice.paid", attempt: 1 });
+    expect(first).toMatchObject({ provider: "stripe", endpoint: "billing", eventId, eventType: "invoice.paid", attempt: 1 });
 
     const failed = await processClaimed(db, first, processOptions(failingHandlers));
     expect(failed).toEqual({ outcome: "failed", error: "LedgerLockedError: Ledger is locked for the month-end close" });
