@@ -1,0 +1,86 @@
+import postgres from "postgres";
+import { dataObject } from "../handler-table.ts";
+import { billingHandlers } from "../handlers/billing.ts";
+import { recordAndApply, recordEvent } from "../inbox.ts";
+import { benchEventBody } from "./payload.ts";
+
+const EVENT = "evt_bench_SENTINEL_0";
+const INVOICE = "in_bench_SENTINEL_0";
+/** pgbench expressions that make every transaction's ids unique. */
+const EVENT_EXPR = "('evt_pgb_' || :client_id || '_' || :n)";
+const INVOICE_EXPR = "('in_pgb_' || :client_id || '_' || :n)";
+const HEADER = "\\set n random(1, 2000000000)\n";
+
+/** A SQL string literal. */
+function literal(value: unknown): string {
+  return value === null ? "null" : `'${String(value).replace(/'/g, "''")}'`;
+}
+
+/**
+ * Captures the exact statements our receiver sends for one delivery (through postgres.js's `debug`
+ * hook, on a throwaway event) and turns them into a pgbench script: `$n` parameters become literals,
+ * except the event and invoice ids, which become per-transaction unique expressions. So the pgbench
+ * ceiling runs byte for byte the SQL of our sync (`mode = "sync"`) or async path.
+ */
+export async function capturedScript(url: string, mode: "sync" | "async"): Promise<string> {
+  const captured: { text: string; params: unknown[] }[] = [];
+  const sql = postgres(url, { max: 1, onnotice: () => {}, debug: (_c, text, params) => captured.push({ text, params: params as unknown[] }) });
+  const body = benchEventBody("SENTINEL", 0);
+  const event = { id: EVENT, type: "invoice.paid", payload: JSON.parse(body) as Record<string, unknown>, body };
+  const key = { provider: "stripe", endpoint: "bench-capture", eventId: EVENT };
+  try {
+    await sql.begin(async (tx) => {
+      const handler = billingHandlers["invoice.paid"];
+      if (mode === "sync" && handler?.statement) {
+        await recordAndApply(tx as unknown as postgres.Sql, key, event, handler.statement(tx, dataObject(event.payload), { ...key, eventType: event.type }));
+      } else {
+        await recordEvent(tx, key, event, null);
+      }
+      throw new Rollback();
+    });
+  } catch (err) {
+    if (!(err instanceof Rollback)) throw err;
+  } finally {
+    await sql.end();
+  }
+  // Not the transaction wrapper of the capture, nor postgres.js's one-time type lookup on a new connection.
+  const statements = captured.filter((c) => !/^(begin|rollback)/i.test(c.text.trim()) && !c.text.includes("pg_catalog."));
+  return HEADER + statements.map((c) => `${substitute(c.text, c.params)};\n`).join("");
+}
+
+class Rollback extends Error {}
+
+function substitute(text: string, params: unknown[]): string {
+  let out = text;
+  for (let i = params.length; i >= 1; i--) {
+    const value = params[i - 1];
+    const replacement = value === EVENT ? EVENT_EXPR : value === INVOICE ? INVOICE_EXPR : literal(value);
+    out = out.replaceAll(`$${i}`, replacement);
+  }
+  return out.replace(/\s*\n\s*/g, " ").trim();
+}
+
+/**
+ * The seed's naive sync transaction (§5.3 `receive_sync` with §5.2 `_apply_invoice_paid`): BEGIN, inbox
+ * insert, invoice upsert, status read, ledger insert, outbox insert, processed_at update, COMMIT: six
+ * statements, each its own round trip. The anchor our single-statement path must beat.
+ */
+export function seedSyncScript(): string {
+  const body = literal(benchEventBody("pgbench", 0));
+  return `${HEADER}begin;
+insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-seed', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id) do nothing returning event_id;
+insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at) values (${INVOICE_EXPR}, 'cus_pgb', 'paid', 'usd', 2000, 2000, now()) on conflict (id) do update set status = 'paid', amount_paid = excluded.amount_paid, paid_at = coalesce(invoices.paid_at, excluded.paid_at), updated_at = now() where invoices.status not in ('paid', 'void');
+select status from invoices where id = ${INVOICE_EXPR};
+insert into ledger_entries (invoice_id, kind, amount, currency, event_id) values (${INVOICE_EXPR}, 'payment', 2000, 'usd', ${EVENT_EXPR}) on conflict (invoice_id, kind) do nothing returning id;
+insert into outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', ${INVOICE_EXPR}, 'InvoicePaymentBooked', jsonb_build_object('invoice_id', ${INVOICE_EXPR}, 'amount', 2000));
+update webhook_inbox set processed_at = now(), outcome = 'processed' where provider = 'stripe' and endpoint = 'bench-seed' and event_id = ${EVENT_EXPR};
+commit;
+`;
+}
+
+/** The inbox insert alone (no NOTIFY, no business work): the ceiling for async receive. */
+export function inboxOnlyScript(): string {
+  const body = literal(benchEventBody("pgbench", 0));
+  return `${HEADER}insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-inbox', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id) do nothing;
+`;
+}
