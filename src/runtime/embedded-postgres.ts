@@ -4,7 +4,7 @@ import { existsSync } from "node:fs";
 import { chmod, mkdir, mkdtemp } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
-import { join, resolve } from "node:path";
+import { dirname, join, resolve } from "node:path";
 
 /** A running embedded server: its connection URL and how to stop it. */
 export interface EmbeddedServer {
@@ -39,7 +39,13 @@ const PASSWORD = "postgres";
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedServer> {
   const dir = resolve(options.dir);
   const port = options.port || (await freePort());
-  const log = options.onLog ?? (() => {});
+  // The server's last lines are kept so that a failed start can say why (port taken, lock file, …).
+  const recent: string[] = [];
+  const log = (line: string) => {
+    recent.push(line.trim());
+    if (recent.length > 8) recent.shift();
+    options.onLog?.(line);
+  };
   const EmbeddedPostgres = await loadEmbeddedPostgres();
   const pg = new EmbeddedPostgres({
     databaseDir: dir,
@@ -53,9 +59,10 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     onLog: log,
     onError: (e) => log(`[error] ${String(e)}`),
   });
-  // The postgres user must be able to reach the data directory: make the parents traversable.
-  await mkdir(join(dir, ".."), { recursive: true });
-  await chmod(join(dir, ".."), 0o755);
+  // The postgres user must be able to reach the data directory. Only a parent folder created here is
+  // opened up (0755); an existing one is never touched (it may be /tmp, whose mode must stay 1777).
+  const created = await mkdir(dirname(dir), { recursive: true });
+  if (created !== undefined) await chmod(dirname(dir), 0o755);
   if (!existsSync(join(dir, "PG_VERSION"))) await pg.initialise();
   try {
     await pg.start();
@@ -63,7 +70,8 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     throw new Error(
       `Cannot start embedded PostgreSQL: data directory ${dir}, port ${port}` +
         (existsSync(join(dir, "postmaster.pid")) ? " (postmaster.pid exists: is another server using this directory?)" : "") +
-        (err instanceof Error ? `: ${err.message}` : ""),
+        (err instanceof Error && err.message ? `: ${err.message}` : "") +
+        (recent.length ? `\nPostgreSQL said:\n${recent.join("\n")}` : ""),
     );
   }
   return { url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`, port, stop: () => pg.stop() };
