@@ -309,7 +309,8 @@ describe("runDispatcher()", () => {
     const lines: Record<string, unknown>[] = [];
     const controller = new AbortController();
     const [poolA, poolB] = [connect(fresh.url, { max: 1 }), connect(fresh.url, { max: 1 })];
-    const a = runDispatcher(dispatcherOptions(poolA, blockingSink("A", gateA), controller.signal, { log: (l) => lines.push({ ...l, by: "A" }) }));
+    // One slot: while A is paused in its sink it claims nothing else (not even this row once it is due again).
+    const a = runDispatcher(dispatcherOptions(poolA, blockingSink("A", gateA), controller.signal, { concurrency: 1, log: (l) => lines.push({ ...l, by: "A" }) }));
     let b: Promise<void> | undefined;
     try {
       await waitUntil("A delivering the row", async () => tokens.A !== undefined);
