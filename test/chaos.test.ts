@@ -39,7 +39,7 @@ describe("bun run chaos", () => {
     const env: Record<string, string | undefined> = { ...process.env };
     delete env.DATABASE_URL; // its own embedded server, so it can restart it
     const child = Bun.spawn(
-      ["bun", "src/bin/chaos.ts", "--json", "--mode", String(mode), "--invoices", "70", "--poison", "1", "--seed", String(seed), "--fault-every-ms", "350", "--deadline-ms", "60000"],
+      ["bun", "src/bin/chaos.ts", "--json", "--mode", String(mode), "--invoices", "70", "--poison", "1", "--seed", String(seed), "--rate", "90", "--fault-every-ms", "300", "--deadline-ms", "60000"],
       { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
     );
     const killer = setTimeout(() => child.kill("SIGKILL"), 110_000);

@@ -108,9 +108,9 @@ await migrate(db, loadMigrations());
 const receiverEnv = { DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, DB_POOL_MAX: "4", HOST: "127.0.0.1" };
 const ports = await Promise.all(Array.from({ length: num("receivers", 1) }, () => freePort()));
 const bin = (name: string) => fileURLToPath(new URL(`./${name}.ts`, import.meta.url));
-const receivers = ports.map((port, i) => supervise(`receiver${i}`, [bin("serve")], { ...receiverEnv, PORT: String(port) }, log));
+const receivers = ports.map((port, i) => supervise(`receiver${i}`, [bin("serve")], { ...receiverEnv, PORT: String(port) }, log, /listening on/));
 const workerArgs = [bin("worker"), "--poll-ms", "250", "--lease-ms", "4000", "--timeout-ms", "3000", "--backoff-base-ms", "100", "--backoff-cap-ms", "1000"];
-const workers = Array.from({ length: workerCount }, (_, i) => supervise(`worker${i}`, workerArgs, { DATABASE_URL: url }, log));
+const workers = Array.from({ length: workerCount }, (_, i) => supervise(`worker${i}`, workerArgs, { DATABASE_URL: url }, log, /"worker":"started"/));
 for (const child of [...receivers, ...workers]) child.start();
 await Promise.all(ports.map((port) => waitReady(`http://127.0.0.1:${port}`)));
 
@@ -166,6 +166,8 @@ await faultLoop;
 // 5. Everything up again, the backlog drained, children stopped gracefully.
 for (const child of [...receivers, ...workers]) child.start();
 const drained = await waitDrained(60_000);
+// A child restarted a moment ago may not have installed its signal handlers yet: wait before SIGTERM.
+await Promise.all([...receivers, ...workers].map((c) => c.ready(30_000)));
 const exits = await Promise.all([...receivers, ...workers].map(async (c) => ({ name: c.name, code: await c.stop("SIGTERM") })));
 
 // 6. The verdict.

@@ -11,15 +11,19 @@ export interface Supervised {
   start(): void;
   /** Sends `signal` to this child only (by its pid) and resolves with its exit code (null when killed by a signal). */
   stop(signal: NodeJS.Signals): Promise<number | null>;
+  /** Resolves once the current run printed a line matching its ready pattern (or exited); false after `ms`. */
+  ready(ms: number): Promise<boolean>;
 }
 
 /**
  * Supervises `bun <args…>` with `env` added to this process's environment. Output goes to `log`
- * (one call per line, prefixed with the name), so a run can be inspected afterwards.
+ * (one call per line, prefixed with the name), so a run can be inspected afterwards; a line matching
+ * `readyPattern` marks the current run ready (its signal handlers are installed by then).
  */
-export function supervise(name: string, args: string[], env: Record<string, string>, log: (line: string) => void): Supervised {
+export function supervise(name: string, args: string[], env: Record<string, string>, log: (line: string) => void, readyPattern: RegExp): Supervised {
   let child: ChildProcess | undefined;
   let exited: Promise<number | null> = Promise.resolve(null);
+  let isReady = false;
   return {
     name,
     get running() {
@@ -29,6 +33,7 @@ export function supervise(name: string, args: string[], env: Record<string, stri
       if (this.running) return;
       const c = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
       child = c;
+      isReady = false;
       exited = new Promise((resolve) => c.once("exit", (code) => resolve(code)));
       for (const stream of [c.stdout, c.stderr]) {
         let buffer = "";
@@ -36,9 +41,21 @@ export function supervise(name: string, args: string[], env: Record<string, stri
           buffer += chunk.toString("utf8");
           const lines = buffer.split("\n");
           buffer = lines.pop() ?? "";
-          for (const line of lines) if (line) log(`${name} ${line}`);
+          for (const line of lines) {
+            if (!line) continue;
+            if (readyPattern.test(line)) isReady = true;
+            log(`${name} ${line}`);
+          }
         });
       }
+    },
+    async ready(ms) {
+      const deadline = Date.now() + ms;
+      while (Date.now() < deadline) {
+        if (isReady || !this.running) return isReady;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      return false;
     },
     async stop(signal) {
       if (!child || !this.running) return child?.exitCode ?? null;
