@@ -73,6 +73,10 @@ function moveInvoice(target: Status, from: Status[]) {
  */
 const bookPayment = statementHandler((sql, object, ctx) => {
   const inv = readInvoice(object);
+  // A payment event for an invoice that is not fully paid yet (a partial payment, API 2025-03-31 and
+  // later) moves nothing and books nothing: the one `payment` entry is booked, with the total
+  // amount_paid, by the event that carries the invoice as `paid`.
+  if (object.status !== "paid") return sql`partial as (select 1)`;
   return sql`
     paid as (
       insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
