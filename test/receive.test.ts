@@ -385,3 +385,18 @@ test.each([1, 2, 3])("`receiveSync()` reaches the modelled end state for 20 shuf
   expect(await count(db, "outbox", `aggregate_id like '${prefix}'`)).toBe(await count(db, "ledger_entries", `invoice_id like '${prefix}'`));
   expect(await count(db, "ledger_entries", `invoice_id like '${prefix}'`)).toBe(invoices.filter((inv) => inv.expected.status === "paid").length);
 }, CONCURRENT_TEST_TIMEOUT_MS);
+
+test("`receiveSync()` books nothing for a partial payment and books the total once the invoice is paid", async () => {
+  const invoiceId = "in_partial_1";
+  const partial = invoiceEvent("evt_partial_1", "invoice.payment_succeeded", invoiceId, 2000, { status: "open", amount_paid: 500, amount_remaining: 1500 });
+  expect(await receive(invoiceEvent("evt_partial_0", "invoice.finalized", invoiceId))).toBe("processed");
+  expect(await receive(partial)).toBe("processed");
+  const [afterPartial] = await db`select status, amount_paid::int as paid from invoices where id = ${invoiceId}`;
+  expect(afterPartial).toEqual({ status: "open", paid: 0 });
+  expect(await count(db, "ledger_entries", `invoice_id = '${invoiceId}'`)).toBe(0);
+
+  expect(await receive(invoiceEvent("evt_partial_2", "invoice.paid", invoiceId, 2000, { amount_paid: 2000 }))).toBe("processed");
+  const ledger = await db`select amount::int as amount from ledger_entries where invoice_id = ${invoiceId}`;
+  expect(ledger).toEqual([{ amount: 2000 }]);
+  expect(await count(db, "outbox", `aggregate_id = '${invoiceId}'`)).toBe(1);
+});
