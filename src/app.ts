@@ -121,7 +121,12 @@ export function createApp(deps: AppDeps): App {
           return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
         });
       case "async":
-        return receiveAsync(deps.db, target, event);
+        // An event PostgreSQL cannot store as jsonb is kept as needs-review with its raw body.
+        return receiveAsync(deps.db, target, event).catch((err: unknown) => {
+          if (!isDataError(err)) throw err;
+          entry.fallback = describeError(err);
+          return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
+        });
       case "hybrid":
         return receiveHybrid(deps.db, target, event, endpoint.hybrid ?? DEFAULT_HYBRID, (err) => {
           entry.fallback = describeError(err);

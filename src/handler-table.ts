@@ -64,7 +64,7 @@ export class PermanentError extends Error {
 
 /** `data.object` of a verified provider event (checked to be an object by the verifier). */
 export function dataObject(payload: Record<string, unknown>): Record<string, unknown> {
-  const data = payload.data as { object?: unknown } | undefined;
+  const data = payload?.data as { object?: unknown } | undefined;
   const object = data?.object;
   if (typeof object !== "object" || object === null || Array.isArray(object)) {
     throw new PermanentError("Event has no data.object");

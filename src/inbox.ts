@@ -89,3 +89,20 @@ export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent
   `;
   return row?.inserted === true;
 }
+
+/**
+ * Keeps a verified event that PostgreSQL cannot store as jsonb (SQLSTATE class 22 or 54001 on the
+ * payload): as needs-review, with the exact verified body as text in `raw_body`, no payload and
+ * `attempts = 1`, so it is acknowledged only once durably recorded and an operator sees it. One
+ * statement. Returns false when the key already exists (a duplicate).
+ * @throws the database error when even this cannot be written (the caller answers 4xx/5xx).
+ */
+export async function recordUnstorable(db: Db, key: InboxKey, event: VerifiedEvent, error: string): Promise<boolean> {
+  const rows = await db`
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, attempts, last_error, needs_review_at)
+    values (${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, null, ${event.body}, 1, ${error}, now())
+    on conflict (provider, endpoint, event_id) do nothing
+    returning 1
+  `;
+  return rows.length === 1;
+}

@@ -75,12 +75,18 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
  * next statement on that connection, which is then recorded as a failed attempt and retried: safe.
  */
 async function processInOneStatement(db: Db, claim: Claim, build: StatementBuilder, timeoutMs: number): Promise<WorkOutcome> {
-  const payload = claim.payload ?? (await db<{ payload: Record<string, unknown> | null }[]>`
-    select payload
-      from webhook_inbox
-     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
-  `)[0]?.payload;
-  if (!payload) return "skipped";
+  let payload = claim.payload;
+  if (payload === undefined) {
+    const [row] = await db<{ payload: Record<string, unknown> | null; processed: boolean }[]>`
+      select payload, processed_at is not null as processed
+        from webhook_inbox
+       where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+    `;
+    if (!row || row.processed) return "skipped";
+    payload = row.payload;
+  }
+  // Unprocessed without a payload: kept as raw_body because jsonb could not hold it. No retry helps.
+  if (!payload) throw new PermanentError("Cannot process: the event has no jsonb payload (kept as raw_body)");
   const context = { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType };
   const query = db<{ applied: boolean }[]>`
     with inbox as (

@@ -1,6 +1,6 @@
 import { isDatabaseUnavailable, isDataError, type Db } from "./db.ts";
 import { dataObject, PermanentError, type HandlerTable } from "./handler-table.ts";
-import { recordAndApply, recordEvent, recordFailedAttempt, type Backoff } from "./inbox.ts";
+import { recordAndApply, recordEvent, recordFailedAttempt, recordUnstorable, type Backoff } from "./inbox.ts";
 import { notifierFor } from "./notifier.ts";
 import type { VerifiedEvent } from "./provider.ts";
 
@@ -95,14 +95,23 @@ export async function receiveHybrid(db: Db, target: ReceiveTarget, event: Verifi
  * After an in-request attempt rolled back: records the event for the worker in a fresh short
  * transaction, with `attempts = 1` and `last_error` (`queued`), or parked as needs-review at once when
  * `err` is permanent ({@link isPermanent}: `needs_review`); `duplicate` when a concurrent delivery recorded the key
- * meanwhile. Sync mode uses it for PermanentErrors only (a 5xx would make the provider retry, in vain,
+ * meanwhile. An event whose payload PostgreSQL cannot store as jsonb is kept as needs-review with its
+ * raw body instead (recordUnstorable). Sync and async modes use it for permanent failures only (a 5xx would make the provider retry, in vain,
  * for days); hybrid mode for every handler failure.
  * @throws the database error when the row cannot be written: the caller must answer 5xx.
  */
 export async function recordFallback(db: Db, target: ReceiveTarget, event: VerifiedEvent, err: unknown, backoff: Backoff): Promise<Outcome> {
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   const permanent = isPermanent(err);
-  const recorded = await recordFailedAttempt(db, key, event, describeError(err), permanent, backoff);
+  let recorded: boolean;
+  try {
+    recorded = await recordFailedAttempt(db, key, event, describeError(err), permanent, backoff);
+  } catch (storeErr) {
+    if (!isDataError(storeErr)) throw storeErr;
+    // The payload itself cannot be jsonb: keep the verified bytes as text, parked for an operator.
+    const note = `Payload cannot be stored as jsonb (${describeError(storeErr)}); kept as raw_body`;
+    return (await recordUnstorable(db, key, event, note.slice(0, 300))) ? "needs_review" : "duplicate";
+  }
   if (!recorded) return "duplicate";
   return permanent ? "needs_review" : "queued";
 }

@@ -252,14 +252,20 @@ describe("body checks", () => {
     await expectNothingWritten();
   });
 
-  test("`createApp()` answers 400 invalid_event for a signed event holding \\u0000, which jsonb cannot store", async () => {
-    const body = eventBody("evt_nul_char_1", "invoice.created", invoice({ description: "a\u0000b" }));
+  test.each(["sync", "async", "hybrid"] as const)("`createApp()` keeps a signed event holding \\u0000, which jsonb cannot store, as needs-review with its raw body (%s)", async (mode) => {
+    const body = eventBody(`evt_nul_char_${mode}`, "invoice.created", invoice({ description: "a\u0000b" }));
     expect(body).toContain("\\u0000");
-    const res = await reply(await makeApp().fetch(await signed(body)));
-    expect(res.status).toBe(400);
-    expect(res.body.error).toBe("invalid_event");
-    expect(res.body.message).toContain("\\u0000");
-    await expectNothingWritten();
+    const endpoints = stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]);
+    for (const expected of ["needs_review", "duplicate"]) {
+      const res = await reply(await makeApp({ endpoints }).fetch(await signed(body)));
+      expect(res.status).toBe(200);
+      expect(res.body.outcome).toBe(expected);
+    }
+    const rows = await db`select payload, raw_body, needs_review_at is not null as parked, processed_at, last_error from webhook_inbox`;
+    expect(rows).toHaveLength(1);
+    expect(rows[0]).toMatchObject({ payload: null, raw_body: body, parked: true, processed_at: null });
+    expect(String(rows[0]?.last_error)).toContain("jsonb");
+    expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
   });
 
   test("`createApp()` answers 400 invalid_body for a body that is not UTF-8", async () => {

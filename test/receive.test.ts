@@ -397,6 +397,6 @@ test("`receiveSync()` books nothing for a partial payment and books the total on
 
   expect(await receive(invoiceEvent("evt_partial_2", "invoice.paid", invoiceId, 2000, { amount_paid: 2000 }))).toBe("processed");
   const ledger = await db`select amount::int as amount from ledger_entries where invoice_id = ${invoiceId}`;
-  expect(ledger).toEqual([{ amount: 2000 }]);
+  expect([...ledger]).toEqual([{ amount: 2000 }]);
   expect(await count(db, "outbox", `aggregate_id = '${invoiceId}'`)).toBe(1);
 });
