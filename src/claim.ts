@@ -22,6 +22,8 @@ export interface ClaimOptions {
   leaseMs: number;
   /** Attempt limit; a due row that already used them is parked as needs-review instead. */
   maxAttempts: number;
+  /** Told about rows this claim parked (so the worker can log them). */
+  onParked?: (rows: (InboxKey & { eventType: string; attempts: number })[]) => void;
 }
 
 /**
@@ -33,7 +35,7 @@ export interface ClaimOptions {
  * without reporting) is parked as needs-review in the same statement rather than claimed.
  */
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
-  const rows = await db<{ provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; payload: Record<string, unknown> | null }[]>`
+  const rows = await db<{ claimed: boolean; provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; payload: Record<string, unknown> | null }[]>`
     with picked as (
       select provider, endpoint, event_id, attempts
         from webhook_inbox
@@ -47,18 +49,28 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       update webhook_inbox w
          set needs_review_at = now(),
              last_error = left(coalesce(w.last_error || '; ', '') || 'attempt limit ' || ${options.maxAttempts}::int
-                          || ' reached: the last attempt never reported back (worker killed or lease expired)', 1000)
+                          || ' reached with no outcome recorded for the last attempt (its worker was killed or its lease expired,'
+                          || ' or the row was made due again without resetting attempts: use "inbox requeue")', 1000)
         from picked p
        where p.attempts >= ${options.maxAttempts}
          and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
+      returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts
+    ), claimed as (
+      update webhook_inbox w
+         set attempts = w.attempts + 1,
+             available_at = now() + ${options.leaseMs} * interval '1 millisecond'
+        from picked p
+       where p.attempts < ${options.maxAttempts}
+         and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
+      returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload
     )
-    update webhook_inbox w
-       set attempts = w.attempts + 1,
-           available_at = now() + ${options.leaseMs} * interval '1 millisecond'
-      from picked p
-     where p.attempts < ${options.maxAttempts}
-       and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
-    returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload
+    select true as claimed, * from claimed
+    union all
+    select false, *, null from parked
   `;
-  return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload }));
+  const parked = rows.filter((r) => !r.claimed);
+  if (parked.length > 0) options.onParked?.(parked.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempts: r.attempts })));
+  return rows
+    .filter((r) => r.claimed)
+    .map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload }));
 }

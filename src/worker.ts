@@ -98,7 +98,14 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     woken = false;
     let claims: Claim[];
     try {
-      claims = await claimBatch(db, { limit: free, leaseMs, maxAttempts });
+      claims = await claimBatch(db, {
+        limit: free,
+        leaseMs,
+        maxAttempts,
+        onParked: (rows) => {
+          for (const r of rows) log({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, attempt: r.attempts, outcome: "needs_review", error: "attempt limit reached with no outcome recorded" });
+        },
+      });
     } catch (err) {
       log({ worker: "claim_failed", error: describeError(err) });
       await sleep(Math.min(pollMs, 1_000));
