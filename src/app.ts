@@ -52,6 +52,8 @@ export interface AppDeps {
   maxInFlight?: number;
   /** How long a delivery waits for a slot before 503 `overloaded`, ms. Default 2000. */
   queueTimeoutMs?: number;
+  /** Longest a sync delivery's statement may run (lock waits included) before it is cancelled, ms. Default 10000. */
+  statementTimeoutMs?: number;
 }
 
 /** A Web-standard fetch handler, usable by Bun.serve, Deno.serve, Node adapters and Workers. */
@@ -115,7 +117,7 @@ export function createApp(deps: AppDeps): App {
     switch (endpoint.mode ?? "sync") {
       case "sync":
         // A permanent failure is parked as needs-review (200): a 5xx would only make the provider retry in vain.
-        return receiveSync(deps.db, target, event).catch((err: unknown) => {
+        return receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000).catch((err: unknown) => {
           if (!isPermanent(err)) throw err;
           entry.fallback = describeError(err);
           return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);

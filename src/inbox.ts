@@ -76,9 +76,10 @@ export async function recordFailedAttempt(db: Db, key: InboxKey, event: Verified
  * `exists (select 1 from inbox)`, in the same statement, which PostgreSQL commits or rolls back as a
  * whole. Returns true when this statement inserted the row (and so applied the effect), false for a
  * duplicate; a concurrent duplicate waits on the unique index exactly as in the multi-statement form.
+ * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included.
  */
-export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: PendingQuery<Row[]>): Promise<boolean> {
-  const [row] = await db<{ inserted: boolean }[]>`
+export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: PendingQuery<Row[]>, timeoutMs?: number): Promise<boolean> {
+  const query = db<{ inserted: boolean }[]>`
     with inbox as (
       insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, processed_at, outcome)
       values (${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${event.body}::text::jsonb, now(), 'processed')
@@ -87,7 +88,14 @@ export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent
     ), ${effect}
     select exists (select 1 from inbox) as inserted
   `;
-  return row?.inserted === true;
+  // Cancelled from the client after `timeoutMs` (SQLSTATE 57014): one statement needs no SET round trip.
+  const timer = timeoutMs === undefined ? undefined : setTimeout(() => void query.cancel(), timeoutMs);
+  try {
+    const [row] = await query;
+    return row?.inserted === true;
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /**

@@ -23,7 +23,9 @@ export interface ReceiveTarget {
  * - `duplicate`: the key was already recorded (or a concurrent delivery committed it first).
  * - `ignored`: no handler for the type; the row is recorded so a redelivery is a duplicate.
  * - `processed`: the handler ran and committed with the inbox row.
- * `statementTimeoutMs` (optional) bounds each statement of the transaction, lock waits included.
+ * `statementTimeoutMs` (optional) bounds each statement (lock waits included), so a row locked
+ * elsewhere cannot hold a delivery and its connection for long: the attempt fails, rolls back, and the
+ * provider retries.
  * A handler made by `statementHandler` (all billing handlers) runs in the same statement as the inbox
  * insert: one round trip and no BEGIN/COMMIT (a single statement is its own transaction), with the
  * same all-or-nothing guarantee; other handlers run in a `sql.begin` transaction.
@@ -33,10 +35,10 @@ export interface ReceiveTarget {
 export async function receiveSync(db: Db, target: ReceiveTarget, event: VerifiedEvent, statementTimeoutMs?: number): Promise<Outcome> {
   const handler = target.handlers[event.type];
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
-  if (handler?.statement && statementTimeoutMs === undefined) {
+  if (handler?.statement) {
     const context = { ...key, eventType: event.type };
     const effect = handler.statement(db, dataObject(event.payload), context);
-    return (await recordAndApply(db, key, event, effect)) ? "processed" : "duplicate";
+    return (await recordAndApply(db, key, event, effect, statementTimeoutMs)) ? "processed" : "duplicate";
   }
   return db.begin(async (tx): Promise<Outcome> => {
     if (statementTimeoutMs !== undefined) await tx`select set_config('statement_timeout', ${String(statementTimeoutMs)}, true)`;

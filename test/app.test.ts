@@ -435,6 +435,31 @@ describe("failures", () => {
     expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
   });
 
+  test("`createApp()` gives up on a sync delivery stuck behind a row lock after statementTimeoutMs, keeps nothing, and processes the redelivery", async () => {
+    const body = eventBody("evt_locked_1", "invoice.paid", invoice({ id: "in_locked_1", status: "paid", amount_paid: 2000 }));
+    await db`insert into invoices (id, customer_id, status, currency) values ('in_locked_1', 'cus_test_1', 'open', 'usd')`;
+    const holder = connect(fresh.url, { max: 1 });
+    try {
+      let release!: () => void;
+      const held = holder.begin(async (tx) => {
+        await tx`select 1 from invoices where id = 'in_locked_1' for update`;
+        await new Promise<void>((r) => (release = r));
+      });
+      while (!release) await Bun.sleep(5);
+      const stuck = await reply(await makeApp({ statementTimeoutMs: 300 }).fetch(await signed(body)));
+      expect(stuck.status).toBe(500);
+      expect(stuck.body.error).toBe("processing_failed");
+      expect(await count(db, "webhook_inbox")).toBe(0);
+      release();
+      await held;
+      const retried = await reply(await makeApp({ statementTimeoutMs: 300 }).fetch(await signed(body)));
+      expect(retried.body.outcome).toBe("processed");
+      expect(await count(db, "ledger_entries")).toBe(1);
+    } finally {
+      await holder.end({ timeout: 1 });
+    }
+  });
+
   test("`createApp()` answers 503 database_unavailable with Retry-After when the database is unreachable, and /readyz follows the database", async () => {
     const dead = connect("postgres://postgres:postgres@127.0.0.1:1/x", { connectTimeoutSec: 1 });
     try {
