@@ -1,3 +1,5 @@
+import type { Pooler } from "./db.ts";
+
 /** A configured Stripe endpoint before it is wired to handlers. */
 export interface EndpointSettings {
   /** URL segment and inbox `endpoint` value, e.g. `billing`. */
@@ -18,6 +20,12 @@ export interface Config {
   host: string;
   /** `DATABASE_URL`; undefined means: start the embedded PostgreSQL. */
   databaseUrl: string | undefined;
+  /**
+   * `DATABASE_POOLER`: `transaction` when `DATABASE_URL` goes through a transaction pooler (PgBouncer
+   * `pool_mode = transaction`); then prepared statements are off and workers poll instead of LISTEN.
+   * Default `none`.
+   */
+  databasePooler: Pooler;
   /** Signature tolerance, seconds, both directions. `STRIPE_TOLERANCE_SEC`, default 300, must be > 0. */
   toleranceSec: number;
   /** Body limit, bytes. `MAX_BODY_BYTES`, default 1048576 (1 MiB). */
@@ -71,6 +79,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
     problems.push("DATABASE_URL must start with postgres:// or postgresql://");
   }
+  const databasePooler = readPooler(env, problems);
   const endpoints: EndpointSettings[] = [];
   const readMode = (variable: string): EndpointSettings["mode"] => {
     const raw = env[variable] || "sync";
@@ -107,6 +116,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     port: int("PORT", 3000, 0, 65535),
     host: env.HOST || "127.0.0.1",
     databaseUrl,
+    databasePooler,
     toleranceSec: int("STRIPE_TOLERANCE_SEC", 300, 1),
     maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
     dbPoolMax: int("DB_POOL_MAX", 10, 1),
@@ -118,4 +128,12 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   if (config.metricsToken !== undefined && config.metricsToken.length < 16) problems.push("METRICS_TOKEN must be at least 16 characters");
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/** `DATABASE_POOLER`: unset, `none` or `transaction` (a session pooler needs nothing: leave it unset). */
+export function readPooler(env: Record<string, string | undefined>, problems: string[]): Pooler {
+  const raw = env.DATABASE_POOLER || "none";
+  if (raw === "none" || raw === "transaction") return raw;
+  problems.push(`DATABASE_POOLER must be none or transaction, got "${raw}"`);
+  return "none";
 }

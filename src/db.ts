@@ -23,14 +23,24 @@ export const SQLSTATE = {
   untranslatableCharacter: "22P05",
 } as const;
 
+/** What sits between us and PostgreSQL: nothing (or a session pooler), or a transaction pooler. */
+export type Pooler = "none" | "transaction";
+
 /** Options for {@link connect}. */
 export interface ConnectOptions {
   /** Pool size (connections). Default 10. */
   max?: number;
   /** Seconds to wait for a new connection before failing. Default 5. */
   connectTimeoutSec?: number;
-  /** Behind a transaction pooler (PgBouncer transaction mode) prepared statements must be off. */
+  /** Named prepared statements (postgres.js default). Forced off by `pooler: "transaction"`. */
   prepare?: boolean;
+  /**
+   * `transaction`: the URL points at a transaction pooler (PgBouncer `pool_mode = transaction`), which
+   * gives each transaction whichever server connection is free. A statement prepared on one server
+   * connection is then missing on the next ("prepared statement … does not exist", 26000) or clashes
+   * with another client's ("… already exists", 42P05), so prepared statements are off. Default `none`.
+   */
+  pooler?: Pooler;
   /** Application name shown in pg_stat_activity. */
   applicationName?: string;
 }
@@ -46,7 +56,7 @@ export function connect(url: string, options: ConnectOptions = {}): Db {
     connect_timeout: options.connectTimeoutSec ?? 5,
     idle_timeout: 60,
     max_lifetime: 60 * 30,
-    prepare: options.prepare ?? true,
+    prepare: options.pooler === "transaction" ? false : (options.prepare ?? true),
     backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 1),
     onnotice: () => {},
     connection: { application_name: options.applicationName ?? "webhook-inbox" },

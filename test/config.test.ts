@@ -22,6 +22,7 @@ describe("loadConfig()", () => {
       port: 3000,
       host: "127.0.0.1",
       databaseUrl: undefined,
+      databasePooler: "none",
       toleranceSec: 300,
       maxBodyBytes: 1024 * 1024,
       dbPoolMax: 10,
@@ -47,6 +48,7 @@ describe("loadConfig()", () => {
       port: 8080,
       host: "0.0.0.0",
       databaseUrl: DB_URL,
+      databasePooler: "none",
       toleranceSec: 60,
       maxBodyBytes: 4096,
       dbPoolMax: 3,
@@ -55,6 +57,13 @@ describe("loadConfig()", () => {
       metricsToken: "metrics-token-0123456789",
       endpoints: [{ name: "billing", secrets: [SECRET, OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
     });
+  });
+
+  test("`loadConfig()` reads DATABASE_POOLER=transaction and refuses other poolers", () => {
+    expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_URL: DB_URL, DATABASE_POOLER: "transaction" }).databasePooler).toBe("transaction");
+    expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "none" }).databasePooler).toBe("none");
+    expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "" }).databasePooler).toBe("none");
+    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "statement" }).problems).toEqual(['DATABASE_POOLER must be none or transaction, got "statement"']);
   });
 
   test("`loadConfig()` treats empty strings as unset", () => {

@@ -11,6 +11,7 @@ import postgres from "postgres";
 import { checkStorm, passed } from "../chaos/check.ts";
 import { generateStorm } from "../chaos/model.ts";
 import { sendStorm } from "../chaos/storm.ts";
+import { readPooler } from "../config.ts";
 import { connect } from "../db.ts";
 import { mulberry32 } from "../deliver.ts";
 import { migrate } from "../migrate.ts";
@@ -101,7 +102,8 @@ if (process.env.DATABASE_URL) {
   embedded = await startEmbeddedPostgres({ dir: dataDir, port: 0 });
   url = embedded.url;
 }
-const db = connect(url, { max: 2, applicationName: "webhook-inbox chaos" });
+// DATABASE_POOLER=transaction (DATABASE_URL through PgBouncer) also reaches the children through the environment.
+const db = connect(url, { max: 2, applicationName: "webhook-inbox chaos", pooler: readPooler(process.env, []) });
 await migrate(db, loadMigrations());
 
 // 2. The real commands as children: receivers on fixed ports (kept across restarts), workers.

@@ -1,5 +1,6 @@
 // Entry file: `bun run worker [options]`: processes async and hybrid rows. Env, args and signals live here.
 import { parseArgs } from "node:util";
+import { readPooler } from "../config.ts";
 import { connect } from "../db.ts";
 import { handlersFor } from "../endpoints.ts";
 import { migrate } from "../migrate.ts";
@@ -15,7 +16,7 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --poll-ms N         poll interval when no NOTIFY arrives, ms (default 5000)
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
-  --no-listen         do not LISTEN (behind a transaction pooler); poll only`;
+  --no-listen         do not LISTEN; poll only (implied by DATABASE_POOLER=transaction)`;
 
 const names = ["concurrency", "lease-ms", "timeout-ms", "max-attempts", "poll-ms", "backoff-base-ms", "backoff-cap-ms"] as const;
 const defaults: Record<(typeof names)[number], number> = {
@@ -52,9 +53,15 @@ for (const name of names) {
   settings[name] = value;
 }
 if (settings["timeout-ms"] >= settings["lease-ms"]) usageError(`--timeout-ms (${settings["timeout-ms"]}) must be shorter than --lease-ms (${settings["lease-ms"]})`);
+const poolerProblems: string[] = [];
+const pooler = readPooler(process.env, poolerProblems);
+if (poolerProblems[0]) usageError(poolerProblems[0]);
+// A transaction pooler hands each transaction any server connection: a LISTEN would be registered on a
+// connection we do not keep, so notifications never arrive. Poll only there.
+const listen = !parsed.values["no-listen"] && pooler !== "transaction";
 
 const database = await openDatabase(process.env);
-const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker" });
+const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler });
 await migrate(db, loadMigrations());
 
 const controller = new AbortController();
@@ -67,7 +74,7 @@ function onSignal(signal: string): void {
 process.on("SIGTERM", () => onSignal("SIGTERM"));
 process.on("SIGINT", () => onSignal("SIGINT"));
 
-console.log(JSON.stringify({ worker: "started", database: database.embedded ? "embedded" : "DATABASE_URL", ...settings }));
+console.log(JSON.stringify({ worker: "started", database: database.embedded ? "embedded" : "DATABASE_URL", pooler, listen, ...settings }));
 await runWorker({
   db,
   handlersFor,
@@ -78,7 +85,7 @@ await runWorker({
   maxAttempts: settings["max-attempts"],
   pollMs: settings["poll-ms"],
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
-  listen: !parsed.values["no-listen"],
+  listen,
 });
 await db.end({ timeout: 5 });
 await database.close();
