@@ -1,11 +1,9 @@
 // Entry file: `bun run serve`. Env, embedded PostgreSQL, migrations, Bun.serve and signals live here.
-import { createApp } from "../app.ts";
 import { ConfigError, loadConfig, type Config } from "../config.ts";
-import { connect } from "../db.ts";
-import { stripeEndpoints } from "../endpoints.ts";
 import { migrate } from "../migrate.ts";
 import { devWebhookSecret, openDatabase } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { connectReceiver, receiverApp } from "../runtime/receiver.ts";
 
 const env = process.env;
 let config: Config;
@@ -17,20 +15,10 @@ try {
 }
 
 const database = await openDatabase(env);
-// One connection more than the delivery limit, so /readyz and /metrics still answer under full load.
-const db = connect(database.url, { max: config.dbPoolMax + 1, applicationName: "webhook-inbox serve" });
+const db = connectReceiver(database.url, config, "webhook-inbox serve");
 const migrations = loadMigrations();
 const applied = await migrate(db, migrations);
-const app = createApp({
-  db,
-  endpoints: stripeEndpoints(config.endpoints, config.hybridBudgetMs),
-  toleranceSec: config.toleranceSec,
-  maxBodyBytes: config.maxBodyBytes,
-  schemaVersion: migrations.length,
-  maxInFlight: config.dbPoolMax,
-  queueTimeoutMs: config.queueTimeoutMs,
-  metricsToken: config.metricsToken,
-});
+const app = receiverApp(config, db, { schemaVersion: migrations.length });
 const server = Bun.serve({
   hostname: config.host,
   port: config.port,

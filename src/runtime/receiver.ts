@@ -1,0 +1,59 @@
+// Wiring shared by every entry file (Bun, Deno, Node, workerd): settings → pool → the one core fetch.
+// Portable on purpose: Web APIs, postgres.js and the core only; no file system, signals or servers.
+import { createApp, type App, type LogFn } from "../app.ts";
+import { ConfigError, loadConfig, type Config } from "../config.ts";
+import { connect, type Db } from "../db.ts";
+import { stripeEndpoints } from "../endpoints.ts";
+
+/** A configuration whose database is given (every runtime but `bun run serve` needs `DATABASE_URL`). */
+export type ServerConfig = Config & { databaseUrl: string };
+
+/**
+ * {@link loadConfig} for an entry file that cannot start the embedded PostgreSQL: `DATABASE_URL` is
+ * required. `env` is the runtime's env binding (Workers) or its process environment.
+ * @throws ConfigError listing every problem, `DATABASE_URL` first.
+ */
+export function loadServerConfig(env: Record<string, string | undefined>, runtime: string): ServerConfig {
+  const problems: string[] = [];
+  if (!env.DATABASE_URL) problems.push(`DATABASE_URL is required on ${runtime} (only \`bun run serve\` starts an embedded PostgreSQL)`);
+  try {
+    const config = loadConfig(env);
+    if (problems.length === 0 && config.databaseUrl !== undefined) return { ...config, databaseUrl: config.databaseUrl };
+  } catch (err) {
+    if (!(err instanceof ConfigError)) throw err;
+    problems.push(...err.problems);
+  }
+  throw new ConfigError(problems);
+}
+
+/**
+ * The receiver's pool: by default one connection more than the delivery limit, so `/readyz` and
+ * `/metrics` still answer under full load. Behind a transaction pooler (`DATABASE_POOLER=transaction`)
+ * prepared statements are off (see {@link connect}).
+ */
+export function connectReceiver(url: string, config: Config, applicationName: string, max = config.dbPoolMax + 1): Db {
+  return connect(url, { max, applicationName, pooler: config.databasePooler });
+}
+
+/** Options of {@link receiverApp}. */
+export interface ReceiverOptions {
+  /** Migrations the code expects, for `/readyz`; default: reachability only. */
+  schemaVersion?: number;
+  /** One JSON line per delivery; default stdout. */
+  log?: LogFn;
+}
+
+/** The core `fetch(Request) → Response` for `config` on `db`. */
+export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {}): App {
+  return createApp({
+    db,
+    log: options.log,
+    endpoints: stripeEndpoints(config.endpoints, config.hybridBudgetMs),
+    toleranceSec: config.toleranceSec,
+    maxBodyBytes: config.maxBodyBytes,
+    schemaVersion: options.schemaVersion,
+    maxInFlight: config.dbPoolMax,
+    queueTimeoutMs: config.queueTimeoutMs,
+    metricsToken: config.metricsToken,
+  });
+}

@@ -1,0 +1,33 @@
+// loadServerConfig(): the settings of every entry file that needs DATABASE_URL (Deno, Node.js, workerd).
+import { describe, expect, test } from "bun:test";
+import { ConfigError } from "../../src/config.ts";
+import { loadServerConfig } from "../../src/runtime/receiver.ts";
+import { SECRET } from "../helpers.ts";
+
+const DB_URL = "postgres://app:pw@db.internal:6432/inbox";
+
+function problems(env: Record<string, string | undefined>): string[] {
+  try {
+    loadServerConfig(env, "Deno");
+  } catch (err) {
+    if (err instanceof ConfigError) return err.problems;
+    throw err;
+  }
+  throw new Error("loadServerConfig() accepted the environment");
+}
+
+describe("loadServerConfig()", () => {
+  test("`loadServerConfig()` returns loadConfig()'s settings with the database URL and the pooler", () => {
+    const config = loadServerConfig({ DATABASE_URL: DB_URL, DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, PORT: "8080" }, "Deno");
+    expect(config).toMatchObject({ databaseUrl: DB_URL, databasePooler: "transaction", port: 8080 });
+  });
+
+  test("`loadServerConfig()` requires DATABASE_URL, listed first with every other problem", () => {
+    expect(problems({ STRIPE_WEBHOOK_SECRET: SECRET })).toEqual(["DATABASE_URL is required on Deno (only `bun run serve` starts an embedded PostgreSQL)"]);
+    expect(problems({ PORT: "x" })).toEqual([
+      "DATABASE_URL is required on Deno (only `bun run serve` starts an embedded PostgreSQL)",
+      "STRIPE_WEBHOOK_SECRET is required (the billing endpoint's whsec_… signing secret)",
+      'PORT must be an integer from 0 to 65535, got "x"',
+    ]);
+  });
+});
