@@ -1,5 +1,6 @@
 import type { PendingQuery, Row } from "postgres";
 import type { Db, Tx } from "./db.ts";
+import { INBOX_CHANNEL } from "./notifier.ts";
 import type { VerifiedEvent } from "./provider.ts";
 
 /** The inbox's idempotency key: primary key of `webhook_inbox`. */
@@ -13,7 +14,7 @@ export interface InboxKey {
 export type RecordedAs = "processed" | "ignored" | null;
 
 /** LISTEN/NOTIFY channel that wakes workers when a row is queued (see notifier.ts). */
-export const NOTIFY_CHANNEL = "webhook_inbox";
+export const NOTIFY_CHANNEL = INBOX_CHANNEL;
 
 /** Retry timing: first delay and cap, ms, for the SQL `webhook_inbox_backoff()` (sql/0003_worker.sql). */
 export interface Backoff {

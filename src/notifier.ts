@@ -1,5 +1,9 @@
 import type { Db } from "./db.ts";
-import { NOTIFY_CHANNEL } from "./inbox.ts";
+
+/** Wakes inbox workers (rows queued by async and hybrid mode, or requeued). */
+export const INBOX_CHANNEL = "webhook_inbox";
+/** Wakes outbox dispatchers (a processed event may have written outbox rows). */
+export const OUTBOX_CHANNEL = "webhook_outbox";
 
 /** Coalesced worker wake-ups for one pool; see {@link notifierFor}. */
 export interface Notifier {
@@ -7,10 +11,11 @@ export interface Notifier {
   wake(): void;
 }
 
-const notifiers = new WeakMap<Db, Notifier>();
+const notifiers = new WeakMap<Db, Map<string, Notifier>>();
 
 /**
- * The pool's notifier: `wake()` sends `select pg_notify('webhook_inbox', '')` in its own statement,
+ * The pool's notifier for `channel` (default {@link INBOX_CHANNEL}): `wake()` sends
+ * `select pg_notify(channel, '')` in its own statement,
  * with at most one in flight; wakes that arrive meanwhile are folded into one more NOTIFY after it.
  *
  * Why not `pg_notify` inside the inserting transaction: PostgreSQL serializes every committing
@@ -20,22 +25,27 @@ const notifiers = new WeakMap<Db, Notifier>();
  * after the commit instead, every queued row is still followed by a NOTIFY, and workers also poll.
  * A NOTIFY that fails (database down) is dropped: the poll interval bounds the delay.
  */
-export function notifierFor(db: Db): Notifier {
-  let notifier = notifiers.get(db);
+export function notifierFor(db: Db, channel: string = INBOX_CHANNEL): Notifier {
+  let byChannel = notifiers.get(db);
+  if (!byChannel) {
+    byChannel = new Map();
+    notifiers.set(db, byChannel);
+  }
+  let notifier = byChannel.get(channel);
   if (!notifier) {
-    notifier = createNotifier(db);
-    notifiers.set(db, notifier);
+    notifier = createNotifier(db, channel);
+    byChannel.set(channel, notifier);
   }
   return notifier;
 }
 
-function createNotifier(db: Db): Notifier {
+function createNotifier(db: Db, channel: string): Notifier {
   let inFlight = false;
   let again = false;
   const send = (): void => {
     inFlight = true;
     again = false;
-    db`select pg_notify(${NOTIFY_CHANNEL}, '')`.then(
+    db`select pg_notify(${channel}, '')`.then(
       () => done(),
       () => done(),
     );

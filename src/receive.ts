@@ -1,7 +1,7 @@
 import { isDatabaseUnavailable, isDataError, type Db } from "./db.ts";
 import { dataObject, PermanentError, type HandlerTable } from "./handler-table.ts";
 import { recordAndApply, recordEvent, recordFailedAttempt, recordUnstorable, type Backoff } from "./inbox.ts";
-import { notifierFor } from "./notifier.ts";
+import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
 import type { VerifiedEvent } from "./provider.ts";
 
 /** The result of one delivery, returned as a value (all are 2xx). */
@@ -29,6 +29,7 @@ export interface ReceiveTarget {
  * A handler made by `statementHandler` (all billing handlers) runs in the same statement as the inbox
  * insert: one round trip and no BEGIN/COMMIT (a single statement is its own transaction), with the
  * same all-or-nothing guarantee; other handlers run in a `sql.begin` transaction.
+ * After a processed event's commit, outbox dispatchers are woken (coalesced NOTIFY, notifier.ts).
  * Throws whatever the handler or the database threw, after the rollback: nothing of this attempt
  * remains, so the provider's retry processes it again (no Case A loss, no Case B double booking).
  */
@@ -38,9 +39,11 @@ export async function receiveSync(db: Db, target: ReceiveTarget, event: Verified
   if (handler?.statement) {
     const context = { ...key, eventType: event.type };
     const effect = handler.statement(db, dataObject(event.payload), context);
-    return (await recordAndApply(db, key, event, effect, statementTimeoutMs)) ? "processed" : "duplicate";
+    if (!(await recordAndApply(db, key, event, effect, statementTimeoutMs))) return "duplicate";
+    notifierFor(db, OUTBOX_CHANNEL).wake(); // the handler may have written outbox rows
+    return "processed";
   }
-  return db.begin(async (tx): Promise<Outcome> => {
+  const outcome = await db.begin(async (tx): Promise<Outcome> => {
     if (statementTimeoutMs !== undefined) await tx`select set_config('statement_timeout', ${String(statementTimeoutMs)}, true)`;
     const inserted = await recordEvent(tx, key, event, handler ? "processed" : "ignored");
     if (!inserted) return "duplicate";
@@ -48,6 +51,8 @@ export async function receiveSync(db: Db, target: ReceiveTarget, event: Verified
     await handler(tx, dataObject(event.payload), { ...key, eventType: event.type });
     return "processed";
   });
+  if (outcome === "processed") notifierFor(db, OUTBOX_CHANNEL).wake();
+  return outcome;
 }
 
 /**

@@ -3,6 +3,7 @@ import { claimBatch, type Claim } from "./claim.ts";
 import type { Db } from "./db.ts";
 import type { HandlerTable } from "./handler-table.ts";
 import { NOTIFY_CHANNEL, type Backoff } from "./inbox.ts";
+import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
 import { processClaimed } from "./process-claimed.ts";
 import { describeError } from "./receive.ts";
 
@@ -75,11 +76,13 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
   });
 
   const inFlight = new Set<Promise<void>>();
+  const outbox = notifierFor(db, OUTBOX_CHANNEL);
   async function work(claim: Claim): Promise<void> {
     const started = Date.now();
     const line = { event_id: claim.eventId, endpoint: claim.endpoint, type: claim.eventType, attempt: claim.attempt };
     try {
       const result = await processClaimed(db, claim, { handlersFor: options.handlersFor, timeoutMs, maxAttempts, backoff });
+      if (result.outcome === "processed") outbox.wake(); // its handler may have written outbox rows
       log({ ...line, outcome: result.outcome, ...(result.error ? { error: result.error } : {}), duration_ms: Date.now() - started });
     } catch (err) {
       // Recording the failure failed too: the lease expires and the row is claimed again.

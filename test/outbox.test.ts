@@ -11,7 +11,8 @@ import { markPublished, recordDeliveryFailure, type SendFn } from "../src/outbox
 import { OUTBOX_CHANNEL, runDispatcher, type DispatcherOptions } from "../src/outbox/dispatcher.ts";
 import { handlerSink } from "../src/outbox/handler-sink.ts";
 import { requeueOutbox } from "../src/outbox/requeue.ts";
-import { closeAll, connections, count, freshDatabase, invoice } from "./helpers.ts";
+import { receiveSync } from "../src/receive.ts";
+import { closeAll, connections, count, eventBody, freshDatabase, invoice, verified } from "./helpers.ts";
 import { waitUntil } from "./wait-until.ts";
 
 const fresh = await freshDatabase();
@@ -111,25 +112,21 @@ describe("sql/0005_outbox_dispatch.sql", () => {
     expect(row).toEqual({ attempts: 0, claim_token: null, due: true, last_error: null, needs_review_at: null, published_at: null });
   });
 
-  test("the insert trigger notifies `webhook_outbox` once per inserting statement at commit, never for no rows or a rollback", async () => {
+  test("`receiveSync()` wakes `webhook_outbox` after a processed event's commit, not for a duplicate or a failure", async () => {
     const heard: string[] = [];
     const listener = await db.listen(OUTBOX_CHANNEL, (payload) => heard.push(payload));
+    const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+    const paid = verified(eventBody("evt_wake_1", "invoice.paid", invoice({ id: "in_wake_1", amount_paid: 2000, status: "paid" })));
     try {
-      await db`
-        insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-        select 'Invoice', 'in_notify_' || n, 'InvoicePaymentBooked', '{}'::jsonb from generate_series(1, 3) n
-      `;
-      await waitUntil("the first notification", async () => heard.length === 1);
-      await db`insert into outbox (aggregate_type, aggregate_id, event_type, payload) select 'Invoice', 'x', 'X', '{}'::jsonb where false`;
-      await db
-        .begin(async (tx) => {
-          await tx`insert into outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', 'in_rolled_back', 'X', '{}')`;
-          throw new Error("roll back");
-        })
-        .catch(() => {});
-      await insertRows(["in_notify_last"]);
-      // Notifications arrive in commit order: had the empty insert or the rollback notified, it would be here first.
+      expect(await receiveSync(db, target, paid)).toBe("processed");
+      await waitUntil("the notification", async () => heard.length === 1);
+      expect(await receiveSync(db, target, paid)).toBe("duplicate");
+      const failing = { ...target, handlers: { "invoice.paid": async () => { throw new Error("roll back"); } } };
+      await receiveSync(db, failing, verified(eventBody("evt_wake_2", "invoice.paid", invoice({ id: "in_wake_2", status: "paid" })))).catch(() => {});
+      await receiveSync(db, target, verified(eventBody("evt_wake_3", "invoice.paid", invoice({ id: "in_wake_3", amount_paid: 2000, status: "paid" }))));
+      // Notifications arrive in order: had the duplicate or the failure notified, the count would be 3.
       await waitUntil("the second notification", async () => heard.length >= 2);
+      await Bun.sleep(100);
       expect(heard).toEqual(["", ""]);
     } finally {
       await listener.unlisten();
@@ -438,7 +435,7 @@ describe("runDispatcher()", () => {
     });
   }, WAITS);
 
-  test("`runDispatcher()` wakes on NOTIFY for a row the billing handler commits while it is idle, well before its 30 s poll", async () => {
+  test("`runDispatcher()` wakes on the NOTIFY sent after a processed event's commit while it is idle, well before its 30 s poll", async () => {
     const delivered: string[] = [];
     const controller = new AbortController();
     const application = "outbox-notify-test";
@@ -455,10 +452,7 @@ describe("runDispatcher()", () => {
         `;
         return row?.listening === 1 && row.claimed >= 1;
       });
-      const bookPayment = billingHandlers["invoice.paid"] as Handler;
-      await db.begin((tx) =>
-        bookPayment(tx, invoice({ id: "in_notified", amount_paid: 2000, status: "paid" }), { provider: "stripe", endpoint: "billing", eventId: "evt_notified", eventType: "invoice.paid" }),
-      );
+      await receiveSync(db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(eventBody("evt_notified", "invoice.paid", invoice({ id: "in_notified", amount_paid: 2000, status: "paid" }))));
       await waitUntil("the new row delivered", async () => (await published()) === 1, { timeoutMs: 10_000 });
       expect(delivered).toEqual(["in_notified"]);
     } finally {

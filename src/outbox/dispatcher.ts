@@ -1,3 +1,4 @@
+import { OUTBOX_CHANNEL } from "../notifier.ts";
 import type { LogFn } from "../app.ts";
 import type { Db } from "../db.ts";
 import type { Backoff } from "../inbox.ts";
@@ -5,8 +6,8 @@ import { describeError } from "../receive.ts";
 import { claimOutboxBatch, type OutboxMessage } from "./claim.ts";
 import { deliverClaimed, type SendFn } from "./deliver-claimed.ts";
 
-/** LISTEN/NOTIFY channel that wakes dispatchers when rows are inserted (trigger in sql/0005_outbox_dispatch.sql). */
-export const OUTBOX_CHANNEL = "webhook_outbox";
+/** LISTEN/NOTIFY channel that wakes dispatchers: sent after a processed event's commit (src/notifier.ts). */
+export { OUTBOX_CHANNEL };
 
 /** Settings of {@link runDispatcher}; times in ms. */
 export interface DispatcherOptions {
