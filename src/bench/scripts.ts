@@ -84,3 +84,31 @@ export function inboxOnlyScript(): string {
   return `${HEADER}insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-inbox', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id) do nothing;
 `;
 }
+
+/**
+ * The billing `invoice.paid` handler's exact statement (as the worker and a replay run it: gate
+ * `inbox as (select 1)`), captured from postgres.js, with its parameters for job `n`: the equal work
+ * the graphile-worker peer does per job.
+ */
+export async function capturedHandlerStatement(url: string): Promise<{ text: string; params: (n: number) => unknown[] }> {
+  const captured: { text: string; params: unknown[] }[] = [];
+  const sql = postgres(url, { max: 1, onnotice: () => {}, debug: (_c, text, params) => captured.push({ text, params: params as unknown[] }) });
+  const body = benchEventBody("SENTINEL", 0);
+  const payload = JSON.parse(body) as Record<string, unknown>;
+  try {
+    await sql.begin(async (tx) => {
+      await billingHandlers["invoice.paid"]?.(tx, dataObject(payload), { provider: "stripe", endpoint: "bench-peer", eventId: EVENT, eventType: "invoice.paid" });
+      throw new Rollback();
+    });
+  } catch (err) {
+    if (!(err instanceof Rollback)) throw err;
+  } finally {
+    await sql.end();
+  }
+  const statement = captured.find((c) => c.text.includes("ledger_entries"));
+  if (!statement) throw new Error("Cannot capture the billing statement");
+  return {
+    text: statement.text,
+    params: (n) => statement.params.map((p) => (p === EVENT ? `evt_peer_${n}` : p === INVOICE ? `in_peer_${n}` : p)),
+  };
+}

@@ -8,12 +8,13 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { benchEventBody } from "../bench/payload.ts";
-import { capturedScript, inboxOnlyScript, seedSyncScript } from "../bench/scripts.ts";
+import { capturedHandlerStatement, capturedScript, inboxOnlyScript, seedSyncScript } from "../bench/scripts.ts";
 import { connect } from "../db.ts";
 import { handlersFor } from "../endpoints.ts";
 import { migrate } from "../migrate.ts";
 import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../runtime/embedded-postgres.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { graphileDrain } from "../runtime/graphile-peer.ts";
 import { ensurePgbench, runPgbench } from "../runtime/pgbench.ts";
 import { runWorker } from "../worker.ts";
 
@@ -166,6 +167,17 @@ if (sections.has("drain")) {
     results[`worker drain @${w}`] = stat(rates);
     row("worker drain (ours)", w, stat(rates), "events/s", `backlog ${backlog}`);
     say(`worker drain @${w}: ${JSON.stringify(stat(rates))}`);
+    // The peer: graphile-worker doing the same billing statement per job, plain and with its batching.
+    const work = await capturedHandlerStatement(url);
+    for (const batched of [false, true]) {
+      await reset();
+      const peer = Array.from({ length: runs }, () => 0);
+      for (let r = 0; r < runs; r++) peer[r] = await graphileDrain(db, url, work, backlog, w, batched);
+      const name = `graphile-worker drain${batched ? " (batched: local queue + batched completion)" : ""}`;
+      results[`${name} @${w}`] = stat(peer);
+      row(name, w, stat(peer), "jobs/s", `backlog ${backlog}, same billing statement per job`);
+      say(`${name} @${w}: ${JSON.stringify(stat(peer))}`);
+    }
   }
 }
 
