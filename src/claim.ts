@@ -74,3 +74,21 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
     .filter((r) => r.claimed)
     .map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload }));
 }
+
+/**
+ * Gives back a claimed row that was never worked on (worker shutdown with rows still queued): due
+ * again at once and its attempt not counted. Fenced by the claim's attempt number, so a row that was
+ * claimed again or finished meanwhile is left alone. Returns whether the row was released.
+ */
+export async function releaseClaim(db: Db, claim: Claim): Promise<boolean> {
+  const rows = await db`
+    update webhook_inbox
+       set attempts = attempts - 1,
+           available_at = now()
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+       and attempts = ${claim.attempt}
+       and processed_at is null
+       and needs_review_at is null
+  `;
+  return rows.count === 1;
+}

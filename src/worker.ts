@@ -1,5 +1,5 @@
 import type { LogFn } from "./app.ts";
-import { claimBatch, type Claim } from "./claim.ts";
+import { claimBatch, releaseClaim, type Claim } from "./claim.ts";
 import type { Db } from "./db.ts";
 import type { HandlerTable } from "./handler-table.ts";
 import { NOTIFY_CHANNEL, type Backoff } from "./inbox.ts";
@@ -32,8 +32,9 @@ export interface WorkerOptions {
 }
 
 /**
- * The async-mode worker loop (seed §6): claim due rows in batches up to the free slots, process each
- * in its own transaction, sleep until a NOTIFY, a freed slot or the poll interval. Logs one line per
+ * The async-mode worker loop (seed §6): claim due rows in batches (up to the free slots plus a local
+ * queue of `concurrency` rows), process each in its own transaction, sleep until a NOTIFY, a freed
+ * slot or the poll interval. Logs one line per
  * row: event id, type, attempt, outcome, duration ms (never the payload). Resolves after `signal`
  * aborts and in-flight rows finished. Database errors while claiming are logged and retried after
  * the poll interval (capped at 1 s); they never end the loop.
@@ -90,40 +91,53 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     }
   }
 
+  // Claimed rows wait here for a slot (a local queue of up to `concurrency` rows), so one claim
+  // statement serves several rows. Their lease runs meanwhile: a few processing times, far below it.
+  const queue: Claim[] = [];
+  const start = (claim: Claim) => {
+    const p: Promise<void> = work(claim).finally(() => {
+      inFlight.delete(p);
+      nudge();
+    });
+    inFlight.add(p);
+  };
+  const fillSlots = () => {
+    while (inFlight.size < concurrency && queue.length > 0) start(queue.shift() as Claim);
+  };
+  const parkedLog = (rows: { eventId: string; endpoint: string; eventType: string; attempts: number }[]) => {
+    for (const r of rows) log({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, attempt: r.attempts, outcome: "needs_review", error: "attempt limit reached with no outcome recorded" });
+  };
+
   while (!signal.aborted) {
-    const free = concurrency - inFlight.size;
-    if (free === 0) {
+    fillSlots();
+    // Invariant: a non-empty queue means every slot is busy. Refill once it is half empty.
+    const room = 2 * concurrency - inFlight.size - queue.length;
+    let found = room;
+    if (queue.length <= concurrency / 2 && room > 0) {
+      woken = false;
+      try {
+        const claims = await claimBatch(db, { limit: room, leaseMs, maxAttempts, onParked: parkedLog });
+        queue.push(...claims);
+        found = claims.length;
+      } catch (err) {
+        log({ worker: "claim_failed", error: describeError(err) });
+        await sleep(Math.min(pollMs, 1_000));
+        continue;
+      }
+      fillSlots();
+    }
+    if (inFlight.size === concurrency) {
       // Every slot is busy: wait for one to finish. (Not sleep(): a NOTIFY sets `woken`, which only a
       // claim clears, so sleep() would return at once and this loop would spin and starve its own rows.)
       await Promise.race(inFlight);
       continue;
     }
-    woken = false;
-    let claims: Claim[];
-    try {
-      claims = await claimBatch(db, {
-        limit: free,
-        leaseMs,
-        maxAttempts,
-        onParked: (rows) => {
-          for (const r of rows) log({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, attempt: r.attempts, outcome: "needs_review", error: "attempt limit reached with no outcome recorded" });
-        },
-      });
-    } catch (err) {
-      log({ worker: "claim_failed", error: describeError(err) });
-      await sleep(Math.min(pollMs, 1_000));
-      continue;
-    }
-    for (const claim of claims) {
-      const p: Promise<void> = work(claim).finally(() => {
-        inFlight.delete(p);
-        nudge();
-      });
-      inFlight.add(p);
-    }
-    // Invariant: claim again at once only when the batch filled every free slot (more may be due).
-    if (claims.length === free) continue;
-    await sleep(pollMs);
+    // A slot is free and the queue is empty: the last claim found fewer rows than it asked for.
+    if (found < room) await sleep(pollMs);
+  }
+  // Shutdown: rows claimed but never started go back, their attempt not counted.
+  for (const claim of queue.splice(0)) {
+    await releaseClaim(db, claim).catch((err) => log({ worker: "release_failed", event_id: claim.eventId, error: describeError(err) }));
   }
   await Promise.all(inFlight);
   await listener?.unlisten().catch(() => {});
