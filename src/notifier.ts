@@ -12,11 +12,12 @@ export interface Notifier {
 }
 
 const notifiers = new WeakMap<Db, Map<string, Notifier>>();
+const MIN_INTERVAL_MS = 20;
 
 /**
  * The pool's notifier for `channel` (default {@link INBOX_CHANNEL}): `wake()` sends
- * `select pg_notify(channel, '')` in its own statement,
- * with at most one in flight; wakes that arrive meanwhile are folded into one more NOTIFY after it.
+ * `select pg_notify(channel, '')` in its own statement, at most one in flight and at most one per
+ * 20 ms; wakes that arrive meanwhile are folded into one more NOTIFY after it.
  *
  * Why not `pg_notify` inside the inserting transaction: PostgreSQL serializes every committing
  * transaction that has notified on a database-wide lock held through its commit (async.c,
@@ -50,9 +51,14 @@ function createNotifier(db: Db, channel: string): Notifier {
       () => done(),
     );
   };
+  // At most one NOTIFY per MIN_INTERVAL_MS per channel and pool: under load one wake-up serves many
+  // rows (workers and dispatchers busy with a batch claim again by themselves), and each NOTIFY
+  // briefly takes PostgreSQL's notify lock.
   const done = (): void => {
-    inFlight = false;
-    if (again) send();
+    setTimeout(() => {
+      inFlight = false;
+      if (again) send();
+    }, MIN_INTERVAL_MS);
   };
   return {
     wake() {

@@ -149,6 +149,7 @@ if (sections.has("drain")) {
                replace(replace(${template}, 'evt_bench_DRAIN_0', 'evt_' || ${run} || '_' || g), 'in_bench_DRAIN_0', 'in_' || ${run} || '_' || g)::jsonb
           from generate_series(1, ${backlog}) g
       `;
+      await db`analyze webhook_inbox`; // fresh statistics, as autovacuum would give a long-lived table
       const pool = connect(url, { max: w + 1, applicationName: "bench worker" });
       const controller = new AbortController();
       const t0 = performance.now();
