@@ -34,6 +34,8 @@ export interface Config {
   dbPoolMax: number;
   /** How long a delivery waits for a free connection before 503, ms. `QUEUE_TIMEOUT_MS`, default 2000. */
   queueTimeoutMs: number;
+  /** Longest a sync delivery's statement may run, lock waits included, ms. `STATEMENT_TIMEOUT_MS`, default 10000. */
+  statementTimeoutMs: number;
   /** Hybrid mode's in-request time budget, ms. `HYBRID_BUDGET_MS`, default 2000. */
   hybridBudgetMs: number;
   /** Bearer token for `GET /metrics`. `METRICS_TOKEN`; unset = open (bind to a private interface). */
@@ -121,6 +123,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
     dbPoolMax: int("DB_POOL_MAX", 10, 1),
     queueTimeoutMs: int("QUEUE_TIMEOUT_MS", 2000, 1),
+    statementTimeoutMs: int("STATEMENT_TIMEOUT_MS", 10000, 1),
     hybridBudgetMs: int("HYBRID_BUDGET_MS", 2000, 1),
     metricsToken: env.METRICS_TOKEN || undefined,
     endpoints,

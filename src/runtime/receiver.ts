@@ -54,6 +54,7 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
     schemaVersion: options.schemaVersion,
     maxInFlight: config.dbPoolMax,
     queueTimeoutMs: config.queueTimeoutMs,
+    statementTimeoutMs: config.statementTimeoutMs,
     metricsToken: config.metricsToken,
   });
 }
