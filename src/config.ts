@@ -71,7 +71,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     const raw = env[name];
     if (raw === undefined || raw === "") return fallback;
     const value = Number(raw);
-    if (!Number.isSafeInteger(value) || value < min || value > max) {
+    if (!/^-?\d+$/.test(raw.trim()) || !Number.isSafeInteger(value) || value < min || value > max) {
       const range = max === Number.MAX_SAFE_INTEGER ? `≥ ${min}` : `from ${min} to ${max}`;
       problems.push(`${name} must be an integer ${range}, got "${raw}"`);
     }

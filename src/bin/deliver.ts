@@ -28,7 +28,7 @@ try {
       copies: { type: "string", default: "1" },
       concurrency: { type: "string", default: "1" },
       shuffle: { type: "boolean", default: false },
-      seed: { type: "string", default: String(Date.now() % 100000) },
+      seed: { type: "string", default: String(Date.now() % 100000) }, // any whole number ≥ 0
       attempts: { type: "string", default: "6" },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -43,9 +43,9 @@ if (values.help) {
 }
 if (positionals.length === 0) fail("Missing event files: name JSON files or folders of them");
 
-const number = (name: string, raw: string): number => {
+const number = (name: string, raw: string, min = 1): number => {
   const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n < 1) fail(`--${name} must be a whole number ≥ 1, got "${raw}"`);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(n) || n < min) fail(`--${name} must be a whole number ≥ ${min}, got "${raw}"`);
   return n;
 };
 
@@ -64,7 +64,7 @@ const secret = values.secret ?? process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]
 if (!secret) fail("Missing signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET");
 
 const url = values.url ?? `http://127.0.0.1:${process.env.PORT ?? 3000}/webhooks/stripe`;
-const seed = number("seed", values.seed);
+const seed = number("seed", values.seed, 0);
 const started = performance.now();
 const summary = await deliver(files, {
   url,

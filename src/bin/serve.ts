@@ -14,23 +14,37 @@ try {
   process.exit(1);
 }
 
-const database = await openDatabase(env);
+/** Startup failures end with one clear line and exit 1, never a stack trace. */
+function fatal(what: string, err: unknown): never {
+  console.error(`Cannot start webhook-inbox: ${what}: ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
+}
+
+const database = await openDatabase(env).catch((err: unknown) => fatal("database", err));
 const db = connectReceiver(database.url, config, "webhook-inbox serve");
 const migrations = loadMigrations();
-const applied = await migrate(db, migrations);
+const applied = await migrate(db, migrations).catch((err: unknown) => fatal("migrations", err));
 const app = receiverApp(config, db, { schemaVersion: migrations.length });
-const server = Bun.serve({
-  hostname: config.host,
-  port: config.port,
-  fetch: app.fetch,
-  // Our own reader enforces the exact limit with a JSON 413; this only stops absurd uploads early.
-  maxRequestBodySize: config.maxBodyBytes * 2,
-});
+let server: ReturnType<typeof Bun.serve>;
+try {
+  server = Bun.serve({
+    hostname: config.host,
+    port: config.port,
+    fetch: app.fetch,
+    // Our own reader enforces the exact limit with a JSON 413; this only stops absurd uploads early.
+    maxRequestBodySize: config.maxBodyBytes * 2,
+  });
+} catch (err) {
+  fatal(`listening on ${config.host}:${config.port} (is the port taken? set PORT)`, err);
+}
 
 const base = `http://${config.host}:${server.port}`;
 console.log(`webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`);
 for (const e of config.endpoints) {
   console.log(`  endpoint ${e.name} (${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`);
+}
+if (database.embedded) {
+  console.log("  development database: embedded PostgreSQL in .data/postgres (not for production: set DATABASE_URL)");
 }
 if (config.endpoints[0]?.source === "generated") {
   console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");

@@ -20,10 +20,14 @@ export interface DatabaseHandle {
  * `DATABASE_URL` when set; otherwise the embedded PostgreSQL 18 kept in `.data/postgres`
  * (`EMBEDDED_PG_DIR`), on 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329). When that cluster is already
  * running (another command, or a receiver that was killed), it is reused and left running.
- * @throws Error when the embedded server cannot start.
+ * @throws Error when the embedded server cannot start, or when `NODE_ENV=production` without `DATABASE_URL`.
  */
 export async function openDatabase(env: Record<string, string | undefined>): Promise<DatabaseHandle> {
   if (env.DATABASE_URL) return { url: env.DATABASE_URL, embedded: false, close: async () => {} };
+  if (env.NODE_ENV === "production") {
+    // A production receiver must never acknowledge payments into a disposable local cluster.
+    throw new Error("DATABASE_URL is required when NODE_ENV=production: the embedded PostgreSQL (postgres/postgres on 127.0.0.1, data in .data/) is for local development only");
+  }
   const dir = env.EMBEDDED_PG_DIR ?? join(DATA_DIR, "postgres");
   const port = Number(env.EMBEDDED_PG_PORT ?? 54329);
   const url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
