@@ -5,6 +5,7 @@ import type { HandlerTable } from "./handler-table.ts";
 import { NOTIFY_CHANNEL, type Backoff } from "./inbox.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
 import { processClaimed } from "./process-claimed.ts";
+import { createWakeUp } from "./wake-up.ts";
 import { describeError } from "./receive.ts";
 
 /** Settings of {@link runWorker}; times in ms. */
@@ -51,26 +52,8 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
   const log = options.log ?? ((line) => console.log(JSON.stringify(line)));
   if (timeoutMs >= leaseMs) throw new Error(`Worker timeout (${timeoutMs} ms) must be shorter than the lease (${leaseMs} ms)`);
 
-  // Wake-ups: a NOTIFY, a finished row or abort sets `woken`; sleep() returns at once if it is set,
-  // so a wake-up that arrives while claiming is never lost.
-  let woken = false;
-  let wake: (() => void) | undefined;
-  const nudge = () => {
-    woken = true;
-    wake?.();
-  };
-  const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      if (woken || signal.aborted) return resolve();
-      const timer = setTimeout(done, ms);
-      wake = done;
-      function done() {
-        clearTimeout(timer);
-        wake = undefined;
-        resolve();
-      }
-    });
-  signal.addEventListener("abort", nudge);
+  // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
+  const { nudge, claiming, sleep } = createWakeUp(signal);
   const listener = options.listen === false ? undefined : await db.listen(NOTIFY_CHANNEL, nudge).catch((err) => {
     log({ worker: "listen_failed", error: describeError(err) });
     return undefined;
@@ -114,7 +97,7 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     const room = 2 * concurrency - inFlight.size - queue.length;
     let found = room;
     if (queue.length <= concurrency / 2 && room > 0) {
-      woken = false;
+      claiming();
       try {
         const claims = await claimBatch(db, { limit: room, leaseMs, maxAttempts, onParked: parkedLog });
         queue.push(...claims);
@@ -127,8 +110,8 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
       fillSlots();
     }
     if (inFlight.size === concurrency) {
-      // Every slot is busy: wait for one to finish. (Not sleep(): a NOTIFY sets `woken`, which only a
-      // claim clears, so sleep() would return at once and this loop would spin and starve its own rows.)
+      // Every slot is busy: wait for one to finish. (Not sleep(): a pending nudge is cleared only by a
+      // claim, so sleep() would return at once and this loop would spin and starve its own rows.)
       await Promise.race(inFlight);
       continue;
     }

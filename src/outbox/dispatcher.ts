@@ -3,6 +3,7 @@ import type { LogFn } from "../app.ts";
 import type { Db } from "../db.ts";
 import type { Backoff } from "../inbox.ts";
 import { describeError } from "../receive.ts";
+import { createWakeUp } from "../wake-up.ts";
 import { claimOutboxBatch, type OutboxMessage } from "./claim.ts";
 import { deliverClaimed, type SendFn } from "./deliver-claimed.ts";
 
@@ -62,26 +63,8 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
   const log = options.log ?? ((line) => console.log(JSON.stringify(line)));
   if (timeoutMs >= leaseMs) throw new Error(`Dispatcher timeout (${timeoutMs} ms) must be shorter than the lease (${leaseMs} ms)`);
 
-  // Wake-ups: a NOTIFY, a finished delivery or abort sets `woken`; sleep() returns at once if it is
-  // set, so a wake-up that arrives while claiming is never lost.
-  let woken = false;
-  let wake: (() => void) | undefined;
-  const nudge = () => {
-    woken = true;
-    wake?.();
-  };
-  const sleep = (ms: number) =>
-    new Promise<void>((resolve) => {
-      if (woken || signal.aborted) return resolve();
-      const timer = setTimeout(done, ms);
-      wake = done;
-      function done() {
-        clearTimeout(timer);
-        wake = undefined;
-        resolve();
-      }
-    });
-  signal.addEventListener("abort", nudge);
+  // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
+  const { nudge, claiming, sleep } = createWakeUp(signal);
   const listener = options.listen === false ? undefined : await db.listen(OUTBOX_CHANNEL, nudge).catch((err) => {
     log({ dispatcher: "listen_failed", error: describeError(err) });
     return undefined;
@@ -110,7 +93,7 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
       await Promise.race(inFlight);
       continue;
     }
-    woken = false;
+    claiming();
     let messages: OutboxMessage[];
     try {
       messages = await claimOutboxBatch(db, { limit: free, leaseMs, maxAttempts, ordered });
