@@ -1,6 +1,7 @@
 // Entry file: `bun run dispatch [options]`: delivers outbox rows to OUTBOX_SINK_URL, signed with the
 // Standard Webhooks scheme. Env, args and signals live here; the loop is src/outbox/dispatcher.ts.
 import { parseArgs } from "node:util";
+import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { connect } from "../db.ts";
 import { migrate } from "../migrate.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
@@ -21,11 +22,6 @@ const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBO
   --ordered           one row at a time per aggregate, in id order (OUTBOX_ORDERED=true)
   --no-listen         do not LISTEN (behind a transaction pooler); poll only`;
 
-const names = ["concurrency", "lease-ms", "timeout-ms", "max-attempts", "poll-ms", "backoff-base-ms", "backoff-cap-ms"] as const;
-const defaults: Record<(typeof names)[number], number> = {
-  concurrency: 4, "lease-ms": 60_000, "timeout-ms": 30_000, "max-attempts": 10, "poll-ms": 5_000, "backoff-base-ms": 1_000, "backoff-cap-ms": 600_000,
-};
-
 function usageError(problems: string[]): never {
   console.error(`Cannot start the dispatcher:\n${problems.map((p) => `  - ${p}`).join("\n")}\n\n${USAGE}`);
   process.exit(2);
@@ -35,7 +31,7 @@ let parsed;
 try {
   parsed = parseArgs({
     options: {
-      ...Object.fromEntries(names.map((n) => [n, { type: "string" as const }])),
+      ...loopFlagSpecs,
       ordered: { type: "boolean", default: false },
       "no-listen": { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
@@ -51,15 +47,7 @@ if (parsed.values.help) {
 
 // Every problem is listed at once, each naming its flag or variable; secrets are never echoed.
 const problems: string[] = [];
-const settings = {} as Record<(typeof names)[number], number>;
-for (const name of names) {
-  const envName = `OUTBOX_${name.toUpperCase().replaceAll("-", "_")}`;
-  const raw = (parsed.values as Record<string, unknown>)[name] ?? process.env[envName];
-  const value = raw === undefined ? defaults[name] : Number(raw);
-  if (!Number.isSafeInteger(value) || value < 1) problems.push(`--${name} (${envName}) must be a whole number ≥ 1, got "${String(raw)}"`);
-  settings[name] = value;
-}
-if (settings["timeout-ms"] >= settings["lease-ms"]) problems.push(`--timeout-ms (${settings["timeout-ms"]}) must be shorter than --lease-ms (${settings["lease-ms"]})`);
+const settings = readLoopSettings(parsed.values, process.env, "OUTBOX", problems);
 const orderedEnv = process.env.OUTBOX_ORDERED;
 if (orderedEnv !== undefined && !["true", "false", ""].includes(orderedEnv)) problems.push(`OUTBOX_ORDERED must be true or false, got "${orderedEnv}"`);
 const ordered = parsed.values.ordered || orderedEnv === "true";
@@ -81,15 +69,7 @@ const database = await openDatabase(process.env);
 const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher" });
 await migrate(db, loadMigrations());
 
-const controller = new AbortController();
-let signals = 0;
-function onSignal(signal: string): void {
-  if (++signals > 1) process.exit(1); // second signal: exit at once
-  console.log(JSON.stringify({ dispatcher: "stopping", signal }));
-  controller.abort();
-}
-process.on("SIGTERM", () => onSignal("SIGTERM"));
-process.on("SIGINT", () => onSignal("SIGINT"));
+const controller = abortOnSignals("dispatcher");
 
 console.log(JSON.stringify({
   dispatcher: "started", database: database.embedded ? "embedded" : "DATABASE_URL", sink: new URL(sinkUrl as string).origin, ordered, ...settings,

@@ -1,5 +1,6 @@
 // Entry file: `bun run worker [options]`: processes async and hybrid rows. Env, args and signals live here.
 import { parseArgs } from "node:util";
+import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { readPooler } from "../config.ts";
 import { connect } from "../db.ts";
 import { handlersFor } from "../endpoints.ts";
@@ -18,11 +19,6 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
   --no-listen         do not LISTEN; poll only (implied by DATABASE_POOLER=transaction)`;
 
-const names = ["concurrency", "lease-ms", "timeout-ms", "max-attempts", "poll-ms", "backoff-base-ms", "backoff-cap-ms"] as const;
-const defaults: Record<(typeof names)[number], number> = {
-  concurrency: 4, "lease-ms": 60_000, "timeout-ms": 30_000, "max-attempts": 10, "poll-ms": 5_000, "backoff-base-ms": 1_000, "backoff-cap-ms": 600_000,
-};
-
 function usageError(message: string): never {
   console.error(`${message}\n\n${USAGE}`);
   process.exit(2);
@@ -32,7 +28,7 @@ let parsed;
 try {
   parsed = parseArgs({
     options: {
-      ...Object.fromEntries(names.map((n) => [n, { type: "string" as const }])),
+      ...loopFlagSpecs,
       "no-listen": { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -44,15 +40,9 @@ if (parsed.values.help) {
   console.log(USAGE);
   process.exit(0);
 }
-const settings = {} as Record<(typeof names)[number], number>;
-for (const name of names) {
-  const envName = `WORKER_${name.toUpperCase().replaceAll("-", "_")}`;
-  const raw = (parsed.values as Record<string, unknown>)[name] ?? process.env[envName];
-  const value = raw === undefined ? defaults[name] : Number(raw);
-  if (!Number.isSafeInteger(value) || value < 1) usageError(`--${name} (${envName}) must be a whole number ≥ 1, got "${String(raw)}"`);
-  settings[name] = value;
-}
-if (settings["timeout-ms"] >= settings["lease-ms"]) usageError(`--timeout-ms (${settings["timeout-ms"]}) must be shorter than --lease-ms (${settings["lease-ms"]})`);
+const problems: string[] = [];
+const settings = readLoopSettings(parsed.values, process.env, "WORKER", problems);
+if (problems[0]) usageError(problems.join("\n"));
 const poolerProblems: string[] = [];
 const pooler = readPooler(process.env, poolerProblems);
 if (poolerProblems[0]) usageError(poolerProblems[0]);
@@ -64,15 +54,7 @@ const database = await openDatabase(process.env);
 const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler });
 await migrate(db, loadMigrations());
 
-const controller = new AbortController();
-let signals = 0;
-function onSignal(signal: string): void {
-  if (++signals > 1) process.exit(1); // second signal: exit at once
-  console.log(JSON.stringify({ worker: "stopping", signal }));
-  controller.abort();
-}
-process.on("SIGTERM", () => onSignal("SIGTERM"));
-process.on("SIGINT", () => onSignal("SIGINT"));
+const controller = abortOnSignals("worker");
 
 console.log(JSON.stringify({ worker: "started", database: database.embedded ? "embedded" : "DATABASE_URL", pooler, listen, ...settings }));
 await runWorker({

@@ -1,0 +1,52 @@
+// Edge file: the settings and signal handling shared by the claim-loop commands (`bun run worker`,
+// `bun run dispatch`): flags, environment variables and SIGTERM/SIGINT.
+
+/** The numeric flags of a claim loop, in ms except `concurrency` and `max-attempts`. */
+export const LOOP_FLAGS = ["concurrency", "lease-ms", "timeout-ms", "max-attempts", "poll-ms", "backoff-base-ms", "backoff-cap-ms"] as const;
+export type LoopSettings = Record<(typeof LOOP_FLAGS)[number], number>;
+
+const DEFAULTS: LoopSettings = {
+  concurrency: 4, "lease-ms": 60_000, "timeout-ms": 30_000, "max-attempts": 10, "poll-ms": 5_000, "backoff-base-ms": 1_000, "backoff-cap-ms": 600_000,
+};
+
+/** `parseArgs` option specs for {@link LOOP_FLAGS}. */
+export const loopFlagSpecs = Object.fromEntries(LOOP_FLAGS.map((n) => [n, { type: "string" as const }]));
+
+/**
+ * Reads each flag from `values` (parsed flags), else `<envPrefix>_<FLAG>` (e.g. `WORKER_LEASE_MS`),
+ * else its default. Appends a problem naming the flag and the variable for anything that is not a whole
+ * number ≥ 1, and one when the timeout is not shorter than the lease.
+ */
+export function readLoopSettings(values: Record<string, unknown>, env: Record<string, string | undefined>, envPrefix: string, problems: string[]): LoopSettings {
+  const settings = { ...DEFAULTS };
+  for (const name of LOOP_FLAGS) {
+    const envName = `${envPrefix}_${name.toUpperCase().replaceAll("-", "_")}`;
+    const raw = values[name] ?? env[envName];
+    const value = raw === undefined ? DEFAULTS[name] : Number(raw);
+    if (!/^\d+$/.test(String(raw ?? value)) || !Number.isSafeInteger(value) || value < 1) {
+      problems.push(`--${name} (${envName}) must be a whole number ≥ 1, got "${String(raw)}"`);
+    }
+    settings[name] = value;
+  }
+  if (settings["timeout-ms"] >= settings["lease-ms"]) {
+    problems.push(`--timeout-ms (${settings["timeout-ms"]}) must be shorter than --lease-ms (${settings["lease-ms"]})`);
+  }
+  return settings;
+}
+
+/**
+ * SIGTERM/SIGINT abort the returned controller (stop claiming, finish in-flight work); a second signal
+ * exits at once with status 1. Logs `{ <label>: "stopping", signal }`.
+ */
+export function abortOnSignals(label: string): AbortController {
+  const controller = new AbortController();
+  let signals = 0;
+  const onSignal = (signal: string) => {
+    if (++signals > 1) process.exit(1);
+    console.log(JSON.stringify({ [label]: "stopping", signal }));
+    controller.abort();
+  };
+  process.on("SIGTERM", () => onSignal("SIGTERM"));
+  process.on("SIGINT", () => onSignal("SIGINT"));
+  return controller;
+}
