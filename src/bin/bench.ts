@@ -136,7 +136,7 @@ for (const mode of ["sync", "async"] as const) {
 
 // 4. Worker drain: a prefilled backlog processed by 1, 4 and 16 worker slots.
 if (sections.has("drain")) {
-  const backlog = o.quick ? 5_000 : 20_000;
+  const backlog = o.quick ? 5_000 : 10_000;
   const template = benchEventBody("DRAIN", 0);
   for (const w of o.quick ? [4] : [1, 4, 16]) {
     await reset();
