@@ -9,9 +9,17 @@ const utf8 = new TextDecoder("utf-8", { fatal: true, ignoreBOM: true });
  * @throws AppError `payload_too_large` (413) | `invalid_body` (400, not UTF-8)
  */
 export async function readBody(request: Request, maxBytes: number): Promise<string> {
-  const declared = Number(request.headers.get("content-length") ?? "0");
+  const header = request.headers.get("content-length");
+  const declared = Number(header ?? "0");
   if (declared > maxBytes) throw tooLarge(maxBytes);
   if (!request.body) return "";
+  if (header !== null && declared <= maxBytes) {
+    // The runtime frames the body by its Content-Length: read it in one native call (the streaming
+    // path below costs ~5% of a delivery's CPU on Bun), then check what actually arrived.
+    const bytes = new Uint8Array(await request.arrayBuffer());
+    if (bytes.byteLength > maxBytes) throw tooLarge(maxBytes);
+    return decode(bytes);
+  }
   const reader = request.body.getReader();
   const chunks: Uint8Array[] = [];
   let total = 0;
@@ -31,6 +39,10 @@ export async function readBody(request: Request, maxBytes: number): Promise<stri
     bytes.set(chunk, offset);
     offset += chunk.byteLength;
   }
+  return decode(bytes);
+}
+
+function decode(bytes: Uint8Array): string {
   try {
     return utf8.decode(bytes);
   } catch {

@@ -4,7 +4,31 @@ import type { VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts"
 
 // Stripe's webhook helpers need no API key; a client without one only signs and verifies.
 const stripe = new Stripe("sk_unused_for_webhook_verification");
-const subtleCrypto = Stripe.createSubtleCryptoProvider();
+const subtleCrypto = cachingKeys(Stripe.createSubtleCryptoProvider());
+
+/**
+ * Stripe's SubtleCrypto provider with the imported HMAC key cached per secret: `importKey` cost about
+ * a third of each verification (Bun 1.4: ~28 µs of ~88 µs CPU). Same contract as the provider it wraps
+ * (`computeHMACSignatureAsync(payload, secret)` → lowercase hex of HMAC-SHA256 over the UTF-8 payload).
+ */
+function cachingKeys<T extends object>(provider: T): T {
+  const keys = new Map<string, Promise<CryptoKey>>();
+  const encoder = new TextEncoder();
+  const hex = Array.from({ length: 256 }, (_, i) => i.toString(16).padStart(2, "0"));
+  return Object.assign(Object.create(provider) as T, {
+    async computeHMACSignatureAsync(payload: string, secret: string): Promise<string> {
+      let key = keys.get(secret);
+      if (!key) {
+        key = crypto.subtle.importKey("raw", encoder.encode(secret), { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+        keys.set(secret, key);
+      }
+      const signature = new Uint8Array(await crypto.subtle.sign("HMAC", await key, encoder.encode(payload)));
+      let out = "";
+      for (const byte of signature) out += hex[byte];
+      return out;
+    },
+  });
+}
 
 interface SignatureHeader {
   timestamp: number;
