@@ -1,9 +1,9 @@
 // Entry file: `bun run billing`: prints invoices, the ledger, the outbox and the inbox by state.
 import { connect } from "../db.ts";
-import { openDatabase } from "../runtime/database.ts";
+import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 
 const database = await openDatabase(process.env);
-const db = connect(database.url, { max: 1, applicationName: "webhook-inbox billing" });
+const db = connect(database.url, { max: 1, applicationName: "webhook-inbox billing", pooler: poolerFromEnv(process.env) });
 try {
   console.log("invoices");
   console.table(await db`select id, status, currency, amount_due, amount_paid from invoices order by id`);

@@ -6,7 +6,7 @@ import { connect } from "../db.ts";
 import { migrate } from "../migrate.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
 import { httpSink } from "../outbox/http-sink.ts";
-import { openDatabase } from "../runtime/database.ts";
+import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBOX_<NAME> from the environment)
@@ -66,7 +66,8 @@ if (sinkUrl && sinkSecret) {
 if (problems.length > 0 || !send) usageError(problems);
 
 const database = await openDatabase(process.env);
-const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher" });
+const pooler = poolerFromEnv(process.env);
+const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher", pooler });
 await migrate(db, loadMigrations());
 
 const controller = abortOnSignals("dispatcher");
@@ -85,7 +86,7 @@ await runDispatcher({
   pollMs: settings["poll-ms"],
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   ordered,
-  listen: !parsed.values["no-listen"],
+  listen: !parsed.values["no-listen"] && pooler !== "transaction", // LISTEN does not survive a transaction pooler
 });
 await db.end({ timeout: 5 });
 await database.close();

@@ -10,7 +10,7 @@ import { purge, RetentionTooShortError } from "../ops/purge.ts";
 import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
 import { inboxStatus } from "../ops/status.ts";
-import { openDatabase } from "../runtime/database.ts";
+import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
@@ -187,7 +187,7 @@ async function run(db: Db): Promise<number> {
 
 let code: number;
 const database = await openDatabase(process.env);
-const db = connect(database.url, { max: 2, applicationName: "webhook-inbox inbox" });
+const db = connect(database.url, { max: 2, applicationName: "webhook-inbox inbox", pooler: poolerFromEnv(process.env) });
 try {
   code = await run(db);
 } catch (err) {

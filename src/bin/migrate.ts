@@ -1,11 +1,11 @@
 // Entry file: `bun run migrate`: applies pending sql/ migrations to DATABASE_URL (or the embedded server).
 import { connect } from "../db.ts";
 import { migrate } from "../migrate.ts";
-import { openDatabase } from "../runtime/database.ts";
+import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 
 const database = await openDatabase(process.env);
-const db = connect(database.url, { max: 1, applicationName: "webhook-inbox migrate" });
+const db = connect(database.url, { max: 1, applicationName: "webhook-inbox migrate", pooler: poolerFromEnv(process.env) });
 try {
   const applied = await migrate(db, loadMigrations());
   console.log(applied.length ? `Applied ${applied.join(", ")}` : "Nothing to apply: the schema is current");

@@ -3,6 +3,8 @@ import postgres from "postgres";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
+import { readPooler } from "../config.ts";
+import type { Pooler } from "../db.ts";
 import { startEmbeddedPostgres } from "./embedded-postgres.ts";
 
 /** The repository's gitignored `.data/` folder (embedded cluster, dev secret). */
@@ -63,4 +65,15 @@ export function devWebhookSecret(): string {
   mkdirSync(DATA_DIR, { recursive: true });
   writeFileSync(file, `${secret}\n`, { mode: 0o600 });
   return secret;
+}
+
+/**
+ * `DATABASE_POOLER` for the commands that open their own pool (inbox, billing, migrate, dispatch).
+ * @throws Error naming the variable when its value is neither `none` nor `transaction`.
+ */
+export function poolerFromEnv(env: Record<string, string | undefined>): Pooler {
+  const problems: string[] = [];
+  const pooler = readPooler(env, problems);
+  if (problems[0]) throw new Error(problems[0]);
+  return pooler;
 }
