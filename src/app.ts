@@ -56,7 +56,7 @@ export interface AppDeps {
   statementTimeoutMs?: number;
 }
 
-/** A Web-standard fetch handler, usable by Bun.serve, Deno.serve, Node adapters and Workers. */
+/** A Web-standard fetch handler, served as it is by Bun, Deno, Node.js adapters and Workers (see src/adapter/). */
 export interface App {
   fetch(request: Request): Promise<Response>;
 }
