@@ -435,6 +435,29 @@ describe("failures", () => {
     expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
   });
 
+  test.each(["sync", "async"] as const)("`createApp()` parks a payment event whose invoice has no status instead of acknowledging it with nothing booked (%s)", async (mode) => {
+    const object = invoice({ id: "in_no_status", amount_paid: 5000 });
+    delete object.status;
+    const body = eventBody(`evt_no_status_${mode}`, "invoice.paid", object);
+    const endpoints = stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]);
+    const res = await reply(await makeApp({ endpoints }).fetch(await signed(body)));
+    expect(res.status).toBe(200);
+    expect(res.body.outcome).toBe(mode === "sync" ? "needs_review" : "queued");
+    if (mode === "async") {
+      // The worker must park it too: a status-less payment is never "processed with nothing booked".
+      const { processClaimed } = await import("../src/process-claimed.ts");
+      const { claimBatch } = await import("../src/claim.ts");
+      const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 10 });
+      if (!claim) throw new Error("expected a claim");
+      const result = await processClaimed(db, claim, { handlersFor: () => billingHandlers, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 1000, capMs: 1000 } });
+      expect(result.outcome).toBe("needs_review");
+    }
+    const [row] = await db`select processed_at, needs_review_at is not null as parked, last_error from webhook_inbox`;
+    expect(row).toMatchObject({ processed_at: null, parked: true });
+    expect(String(row?.last_error)).toContain("status");
+    expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
+  });
+
   test("`createApp()` gives up on a sync delivery stuck behind a row lock after statementTimeoutMs, keeps nothing, and processes the redelivery", async () => {
     const body = eventBody("evt_locked_1", "invoice.paid", invoice({ id: "in_locked_1", status: "paid", amount_paid: 2000 }));
     await db`insert into invoices (id, customer_id, status, currency) values ('in_locked_1', 'cus_test_1', 'open', 'usd')`;

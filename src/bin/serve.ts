@@ -44,7 +44,7 @@ for (const e of config.endpoints) {
   console.log(`  endpoint ${e.name} (${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`);
 }
 if (database.embedded) {
-  console.log("  development database: embedded PostgreSQL in .data/postgres (not for production: set DATABASE_URL)");
+  console.log(`  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"} (not for production: set DATABASE_URL)`);
 }
 if (config.endpoints[0]?.source === "generated") {
   console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");

@@ -2,6 +2,8 @@ import { PermanentError, statementHandler, type HandlerTable } from "../handler-
 
 /** The fields of a Stripe invoice object that billing uses (Stripe API reference, "The Invoice object"). */
 interface InvoiceFields {
+  /** The invoice's status as the event carries it (Stripe API reference, "The Invoice object"). */
+  status: Status;
   id: string;
   customer: string;
   currency: string;
@@ -12,6 +14,7 @@ interface InvoiceFields {
 }
 
 type Status = "draft" | "open" | "uncollectible" | "paid" | "void";
+const STATUSES: readonly Status[] = ["draft", "open", "uncollectible", "paid", "void"];
 
 /**
  * Reads and checks the invoice fields; a missing or mistyped one is a PermanentError naming it
@@ -22,6 +25,7 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
     ? (object.customer as { id?: unknown }).id
     : object.customer;
   const fields = {
+    status: object.status,
     id: object.id,
     customer,
     currency: object.currency,
@@ -30,6 +34,9 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
   };
   const bad: string[] = [];
   if (typeof fields.id !== "string" || !fields.id.startsWith("in_")) bad.push("id");
+  // A payment event books only when its invoice says "paid": an absent or unknown status must not pass
+  // as "not paid yet" (that would acknowledge a payment and book nothing).
+  if (typeof fields.status !== "string" || !STATUSES.includes(fields.status as Status)) bad.push("status");
   if (typeof fields.customer !== "string" || fields.customer === "") bad.push("customer");
   if (typeof fields.currency !== "string" || !/^[a-z]{3}$/.test(fields.currency)) bad.push("currency");
   if (!Number.isSafeInteger(fields.amountDue) || (fields.amountDue as number) < 0) bad.push("amount_due");
@@ -76,7 +83,7 @@ const bookPayment = statementHandler((sql, object, ctx) => {
   // A payment event for an invoice that is not fully paid yet (a partial payment, API 2025-03-31 and
   // later) moves nothing and books nothing: the one `payment` entry is booked, with the total
   // amount_paid, by the event that carries the invoice as `paid`.
-  if (object.status !== "paid") return sql`partial as (select 1)`;
+  if (inv.status !== "paid") return sql`partial as (select 1)`;
   return sql`
     paid as (
       insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
