@@ -18,8 +18,8 @@ export interface ReceiveTarget {
 }
 
 /**
- * Sync mode (seed §5.3): in one `sql.begin` transaction, record the event in the inbox and apply its
- * handler; both commit together or neither does.
+ * Sync mode (seed §5.3): in one transaction, record the event in the inbox and apply its handler;
+ * both commit together or neither does.
  * - `duplicate`: the key was already recorded (or a concurrent delivery committed it first).
  * - `ignored`: no handler for the type; the row is recorded so a redelivery is a duplicate.
  * - `processed`: the handler ran and committed with the inbox row.
