@@ -458,6 +458,21 @@ describe("failures", () => {
     expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
   });
 
+  test("`createApp()` parks a payment for a void invoice as needs-review: not booked, not acknowledged as processed", async () => {
+    const app = makeApp();
+    const voided = eventBody("evt_void_first", "invoice.voided", invoice({ id: "in_void_paid", status: "void" }));
+    expect((await reply(await app.fetch(await signed(voided)))).body.outcome).toBe("processed");
+    const paid = eventBody("evt_paid_after_void", "invoice.paid", invoice({ id: "in_void_paid", status: "paid", amount_paid: 2000 }));
+    const res = await reply(await app.fetch(await signed(paid)));
+    expect(res.status).toBe(200);
+    expect(res.body.outcome).toBe("needs_review");
+    const [row] = await db`select needs_review_at is not null as parked, last_error from webhook_inbox where event_id = 'evt_paid_after_void'`;
+    expect(row?.parked).toBe(true);
+    expect(String(row?.last_error)).toContain("void invoice");
+    expect(await count(db, "ledger_entries")).toBe(0);
+    expect(await count(db, "outbox")).toBe(0);
+  });
+
   test("`createApp()` gives up on a sync delivery stuck behind a row lock after statementTimeoutMs, keeps nothing, and processes the redelivery", async () => {
     const body = eventBody("evt_locked_1", "invoice.paid", invoice({ id: "in_locked_1", status: "paid", amount_paid: 2000 }));
     await db`insert into invoices (id, customer_id, status, currency) values ('in_locked_1', 'cus_test_1', 'open', 'usd')`;

@@ -265,9 +265,13 @@ test("`receiveSync()` books one payment for invoice.paid and invoice.payment_suc
   }
 }, CONCURRENT_TEST_TIMEOUT_MS);
 
-test("`receiveSync()` books nothing and queues no notification for invoice.paid on a voided invoice", async () => {
+test("`receiveSync()` books nothing and queues no notification for invoice.paid on a voided invoice, and refuses it for review", async () => {
   expect(await receive(invoiceEvent("evt_vp_voided", "invoice.voided", "in_voided_paid"))).toBe("processed");
-  expect(await receive(invoiceEvent("evt_vp_paid", "invoice.paid", "in_voided_paid"))).toBe("processed");
+  // Refused with a data exception (22000): the receiver parks it as needs-review instead of acknowledging it as processed.
+  const refused = await receive(invoiceEvent("evt_vp_paid", "invoice.paid", "in_voided_paid")).then(() => null, (err: unknown) => err as { code?: string; message?: string });
+  expect(refused?.code).toBe("22000");
+  expect(refused?.message).toContain("void invoice");
+  expect(await count(db, "webhook_inbox", "event_id = 'evt_vp_paid'")).toBe(0);
   expect(await invoiceState("in_voided_paid")).toEqual({ status: "void", amountPaid: 0, ledger: [], bookings: 0 });
   expect(await count(db, "outbox", "aggregate_id = 'in_voided_paid'")).toBe(0);
 });
@@ -399,4 +403,13 @@ test("`receiveSync()` books nothing for a partial payment and books the total on
   const ledger = await db`select amount::int as amount from ledger_entries where invoice_id = ${invoiceId}`;
   expect([...ledger]).toEqual([{ amount: 2000 }]);
   expect(await count(db, "outbox", `aggregate_id = '${invoiceId}'`)).toBe(1);
+});
+
+test("`receiveSync()` refuses a payment in another currency than the invoice's, and books nothing", async () => {
+  expect(await receive(invoiceEvent("evt_cur_created", "invoice.created", "in_currency_1"))).toBe("processed");
+  const eur = invoiceEvent("evt_cur_paid", "invoice.paid", "in_currency_1", 2000, { currency: "eur" });
+  const refused = await receive(eur).then(() => null, (err: unknown) => err as { code?: string; message?: string });
+  expect(refused?.code).toBe("22000");
+  expect(refused?.message).toContain("currency");
+  expect(await invoiceState("in_currency_1")).toMatchObject({ status: "draft", ledger: [], bookings: 0 });
 });

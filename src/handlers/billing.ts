@@ -75,8 +75,10 @@ function moveInvoice(target: Status, from: Status[]) {
  * draft/open/uncollectible (never from void, never twice); only a statement that made that move
  * inserts the `payment` ledger entry (`unique (invoice_id, kind)` is the second line of defence) and,
  * only if that insert booked a row, the `InvoicePaymentBooked` outbox row. Concurrent paid events for
- * one invoice serialize on the invoice row lock (ON CONFLICT DO UPDATE). Seed §5.2
- * (`_apply_invoice_paid`), with its status re-read folded into RETURNING.
+ * one invoice serialize on the invoice row lock (ON CONFLICT DO UPDATE). A payment for a void invoice,
+ * or in another currency than the invoice's, is refused (SQLSTATE 22000: parked as needs-review), never
+ * booked and never acknowledged as processed. Seed §5.2 (`_apply_invoice_paid`, whose "void: do not
+ * book, hand to reconciliation" this makes visible), with its status re-read folded into RETURNING.
  */
 const bookPayment = statementHandler((sql, object, ctx) => {
   const inv = readInvoice(object);
@@ -96,7 +98,23 @@ const bookPayment = statementHandler((sql, object, ctx) => {
              paid_at = coalesce(invoices.paid_at, excluded.paid_at),
              updated_at = now()
        where invoices.status in ('draft', 'open', 'uncollectible')
+         and invoices.currency = excluded.currency
       returning id, amount_paid, currency
+    ), refused as (
+      -- Money for a void invoice, or in another currency than the invoice's, is never booked and never
+      -- silently dropped: the statement fails with a data exception and the event is parked as
+      -- needs-review. UPDATE re-reads the latest committed row (a concurrent void included); it changes
+      -- nothing, and CASE keeps the refusal from being evaluated for any other row state.
+      update invoices
+         set updated_at = invoices.updated_at
+       where invoices.id = ${inv.id}::text
+         and exists (select 1 from inbox)
+         and not exists (select 1 from paid)
+         and case
+               when invoices.status = 'void' then webhook_inbox_refuse('Payment event for a void invoice: not booked (refund or reconcile)')
+               when invoices.currency <> ${inv.currency}::text then webhook_inbox_refuse('Payment currency differs from the invoice currency: not booked')
+               else false
+             end
     ), booked as (
       insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
       select id, 'payment', amount_paid, currency, ${ctx.eventId}::text
