@@ -86,10 +86,11 @@ export function isDatabaseUnavailable(err: unknown): boolean {
 
 /**
  * True for errors that no retry can fix because of the data itself: SQLSTATE class 22 "data
- * exception" (e.g. a `\u0000` or lone surrogate that jsonb rejects, a number out of range) and 54001
- * "statement too complex" (JSON nested too deep). PostgreSQL manual, Appendix A.
+ * exception" (e.g. a `\u0000` or lone surrogate that jsonb rejects, a number out of range) and class
+ * 54 "program limit exceeded" (JSON nested too deep, a key too long for an index). PostgreSQL manual,
+ * Appendix A.
  */
 export function isDataError(err: unknown): boolean {
   const state = sqlState(err);
-  return state !== undefined && (state.startsWith("22") || state === "54001");
+  return state !== undefined && (state.startsWith("22") || state.startsWith("54"));
 }

@@ -33,11 +33,11 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
     amountPaid: object.amount_paid,
   };
   const bad: string[] = [];
-  if (typeof fields.id !== "string" || !fields.id.startsWith("in_")) bad.push("id");
+  if (typeof fields.id !== "string" || !/^in_[A-Za-z0-9_]{1,250}$/.test(fields.id)) bad.push("id");
   // A payment event books only when its invoice says "paid": an absent or unknown status must not pass
   // as "not paid yet" (that would acknowledge a payment and book nothing).
   if (typeof fields.status !== "string" || !STATUSES.includes(fields.status as Status)) bad.push("status");
-  if (typeof fields.customer !== "string" || fields.customer === "") bad.push("customer");
+  if (typeof fields.customer !== "string" || fields.customer === "" || fields.customer.length > 255) bad.push("customer");
   if (typeof fields.currency !== "string" || !/^[a-z]{3}$/.test(fields.currency)) bad.push("currency");
   if (!Number.isSafeInteger(fields.amountDue) || (fields.amountDue as number) < 0) bad.push("amount_due");
   if (!Number.isSafeInteger(fields.amountPaid) || (fields.amountPaid as number) < 0) bad.push("amount_paid");
