@@ -1,35 +1,16 @@
-import type { LogFn } from "./app.ts";
 import { claimBatch, releaseClaim, type Claim } from "./claim.ts";
-import type { Db } from "./db.ts";
 import type { HandlerTable } from "./handler-table.ts";
-import { NOTIFY_CHANNEL, type Backoff } from "./inbox.ts";
+import { NOTIFY_CHANNEL } from "./inbox.ts";
+import { resolveLoopOptions, type LoopOptions } from "./loop-options.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
 import { processClaimed } from "./process-claimed.ts";
 import { createWakeUp } from "./wake-up.ts";
 import { describeError } from "./receive.ts";
 
-/** Settings of {@link runWorker}; times in ms. */
-export interface WorkerOptions {
-  db: Db;
+/** Settings of {@link runWorker}; times in ms (the shared ones in {@link LoopOptions}). */
+export interface WorkerOptions extends LoopOptions {
   /** The handler table for a row's provider and endpoint (the receiver's table: one definition). */
   handlersFor: (provider: string, endpoint: string) => HandlerTable | undefined;
-  /** Abort to shut down: stop claiming, finish in-flight rows, then resolve. */
-  signal: AbortSignal;
-  /** Rows processed at once. Default 4. */
-  concurrency?: number;
-  /** Lease per claim. Default 60 000. */
-  leaseMs?: number;
-  /** Statement timeout inside a row's transaction; must be < leaseMs. Default 30 000. */
-  timeoutMs?: number;
-  /** Attempts before needs-review. Default 10. */
-  maxAttempts?: number;
-  /** Fallback poll when no NOTIFY arrives. Default 5 000. */
-  pollMs?: number;
-  /** Retry backoff. Default 1 s doubling, capped at 10 min. */
-  backoff?: Backoff;
-  /** LISTEN for new rows (off behind a transaction pooler). Default true. */
-  listen?: boolean;
-  log?: LogFn;
 }
 
 /**
@@ -42,19 +23,11 @@ export interface WorkerOptions {
  * @throws Error when `timeoutMs >= leaseMs` (a row could outlive its lease while still running).
  */
 export async function runWorker(options: WorkerOptions): Promise<void> {
-  const { db, signal } = options;
-  const concurrency = options.concurrency ?? 4;
-  const leaseMs = options.leaseMs ?? 60_000;
-  const timeoutMs = options.timeoutMs ?? 30_000;
-  const maxAttempts = options.maxAttempts ?? 10;
-  const pollMs = options.pollMs ?? 5_000;
-  const backoff = options.backoff ?? { baseMs: 1_000, capMs: 600_000 };
-  const log = options.log ?? ((line) => console.log(JSON.stringify(line)));
-  if (timeoutMs >= leaseMs) throw new Error(`Worker timeout (${timeoutMs} ms) must be shorter than the lease (${leaseMs} ms)`);
+  const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(options, "Worker");
 
   // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);
-  const listener = options.listen === false ? undefined : await db.listen(NOTIFY_CHANNEL, nudge).catch((err) => {
+  const listener = !listen ? undefined : await db.listen(NOTIFY_CHANNEL, nudge).catch((err) => {
     log({ worker: "listen_failed", error: describeError(err) });
     return undefined;
   });

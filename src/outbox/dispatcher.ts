@@ -1,7 +1,5 @@
 import { OUTBOX_CHANNEL } from "../notifier.ts";
-import type { LogFn } from "../app.ts";
-import type { Db } from "../db.ts";
-import type { Backoff } from "../inbox.ts";
+import { resolveLoopOptions, type LoopOptions } from "../loop-options.ts";
 import { describeError } from "../receive.ts";
 import { createWakeUp } from "../wake-up.ts";
 import { claimOutboxBatch, type OutboxMessage } from "./claim.ts";
@@ -11,33 +9,15 @@ import { deliverClaimed, type SendFn } from "./deliver-claimed.ts";
 export { OUTBOX_CHANNEL };
 
 /** Settings of {@link runDispatcher}; times in ms. */
-export interface DispatcherOptions {
-  db: Db;
+export interface DispatcherOptions extends LoopOptions {
   /** Where messages go: `httpSink(…)`, `handlerSink(…)` or any {@link SendFn}. */
   send: SendFn;
-  /** Abort to shut down: stop claiming, finish in-flight deliveries, then resolve. */
-  signal: AbortSignal;
-  /** Deliveries at once. Default 4. */
-  concurrency?: number;
-  /** Lease per claim. Default 60 000. */
-  leaseMs?: number;
-  /** Send timeout; must be < leaseMs. Default 30 000. */
-  timeoutMs?: number;
-  /** Attempts before needs-review. Default 10. */
-  maxAttempts?: number;
-  /** Fallback poll when no NOTIFY arrives. Default 5 000. */
-  pollMs?: number;
-  /** Retry backoff. Default 1 s doubling, capped at 10 min. */
-  backoff?: Backoff;
   /**
    * Deliver each aggregate's rows one at a time in `id` order (see `claimOutboxBatch`). Every
    * dispatcher on the table must agree. A parked row blocks its aggregate until it is requeued.
    * Default false.
    */
   ordered?: boolean;
-  /** LISTEN for new rows (off behind a transaction pooler). Default true. */
-  listen?: boolean;
-  log?: LogFn;
 }
 
 /**
@@ -52,20 +32,12 @@ export interface DispatcherOptions {
  * @throws Error when `timeoutMs >= leaseMs` (a delivery could outlive its lease while still running).
  */
 export async function runDispatcher(options: DispatcherOptions): Promise<void> {
-  const { db, signal } = options;
-  const concurrency = options.concurrency ?? 4;
-  const leaseMs = options.leaseMs ?? 60_000;
-  const timeoutMs = options.timeoutMs ?? 30_000;
-  const maxAttempts = options.maxAttempts ?? 10;
-  const pollMs = options.pollMs ?? 5_000;
-  const backoff = options.backoff ?? { baseMs: 1_000, capMs: 600_000 };
   const ordered = options.ordered ?? false;
-  const log = options.log ?? ((line) => console.log(JSON.stringify(line)));
-  if (timeoutMs >= leaseMs) throw new Error(`Dispatcher timeout (${timeoutMs} ms) must be shorter than the lease (${leaseMs} ms)`);
+  const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(options, "Dispatcher");
 
   // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);
-  const listener = options.listen === false ? undefined : await db.listen(OUTBOX_CHANNEL, nudge).catch((err) => {
+  const listener = !listen ? undefined : await db.listen(OUTBOX_CHANNEL, nudge).catch((err) => {
     log({ dispatcher: "listen_failed", error: describeError(err) });
     return undefined;
   });
