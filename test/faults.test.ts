@@ -2,6 +2,7 @@
 // the middle of the inbox transaction, a saturated pool, and the real `serve` entry file draining on
 // SIGTERM. Every server and child this file starts is stopped in `finally` and again in afterAll;
 // children are signalled only by their pid, and the receiver child exits by itself after 30 s.
+import { spawnBun, waitForLine, type Running } from "./bun-child.ts";
 import { afterAll, beforeEach, expect, test } from "bun:test";
 import { rm } from "node:fs/promises";
 import { createConnection } from "node:net";
@@ -22,7 +23,6 @@ import { waitUntil } from "./wait-until.ts";
 const fresh = await freshDatabase();
 const db = fresh.db;
 
-const ROOT = join(import.meta.dir, "..");
 const BIN_SERVE = join(import.meta.dir, "children", "bin-serve.ts");
 const URL_DEFAULT = "http://receiver.test/webhooks/stripe";
 /** application_name of the pools the apps under test use, to find their backends in pg_stat_activity. */
@@ -335,44 +335,8 @@ test("`createApp()` with maxInFlight 2 answers 200 processed or 503 overloaded t
   }
 }, 40_000);
 
-/** A spawned Bun child and its stdout lines so far. */
-interface Running {
-  child: Subprocess<"ignore", "pipe", "pipe">;
-  lines: string[];
-  stdoutDone: Promise<void>;
-  stderr: Promise<string>;
-}
-
 function spawnServe(env: Record<string, string>): Running {
-  const child = Bun.spawn([process.execPath, BIN_SERVE], { cwd: ROOT, env: { ...process.env, ...env }, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
-  leftovers.children.add(child);
-  void child.exited.then(() => leftovers.children.delete(child));
-  const lines: string[] = [];
-  const stdoutDone = (async () => {
-    const decoder = new TextDecoder();
-    let partial = "";
-    for await (const chunk of child.stdout) {
-      const parts = (partial + decoder.decode(chunk, { stream: true })).split("\n");
-      partial = parts.pop() ?? "";
-      lines.push(...parts);
-    }
-    if (partial !== "") lines.push(partial);
-  })();
-  return { child, lines, stdoutDone, stderr: new Response(child.stderr).text() };
-}
-
-async function waitForLine(w: Running, prefix: string, timeoutMs = 15_000): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const line = w.lines.find((l) => l.startsWith(prefix));
-    if (line !== undefined) return line;
-    const exited = w.child.exitCode !== null || w.child.signalCode !== null;
-    if (exited || Date.now() > deadline) {
-      const why = exited ? `child ${w.child.pid} exited (${w.child.exitCode ?? w.child.signalCode})` : `${timeoutMs} ms passed`;
-      throw new Error(`Cannot find "${prefix}" on stdout: ${why}; stdout ${JSON.stringify(w.lines)}, stderr ${exited ? await w.stderr : "(running)"}`);
-    }
-    await Bun.sleep(10);
-  }
+  return spawnBun([BIN_SERVE], { ...process.env, ...env }, leftovers.children);
 }
 
 /**

@@ -2,6 +2,7 @@
 // processes of test/worker-children/ are SIGKILLed in the middle of an attempt, and the real worker
 // entry file drains a fixture backlog and stops on SIGTERM. Only processes this file spawned are
 // signalled, by pid; afterAll kills any still running.
+import { spawnBun as spawnChild, waitForLine, type Running } from "./bun-child.ts";
 import { afterAll, beforeEach, expect, test } from "bun:test";
 import { join } from "node:path";
 import type { Subprocess } from "bun";
@@ -13,7 +14,6 @@ import { billingHandlers } from "../src/handlers/billing.ts";
 import { receiveAsync } from "../src/receive.ts";
 import { count, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, verified } from "./helpers.ts";
 
-const ROOT = join(import.meta.dir, "..");
 const HANGING_WORKER = join(import.meta.dir, "worker-children", "hanging-worker.ts");
 const BIN_WORKER = join(import.meta.dir, "worker-children", "bin-worker.ts");
 const BUSY_WORKER = join(import.meta.dir, "worker-children", "busy-worker.ts");
@@ -24,14 +24,6 @@ const fresh = await freshDatabase();
 const db = fresh.db;
 
 type Child = Subprocess<"ignore", "pipe", "pipe">;
-
-/** A spawned child, its stdout lines as they arrive, and its whole stderr once it exits. */
-interface Running {
-  child: Child;
-  lines: string[];
-  stdoutDone: Promise<void>;
-  stderr: Promise<string>;
-}
 
 const running = new Set<Child>();
 
@@ -45,36 +37,7 @@ beforeEach(async () => {
 
 /** Starts `bun <script> …args` in the repository root and collects its stdout line by line. */
 function spawnBun(script: string, args: string[], env: Record<string, string | undefined> = process.env): Running {
-  const child = Bun.spawn([process.execPath, script, ...args], { cwd: ROOT, env, stdin: "ignore", stdout: "pipe", stderr: "pipe" });
-  running.add(child);
-  void child.exited.then(() => running.delete(child));
-  const lines: string[] = [];
-  const stdoutDone = (async () => {
-    const decoder = new TextDecoder();
-    let partial = "";
-    for await (const chunk of child.stdout) {
-      const parts = (partial + decoder.decode(chunk, { stream: true })).split("\n");
-      partial = parts.pop() ?? "";
-      lines.push(...parts);
-    }
-    if (partial !== "") lines.push(partial);
-  })();
-  return { child, lines, stdoutDone, stderr: new Response(child.stderr).text() };
-}
-
-/** Waits for a stdout line starting with `prefix`; fails at once if the child exits first, or after `timeoutMs`. */
-async function waitForLine(w: Running, prefix: string, timeoutMs = 15_000): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const line = w.lines.find((l) => l.startsWith(prefix));
-    if (line !== undefined) return line;
-    const exited = w.child.exitCode !== null || w.child.signalCode !== null;
-    if (exited || Date.now() > deadline) {
-      const why = exited ? `child ${w.child.pid} exited (${w.child.exitCode ?? w.child.signalCode})` : `${timeoutMs} ms passed`;
-      throw new Error(`Cannot find "${prefix}" on stdout: ${why}; stdout ${JSON.stringify(w.lines)}, stderr ${exited ? await w.stderr : "(running)"}`);
-    }
-    await Bun.sleep(10);
-  }
+  return spawnChild([script, ...args], env, running as Set<Subprocess>);
 }
 
 /** Sends `signal` to the child by its pid unless it already exited; waits for its exit. */
