@@ -67,8 +67,9 @@ export interface App {
  * `/metrics` come from {@link createProbes}. Answers 200 `{ outcome, event_id }` for processed, duplicate and
  * ignored (seed §5.5), 4xx `{ error, message }` for input that must not be recorded (nothing written),
  * 503 when the database is unavailable and 500 when processing failed (both rolled back: the provider
- * retries). A signed event a handler can never apply (PermanentError) is recorded as needs-review and
- * answered 200 `needs_review`: retrying could not help, and the row is visible to operators. Nothing is acknowledged before its transaction committed.
+ * retries). A signed event that no retry can apply (a PermanentError or a data error) is recorded as
+ * needs-review and answered 200 `needs_review`, visible to operators. Nothing is acknowledged before
+ * its transaction committed.
  */
 export function createApp(deps: AppDeps): App {
   const now = deps.now ?? Date.now;
@@ -114,21 +115,18 @@ export function createApp(deps: AppDeps): App {
   /** Runs the endpoint's mode; a hybrid fallback's cause goes into the log line. */
   function receiveIn(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>): Promise<Outcome> {
     const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
+    // A failure no retry can fix is parked as needs-review (200): a 5xx would make the provider retry in vain.
+    const parkWhen = (permanent: (err: unknown) => boolean) => (err: unknown): Promise<Outcome> => {
+      if (!permanent(err)) throw err;
+      entry.fallback = describeError(err);
+      return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
+    };
     switch (endpoint.mode ?? "sync") {
       case "sync":
-        // A permanent failure is parked as needs-review (200): a 5xx would only make the provider retry in vain.
-        return receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000).catch((err: unknown) => {
-          if (!isPermanent(err)) throw err;
-          entry.fallback = describeError(err);
-          return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
-        });
+        return receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000).catch(parkWhen(isPermanent));
       case "async":
-        // An event PostgreSQL cannot store as jsonb is kept as needs-review with its raw body.
-        return receiveAsync(deps.db, target, event).catch((err: unknown) => {
-          if (!isDataError(err)) throw err;
-          entry.fallback = describeError(err);
-          return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
-        });
+        // Only the payload itself can be permanent here (jsonb cannot hold it): kept with its raw body.
+        return receiveAsync(deps.db, target, event).catch(parkWhen(isDataError));
       case "hybrid":
         return receiveHybrid(deps.db, target, event, endpoint.hybrid ?? DEFAULT_HYBRID, (err) => {
           entry.fallback = describeError(err);
