@@ -413,3 +413,29 @@ test("`receiveSync()` refuses a payment in another currency than the invoice's, 
   expect(refused?.message).toContain("currency");
   expect(await invoiceState("in_currency_1")).toMatchObject({ status: "draft", ledger: [], bookings: 0 });
 });
+
+test.each([
+  ["invoice.voided racing invoice.paid", "invoice.voided", {}],
+  ["invoice.created in eur racing invoice.paid in usd", "invoice.created", { currency: "eur" }],
+] as const)("`receiveSync()` never acknowledges a refused payment as processed when the invoice row appears concurrently: %s", async (_label, firstType, overrides) => {
+  const [left, right] = await connectedActors(2);
+  if (!left || !right) throw new Error("expected two connections");
+  for (let i = 0; i < 20; i++) {
+    const invoiceId = `in_race_${firstType.replace(".", "_")}_${i}`;
+    const first = invoiceEvent(`evt_race_a_${firstType}_${i}`, firstType, invoiceId, 2000, overrides);
+    const paid = invoiceEvent(`evt_race_p_${firstType}_${i}`, "invoice.paid", invoiceId);
+    const [, payment] = await Promise.all([
+      receive(first, { actor: left }),
+      receive(paid, { actor: right }).then((outcome) => ({ outcome, code: undefined as string | undefined }), (err: { code?: string }) => ({ outcome: undefined, code: err.code })),
+    ]);
+    const state = await invoiceState(invoiceId);
+    if (payment.outcome === "processed") {
+      // The payment won the race: booked once, whatever the other event did afterwards.
+      expect(state).toMatchObject({ status: "paid", bookings: 1 });
+    } else {
+      // The other event won: the payment is refused (parked by the receiver), never processed with nothing booked.
+      expect(payment.code).toBe("22000");
+      expect(state.bookings).toBe(0);
+    }
+  }
+}, CONCURRENT_TEST_TIMEOUT_MS);

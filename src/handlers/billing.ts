@@ -33,6 +33,7 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
     amountPaid: object.amount_paid,
   };
   const bad: string[] = [];
+  if (object.object !== undefined && object.object !== "invoice") bad.push("object");
   if (typeof fields.id !== "string" || !/^in_[A-Za-z0-9_]{1,250}$/.test(fields.id)) bad.push("id");
   // A payment event books only when its invoice says "paid": an absent or unknown status must not pass
   // as "not paid yet" (that would acknowledge a payment and book nothing).
@@ -97,24 +98,16 @@ const bookPayment = statementHandler((sql, object, ctx) => {
              amount_paid = excluded.amount_paid,
              paid_at = coalesce(invoices.paid_at, excluded.paid_at),
              updated_at = now()
-       where invoices.status in ('draft', 'open', 'uncollectible')
-         and invoices.currency = excluded.currency
-      returning id, amount_paid, currency
-    ), refused as (
-      -- Money for a void invoice, or in another currency than the invoice's, is never booked and never
-      -- silently dropped: the statement fails with a data exception and the event is parked as
-      -- needs-review. UPDATE re-reads the latest committed row (a concurrent void included); it changes
-      -- nothing, and CASE keeps the refusal from being evaluated for any other row state.
-      update invoices
-         set updated_at = invoices.updated_at
-       where invoices.id = ${inv.id}::text
-         and exists (select 1 from inbox)
-         and not exists (select 1 from paid)
-         and case
+       -- Evaluated on the latest committed row, also one another transaction inserted after this
+       -- statement began (ON CONFLICT waits for it): money for a void invoice, or in another currency
+       -- than the invoice's, is never booked and never silently dropped: the statement fails with a
+       -- data exception and the event is parked as needs-review. CASE fixes the evaluation order.
+       where case
                when invoices.status = 'void' then webhook_inbox_refuse('Payment event for a void invoice: not booked (refund or reconcile)')
-               when invoices.currency <> ${inv.currency}::text then webhook_inbox_refuse('Payment currency differs from the invoice currency: not booked')
-               else false
+               when invoices.currency <> excluded.currency then webhook_inbox_refuse('Payment currency differs from the invoice currency: not booked')
+               else invoices.status in ('draft', 'open', 'uncollectible')
              end
+      returning id, amount_paid, currency
     ), booked as (
       insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
       select id, 'payment', amount_paid, currency, ${ctx.eventId}::text
