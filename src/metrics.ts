@@ -1,4 +1,4 @@
-import type { Backlog } from "./ops/status.ts";
+import type { Backlog, OutboxBacklog } from "./ops/status.ts";
 
 /** Upper bounds of the processing-duration histogram, seconds. */
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
@@ -14,11 +14,17 @@ export interface DeliveryObservation {
   durationSec: number;
 }
 
+/** The backlogs read from the database at scrape time (see `readBacklog`, `readOutboxBacklog`). */
+export interface BacklogSnapshot {
+  inbox: Backlog[];
+  outbox: OutboxBacklog;
+}
+
 /** In-process counters of one receiver, rendered in the Prometheus text format. */
 export interface Metrics {
   observe(o: DeliveryObservation): void;
   /** Prometheus text exposition format 0.0.4; `backlog` null when the database could not be read. */
-  render(backlog: Backlog[] | null, endpoints: readonly { provider: string; endpoint: string }[]): string;
+  render(backlog: BacklogSnapshot | null, endpoints: readonly { provider: string; endpoint: string }[]): string;
 }
 
 interface Histogram {
@@ -32,8 +38,10 @@ interface Histogram {
  * `webhook_deliveries_total{provider,endpoint,outcome[,reason]}`,
  * `webhook_processing_duration_seconds` (histogram per provider and endpoint, all outcomes), and backlog
  * gauges read from the database at scrape time: `webhook_inbox_unprocessed`,
- * `webhook_inbox_oldest_unprocessed_age_seconds`, `webhook_inbox_needs_review`, plus
- * `webhook_inbox_backlog_up` (0 when the database could not be read). Written here rather than with
+ * `webhook_inbox_oldest_unprocessed_age_seconds`, `webhook_inbox_needs_review` (per provider and
+ * endpoint), `webhook_outbox_pending`, `webhook_outbox_oldest_pending_age_seconds`,
+ * `webhook_outbox_needs_review` (unlabelled), plus `webhook_inbox_backlog_up` (0 when the database
+ * could not be read; the other gauges are then left out rather than reported as 0). Written here rather than with
  * prom-client because the core must stay on Web APIs.
  */
 export function createMetrics(): Metrics {
@@ -53,7 +61,7 @@ export function createMetrics(): Metrics {
     durations.set(hKey, h);
   }
 
-  function render(backlog: Backlog[] | null, endpoints: readonly { provider: string; endpoint: string }[]): string {
+  function render(backlog: BacklogSnapshot | null, endpoints: readonly { provider: string; endpoint: string }[]): string {
     const out: string[] = [];
     out.push("# HELP webhook_deliveries_total Webhook deliveries answered, by provider, endpoint and outcome.");
     out.push("# TYPE webhook_deliveries_total counter");
@@ -72,7 +80,7 @@ export function createMetrics(): Metrics {
     if (backlog) {
       const rows = new Map<string, Backlog>();
       for (const e of endpoints) rows.set(labels(e), { ...e, unprocessed: 0, oldestUnprocessedAgeSec: 0, needsReview: 0 });
-      for (const b of backlog) rows.set(labels({ provider: b.provider, endpoint: b.endpoint }), b);
+      for (const b of backlog.inbox) rows.set(labels({ provider: b.provider, endpoint: b.endpoint }), b);
       const gauge = (name: string, help: string, pick: (b: Backlog) => number) => {
         out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`);
         for (const [key, b] of rows) out.push(`${name}{${key}} ${pick(b)}`);
@@ -80,6 +88,10 @@ export function createMetrics(): Metrics {
       gauge("webhook_inbox_unprocessed", "Rows waiting for a worker (not needs-review).", (b) => b.unprocessed);
       gauge("webhook_inbox_oldest_unprocessed_age_seconds", "Age of the oldest row waiting for a worker, seconds.", (b) => b.oldestUnprocessedAgeSec);
       gauge("webhook_inbox_needs_review", "Rows parked for an operator (dead letter).", (b) => b.needsReview);
+      const single = (name: string, help: string, value: number) => out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name} ${value}`);
+      single("webhook_outbox_pending", "Outbox rows not yet published (not needs-review).", backlog.outbox.pending);
+      single("webhook_outbox_oldest_pending_age_seconds", "Age of the oldest pending outbox row, seconds.", backlog.outbox.oldestPendingAgeSec);
+      single("webhook_outbox_needs_review", "Outbox rows parked for an operator (dead letter).", backlog.outbox.needsReview);
     }
     return `${out.join("\n")}\n`;
   }

@@ -1,7 +1,7 @@
 import type { Db } from "./db.ts";
 import { AppError, errorResponse } from "./errors.ts";
 import type { Metrics } from "./metrics.ts";
-import { readBacklog } from "./ops/status.ts";
+import { readBacklog, readOutboxBacklog } from "./ops/status.ts";
 
 /** Dependencies of {@link createProbes}. */
 export interface ProbeDeps {
@@ -42,7 +42,8 @@ export function createProbes(deps: ProbeDeps) {
     if (deps.metricsToken !== undefined && !sameText(request.headers.get("authorization") ?? "", `Bearer ${deps.metricsToken}`)) {
       return Response.json({ error: "unauthorized", message: "GET /metrics needs Authorization: Bearer <METRICS_TOKEN>" }, { status: 401, headers: { "www-authenticate": "Bearer" } });
     }
-    const backlog = await withTimeout(readBacklog(deps.db), PROBE_TIMEOUT_MS).catch(() => null);
+    const read = async () => ({ inbox: await readBacklog(deps.db), outbox: await readOutboxBacklog(deps.db) });
+    const backlog = await withTimeout(read(), PROBE_TIMEOUT_MS).catch(() => null);
     return new Response(deps.metrics.render(backlog, deps.endpoints), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
   }
 

@@ -98,13 +98,22 @@ async function stateOf(eventId: string, endpoint = "billing"): Promise<{ state: 
 }
 
 describe("inbox CLI", () => {
-  test("`inbox status --json` reports the backlog per endpoint and the last hour's arrivals", async () => {
+  test("`inbox status --json` reports the backlog per endpoint, the outbox backlog and the last hour's arrivals", async () => {
     await processed();
+    const [parkedOutbox] = await db<{ id: string }[]>`
+      insert into outbox (aggregate_type, aggregate_id, event_type, payload, created_at, needs_review_at, last_error)
+      values ('invoice', 'in_cli_parked', 'InvoicePaymentBooked', '{}', now() - interval '1 hour', now(), 'Error: sink down')
+      returning id::text as id
+    `;
+    expect(parkedOutbox).toBeDefined();
     await queued();
     await queued(PAYMENTS);
     await parked("Cannot apply invoice event: missing or invalid field(s) customer");
     const status = await inboxJson<InboxStatus>(["status"]);
     expect(status.windowSec).toBe(3_600);
+    // processed() booked one payment: one pending outbox row; the parked one is older but not pending.
+    expect(status.outbox).toMatchObject({ pending: 1, needsReview: 1 });
+    expect(status.outbox.oldestPendingAgeSec).toBeLessThan(600);
     expect(status.backlog.map(({ oldestUnprocessedAgeSec: _, ...b }) => b)).toEqual([
       { provider: "stripe", endpoint: "billing", unprocessed: 1, needsReview: 1 },
       { provider: "stripe", endpoint: "payments", unprocessed: 1, needsReview: 0 },
@@ -116,6 +125,39 @@ describe("inbox CLI", () => {
     const text = await inbox(["status"]);
     expect(text.code).toBe(0);
     expect(text.stdout).toContain("backlog");
+    expect(text.stdout).toContain("outbox");
+  }, WAITS);
+
+  test("`inbox outbox --json` lists unpublished outbox rows; `outbox-requeue` puts only parked ones back, --dry-run changes nothing", async () => {
+    const paid = await processed(); // one pending InvoicePaymentBooked row
+    const inserted = await db<{ id: string }[]>`
+      insert into outbox (aggregate_type, aggregate_id, event_type, payload, attempts, needs_review_at, published_at, last_error)
+      values ('invoice', 'in_cli_parked', 'InvoicePaymentBooked', '{}', 10, now(), null, 'Error: sink down'),
+             ('invoice', 'in_cli_done', 'InvoicePaymentBooked', '{}', 1, null, now(), null)
+      returning id::text as id
+    `;
+    const [parkedRow, published] = inserted as unknown as [{ id: string }, { id: string }];
+    type Listed = { id: string; aggregateId: string; state: string; attempts: number; lastError: string | null }[];
+    const pick = (rows: Listed) => rows.map(({ id, aggregateId, state, attempts, lastError }) => ({ id, aggregateId, state, attempts, lastError }));
+
+    const all = pick(await inboxJson<Listed>(["outbox"]));
+    expect(all.map((r) => [r.aggregateId, r.state])).toEqual([[paid.invoiceId, "pending"], ["in_cli_parked", "needs_review"]]);
+    expect(pick(await inboxJson<Listed>(["outbox", "--needs-review"]))).toEqual([{ id: parkedRow.id, aggregateId: "in_cli_parked", state: "needs_review", attempts: 10, lastError: "Error: sink down" }]);
+
+    const pendingId = all[0]?.id ?? "";
+    const dry = await inboxJson<{ dryRun: boolean; requeued: string[]; notParked: string[] }>(["outbox-requeue", parkedRow.id, pendingId, published.id, "--dry-run"]);
+    expect(dry).toEqual({ dryRun: true, requeued: [parkedRow.id], notParked: [pendingId, published.id] });
+    expect(await count(db, "outbox", "needs_review_at is not null")).toBe(1);
+
+    const real = await inboxJson<{ dryRun: boolean; requeued: string[]; notParked: string[] }>(["outbox-requeue", parkedRow.id, published.id]);
+    expect(real).toEqual({ dryRun: false, requeued: [parkedRow.id], notParked: [published.id] });
+    expect(await count(db, "outbox", `id = ${parkedRow.id} and needs_review_at is null and attempts = 0 and available_at <= now() and published_at is null`)).toBe(1);
+    expect(await count(db, "outbox", `id = ${published.id} and published_at is not null`)).toBe(1);
+
+    const usage = await inbox(["outbox-requeue", "12abc"]);
+    expect(usage.code).toBe(2);
+    expect(usage.stderr).toContain('Outbox ids are whole numbers, got "12abc"');
+    expect((await inbox(["outbox-requeue"])).code).toBe(2);
   }, WAITS);
 
   test("`inbox list --json` filters rows newest first and never prints a payload", async () => {
@@ -269,7 +311,7 @@ describe("inbox CLI", () => {
 
       expect(await inboxJson<{ applied: string[] }>(["migrate"], behind.url)).toEqual({ applied: all.slice(3).map((m) => m.name) });
       expect(await inboxJson<{ applied: string[] }>(["migrate"], behind.url)).toEqual({ applied: [] });
-      expect(await inboxJson<InboxStatus>(["status"], behind.url)).toEqual({ backlog: [], windowSec: 3_600, arrivals: [] });
+      expect(await inboxJson<InboxStatus>(["status"], behind.url)).toEqual({ backlog: [], outbox: { pending: 0, oldestPendingAgeSec: 0, needsReview: 0 }, windowSec: 3_600, arrivals: [] });
     } finally {
       await behind.drop();
     }

@@ -120,6 +120,9 @@ describe("GET /metrics", () => {
       webhook_inbox_unprocessed: "GAUGE",
       webhook_inbox_oldest_unprocessed_age_seconds: "GAUGE",
       webhook_inbox_needs_review: "GAUGE",
+      webhook_outbox_pending: "GAUGE",
+      webhook_outbox_oldest_pending_age_seconds: "GAUGE",
+      webhook_outbox_needs_review: "GAUGE",
     });
     for (const f of families) expect(f.help.length).toBeGreaterThan(0);
     for (const f of families.filter((x) => x.type !== "HISTOGRAM")) {
@@ -224,6 +227,29 @@ describe("GET /metrics", () => {
     expect(samples(settled, "webhook_inbox_needs_review").map((s) => s.value)).toEqual([0, 0, 0]);
   });
 
+  test("outbox gauges report unpublished rows (pending, oldest age, needs-review) and fall to 0 once published", async () => {
+    const app = makeApp();
+    expect((await deliver(app, "billing", event().body)).reply.outcome).toBe("processed"); // books one payment: one outbox row
+    expect((await deliver(app, "billing", event().body)).reply.outcome).toBe("processed");
+    await db`update outbox set created_at = now() - interval '10 minutes' where id = (select min(id) from outbox)`;
+    await db`update outbox set needs_review_at = now(), last_error = 'Error: sink down' where id = (select max(id) from outbox)`;
+    await db`
+      insert into outbox (aggregate_type, aggregate_id, event_type, payload, published_at)
+      values ('invoice', 'in_published', 'InvoicePaymentBooked', '{}', now())
+    `;
+    const { families } = await scrape(app);
+    expect(valueOf(families, "webhook_outbox_pending", {})).toBe(1);
+    expect(valueOf(families, "webhook_outbox_needs_review", {})).toBe(1);
+    const age = valueOf(families, "webhook_outbox_oldest_pending_age_seconds", {});
+    expect(age).toBeGreaterThanOrEqual(600);
+    expect(age).toBeLessThan(1_200);
+
+    await db`update outbox set published_at = now(), needs_review_at = null where published_at is null`;
+    const settled = (await scrape(app)).families;
+    const present = (name: string) => samples(settled, name).map((s) => s.value);
+    expect([present("webhook_outbox_pending"), present("webhook_outbox_oldest_pending_age_seconds"), present("webhook_outbox_needs_review")]).toEqual([[0], [0], [0]]);
+  });
+
   test("with `metricsToken` set, `/metrics` answers 401 without or with a wrong bearer token and 200 with the right one", async () => {
     const token = "metrics-token-0123456789";
     const app = makeApp({ metricsToken: token });
@@ -252,6 +278,7 @@ describe("GET /metrics", () => {
       expect(family(families, "webhook_inbox_backlog_up")?.metrics).toEqual([{ value: "0" }]);
       expect(family(families, "webhook_inbox_unprocessed")).toBeUndefined();
       expect(family(families, "webhook_inbox_needs_review")).toBeUndefined();
+      expect(family(families, "webhook_outbox_pending")).toBeUndefined();
       expect(deliveries(families, "billing", "rejected", "database_unavailable")).toBe(1);
     } finally {
       await down.end({ timeout: 1 });

@@ -4,8 +4,10 @@ import { parseArgs } from "node:util";
 import { connect, type Db } from "../db.ts";
 import { handlersFor } from "../endpoints.ts";
 import { migrate } from "../migrate.ts";
+import { requeueOutbox } from "../outbox/requeue.ts";
 import { listEvents, showEvent } from "../ops/events.ts";
 import { parseDuration, type RowFilter } from "../ops/filter.ts";
+import { listOutbox } from "../ops/outbox.ts";
 import { purge, RetentionTooShortError } from "../ops/purge.ts";
 import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
@@ -14,7 +16,7 @@ import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
-  status                                  backlog per endpoint; arrivals per type over the last hour
+  status                                  backlog per endpoint and of the outbox; arrivals per type over the last hour
   list [--needs-review | --unprocessed] [--type T] [--endpoint E] [--since 2h|ISO] [--limit N]
   show <event_id> [--payload]             every row of an event: state, attempts, last error (payload on request)
   requeue [--id evt_…] [--type T] [--endpoint E] [--error TEXT] [--dry-run]
@@ -22,6 +24,8 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
   replay <event_id> [--endpoint E]        run a processed event through its handler again (idempotent)
   purge [--older-than 30d] [--payloads-older-than 7d] [--force] [--dry-run] [--batch N]
                                           delete processed rows past retention (never unprocessed or needs-review)
+  outbox [--needs-review] [--limit N]     unpublished outbox rows, oldest first: attempts, last error
+  outbox-requeue <id>… [--dry-run]        needs-review outbox rows back to the dispatcher, attempts reset
   migrate                                 apply pending sql/ migrations`;
 
 class UsageError extends Error {}
@@ -122,6 +126,8 @@ async function run(db: Db): Promise<number> {
       if (opts.json) return print(s), 0;
       console.log("backlog (unprocessed rows wait for a worker; needs-review rows wait for an operator)");
       print(s, s.backlog.map((b) => ({ endpoint: `${b.provider}/${b.endpoint}`, unprocessed: b.unprocessed, oldest_age_s: Math.round(b.oldestUnprocessedAgeSec), needs_review: b.needsReview })));
+      console.log("outbox (pending rows wait for `bun run dispatch`; needs-review rows wait for an operator)");
+      print(s, [{ pending: s.outbox.pending, oldest_age_s: Math.round(s.outbox.oldestPendingAgeSec), needs_review: s.outbox.needsReview }]);
       console.log(`arrivals over the last ${s.windowSec / 60} min`);
       print(s, s.arrivals.map((a) => ({ endpoint: `${a.provider}/${a.endpoint}`, type: a.eventType, received: a.received, processed: a.processed, ignored: a.ignored, unprocessed: a.unprocessed, needs_review: a.needsReview })));
       return 0;
@@ -173,6 +179,24 @@ async function run(db: Db): Promise<number> {
       if (opts.json) return print(result), 0;
       console.log(`${result.dryRun ? "Would delete" : "Deleted"} ${result.deleted} processed row(s) older than ${opts["older-than"]}` +
         (opts["payloads-older-than"] ? `; ${result.dryRun ? "would drop" : "dropped"} ${result.payloadsDropped} payload(s) older than ${opts["payloads-older-than"]}` : ""));
+      return 0;
+    }
+    case "outbox": {
+      const rows = await listOutbox(db, { needsReview: opts["needs-review"] }, wholeNumber("limit", opts.limit));
+      print(rows, rows.map((r) => ({ id: r.id, aggregate: `${r.aggregateType}/${r.aggregateId}`, type: r.eventType, state: r.state, attempts: r.attempts, created_at: r.createdAt, last_error: r.lastError ?? "" })));
+      return 0;
+    }
+    case "outbox-requeue": {
+      if (args.length === 0) throw new UsageError("outbox-requeue takes one or more outbox ids");
+      const bad = args.filter((id) => !/^[1-9]\d{0,18}$/.test(id));
+      if (bad.length) throw new UsageError(`Outbox ids are whole numbers, got ${bad.map((id) => `"${id}"`).join(", ")}`);
+      const ids = opts["dry-run"]
+        ? (await listOutbox(db, { needsReview: true, ids: args }, args.length)).map((r) => r.id)
+        : await requeueOutbox(db, args);
+      const skipped = args.filter((id) => !ids.includes(id));
+      if (opts.json) return print({ dryRun: opts["dry-run"], requeued: ids, notParked: skipped }), 0;
+      console.log(`${opts["dry-run"] ? "Would requeue" : "Requeued"} ${ids.length} needs-review outbox row(s)${ids.length ? `: ${ids.join(", ")}` : ""}`);
+      if (skipped.length) console.log(`Not parked (published, pending or unknown), left alone: ${skipped.join(", ")}`);
       return 0;
     }
     case "migrate": {

@@ -22,9 +22,21 @@ export interface Arrivals {
   needsReview: number;
 }
 
+/**
+ * Backlog of the transactional outbox (seed §6, end): rows not yet published. Ages in seconds.
+ * `pending` excludes parked rows; `needsReview` counts rows parked for an operator (dead letter).
+ */
+export interface OutboxBacklog {
+  pending: number;
+  /** Age of the oldest pending (not parked) row since it was written, seconds; 0 when none. */
+  oldestPendingAgeSec: number;
+  needsReview: number;
+}
+
 /** What `inbox status` reports. */
 export interface InboxStatus {
   backlog: Backlog[];
+  outbox: OutboxBacklog;
   /** Window of `arrivals`, seconds (default the last hour). */
   windowSec: number;
   arrivals: Arrivals[];
@@ -48,7 +60,23 @@ export async function readBacklog(db: Db): Promise<Backlog[]> {
   return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, unprocessed: r.unprocessed, oldestUnprocessedAgeSec: r.oldest, needsReview: r.needs_review }));
 }
 
-/** The backlog plus arrivals per endpoint and event type over the last `windowSec` seconds (default 3600). */
+/**
+ * The outbox backlog, read from the partial indexes `outbox_due` and `outbox_needs_review` (0005):
+ * unpublished rows only, so its cost follows the backlog, not the table. Used by `inbox status` and
+ * the `/metrics` gauges.
+ */
+export async function readOutboxBacklog(db: Db): Promise<OutboxBacklog> {
+  const [row] = await db<{ pending: number; oldest: number; needs_review: number }[]>`
+    select count(*) filter (where needs_review_at is null)::int as pending,
+           coalesce(extract(epoch from now() - min(created_at) filter (where needs_review_at is null)), 0)::float8 as oldest,
+           count(*) filter (where needs_review_at is not null)::int as needs_review
+      from outbox
+     where published_at is null
+  `;
+  return { pending: row?.pending ?? 0, oldestPendingAgeSec: row?.oldest ?? 0, needsReview: row?.needs_review ?? 0 };
+}
+
+/** The inbox and outbox backlogs plus arrivals per endpoint and event type over the last `windowSec` seconds (default 3600). */
 export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus> {
   const arrivals = await db<{ provider: string; endpoint: string; event_type: string; received: number; processed: number; ignored: number; unprocessed: number; needs_review: number }[]>`
     select provider, endpoint, event_type,
@@ -64,6 +92,7 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
   `;
   return {
     backlog: await readBacklog(db),
+    outbox: await readOutboxBacklog(db),
     windowSec,
     arrivals: arrivals.map((r) => ({
       provider: r.provider, endpoint: r.endpoint, eventType: r.event_type, received: r.received,
