@@ -4,6 +4,7 @@ import { migrate } from "../migrate.ts";
 import { devWebhookSecret, openDatabase } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 import { connectReceiver, receiverApp } from "../runtime/receiver.ts";
+import { onStopSignals } from "../runtime/signals.ts";
 
 const env = process.env;
 let config: Config;
@@ -50,15 +51,12 @@ if (config.endpoints[0]?.source === "generated") {
   console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");
 }
 
-let stopping = false;
 async function shutdown(signal: string): Promise<void> {
-  if (stopping) process.exit(1); // second signal: exit at once
-  stopping = true;
   console.log(`${signal}: no longer accepting; finishing in-flight requests`);
   await server.stop();
   await db.end({ timeout: 5 });
   await database.close();
   process.exit(0);
 }
-process.on("SIGTERM", () => void shutdown("SIGTERM"));
-process.on("SIGINT", () => void shutdown("SIGINT"));
+// A second signal (not the duplicate Ctrl-C of `bun run`) exits at once.
+onStopSignals((signal) => void shutdown(signal), () => process.exit(1));

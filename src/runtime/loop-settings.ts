@@ -1,5 +1,6 @@
 // Edge file: the settings and signal handling shared by the claim-loop commands (`bun run worker`,
 // `bun run dispatch`): flags, environment variables and SIGTERM/SIGINT.
+import { onStopSignals, REPEAT_WINDOW_MS } from "./signals.ts";
 
 /** The numeric flags of a claim loop, in ms except `concurrency` and `max-attempts`. */
 export const LOOP_FLAGS = ["concurrency", "lease-ms", "timeout-ms", "max-attempts", "poll-ms", "backoff-base-ms", "backoff-cap-ms"] as const;
@@ -36,17 +37,17 @@ export function readLoopSettings(values: Record<string, unknown>, env: Record<st
 
 /**
  * SIGTERM/SIGINT abort the returned controller (stop claiming, finish in-flight work); a second signal
- * exits at once with status 1. Logs `{ <label>: "stopping", signal }`.
+ * (later than {@link REPEAT_WINDOW_MS} after the first: Ctrl-C under `bun run` arrives twice) exits at
+ * once with status 1. Logs `{ <label>: "stopping", signal }`.
  */
 export function abortOnSignals(label: string): AbortController {
   const controller = new AbortController();
-  let signals = 0;
-  const onSignal = (signal: string) => {
-    if (++signals > 1) process.exit(1);
-    console.log(JSON.stringify({ [label]: "stopping", signal }));
-    controller.abort();
-  };
-  process.on("SIGTERM", () => onSignal("SIGTERM"));
-  process.on("SIGINT", () => onSignal("SIGINT"));
+  onStopSignals(
+    (signal) => {
+      console.log(JSON.stringify({ [label]: "stopping", signal }));
+      controller.abort();
+    },
+    () => process.exit(1),
+  );
   return controller;
 }

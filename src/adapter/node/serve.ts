@@ -6,6 +6,7 @@ import { ConfigError } from "../../config.ts";
 import { migrate } from "../../migrate.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
+import { onStopSignals } from "../../runtime/signals.ts";
 
 let config: ServerConfig;
 try {
@@ -25,15 +26,12 @@ server.listen(config.port, config.host, () => {
   console.log(`webhook-inbox (Node.js ${process.version}) listening on http://${config.host}:${port}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
 });
 
-let stopping = false;
 async function shutdown(signal: string): Promise<void> {
-  if (stopping) process.exit(1); // second signal: exit at once
-  stopping = true;
   console.log(`${signal}: no longer accepting; finishing in-flight requests`);
   // close() stops accepting, closes idle keep-alive connections and resolves when the busy ones finish.
   await new Promise<void>((resolve) => server.close(() => resolve()));
   await db.end({ timeout: 5 });
   process.exit(0);
 }
-process.on("SIGTERM", () => void shutdown("SIGTERM"));
-process.on("SIGINT", () => void shutdown("SIGINT"));
+// A second signal (not the duplicate Ctrl-C of `bun run`) exits at once.
+onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
