@@ -1,4 +1,4 @@
-import type { Db } from "./db.ts";
+import type { Db, Tx } from "./db.ts";
 import type { Claim } from "./claim.ts";
 import { dataObject, PermanentError, type HandlerTable, type StatementBuilder } from "./handler-table.ts";
 import type { Backoff } from "./inbox.ts";
@@ -85,10 +85,29 @@ async function processInOneStatement(db: Db, claim: Claim, build: StatementBuild
     if (!row || row.processed) return "skipped";
     payload = row.payload;
   }
+  const query = claimedStatement(db, claim, build, payload);
+  const timer = setTimeout(() => void query.cancel(), timeoutMs);
+  try {
+    const [result] = await query;
+    return result?.applied ? "processed" : "skipped";
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * The one statement that applies a claimed row with a {@link StatementBuilder} handler, on `sql` (the
+ * pool, or a transaction when several rows share a commit): `inbox` locks the row `FOR UPDATE` and
+ * re-checks it is still unprocessed and unparked, the handler's CTEs apply only when it is, `done` marks
+ * it processed. Yields one row `{ applied }`: false when another worker had already finished the row.
+ * @throws PermanentError when the row has no jsonb payload (kept as raw_body) or the handler's
+ *   validation refuses the event (thrown before anything is sent).
+ */
+export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBuilder, payload: Record<string, unknown> | null | undefined) {
   // Unprocessed without a payload: kept as raw_body because jsonb could not hold it. No retry helps.
   if (!payload) throw new PermanentError("Cannot process: the event has no jsonb payload (kept as raw_body)");
   const context = { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType };
-  const query = db<{ applied: boolean }[]>`
+  return sql<{ applied: boolean }[]>`
     with inbox as (
       select 1
         from webhook_inbox
@@ -96,7 +115,7 @@ async function processInOneStatement(db: Db, claim: Claim, build: StatementBuild
          and processed_at is null
          and needs_review_at is null
          for update
-    ), ${build(db, dataObject(payload), context)},
+    ), ${build(sql, dataObject(payload), context)},
     done as (
       update webhook_inbox
          set processed_at = now(),
@@ -107,13 +126,6 @@ async function processInOneStatement(db: Db, claim: Claim, build: StatementBuild
     )
     select exists (select 1 from inbox) as applied
   `;
-  const timer = setTimeout(() => void query.cancel(), timeoutMs);
-  try {
-    const [result] = await query;
-    return result?.applied ? "processed" : "skipped";
-  } finally {
-    clearTimeout(timer);
-  }
 }
 
 /**

@@ -3,7 +3,7 @@ import type { HandlerTable } from "./handler-table.ts";
 import { NOTIFY_CHANNEL } from "./inbox.ts";
 import { resolveLoopOptions, type LoopOptions } from "./loop-options.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
-import { processClaimed } from "./process-claimed.ts";
+import { processBatch } from "./process-batch.ts";
 import { createWakeUp } from "./wake-up.ts";
 import { describeError } from "./receive.ts";
 
@@ -11,16 +11,23 @@ import { describeError } from "./receive.ts";
 export interface WorkerOptions extends LoopOptions {
   /** The handler table for a row's provider and endpoint (the receiver's table: one definition). */
   handlersFor: (provider: string, endpoint: string) => HandlerTable | undefined;
+  /**
+   * Rows a slot applies in one transaction (one commit), see {@link processBatch}. Default 8; 1 gives
+   * every row its own transaction. A failing row makes its batch redo each row on its own.
+   */
+  batchSize?: number;
 }
 
 /**
- * The async-mode worker loop (seed §6): claim due rows in batches (up to the free slots plus a local
- * queue of `concurrency` rows), process each in its own transaction, sleep until a NOTIFY, a freed
- * slot or the poll interval. Logs one line per
+ * The async-mode worker loop (seed §6): claim due rows in batches into a local queue (up to two rounds
+ * of work: `2 × concurrency × batchSize` rows in hand), let each of `concurrency` slots take up to
+ * `batchSize` of them and apply them with {@link processBatch} (one commit per batch, per-row redo
+ * when a batch fails), sleep until a NOTIFY, a freed slot or the poll interval. Logs one line per
  * row: event id, type, attempt, outcome, duration ms (never the payload). Resolves after `signal`
  * aborts and in-flight rows finished. Database errors while claiming are logged and retried after
  * the poll interval (capped at 1 s); they never end the loop.
- * @throws Error when `timeoutMs >= leaseMs` (a row could outlive its lease while still running).
+ * @throws Error when `timeoutMs >= leaseMs` (a row could outlive its lease while still running), or
+ *   when `batchSize` is not a whole number ≥ 1.
  */
 export async function runWorker(options: WorkerOptions): Promise<void> {
   const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(options, "Worker");
@@ -32,44 +39,50 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     return undefined;
   });
 
+  const batchSize = options.batchSize ?? 8;
+  if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new Error(`Worker batchSize must be a whole number ≥ 1, got ${batchSize}`);
   const inFlight = new Set<Promise<void>>();
   const outbox = notifierFor(db, OUTBOX_CHANNEL);
-  async function work(claim: Claim): Promise<void> {
+  async function work(claims: Claim[]): Promise<void> {
     const started = Date.now();
-    const line = { event_id: claim.eventId, endpoint: claim.endpoint, type: claim.eventType, attempt: claim.attempt };
+    const line = (claim: Claim) => ({ event_id: claim.eventId, endpoint: claim.endpoint, type: claim.eventType, attempt: claim.attempt });
     try {
-      const result = await processClaimed(db, claim, { handlersFor: options.handlersFor, timeoutMs, maxAttempts, backoff });
-      if (result.outcome === "processed") outbox.wake(); // its handler may have written outbox rows
-      log({ ...line, outcome: result.outcome, ...(result.error ? { error: result.error } : {}), duration_ms: Date.now() - started });
+      const results = await processBatch(db, claims, { handlersFor: options.handlersFor, timeoutMs, maxAttempts, backoff });
+      if (results.some((r) => r.outcome === "processed")) outbox.wake(); // their handlers may have written outbox rows
+      for (const r of results) log({ ...line(r.claim), outcome: r.outcome, ...(r.error ? { error: r.error } : {}), duration_ms: Date.now() - started });
     } catch (err) {
-      // Recording the failure failed too: the lease expires and the row is claimed again.
-      log({ ...line, outcome: "failed", error: describeError(err), duration_ms: Date.now() - started });
+      // Not expected (processBatch reports failures as outcomes): the leases expire and the rows are claimed again.
+      for (const claim of claims) log({ ...line(claim), outcome: "failed", error: describeError(err), duration_ms: Date.now() - started });
     }
   }
 
-  // Claimed rows wait here for a slot (a local queue of up to `concurrency` rows), so one claim
-  // statement serves several rows. Their lease runs meanwhile: a few processing times, far below it.
+  // Claimed rows wait here for a slot, so one claim statement serves several batches. Their lease
+  // runs meanwhile: a few batch times, far below it.
   const queue: Claim[] = [];
-  const start = (claim: Claim) => {
-    const p: Promise<void> = work(claim).finally(() => {
+  const start = (claims: Claim[]) => {
+    const p: Promise<void> = work(claims).finally(() => {
       inFlight.delete(p);
       nudge();
     });
     inFlight.add(p);
   };
   const fillSlots = () => {
-    while (inFlight.size < concurrency && queue.length > 0) start(queue.shift() as Claim);
+    // Spread the queue over the free slots (a short queue is not all taken by the first slot).
+    while (inFlight.size < concurrency && queue.length > 0) {
+      start(queue.splice(0, Math.min(batchSize, Math.ceil(queue.length / (concurrency - inFlight.size)))));
+    }
   };
   const parkedLog = (rows: { eventId: string; endpoint: string; eventType: string; attempts: number }[]) => {
     for (const r of rows) log({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, attempt: r.attempts, outcome: "needs_review", error: "attempt limit reached with no outcome recorded" });
   };
 
+  const round = concurrency * batchSize;
   while (!signal.aborted) {
     fillSlots();
-    // Invariant: a non-empty queue means every slot is busy. Refill once it is half empty.
-    const room = 2 * concurrency - inFlight.size - queue.length;
+    // Invariant: a non-empty queue means every slot is busy. Refill once less than half a round waits.
+    const room = 2 * round - inFlight.size * batchSize - queue.length;
     let found = room;
-    if (queue.length <= concurrency / 2 && room > 0) {
+    if (queue.length <= round / 2 && room > 0) {
       claiming();
       try {
         const claims = await claimBatch(db, { limit: room, leaseMs, maxAttempts, onParked: parkedLog });

@@ -10,9 +10,10 @@ import { loadMigrations } from "../runtime/migrations-fs.ts";
 import { runWorker } from "../worker.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
-  --concurrency N     rows processed at once (default 4)
+  --concurrency N     batches processed at once (default 4)
+  --batch-size N      rows applied in one transaction, one commit (default 8; 1 = a commit per row)
   --lease-ms N        lease per claim, ms (default 60000)
-  --timeout-ms N      statement timeout per row, ms, < lease (default 30000)
+  --timeout-ms N      time bound per batch (and per row redone alone), ms, < lease (default 30000)
   --max-attempts N    attempts before needs-review (default 10)
   --poll-ms N         poll interval when no NOTIFY arrives, ms (default 5000)
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
@@ -29,6 +30,7 @@ try {
   parsed = parseArgs({
     options: {
       ...loopFlagSpecs,
+      "batch-size": { type: "string" },
       "no-listen": { type: "boolean", default: false },
       help: { type: "boolean", short: "h", default: false },
     },
@@ -42,6 +44,9 @@ if (parsed.values.help) {
 }
 const problems: string[] = [];
 const settings = readLoopSettings(parsed.values, process.env, "WORKER", problems);
+const rawBatch = parsed.values["batch-size"] ?? process.env.WORKER_BATCH_SIZE ?? "8";
+const batchSize = Number(rawBatch);
+if (!/^\d+$/.test(rawBatch) || !Number.isSafeInteger(batchSize) || batchSize < 1) problems.push(`--batch-size (WORKER_BATCH_SIZE) must be a whole number ≥ 1, got "${rawBatch}"`);
 if (problems[0]) usageError(problems.join("\n"));
 const poolerProblems: string[] = [];
 const pooler = readPooler(process.env, poolerProblems);
@@ -56,12 +61,13 @@ await migrate(db, loadMigrations());
 
 const controller = abortOnSignals("worker");
 
-console.log(JSON.stringify({ worker: "started", database: database.embedded ? "embedded" : "DATABASE_URL", pooler, listen, ...settings }));
+console.log(JSON.stringify({ worker: "started", database: database.embedded ? "embedded" : "DATABASE_URL", pooler, listen, ...settings, "batch-size": batchSize }));
 await runWorker({
   db,
   handlersFor,
   signal: controller.signal,
   concurrency: settings.concurrency,
+  batchSize,
   leaseMs: settings["lease-ms"],
   timeoutMs: settings["timeout-ms"],
   maxAttempts: settings["max-attempts"],
