@@ -34,6 +34,12 @@ export type LogFn = (line: Record<string, unknown>) => void;
 /** Dependencies of {@link createApp}. */
 export interface AppDeps {
   db: Db;
+  /**
+   * Connection for `/readyz` and `/metrics`; default `db`. Give them their own (one connection is
+   * enough): postgres.js pipelines a query onto a busy connection when none is idle, so on the shared
+   * pool a scrape can wait behind a delivery stuck on a row lock and report the database unreadable.
+   */
+  probeDb?: Db;
   endpoints: readonly Endpoint[];
   /** Signature timestamp tolerance, seconds, both directions. Default 300 (Stripe's default). */
   toleranceSec?: number;
@@ -79,7 +85,7 @@ export function createApp(deps: AppDeps): App {
   const metrics = deps.metrics ?? createMetrics();
   const limiter = deps.maxInFlight === undefined ? undefined : createLimiter(deps.maxInFlight, deps.queueTimeoutMs ?? 2_000);
   const probes = createProbes({
-    db: deps.db,
+    db: deps.probeDb ?? deps.db,
     metrics,
     endpoints: deps.endpoints.map((e) => ({ provider: e.provider.name, endpoint: e.name })),
     schemaVersion: deps.schemaVersion,
@@ -142,6 +148,7 @@ export function createApp(deps: AppDeps): App {
     .get("/readyz", probes.readyz)
     .head("/readyz", probes.readyz)
     .get("/metrics", probes.metrics)
+    .head("/metrics", probes.metrics)
     .all("/webhooks/:provider/:endpoint?", () => errorResponse(new AppError("method_not_allowed", "Webhooks are delivered with POST"), { allow: "POST" }))
     .all("/healthz", wrongMethod)
     .all("/readyz", wrongMethod)

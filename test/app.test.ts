@@ -328,10 +328,11 @@ describe("routing", () => {
     expect(((await res.json()) as Reply).error).toBe("method_not_allowed");
   });
 
-  test("`createApp()` answers HEAD /healthz with the health status and no body", async () => {
-    const res = await makeApp().fetch(new Request(`${BASE}/healthz`, { method: "HEAD" }));
-    expect(res.status).toBe(200);
-    expect(await res.text()).toBe("");
+  test("`createApp()` answers HEAD /healthz and HEAD /metrics (its `allow` header names HEAD) with 200 and no body", async () => {
+    for (const path of ["/healthz", "/metrics"]) {
+      const res = await makeApp().fetch(new Request(`${BASE}${path}`, { method: "HEAD" }));
+      expect({ path, status: res.status, body: await res.text() }).toEqual({ path, status: 200, body: "" });
+    }
   });
 
   test("`createApp()` answers 404 unknown_endpoint for a signed event to /webhooks/stripe/nope", async () => {

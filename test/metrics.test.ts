@@ -4,11 +4,11 @@
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import parsePrometheusTextFormat, { type PrometheusFamily } from "parse-prometheus-text-format";
 import { createApp, type AppDeps, type App } from "../src/app.ts";
-import { connect } from "../src/db.ts";
+import { connect, type Db } from "../src/db.ts";
 import { stripeEndpoints } from "../src/endpoints.ts";
 import { billingHandlers } from "../src/handlers/billing.ts";
 import { receiveAsync, type ReceiveTarget } from "../src/receive.ts";
-import { count, eventBody, freshDatabase, invoice, OTHER_SECRET, SECRET, signedRequest, verified } from "./helpers.ts";
+import { closeAll, connections, count, eventBody, freshDatabase, invoice, OTHER_SECRET, SECRET, signedRequest, verified } from "./helpers.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
@@ -266,6 +266,49 @@ describe("GET /metrics", () => {
     expect(ok.response.status).toBe(200);
     expect(valueOf(ok.families, "webhook_inbox_backlog_up", {})).toBe(1);
   });
+
+  test("with its own `probeDb`, `/metrics` reads the backlog while the only delivery connection waits on a row lock; on the shared pool it cannot", async () => {
+    const [locker, deliveries, probes] = connections(fresh.url, 3) as [Db, Db, Db];
+    const created = event("invoice.created", { status: "draft", amount_paid: 0 });
+    const invoiceId = created.eventId.replace("evt_", "in_");
+    try {
+      expect((await deliver(makeApp(), "billing", created.body)).reply.outcome).toBe("processed");
+      const [lockerPid, deliveryPid] = await Promise.all([locker, deliveries].map(async (d) => (await d<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]?.pid));
+      let release = () => {};
+      const held = new Promise<void>((resolve) => (release = resolve));
+      let locked = false;
+      const lock = locker.begin(async (tx) => {
+        await tx`select 1 from invoices where id = ${invoiceId} for update`;
+        locked = true;
+        await held;
+      });
+      while (!locked) await Bun.sleep(10);
+
+      const shared = makeApp({ db: deliveries });
+      const own = makeApp({ db: deliveries, probeDb: probes });
+      const paid = eventBody(`evt_metrics_locked_${seq}`, "invoice.paid", invoice({ id: invoiceId, amount_paid: 2000, status: "paid" }));
+      const stuck = deliver(shared, "billing", paid);
+      for (let waited = 0; ; waited += 10) {
+        const [row] = await db<{ blocked: boolean }[]>`select ${lockerPid ?? -1}::int = any(pg_blocking_pids(${deliveryPid ?? -1}::int)) as blocked`;
+        if (row?.blocked) break;
+        if (waited > 10_000) throw new Error("the delivery never waited on the invoice lock");
+        await Bun.sleep(10);
+      }
+
+      const ownScrape = await scrape(own);
+      expect(valueOf(ownScrape.families, "webhook_inbox_backlog_up", {})).toBe(1);
+      // postgres.js pipelines the scrape behind the blocked delivery on the shared pool: read times out (2 s).
+      const sharedScrape = await scrape(shared);
+      expect(valueOf(sharedScrape.families, "webhook_inbox_backlog_up", {})).toBe(0);
+
+      release();
+      await lock;
+      expect(await stuck).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "processed" }) });
+      expect(await count(db, "ledger_entries", `invoice_id = '${invoiceId}'`)).toBe(1);
+    } finally {
+      await closeAll([locker, deliveries, probes]);
+    }
+  }, 30_000);
 
   test("with an unreachable database `/metrics` still answers 200 with `webhook_inbox_backlog_up 0` and no backlog gauges", async () => {
     const down = connect("postgres://postgres:postgres@127.0.0.1:1/x", { connectTimeoutSec: 1 });

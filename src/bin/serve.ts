@@ -3,7 +3,7 @@ import { ConfigError, loadConfig, type Config } from "../config.ts";
 import { migrate } from "../migrate.ts";
 import { devWebhookSecret, openDatabase } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
-import { connectReceiver, receiverApp } from "../runtime/receiver.ts";
+import { connectProbes, connectReceiver, receiverApp } from "../runtime/receiver.ts";
 import { onStopSignals } from "../runtime/signals.ts";
 
 const env = process.env;
@@ -23,9 +23,10 @@ function fatal(what: string, err: unknown): never {
 
 const database = await openDatabase(env).catch((err: unknown) => fatal("database", err));
 const db = connectReceiver(database.url, config, "webhook-inbox serve");
+const probeDb = connectProbes(database.url, config, "webhook-inbox serve");
 const migrations = loadMigrations();
 const applied = await migrate(db, migrations).catch((err: unknown) => fatal("migrations", err));
-const app = receiverApp(config, db, { schemaVersion: migrations.length });
+const app = receiverApp(config, db, { schemaVersion: migrations.length, probeDb });
 let server: ReturnType<typeof Bun.serve>;
 try {
   server = Bun.serve({
@@ -54,7 +55,7 @@ if (config.endpoints[0]?.source === "generated") {
 async function shutdown(signal: string): Promise<void> {
   console.log(`${signal}: no longer accepting; finishing in-flight requests`);
   await server.stop();
-  await db.end({ timeout: 5 });
+  await Promise.all([db.end({ timeout: 5 }), probeDb.end({ timeout: 1 })]);
   await database.close();
   process.exit(0);
 }

@@ -27,12 +27,20 @@ export function loadServerConfig(env: Record<string, string | undefined>, runtim
 }
 
 /**
- * The receiver's pool: by default one connection more than the delivery limit, so `/readyz` and
- * `/metrics` still answer under full load. Behind a transaction pooler (`DATABASE_POOLER=transaction`)
- * prepared statements are off (see {@link connect}).
+ * The receiver's pool: by default one connection more than the delivery limit (the spare serves the
+ * NOTIFY after commits and the parking of refused events). Behind a transaction pooler
+ * (`DATABASE_POOLER=transaction`) prepared statements are off (see {@link connect}).
  */
 export function connectReceiver(url: string, config: Config, applicationName: string, max = config.dbPoolMax + 1): Db {
   return connect(url, { max, applicationName, pooler: config.databasePooler });
+}
+
+/**
+ * One connection of its own for `/readyz` and `/metrics` (see `AppDeps.probeDb`), so they answer
+ * from the database even while every delivery connection waits on a row lock.
+ */
+export function connectProbes(url: string, config: Config, applicationName: string): Db {
+  return connect(url, { max: 1, applicationName: `${applicationName} probes`, pooler: config.databasePooler });
 }
 
 /** Options of {@link receiverApp}. */
@@ -41,12 +49,15 @@ export interface ReceiverOptions {
   schemaVersion?: number;
   /** One JSON line per delivery; default stdout. */
   log?: LogFn;
+  /** Connection for `/readyz` and `/metrics` (see {@link connectProbes}); default `db`. */
+  probeDb?: Db;
 }
 
 /** The core `fetch(Request) → Response` for `config` on `db`. */
 export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {}): App {
   return createApp({
     db,
+    probeDb: options.probeDb,
     log: options.log,
     endpoints: stripeEndpoints(config.endpoints, config.hybridBudgetMs),
     toleranceSec: config.toleranceSec,

@@ -3,7 +3,7 @@
 import { ConfigError } from "../../config.ts";
 import { migrate } from "../../migrate.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
-import { connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
+import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
 
 /** The part of the Deno namespace this file uses (the project typechecks with bun-types). */
 declare const Deno: {
@@ -21,9 +21,10 @@ try {
   Deno.exit(1);
 }
 const db = connectReceiver(config.databaseUrl, config, "webhook-inbox deno");
+const probeDb = connectProbes(config.databaseUrl, config, "webhook-inbox deno");
 const migrations = loadMigrations();
 const applied = await migrate(db, migrations);
-const app = receiverApp(config, db, { schemaVersion: migrations.length });
+const app = receiverApp(config, db, { schemaVersion: migrations.length, probeDb });
 const server = Deno.serve({
   hostname: config.host,
   port: config.port,
@@ -36,7 +37,7 @@ async function shutdown(signal: string): Promise<void> {
   stopping = true;
   console.log(`${signal}: no longer accepting; finishing in-flight requests`);
   await server.shutdown();
-  await db.end({ timeout: 5 });
+  await Promise.all([db.end({ timeout: 5 }), probeDb.end({ timeout: 1 })]);
   Deno.exit(0);
 }
 Deno.addSignalListener("SIGTERM", () => void shutdown("SIGTERM"));

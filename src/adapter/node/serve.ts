@@ -5,7 +5,7 @@ import { createRequestListener } from "@remix-run/node-fetch-server";
 import { ConfigError } from "../../config.ts";
 import { migrate } from "../../migrate.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
-import { connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
+import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 
 let config: ServerConfig;
@@ -16,9 +16,10 @@ try {
   process.exit(1);
 }
 const db = connectReceiver(config.databaseUrl, config, "webhook-inbox node");
+const probeDb = connectProbes(config.databaseUrl, config, "webhook-inbox node");
 const migrations = loadMigrations();
 const applied = await migrate(db, migrations);
-const app = receiverApp(config, db, { schemaVersion: migrations.length });
+const app = receiverApp(config, db, { schemaVersion: migrations.length, probeDb });
 const server = createServer(createRequestListener(app.fetch));
 server.listen(config.port, config.host, () => {
   const address = server.address();
@@ -30,7 +31,7 @@ async function shutdown(signal: string): Promise<void> {
   console.log(`${signal}: no longer accepting; finishing in-flight requests`);
   // close() stops accepting, closes idle keep-alive connections and resolves when the busy ones finish.
   await new Promise<void>((resolve) => server.close(() => resolve()));
-  await db.end({ timeout: 5 });
+  await Promise.all([db.end({ timeout: 5 }), probeDb.end({ timeout: 1 })]);
   process.exit(0);
 }
 // A second signal (not the duplicate Ctrl-C of `bun run`) exits at once.
