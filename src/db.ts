@@ -21,6 +21,7 @@ export const SQLSTATE = {
   lockNotAvailable: "55P03",
   tooManyConnections: "53300",
   untranslatableCharacter: "22P05",
+  undefinedTable: "42P01",
 } as const;
 
 /** What sits between us and PostgreSQL: nothing (or a session pooler), or a transaction pooler. */

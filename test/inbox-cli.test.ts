@@ -119,8 +119,8 @@ describe("inbox CLI", () => {
       { provider: "stripe", endpoint: "payments", unprocessed: 1, needsReview: 0 },
     ]);
     expect(status.arrivals).toEqual([
-      { provider: "stripe", endpoint: "billing", eventType: "invoice.paid", received: 3, processed: 1, ignored: 0, unprocessed: 1, needsReview: 1 },
-      { provider: "stripe", endpoint: "payments", eventType: "invoice.paid", received: 1, processed: 0, ignored: 0, unprocessed: 1, needsReview: 0 },
+      { provider: "stripe", endpoint: "billing", eventType: "invoice.paid", received: 3, processed: 1, ignored: 0, resolved: 0, unprocessed: 1, needsReview: 1 },
+      { provider: "stripe", endpoint: "payments", eventType: "invoice.paid", received: 1, processed: 0, ignored: 0, resolved: 0, unprocessed: 1, needsReview: 0 },
     ]);
     const text = await inbox(["status"]);
     expect(text.code).toBe(0);
@@ -154,9 +154,9 @@ describe("inbox CLI", () => {
     expect(await count(db, "outbox", `id = ${parkedRow.id} and needs_review_at is null and attempts = 0 and available_at <= now() and published_at is null`)).toBe(1);
     expect(await count(db, "outbox", `id = ${published.id} and published_at is not null`)).toBe(1);
 
-    const usage = await inbox(["outbox-requeue", "12abc"]);
+    const usage = await inbox(["outbox-requeue", "12abc", "9999999999999999999"]);
     expect(usage.code).toBe(2);
-    expect(usage.stderr).toContain('Outbox ids are whole numbers, got "12abc"');
+    expect(usage.stderr).toContain('Outbox ids are whole numbers ≥ 1 (bigint), got "12abc", "9999999999999999999"');
     expect((await inbox(["outbox-requeue"])).code).toBe(2);
   }, WAITS);
 
@@ -194,6 +194,11 @@ describe("inbox CLI", () => {
     expect(option.stderr).toContain("Usage: bun run inbox");
     const none = await inbox([]);
     expect(none.code).toBe(2);
+    for (const since of ["5", "yesterday"]) {
+      const run = await inbox(["list", "--since", since]);
+      expect(run.code).toBe(2);
+      expect(run.stderr).toContain(`--since must be a duration (2h) or an ISO time, got "${since}"`);
+    }
     const both = await inbox(["list", "--needs-review", "--unprocessed"]);
     expect(both.code).toBe(2);
     expect(both.stderr).toContain("Choose one of --needs-review and --unprocessed");
@@ -296,6 +301,13 @@ describe("inbox CLI", () => {
     expect(badDuration.code).toBe(2);
     expect(badDuration.stderr).toContain('Cannot read duration "30"');
     expect((await inbox(["purge", "--batch", "0"])).code).toBe(2);
+  }, WAITS);
+
+  test("`inbox status` against an unreachable database exits 1 naming the connection error, not the schema", async () => {
+    const run = await inbox(["status"], "postgres://postgres:postgres@127.0.0.1:1/postgres");
+    expect(run.code).toBe(1);
+    expect(run.stderr).toContain("Cannot read the schema version: Error ECONNREFUSED");
+    expect(run.stderr).not.toContain("migrate");
   }, WAITS);
 
   test("`inbox status` on a schema behind the code exits 1 telling to run `bun run inbox migrate`, and `inbox migrate` fixes it", async () => {

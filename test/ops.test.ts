@@ -197,7 +197,7 @@ describe("inboxStatus() and readBacklog()", () => {
     const byKey = (a: Arrivals) => `${a.endpoint} ${a.eventType}`;
     const sorted = (list: Arrivals[]) => [...list].sort((a, b) => byKey(a).localeCompare(byKey(b)));
     const arrival = (endpoint: string, eventType: string, counts: Partial<Arrivals>): Arrivals => ({
-      provider: "stripe", endpoint, eventType, received: 0, processed: 0, ignored: 0, unprocessed: 0, needsReview: 0, ...counts,
+      provider: "stripe", endpoint, eventType, received: 0, processed: 0, ignored: 0, resolved: 0, unprocessed: 0, needsReview: 0, ...counts,
     });
 
     const status = await inboxStatus(db);
@@ -304,6 +304,18 @@ describe("showEvent()", () => {
     const full = await showEvent(db, e.eventId, true);
     expect(full.map((r) => r.payload)).toEqual([JSON.parse(e.body), JSON.parse(e.body)]);
     expect(full.map(({ payload: _, ...summary }) => summary)).toEqual(plain);
+  });
+
+  test("`showEvent()` with the payload shows the exact raw body of an event PostgreSQL could not store as jsonb", async () => {
+    const raw = '{"id":"evt_ops_raw","object":"event","type":"invoice.paid","data":{"object":{"description":"a\\u0000b"}}}';
+    await db`
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, needs_review_at, attempts, last_error)
+      values ('stripe', 'billing', 'evt_ops_raw', 'invoice.paid', null, ${raw}, now(), 1, 'Payload cannot be stored as jsonb')
+    `;
+    const [shown] = await showEvent(db, "evt_ops_raw", true);
+    expect(shown).toMatchObject({ state: "needs_review", payload: null, rawBody: raw });
+    const [plain] = await showEvent(db, "evt_ops_raw");
+    expect(plain && "rawBody" in plain).toBe(false);
   });
 
   test("`showEvent()` of an unknown id returns []", async () => {
@@ -626,6 +638,11 @@ describe("parseDuration()", () => {
     for (const text of ["", "30", "1.5d", "-1d", "30x"]) {
       expect(() => parseDuration(text)).toThrow(`Cannot read duration "${text}"`);
     }
+  });
+
+  test("`parseDuration()` rejects a duration longer than 100 years (PostgreSQL could not subtract it from now())", () => {
+    expect(parseDuration("36500d")).toBe(36_500 * DAY_MS);
+    for (const text of ["36501d", "99999999d"]) expect(() => parseDuration(text)).toThrow(`Cannot read duration "${text}": longer than 100 years`);
   });
 
   test("`parseDuration()` rejects a zero duration (its contract: a positive whole number)", () => {

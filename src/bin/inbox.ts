@@ -1,7 +1,7 @@
 // Entry file: `bun run inbox <command>`: the operator's view of the inbox (DATABASE_URL or embedded).
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
-import { connect, type Db } from "../db.ts";
+import { connect, sqlState, SQLSTATE, type Db } from "../db.ts";
 import { handlersFor } from "../endpoints.ts";
 import { migrate } from "../migrate.ts";
 import { requeueOutbox } from "../outbox/requeue.ts";
@@ -11,7 +11,9 @@ import { listOutbox } from "../ops/outbox.ts";
 import { purge, RetentionTooShortError } from "../ops/purge.ts";
 import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
+import { resolveReviewed } from "../ops/resolve.ts";
 import { inboxStatus } from "../ops/status.ts";
+import { describeError } from "../receive.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 
@@ -21,6 +23,8 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
   show <event_id> [--payload]             every row of an event: state, attempts, last error (payload on request)
   requeue [--id evt_…] [--type T] [--endpoint E] [--error TEXT] [--dry-run]
                                           needs-review rows back to the queue, attempts reset
+  resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] --note TEXT [--dry-run]
+                                          close needs-review rows settled by hand (no handler runs)
   replay <event_id> [--endpoint E]        run a processed event through its handler again (idempotent)
   purge [--older-than 30d] [--payloads-older-than 7d] [--force] [--dry-run] [--batch N]
                                           delete processed rows past retention (never unprocessed or needs-review)
@@ -46,6 +50,7 @@ const { values: opts, positionals } = (() => {
         payload: { type: "boolean", default: false },
         id: { type: "string" },
         error: { type: "string" },
+        note: { type: "string" },
         "dry-run": { type: "boolean", default: false },
         "older-than": { type: "string", default: "30d" },
         "payloads-older-than": { type: "string" },
@@ -90,7 +95,9 @@ function filter(): RowFilter {
   if (opts["needs-review"] && opts.unprocessed) throw new UsageError("Choose one of --needs-review and --unprocessed");
   let since: Date | undefined;
   if (opts.since) {
-    since = /^\d+(ms|s|m|h|d)$/.test(opts.since) ? new Date(Date.now() - duration("since", opts.since)) : new Date(opts.since);
+    // An ISO 8601 date or date-time (2026-11-30, 2026-11-30T12:00:00Z); JavaScript's Date would also read "5" as a date.
+    const iso = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/.test(opts.since);
+    since = /^\d+(ms|s|m|h|d)$/.test(opts.since) ? new Date(Date.now() - duration("since", opts.since)) : iso ? new Date(opts.since) : new Date(Number.NaN);
     if (Number.isNaN(since.getTime())) throw new UsageError(`--since must be a duration (2h) or an ISO time, got "${opts.since}"`);
   }
   return {
@@ -112,7 +119,12 @@ async function checkSchema(db: Db): Promise<void> {
   const [row] = await db<{ version: number }[]>`
     select coalesce(max(version), 0)::int as version
       from schema_migrations
-  `.catch(() => [{ version: 0 }]);
+  `.catch((err: unknown) => {
+    // No schema_migrations table yet: nothing applied. Anything else (unreachable, refused login,
+    // missing database) is reported as it is, not as a schema problem.
+    if (sqlState(err) === SQLSTATE.undefinedTable) return [{ version: 0 }];
+    throw new Error(`Cannot read the schema version: ${describeError(err)}`);
+  });
   if ((row?.version ?? 0) < expected) {
     throw new Error(`Database schema is at migration ${row?.version ?? 0}, this code needs ${expected}: run \`bun run inbox migrate\` first`);
   }
@@ -129,7 +141,7 @@ async function run(db: Db): Promise<number> {
       console.log("outbox (pending rows wait for `bun run dispatch`; needs-review rows wait for an operator)");
       print(s, [{ pending: s.outbox.pending, oldest_age_s: Math.round(s.outbox.oldestPendingAgeSec), needs_review: s.outbox.needsReview }]);
       console.log(`arrivals over the last ${s.windowSec / 60} min`);
-      print(s, s.arrivals.map((a) => ({ endpoint: `${a.provider}/${a.endpoint}`, type: a.eventType, received: a.received, processed: a.processed, ignored: a.ignored, unprocessed: a.unprocessed, needs_review: a.needsReview })));
+      print(s, s.arrivals.map((a) => ({ endpoint: `${a.provider}/${a.endpoint}`, type: a.eventType, received: a.received, processed: a.processed, ignored: a.ignored, resolved: a.resolved, unprocessed: a.unprocessed, needs_review: a.needsReview })));
       return 0;
     }
     case "list": {
@@ -152,6 +164,16 @@ async function run(db: Db): Promise<number> {
       if (opts.json) return print(result), 0;
       console.log(`${result.dryRun ? "Would requeue" : "Requeued"} ${result.rows.length} needs-review row(s)`);
       print(result, result.rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, attempts_before: r.attempts, last_error: r.lastError ?? "" })));
+      return 0;
+    }
+    case "resolve": {
+      const f = filter();
+      if (!f.eventId && !f.eventType && !f.error) throw new UsageError("resolve needs --id, --type or --error: it never closes every needs-review row at once");
+      if (!opts.note?.trim()) throw new UsageError("resolve needs --note TEXT: what was done about the event (kept on the row)");
+      const result = await resolveReviewed(db, f, opts.note, opts["dry-run"]);
+      if (opts.json) return print(result), 0;
+      console.log(`${result.dryRun ? "Would resolve" : "Resolved"} ${result.rows.length} needs-review row(s)`);
+      print(result, result.rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, last_error: r.lastError ?? "" })));
       return 0;
     }
     case "replay": {
@@ -188,8 +210,8 @@ async function run(db: Db): Promise<number> {
     }
     case "outbox-requeue": {
       if (args.length === 0) throw new UsageError("outbox-requeue takes one or more outbox ids");
-      const bad = args.filter((id) => !/^[1-9]\d{0,18}$/.test(id));
-      if (bad.length) throw new UsageError(`Outbox ids are whole numbers, got ${bad.map((id) => `"${id}"`).join(", ")}`);
+      const bad = args.filter((id) => !/^[1-9]\d{0,18}$/.test(id) || BigInt(id) > 9_223_372_036_854_775_807n); // bigint range
+      if (bad.length) throw new UsageError(`Outbox ids are whole numbers ≥ 1 (bigint), got ${bad.map((id) => `"${id}"`).join(", ")}`);
       const ids = opts["dry-run"]
         ? (await listOutbox(db, { needsReview: true, ids: args }, args.length)).map((r) => r.id)
         : await requeueOutbox(db, args);

@@ -56,17 +56,23 @@ export async function listEvents(db: Db, filter: RowFilter, limit = 50): Promise
 
 /**
  * Every row of `eventId` (one per provider and endpoint that received it), with its payload when
- * `withPayload` is set (null once dropped by retention). Empty when the id is unknown.
+ * `withPayload` is set (null once dropped by retention). An event PostgreSQL could not store as jsonb
+ * (0006) has payload null and, on request, `rawBody`: the exact verified body as text. Empty when the
+ * id is unknown.
  */
-export async function showEvent(db: Db, eventId: string, withPayload = false): Promise<(EventSummary & { payload?: unknown })[]> {
-  const rows = await db<(Row & { payload: unknown })[]>`
+export async function showEvent(db: Db, eventId: string, withPayload = false): Promise<(EventSummary & { payload?: unknown; rawBody?: string })[]> {
+  const rows = await db<(Row & { payload: unknown; raw_body: string | null })[]>`
     select s.provider, s.endpoint, s.event_id, s.event_type, s.state, s.attempts, s.received_at, s.available_at,
            s.processed_at, s.needs_review_at, s.last_error, s.payload_dropped_at,
-           case when ${withPayload} then w.payload end as payload
+           case when ${withPayload} then w.payload end as payload,
+           case when ${withPayload} then w.raw_body end as raw_body
       from webhook_inbox_state s
       join webhook_inbox w using (provider, endpoint, event_id)
      where s.event_id = ${eventId}
      order by s.provider, s.endpoint
   `;
-  return rows.map((r) => (withPayload ? { ...summarize(r), payload: r.payload } : summarize(r)));
+  return rows.map((r) => {
+    if (!withPayload) return summarize(r);
+    return r.raw_body === null ? { ...summarize(r), payload: r.payload } : { ...summarize(r), payload: r.payload, rawBody: r.raw_body };
+  });
 }

@@ -18,6 +18,8 @@ export interface Arrivals {
   received: number;
   processed: number;
   ignored: number;
+  /** Needs-review rows an operator closed by hand (`inbox resolve`). */
+  resolved: number;
   unprocessed: number;
   needsReview: number;
 }
@@ -78,11 +80,12 @@ export async function readOutboxBacklog(db: Db): Promise<OutboxBacklog> {
 
 /** The inbox and outbox backlogs plus arrivals per endpoint and event type over the last `windowSec` seconds (default 3600). */
 export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus> {
-  const arrivals = await db<{ provider: string; endpoint: string; event_type: string; received: number; processed: number; ignored: number; unprocessed: number; needs_review: number }[]>`
+  const arrivals = await db<{ provider: string; endpoint: string; event_type: string; received: number; processed: number; ignored: number; resolved: number; unprocessed: number; needs_review: number }[]>`
     select provider, endpoint, event_type,
            count(*)::int as received,
            count(*) filter (where state = 'processed')::int as processed,
            count(*) filter (where state = 'ignored')::int as ignored,
+           count(*) filter (where state = 'resolved')::int as resolved,
            count(*) filter (where state = 'unprocessed')::int as unprocessed,
            count(*) filter (where state = 'needs_review')::int as needs_review
       from webhook_inbox_state
@@ -96,7 +99,7 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
     windowSec,
     arrivals: arrivals.map((r) => ({
       provider: r.provider, endpoint: r.endpoint, eventType: r.event_type, received: r.received,
-      processed: r.processed, ignored: r.ignored, unprocessed: r.unprocessed, needsReview: r.needs_review,
+      processed: r.processed, ignored: r.ignored, resolved: r.resolved, unprocessed: r.unprocessed, needsReview: r.needs_review,
     })),
   };
 }
