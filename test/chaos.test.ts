@@ -1,6 +1,7 @@
 // `bun run chaos` in CI, one bounded run per mode (real serve/worker processes, SIGKILLs, an immediate
 // PostgreSQL shutdown), and the checker itself shown able to fail on each kind of violation.
 import { afterAll, describe, expect, test } from "bun:test";
+import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { checkStorm, passed } from "../src/chaos/check.ts";
 import { generateStorm } from "../src/chaos/model.ts";
@@ -61,6 +62,47 @@ describe("bun run chaos", () => {
     expect(summary.graceful_exits).toBe(summary.children);
   }, 120_000);
 });
+
+test("`chaos` on SIGTERM mid-storm stops every child it started (receivers, workers, PostgreSQL) and exits 143", async () => {
+  const env: Record<string, string | undefined> = { ...process.env };
+  delete env.DATABASE_URL;
+  const child = Bun.spawn(["bun", "src/bin/chaos.ts", "--mode", "async", "--workers", "2", "--invoices", "400", "--rate", "50", "--faults", "none"], {
+    cwd: ROOT, env, stdout: "pipe", stderr: "pipe",
+  });
+  const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  // Children by parent pid, from /proc/<pid>/stat (field 4 is the parent; the name may hold spaces).
+  const childrenOf = (pid: number) =>
+    readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number).filter((p) => {
+      try {
+        const stat = readFileSync(`/proc/${p}/stat`, "utf8");
+        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid;
+      } catch {
+        return false;
+      }
+    });
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  // PostgreSQL, one receiver and two workers: four children once the storm runs.
+  let seen: number[] = [];
+  for (let waited = 0; (seen = childrenOf(child.pid)).length < 4; waited += 100) {
+    if (waited > 30_000 || child.exitCode !== null) throw new Error(`chaos never had its four children (saw ${seen.length})`);
+    await Bun.sleep(100);
+  }
+  await Bun.sleep(1_000); // mid-storm
+  child.kill("SIGTERM");
+  const [stderr, code] = await Promise.all([new Response(child.stderr).text(), child.exited]);
+  clearTimeout(killer);
+  expect(code).toBe(143);
+  expect(stderr).toContain("chaos: SIGTERM: stopping the children and the throwaway database; no verdict");
+  for (let waited = 0; seen.some(alive) && waited < 5_000; waited += 100) await Bun.sleep(100); // PostgreSQL takes a moment to go
+  expect(seen.filter(alive)).toEqual([]);
+}, 90_000);
 
 const fresh = await freshDatabase();
 const db = fresh.db;

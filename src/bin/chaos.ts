@@ -15,9 +15,10 @@ import { readPooler } from "../config.ts";
 import { connect } from "../db.ts";
 import { mulberry32 } from "../deliver.ts";
 import { migrate } from "../migrate.ts";
-import { killPostmaster, supervise } from "../runtime/chaos-processes.ts";
+import { killPostmaster, supervise, type Supervised } from "../runtime/chaos-processes.ts";
 import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../runtime/embedded-postgres.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { onStopSignals } from "../runtime/signals.ts";
 
 const USAGE = `Usage: bun run chaos [options]
   --mode sync|async|hybrid   processing mode of the receivers (default sync)
@@ -85,6 +86,20 @@ let embedded: EmbeddedServer | undefined;
 let dataDir: string | undefined;
 let url: string;
 let dropDatabase = async () => {};
+// SIGTERM/SIGINT before the verdict (a `kill` of `bun run chaos`, a CI timeout, Ctrl-C): SIGKILL every
+// child, stop the throwaway cluster, remove this run's folders, exit 143/130 with no verdict.
+const children: Supervised[] = [];
+onStopSignals((signal) => {
+  console.error(`chaos: ${signal}: stopping the children and the throwaway database; no verdict`);
+  void (async () => {
+    await Promise.all(children.map((c) => c.stop("SIGKILL").catch(() => null)));
+    if (dataDir) await killPostmaster(dataDir).catch(() => {});
+    await dropDatabase().catch(() => {});
+    if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
+    rmSync(workDir, { recursive: true, force: true });
+    process.exit(signal === "SIGINT" ? 130 : 143);
+  })();
+}, () => process.exit(1));
 if (process.env.DATABASE_URL) {
   const admin = postgres(process.env.DATABASE_URL, { max: 1, onnotice: () => {} });
   const name = `webhook_inbox_chaos_${process.pid}_${Date.now()}`;
@@ -113,7 +128,8 @@ const bin = (name: string) => fileURLToPath(new URL(`./${name}.ts`, import.meta.
 const receivers = ports.map((port, i) => supervise(`receiver${i}`, [bin("serve")], { ...receiverEnv, PORT: String(port) }, log, /listening on/));
 const workerArgs = [bin("worker"), "--poll-ms", "250", "--lease-ms", "4000", "--timeout-ms", "3000", "--backoff-base-ms", "100", "--backoff-cap-ms", "1000"];
 const workers = Array.from({ length: workerCount }, (_, i) => supervise(`worker${i}`, workerArgs, { DATABASE_URL: url }, log, /"worker":"started"/));
-for (const child of [...receivers, ...workers]) child.start();
+children.push(...receivers, ...workers);
+for (const child of children) child.start();
 await Promise.all(ports.map((port) => waitReady(`http://127.0.0.1:${port}`)));
 
 // 3. Faults while the storm runs.
@@ -166,7 +182,8 @@ storming = false;
 await faultLoop;
 
 // 5. Everything up again, the backlog drained, children stopped gracefully.
-for (const child of [...receivers, ...workers]) child.start();
+children.push(...receivers, ...workers);
+for (const child of children) child.start();
 const drained = await waitDrained(60_000);
 // A child restarted a moment ago may not have installed its signal handlers yet: wait before SIGTERM.
 await Promise.all([...receivers, ...workers].map((c) => c.ready(30_000)));
