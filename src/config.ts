@@ -102,7 +102,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     }
     const secrets = raw.split(",").map((s) => s.trim());
     secrets.forEach((s, i) => {
-      if (!SECRET.test(s)) problems.push(`${variable} value ${i + 1} of ${secrets.length} is not a whsec_… secret`);
+      if (!SECRET.test(s)) problems.push(`${variable} value ${i + 1} of ${secrets.length} is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)`);
     });
     endpoints.push({ name, secrets, source: variable, mode });
   };

@@ -51,9 +51,10 @@ export function statementHandler(build: StatementBuilder): Handler {
 export type HandlerTable = Readonly<Record<string, Handler>>;
 
 /**
- * A handler failure that no retry can fix (e.g. a payload missing a required field). The sync
- * receiver still answers 5xx (the transaction rolled back); the async worker parks the row as
- * needs-review at once instead of burning attempts.
+ * A handler failure that no retry can fix (e.g. a payload missing a required field). The handler's
+ * transaction rolls back; then the receiver (every mode) records the event as needs-review and answers
+ * 200 `needs_review` rather than a 5xx the provider would retry in vain, and the worker parks the row
+ * at once instead of burning attempts.
  */
 export class PermanentError extends Error {
   constructor(message: string) {

@@ -89,7 +89,7 @@ describe("loadConfig()", () => {
       /^MAX_BODY_BYTES must be an integer ≥ 1024, got "10"$/,
       /^DB_POOL_MAX must be an integer ≥ 1, got "0"$/,
       /^DATABASE_URL must start with postgres:\/\//,
-      /^STRIPE_WEBHOOK_SECRET value 1 of 1 is not a whsec_… secret$/,
+      /^STRIPE_WEBHOOK_SECRET value 1 of 1 is not a whsec_… secret \(whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, \+\/=_-\)$/,
       /^STRIPE_WEBHOOK_SECRET_ANALYTICS is required/,
       /^STRIPE_ENDPOINTS entry "Bad_Name" must match/,
     ];
@@ -121,12 +121,12 @@ describe("loadConfig()", () => {
     ["with a space inside", "whsec_abcdefgh ijklmnopqrstuvwx"],
   ])("`loadConfig()` refuses a STRIPE_WEBHOOK_SECRET that is %s", (_label, secret) => {
     const err = configError({ STRIPE_WEBHOOK_SECRET: secret });
-    expect(err.problems).toEqual(["STRIPE_WEBHOOK_SECRET value 1 of 1 is not a whsec_… secret"]);
+    expect(err.problems).toEqual(["STRIPE_WEBHOOK_SECRET value 1 of 1 is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)"]);
   });
 
   test("`loadConfig()` names the bad value of a rotating secret by position", () => {
     const err = configError({ STRIPE_WEBHOOK_SECRET: `${SECRET},whsec_bad` });
-    expect(err.problems).toEqual(["STRIPE_WEBHOOK_SECRET value 2 of 2 is not a whsec_… secret"]);
+    expect(err.problems).toEqual(["STRIPE_WEBHOOK_SECRET value 2 of 2 is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)"]);
   });
 
   test("`loadConfig()` requires STRIPE_WEBHOOK_SECRET with DATABASE_URL and names the variable", () => {

@@ -77,7 +77,8 @@ const summary = await deliver(files, {
 });
 const ms = Math.round(performance.now() - started);
 
-console.log(`Delivered ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${url} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`);
+const verb = summary.failures.length === 0 ? "Delivered" : `Could not deliver ${summary.failures.length} of ${summary.deliveries} deliveries. Sent`;
+console.log(`${verb} ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${url} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`);
 for (const [outcome, count] of Object.entries(summary.outcomes).sort()) console.log(`  ${outcome.padEnd(10)} ${count}`);
 for (const [status, count] of Object.entries(summary.retried).sort()) console.log(`  retried after ${status}: ${count}`);
 for (const f of summary.failures) console.error(`  FAILED ${f.name}: last status ${f.status}`);
