@@ -1,6 +1,7 @@
 import type { Claim } from "./claim.ts";
 import type { Db, Tx } from "./db.ts";
 import { claimedStatement, processClaimed, type ProcessOptions, type WorkOutcome } from "./process-claimed.ts";
+import { describeError } from "./receive.ts";
 
 /** What one row of a batch came to; `error` as {@link processClaimed} reports it. */
 export interface BatchResult {
@@ -9,6 +10,8 @@ export interface BatchResult {
   error?: string;
   /** True when the row was applied in the shared commit; false when it was processed on its own. */
   batched: boolean;
+  /** Why its batch rolled back, when the row was redone on its own after that (class, SQLSTATE, message). */
+  batchError?: string;
 }
 
 interface Planned {
@@ -38,25 +41,32 @@ interface Planned {
  */
 export async function processBatch(db: Db, claims: readonly Claim[], options: ProcessOptions): Promise<BatchResult[]> {
   const planned: Planned[] = [];
-  const alone: Claim[] = [];
+  const single: Claim[] = [];
   for (const claim of claims) {
     const plan = planRow(db, claim, options);
     if (plan) planned.push(plan);
-    else alone.push(claim);
+    else single.push(claim);
   }
   const results: BatchResult[] = [];
-  if (planned.length === 1) alone.push(...planned.splice(0).map((p) => p.claim));
+  if (planned.length === 1) single.push(...planned.splice(0).map((p) => p.claim));
   if (planned.length > 1) {
     planned.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-    const shared = await applyTogether(db, planned, options.timeoutMs).catch(() => undefined);
+    let batchError: string | undefined;
+    const shared = await applyTogether(db, planned, options.timeoutMs).catch((err: unknown) => {
+      batchError = describeError(err);
+      return undefined;
+    });
     if (shared) results.push(...shared);
-    else alone.push(...planned.map((p) => p.claim));
+    else for (const p of planned) results.push({ ...(await alone(db, p.claim, options)), batchError });
   }
-  for (const claim of alone) {
-    const result = await processClaimed(db, claim, options).catch((err: unknown) => ({ outcome: "failed" as const, error: String(err) }));
-    results.push({ claim, ...result, batched: false });
-  }
+  for (const claim of single) results.push(await alone(db, claim, options));
   return results;
+}
+
+/** One row in its own transaction ({@link processClaimed}); a failure to record its failure is reported as `failed`. */
+async function alone(db: Db, claim: Claim, options: ProcessOptions): Promise<BatchResult> {
+  const result = await processClaimed(db, claim, options).catch((err: unknown) => ({ outcome: "failed" as const, error: describeError(err) }));
+  return { claim, ...result, batched: false };
 }
 
 /** The row's statement, or undefined when it must be processed on its own. */

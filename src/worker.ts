@@ -49,7 +49,9 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     try {
       const results = await processBatch(db, claims, { handlersFor: options.handlersFor, timeoutMs, maxAttempts, backoff });
       if (results.some((r) => r.outcome === "processed")) outbox.wake(); // their handlers may have written outbox rows
-      for (const r of results) log({ ...line(r.claim), outcome: r.outcome, ...(r.error ? { error: r.error } : {}), duration_ms: Date.now() - started });
+      for (const r of results) {
+        log({ ...line(r.claim), outcome: r.outcome, ...(r.error ? { error: r.error } : {}), ...(r.batchError ? { batch_error: r.batchError } : {}), duration_ms: Date.now() - started });
+      }
     } catch (err) {
       // Not expected (processBatch reports failures as outcomes): the leases expire and the rows are claimed again.
       for (const claim of claims) log({ ...line(claim), outcome: "failed", error: describeError(err), duration_ms: Date.now() - started });

@@ -95,6 +95,8 @@ describe("processBatch()", () => {
       evt_f_3: { outcome: "failed", batched: false, error: "PostgresError 21000: more than one row returned by a subquery used as an expression" },
       evt_f_4: { outcome: "processed", batched: false },
     });
+    // Every redone row says why its batch rolled back (the worker logs it as batch_error).
+    expect(results.map((r) => r.batchError)).toEqual(Array(4).fill("PostgresError 21000: more than one row returned by a subquery used as an expression"));
     expect(await count(db, "ledger_entries")).toBe(3);
     expect(await count(db, "ledger_entries", "invoice_id = 'in_f_3'")).toBe(0);
     expect(await count(db, "invoices", "id = 'in_f_3'")).toBe(0);
