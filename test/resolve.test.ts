@@ -6,6 +6,7 @@ import { join } from "node:path";
 import { PermanentError } from "../src/handler-table.ts";
 import { billingHandlers } from "../src/handlers/billing.ts";
 import { purge } from "../src/ops/purge.ts";
+import { replayEvent } from "../src/ops/replay.ts";
 import { resolveReviewed } from "../src/ops/resolve.ts";
 import { readBacklog } from "../src/ops/status.ts";
 import { receiveAsync, receiveSync, recordFallback, type ReceiveTarget } from "../src/receive.ts";
@@ -62,6 +63,10 @@ test("`resolveReviewed()` closes only the matching needs-review row, keeps why i
 
   expect(await receiveSync(db, BILLING, verified(refused.body))).toBe("duplicate");
   expect(await count(db, "ledger_entries")).toBe(0); // no handler ran
+  // Replaying it would book what the operator decided not to book: refused, nothing written.
+  await expect(replayEvent(db, { provider: "stripe", endpoint: "billing", eventId: refused.eventId }, billingHandlers)).rejects.toThrow(`an operator resolved it by hand ("${NOTE}")`);
+  expect(await count(db, "ledger_entries")).toBe(0);
+  expect(await count(db, "invoices")).toBe(0);
   // Resolving again finds nothing: it is no longer parked.
   expect((await resolveReviewed(db, { eventId: refused.eventId }, NOTE, false)).rows).toEqual([]);
 });

@@ -14,17 +14,19 @@ export interface ReplayResult {
 }
 
 /**
- * Runs an already processed event through its handler again, in one transaction that holds the inbox
+ * Runs an already settled event through its handler again, in one transaction that holds the inbox
  * row `FOR UPDATE`. Safe because handlers are idempotent: a replay of a booked payment books nothing
- * (0 inserted). The effect is read from `pg_stat_xact_user_tables` (PostgreSQL manual, "The Cumulative
+ * (0 inserted). A `processed` row replays through its handler; an `ignored` one through a handler
+ * added since it arrived (if any). A `resolved` row is refused: an operator settled it by hand
+ * (`inbox resolve`), and running the handler would override that decision. The effect is read from `pg_stat_xact_user_tables` (PostgreSQL manual, "The Cumulative
  * Statistics System") before and after the handler, inside the transaction, and reported as the difference.
- * @throws Error when the row does not exist, is not processed yet (the worker owns it), or its payload
- *   was dropped by retention; the handler's own error after rolling back.
+ * @throws Error when the row does not exist, is not settled yet (the worker owns it), was resolved by
+ *   an operator, or its payload was dropped by retention; the handler's own error after rolling back.
  */
 export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable | undefined): Promise<ReplayResult> {
   return db.begin(async (tx) => {
-    const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null; processed_at: Date | null }[]>`
-      select event_type, payload, processed_at
+    const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null; processed_at: Date | null; outcome: string | null; resolution_note: string | null }[]>`
+      select event_type, payload, processed_at, outcome, resolution_note
         from webhook_inbox
        where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
          for update
@@ -32,6 +34,7 @@ export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable 
     const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
     if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
     if (!row.processed_at) throw new Error(`Cannot replay ${name}: it is not processed yet (requeue it, or let the worker finish it)`);
+    if (row.outcome === "resolved") throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.resolution_note}"); running its handler would override that`);
     if (!row.payload) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
     // Pending statistics of earlier transactions on this connection may not be flushed yet
     // (PostgreSQL ≥ 15 flushes them at most once a second), so count the difference.
