@@ -194,6 +194,17 @@ describe("inbox CLI", () => {
     expect(option.stderr).toContain("Usage: bun run inbox");
     const none = await inbox([]);
     expect(none.code).toBe(2);
+    // Options or arguments a command does not take are usage errors, never silently ignored:
+    // `requeue evt_…` without --id would otherwise match every needs-review row.
+    for (const [args, message] of [
+      [["requeue", "evt_cli_x", "--dry-run"], 'requeue takes no arguments, got "evt_cli_x" (an event id goes in --id evt_cli_x)'],
+      [["requeue", "--limit", "1"], "requeue does not take --limit"],
+      [["resolve", "--unprocessed", "--id", "evt_cli_x", "--note", "n"], "resolve does not take --unprocessed"],
+      [["show"], "show takes exactly 1 argument(s), got 0"],
+    ] as [string[], string][]) {
+      const run = await inbox(args);
+      expect({ args, code: run.code, stderr: run.stderr.split("\n")[0] }).toEqual({ args, code: 2, stderr: message });
+    }
     for (const since of ["5", "yesterday"]) {
       const run = await inbox(["list", "--since", since]);
       expect(run.code).toBe(2);

@@ -34,10 +34,11 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
 
 class UsageError extends Error {}
 
-const { values: opts, positionals } = (() => {
+const { values: opts, positionals, tokens } = (() => {
   try {
     return parseArgs({
       allowPositionals: true,
+      tokens: true,
       options: {
         json: { type: "boolean", default: false },
         "needs-review": { type: "boolean", default: false },
@@ -66,6 +67,41 @@ const { values: opts, positionals } = (() => {
 })();
 
 const [command, ...args] = positionals;
+
+/**
+ * What each command accepts: its options (besides --json and --help) and how many positional
+ * arguments. Anything else is a usage error rather than silently ignored: `requeue evt_X` without
+ * --id would otherwise match every needs-review row (a fresh review found exactly that).
+ */
+const FILTER = ["type", "endpoint", "since", "id", "error"];
+const ACCEPTS: Record<string, { options: string[]; positionals: [min: number, max: number] }> = {
+  status: { options: [], positionals: [0, 0] },
+  list: { options: [...FILTER, "needs-review", "unprocessed", "limit"], positionals: [0, 0] },
+  show: { options: ["payload"], positionals: [1, 1] },
+  requeue: { options: [...FILTER, "dry-run"], positionals: [0, 0] },
+  resolve: { options: [...FILTER, "note", "dry-run"], positionals: [0, 0] },
+  replay: { options: ["endpoint", "provider"], positionals: [1, 1] },
+  purge: { options: ["older-than", "payloads-older-than", "force", "dry-run", "batch"], positionals: [0, 0] },
+  outbox: { options: ["needs-review", "limit"], positionals: [0, 0] },
+  "outbox-requeue": { options: ["dry-run"], positionals: [1, Number.POSITIVE_INFINITY] },
+  migrate: { options: [], positionals: [0, 0] },
+};
+
+/** The usage problem of this command line, if any (unknown commands are reported by run()). */
+function usageProblem(): string | undefined {
+  const accepts = command === undefined ? undefined : ACCEPTS[command];
+  if (!accepts) return undefined;
+  const given = tokens.flatMap((t) => (t.kind === "option" && t.name !== "json" && t.name !== "help" ? [t.name] : []));
+  const foreign = [...new Set(given.filter((name) => !accepts.options.includes(name)))];
+  if (foreign.length) return `${command} does not take ${foreign.map((n) => `--${n}`).join(", ")}`;
+  const [min, max] = accepts.positionals;
+  if (args.length < min || args.length > max) {
+    if (max === 0) return `${command} takes no arguments, got ${args.map((a) => `"${a}"`).join(" ")}${/^evt_/.test(args[0] ?? "") ? ` (an event id goes in --id ${args[0]})` : ""}`;
+    return `${command} takes ${min === max ? `exactly ${min}` : `at least ${min}`} argument(s), got ${args.length}`;
+  }
+  return undefined;
+}
+
 if (opts.help || !command) {
   console.log(USAGE);
   process.exit(command || opts.help ? 0 : 2);
@@ -229,6 +265,12 @@ async function run(db: Db): Promise<number> {
     default:
       throw new UsageError(`Unknown command "${command}"`);
   }
+}
+
+const problem = usageProblem(); // before any database is opened
+if (problem) {
+  console.error(`${problem}\n\n${USAGE}`);
+  process.exit(2);
 }
 
 let code: number;
