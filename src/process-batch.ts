@@ -32,11 +32,15 @@ interface Planned {
  * is processed on its own with {@link processClaimed}. Rows of a type with no handler are marked
  * `ignored` in the shared commit.
  *
- * Per-event isolation: if any statement of the batch fails (handler error, refusal, deadlock, the
- * `timeoutMs` bound on the whole batch), the transaction rolls back and EVERY row of it is processed
- * again on its own with {@link processClaimed}, so a failing event records its own failure and never
- * costs another event its outcome, only a second try in the same claim (its attempt is not counted
- * again). Savepoints per row were not used: they add two round trips per event to save a rare redo.
+ * Per-event isolation: if any statement of the batch fails (handler error, refusal, deadlock, its
+ * time bound), the transaction rolls back and EVERY row of it is processed again on its own with
+ * {@link processClaimed}, so a failing event records its own failure and never costs another event its
+ * outcome, only a second try in the same claim (its attempt is not counted again). Savepoints per row
+ * were not used: they add two round trips per event to save a rare redo.
+ *
+ * Time: `options.timeoutMs` bounds the whole call (below the lease): the shared attempt may use half
+ * of it, and each row processed on its own gets an equal share of the rest (at least half of
+ * `timeoutMs` divided by the number of rows). A single row gets all of it.
  * Never throws for handler errors; a failure to record a failure is reported as `failed`.
  */
 export async function processBatch(db: Db, claims: readonly Claim[], options: ProcessOptions): Promise<BatchResult[]> {
@@ -47,26 +51,30 @@ export async function processBatch(db: Db, claims: readonly Claim[], options: Pr
     if (plan) planned.push(plan);
     else single.push(claim);
   }
+  // One time budget for everything below, so a batch never outlives its lease: the shared attempt gets
+  // half, and each row then processed on its own an equal share of what is left (a row stuck on a
+  // lock cannot starve the rows after it).
+  const deadline = Date.now() + options.timeoutMs;
   const results: BatchResult[] = [];
   if (planned.length === 1) single.push(...planned.splice(0).map((p) => p.claim));
+  let redo: { claim: Claim; batchError?: string }[] = [];
   if (planned.length > 1) {
     planned.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     let batchError: string | undefined;
-    const shared = await applyTogether(db, planned, options.timeoutMs).catch((err: unknown) => {
+    const shared = await applyTogether(db, planned, Math.floor(options.timeoutMs / 2)).catch((err: unknown) => {
       batchError = describeError(err);
       return undefined;
     });
     if (shared) results.push(...shared);
-    else for (const p of planned) results.push({ ...(await alone(db, p.claim, options)), batchError });
+    else redo = planned.map((p) => ({ claim: p.claim, batchError }));
   }
-  for (const claim of single) results.push(await alone(db, claim, options));
+  const alone: { claim: Claim; batchError?: string }[] = [...redo, ...single.map((claim) => ({ claim }))];
+  for (const [i, { claim, batchError }] of alone.entries()) {
+    const share = Math.max(1, Math.floor((deadline - Date.now()) / (alone.length - i)));
+    const result = await processClaimed(db, claim, { ...options, timeoutMs: share }).catch((err: unknown) => ({ outcome: "failed" as const, error: describeError(err) }));
+    results.push({ claim, ...result, batched: false, ...(batchError ? { batchError } : {}) });
+  }
   return results;
-}
-
-/** One row in its own transaction ({@link processClaimed}); a failure to record its failure is reported as `failed`. */
-async function alone(db: Db, claim: Claim, options: ProcessOptions): Promise<BatchResult> {
-  const result = await processClaimed(db, claim, options).catch((err: unknown) => ({ outcome: "failed" as const, error: describeError(err) }));
-  return { claim, ...result, batched: false };
 }
 
 /** The row's statement, or undefined when it must be processed on its own. */

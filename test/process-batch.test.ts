@@ -147,6 +147,30 @@ describe("processBatch()", () => {
     expect(await count(db, "ledger_entries")).toBe(2);
   }, WAITS);
 
+  test("`processBatch()` keeps the whole call within `timeoutMs` when two rows of the batch are stuck (a batch must not outlive its lease)", async () => {
+    for (const n of [1, 2, 3, 4]) await queue(`evt_l_${n}`, "invoice.paid", `in_l_${n}`);
+    const slow = (sql: Parameters<StatementBuilder>[0]) => sql`slow as (insert into outbox (aggregate_type, aggregate_id, event_type, payload) select 'test', 'slow', 'Slow', jsonb_build_object('slept', pg_sleep(3)::text) from inbox)`;
+    const build = billingHandlers["invoice.paid"]?.statement;
+    if (!build) throw new Error("billing's invoice.paid has no statement builder");
+    const handlers: HandlerTable = {
+      ...billingHandlers,
+      "invoice.paid": statementHandler((sql, object, context) =>
+        ["evt_l_1", "evt_l_3"].includes(context.eventId) ? sql`${build(sql, object, context)}, ${slow(sql)}` : build(sql, object, context)),
+    };
+    const started = performance.now();
+    const results = await processBatch(db, await claimAll(), options(handlers, { timeoutMs: 1_200 }));
+    const elapsed = performance.now() - started;
+    expect(outcomes(results)).toEqual({
+      evt_l_1: { outcome: "failed", batched: false, error: expect.stringContaining("57014") },
+      evt_l_2: { outcome: "processed", batched: false },
+      evt_l_3: { outcome: "failed", batched: false, error: expect.stringContaining("57014") },
+      evt_l_4: { outcome: "processed", batched: false },
+    });
+    // The contract, not a speed goal: one budget for the shared attempt and every redo. Giving each redo
+    // the full timeout again would take 0.6 + 2 × 1.2 s here.
+    expect(elapsed).toBeLessThan(2_400);
+  }, WAITS);
+
   test("`processBatch()` ×2 on two connections over the same ten invoices, claimed in opposite orders, never deadlock and book each payment once", async () => {
     const ids = Array.from({ length: 10 }, (_, i) => `in_d_${String(i).padStart(2, "0")}`);
     for (const id of ids) await queue(`evt_d_paid_${id}`, "invoice.paid", id);

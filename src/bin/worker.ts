@@ -13,7 +13,7 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --concurrency N     batches processed at once (default 4)
   --batch-size N      rows applied in one transaction, one commit (default 8; 1 = a commit per row)
   --lease-ms N        lease per claim, ms (default 60000)
-  --timeout-ms N      time bound per batch (and per row redone alone), ms, < lease (default 30000)
+  --timeout-ms N      time bound of one batch, rows redone alone included, ms, < lease (default 30000)
   --max-attempts N    attempts before needs-review (default 10)
   --poll-ms N         poll interval when no NOTIFY arrives, ms (default 5000)
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
