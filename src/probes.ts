@@ -42,8 +42,13 @@ export function createProbes(deps: ProbeDeps) {
     if (deps.metricsToken !== undefined && !sameText(request.headers.get("authorization") ?? "", `Bearer ${deps.metricsToken}`)) {
       return Response.json({ error: "unauthorized", message: "GET /metrics needs Authorization: Bearer <METRICS_TOKEN>" }, { status: 401, headers: { "www-authenticate": "Bearer" } });
     }
-    const read = async () => ({ inbox: await readBacklog(deps.db), outbox: await readOutboxBacklog(deps.db) });
-    const backlog = await withTimeout(read(), PROBE_TIMEOUT_MS).catch(() => null);
+    // A server-side bound just under the client's: a read blocked on a lock (a migration, VACUUM FULL)
+    // is cancelled by PostgreSQL and frees the probe connection, so /readyz does not queue behind it.
+    const read = deps.db.begin(async (tx) => {
+      await tx`select set_config('statement_timeout', ${String(PROBE_TIMEOUT_MS - 250)}, true)`;
+      return { inbox: await readBacklog(tx), outbox: await readOutboxBacklog(tx) };
+    });
+    const backlog = await withTimeout(read, PROBE_TIMEOUT_MS).catch(() => null);
     return new Response(deps.metrics.render(backlog, deps.endpoints), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
   }
 

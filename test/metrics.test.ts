@@ -310,6 +310,32 @@ describe("GET /metrics", () => {
     }
   }, 30_000);
 
+  test("a scrape blocked by a table lock reports `backlog_up 0` and does not hold up `/readyz` on the same probe connection", async () => {
+    const [locker, probes] = connections(fresh.url, 2) as [Db, Db];
+    try {
+      let release = () => {};
+      const held = new Promise<void>((resolve) => (release = resolve));
+      let locked = false;
+      const lock = locker.begin(async (tx) => {
+        await tx`lock table outbox in access exclusive mode`; // what a migration or VACUUM FULL takes
+        locked = true;
+        await held;
+      });
+      while (!locked) await Bun.sleep(10);
+      const app = makeApp({ probeDb: probes });
+      const { families } = await scrape(app);
+      expect(family(families, "webhook_inbox_backlog_up")?.metrics).toEqual([{ value: "0" }]);
+      // PostgreSQL cancelled the blocked read, so the single probe connection is free again at once.
+      const ready = await app.fetch(new Request(`${BASE}/readyz`));
+      expect(ready.status).toBe(200);
+      release();
+      await lock;
+      expect(valueOf((await scrape(app)).families, "webhook_inbox_backlog_up", {})).toBe(1);
+    } finally {
+      await closeAll([locker, probes]);
+    }
+  }, 30_000);
+
   test("with an unreachable database `/metrics` still answers 200 with `webhook_inbox_backlog_up 0` and no backlog gauges", async () => {
     const down = connect("postgres://postgres:postgres@127.0.0.1:1/x", { connectTimeoutSec: 1 });
     try {

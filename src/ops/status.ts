@@ -1,4 +1,4 @@
-import type { Db } from "../db.ts";
+import type { Db, Tx } from "../db.ts";
 
 /** Backlog of one endpoint: what is waiting and what needs an operator. Ages in seconds. */
 export interface Backlog {
@@ -48,7 +48,7 @@ export interface InboxStatus {
  * Backlog per provider and endpoint, read from the partial indexes on unprocessed and parked rows
  * (seed §9's monitoring query, split by endpoint). Used by `inbox status` and the `/metrics` gauges.
  */
-export async function readBacklog(db: Db): Promise<Backlog[]> {
+export async function readBacklog(db: Db | Tx): Promise<Backlog[]> {
   const rows = await db<{ provider: string; endpoint: string; unprocessed: number; oldest: number; needs_review: number }[]>`
     select provider, endpoint,
            count(*) filter (where needs_review_at is null)::int as unprocessed,
@@ -67,7 +67,7 @@ export async function readBacklog(db: Db): Promise<Backlog[]> {
  * unpublished rows only, so its cost follows the backlog, not the table. Used by `inbox status` and
  * the `/metrics` gauges.
  */
-export async function readOutboxBacklog(db: Db): Promise<OutboxBacklog> {
+export async function readOutboxBacklog(db: Db | Tx): Promise<OutboxBacklog> {
   const [row] = await db<{ pending: number; oldest: number; needs_review: number }[]>`
     select count(*) filter (where needs_review_at is null)::int as pending,
            coalesce(extract(epoch from now() - min(created_at) filter (where needs_review_at is null)), 0)::float8 as oldest,

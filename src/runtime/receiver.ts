@@ -36,11 +36,12 @@ export function connectReceiver(url: string, config: Config, applicationName: st
 }
 
 /**
- * One connection of its own for `/readyz` and `/metrics` (see `AppDeps.probeDb`), so they answer
- * from the database even while every delivery connection waits on a row lock.
+ * Two connections of their own for `/readyz` and `/metrics` (see `AppDeps.probeDb`), so they answer
+ * from the database even while every delivery connection waits on a row lock, and a readiness check
+ * does not queue behind a slow scrape.
  */
 export function connectProbes(url: string, config: Config, applicationName: string): Db {
-  return connect(url, { max: 1, applicationName: `${applicationName} probes`, pooler: config.databasePooler });
+  return connect(url, { max: 2, applicationName: `${applicationName} probes`, pooler: config.databasePooler });
 }
 
 /** Options of {@link receiverApp}. */
