@@ -34,7 +34,7 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
     if (handler?.statement) return { outcome: await processInOneStatement(db, claim, handler.statement, options.timeoutMs) };
     const outcome = await db.begin(async (tx): Promise<WorkOutcome> => {
       await tx`select set_config('statement_timeout', ${String(options.timeoutMs)}, true)`;
-      const [row] = await tx<{ event_type: string; payload: Record<string, unknown> }[]>`
+      const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null }[]>`
         select event_type, payload
           from webhook_inbox
          where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
@@ -44,6 +44,9 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
       `;
       if (!row) return "skipped";
       if (!table) throw new PermanentError(`No handler table for ${claim.provider}/${claim.endpoint}`);
+      // Kept as raw_body (jsonb could not hold it): nothing can apply or even ignore it (0006 keeps such
+      // a row unsettled until an operator resolves it). No retry helps.
+      if (!row.payload) throw new PermanentError("Cannot process: the event has no jsonb payload (kept as raw_body)");
       if (handler) {
         await handler(tx, dataObject(row.payload), { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType });
       }

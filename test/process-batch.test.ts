@@ -118,6 +118,19 @@ describe("processBatch()", () => {
     expect(await count(db, "webhook_inbox", "event_id = 'evt_r_refused' and needs_review_at is not null")).toBe(1);
   });
 
+  test("`processBatch()` parks at once a requeued raw-body row (jsonb could not hold it) of a type without a handler, instead of retrying it", async () => {
+    await queue("evt_raw_1", "invoice.paid", "in_raw_1");
+    await db`
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, attempts)
+      values ('stripe', 'billing', 'evt_raw_plan', 'plan.created', null, '{"id":"evt_raw_plan"}', 0)
+    `;
+    const results = await processBatch(db, await claimAll(), options());
+    expect(outcomes(results)).toEqual({
+      evt_raw_1: { outcome: "processed", batched: false },
+      evt_raw_plan: { outcome: "needs_review", batched: false, error: "PermanentError: Cannot process: the event has no jsonb payload (kept as raw_body)" },
+    });
+  });
+
   test("`processBatch()` skips a row another worker finished after the claim, and books nothing twice", async () => {
     for (const n of [1, 2, 3]) await queue(`evt_s_${n}`, "invoice.paid", `in_s_${n}`);
     const claims = await claimAll();

@@ -41,7 +41,7 @@ export async function listOutbox(db: Db, filter: OutboxFilter = {}, limit = 50):
      where published_at is null
        and (${!filter.needsReview} or needs_review_at is not null)
        and (${filter.ids === undefined} or id = any(${(filter.ids ?? []) as string[]}::bigint[]))
-     order by id
+     order by outbox.id
      limit ${limit}
   `;
   return rows.map((r) => ({
