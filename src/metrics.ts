@@ -1,5 +1,8 @@
 import type { Backlog, OutboxBacklog } from "./ops/status.ts";
 
+/** Label pair of the backlog of endpoints that are not configured (see `render`). */
+const UNCONFIGURED = { provider: "_unconfigured", endpoint: "_unconfigured" };
+
 /** Upper bounds of the processing-duration histogram, seconds. */
 const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
 
@@ -38,11 +41,12 @@ interface Histogram {
  * `webhook_deliveries_total{provider,endpoint,outcome[,reason]}`,
  * `webhook_processing_duration_seconds` (histogram per provider and endpoint, all outcomes), and backlog
  * gauges read from the database at scrape time: `webhook_inbox_unprocessed`,
- * `webhook_inbox_oldest_unprocessed_age_seconds`, `webhook_inbox_needs_review` (per provider and
- * endpoint), `webhook_outbox_pending`, `webhook_outbox_oldest_pending_age_seconds`,
- * `webhook_outbox_needs_review` (unlabelled), plus `webhook_inbox_backlog_up` (0 when the database
- * could not be read; the other gauges are then left out rather than reported as 0). Written here rather than with
- * prom-client because the core must stay on Web APIs.
+ * `webhook_inbox_oldest_unprocessed_age_seconds`, `webhook_inbox_needs_review` (per configured
+ * provider and endpoint; rows of any other endpoint summed under `_unconfigured`),
+ * `webhook_outbox_pending`, `webhook_outbox_oldest_pending_age_seconds`, `webhook_outbox_needs_review`
+ * (unlabelled), plus `webhook_inbox_backlog_up` (0 when the database could not be read; the other
+ * gauges are then left out rather than reported as 0). Written here rather than with prom-client
+ * because the core must stay on Web APIs.
  */
 export function createMetrics(): Metrics {
   const deliveries = new Map<string, number>();
@@ -80,7 +84,23 @@ export function createMetrics(): Metrics {
     if (backlog) {
       const rows = new Map<string, Backlog>();
       for (const e of endpoints) rows.set(labels(e), { ...e, unprocessed: 0, oldestUnprocessedAgeSec: 0, needsReview: 0 });
-      for (const b of backlog.inbox) rows.set(labels({ provider: b.provider, endpoint: b.endpoint }), b);
+      for (const b of backlog.inbox) {
+        const configured = endpoints.some((e) => e.provider === b.provider && e.endpoint === b.endpoint);
+        if (configured) {
+          rows.set(labels({ provider: b.provider, endpoint: b.endpoint }), b);
+          continue;
+        }
+        // Rows of endpoints no longer (or never) configured are summed under one fixed label pair, so
+        // what the database holds cannot add label values (configured names cannot start with "_").
+        const key = labels(UNCONFIGURED);
+        const sum = rows.get(key) ?? { ...UNCONFIGURED, unprocessed: 0, oldestUnprocessedAgeSec: 0, needsReview: 0 };
+        rows.set(key, {
+          ...sum,
+          unprocessed: sum.unprocessed + b.unprocessed,
+          oldestUnprocessedAgeSec: Math.max(sum.oldestUnprocessedAgeSec, b.oldestUnprocessedAgeSec),
+          needsReview: sum.needsReview + b.needsReview,
+        });
+      }
       const gauge = (name: string, help: string, pick: (b: Backlog) => number) => {
         out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`);
         for (const [key, b] of rows) out.push(`${name}{${key}} ${pick(b)}`);

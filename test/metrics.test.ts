@@ -209,11 +209,19 @@ describe("GET /metrics", () => {
     expect(await deliver(app, "payments", event("invoice.paid", { customer: undefined }).body)).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "needs_review" }) });
     expect((await deliver(app, "billing", event().body)).reply.outcome).toBe("processed"); // settled: in no gauge
 
+    // Rows of endpoints that are not configured (any more) add no label values: summed under _unconfigured.
+    for (const [provider, endpoint, parked] of [["stripe", "legacy_eu", false], ["github", "push", true]] as const) {
+      await db`
+        insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, needs_review_at)
+        values (${provider}, ${endpoint}, ${`evt_metrics_old_${endpoint}`}, 'invoice.paid', '{}', ${parked ? new Date() : null})
+      `;
+    }
+
     const { families } = await scrape(app);
     expect(valueOf(families, "webhook_inbox_backlog_up", {})).toBe(1);
     const gauge = (name: string) => Object.fromEntries(samples(families, name).map((s) => [`${s.labels.provider}/${s.labels.endpoint}`, s.value]));
-    expect(gauge("webhook_inbox_unprocessed")).toEqual({ "stripe/billing": 2, "stripe/payments": 0, "stripe/refunds": 0 });
-    expect(gauge("webhook_inbox_needs_review")).toEqual({ "stripe/billing": 0, "stripe/payments": 1, "stripe/refunds": 0 });
+    expect(gauge("webhook_inbox_unprocessed")).toEqual({ "stripe/billing": 2, "stripe/payments": 0, "stripe/refunds": 0, "_unconfigured/_unconfigured": 1 });
+    expect(gauge("webhook_inbox_needs_review")).toEqual({ "stripe/billing": 0, "stripe/payments": 1, "stripe/refunds": 0, "_unconfigured/_unconfigured": 1 });
     const age = gauge("webhook_inbox_oldest_unprocessed_age_seconds");
     expect(age["stripe/billing"]).toBeGreaterThanOrEqual(600);
     expect(age["stripe/billing"]).toBeLessThan(1_200);
