@@ -205,7 +205,7 @@ describe("inbox CLI", () => {
       const run = await inbox(args);
       expect({ args, code: run.code, stderr: run.stderr.split("\n")[0] }).toEqual({ args, code: 2, stderr: message });
     }
-    for (const since of ["5", "yesterday"]) {
+    for (const since of ["5", "yesterday", "2026-02-31"]) {
       const run = await inbox(["list", "--since", since]);
       expect(run.code).toBe(2);
       expect(run.stderr).toContain(`--since must be a duration (2h) or an ISO time, got "${since}"`);

@@ -536,6 +536,7 @@ describe("purge()", () => {
     expect(error).toBeInstanceOf(RetentionTooShortError);
     expect((error as Error).message).toContain("retry horizon of 3 d");
     expect((error as Error).message).toContain("retention of 1 d");
+    expect(((await purge(db, { olderThanMs: 5_000 }).catch((err: unknown) => err)) as Error).message).toContain("retention of 5 s is shorter");
     await expect(purge(db, { olderThanMs: parseDuration("1d"), dryRun: true })).rejects.toBeInstanceOf(RetentionTooShortError);
     expect(await rows()).toEqual(before);
     expect(Object.keys(before).length).toBe(Object.keys(s).length);

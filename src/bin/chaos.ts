@@ -202,7 +202,7 @@ const summary = {
   wrong_final_state: verdict.wrongState.length, unprocessed: verdict.unprocessed, unexpected_needs_review: verdict.unexpectedNeedsReview.length,
   poison_parked: verdict.poison.filter((p) => p.parked).length, poison: verdict.poison.length,
   graceful_exits: exits.filter((e) => e.code === 0).length, children: exits.length,
-  duration_s: Math.round((Date.now() - started) / 100) / 10, passed: ok, log: logFile,
+  duration_s: Math.round((Date.now() - started) / 100) / 10, passed: ok, log: ok ? null : logFile, // kept only when it failed
 };
 if (!o.json) {
   console.table(Object.fromEntries(Object.entries(summary).filter(([k]) => !["failed_attempts", "outcomes", "log"].includes(k)).map(([k, v]) => [k, { value: v }])));
@@ -213,7 +213,7 @@ if (!o.json) {
   for (const p of verdict.poison) console.log(`injected poison ${p.eventId}: ${p.parked ? "needs-review, as expected" : "NOT parked"}`);
   if (!drained) console.log("VIOLATION: the backlog did not drain within 60 s");
   if (dbRestartMissed) console.log("INCOMPLETE: the storm ended before PostgreSQL could be restarted; use more --invoices or a lower --rate");
-  console.log(`${ok ? "PASSED" : "FAILED"}: child output in ${logFile}`);
+  console.log(ok ? "PASSED (child output removed)" : `FAILED: child output kept in ${logFile}`);
 } else {
   console.log(JSON.stringify(summary));
 }

@@ -127,12 +127,19 @@ function duration(name: string, raw: string): number {
   }
 }
 
+/** Whether the YYYY-MM-DD at the start of `text` is a day of the calendar (Date rolls 2026-02-31 over to March). */
+function realDate(text: string): boolean {
+  const [y, m, d] = text.slice(0, 10).split("-").map(Number) as [number, number, number];
+  const day = new Date(Date.UTC(y, m - 1, d));
+  return day.getUTCFullYear() === y && day.getUTCMonth() === m - 1 && day.getUTCDate() === d;
+}
+
 function filter(): RowFilter {
   if (opts["needs-review"] && opts.unprocessed) throw new UsageError("Choose one of --needs-review and --unprocessed");
   let since: Date | undefined;
   if (opts.since) {
     // An ISO 8601 date or date-time (2026-11-30, 2026-11-30T12:00:00Z); JavaScript's Date would also read "5" as a date.
-    const iso = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/.test(opts.since);
+    const iso = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/.test(opts.since) && realDate(opts.since);
     since = /^\d+(ms|s|m|h|d)$/.test(opts.since) ? new Date(Date.now() - duration("since", opts.since)) : iso ? new Date(opts.since) : new Date(Number.NaN);
     if (Number.isNaN(since.getTime())) throw new UsageError(`--since must be a duration (2h) or an ISO time, got "${opts.since}"`);
   }

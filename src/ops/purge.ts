@@ -102,7 +102,10 @@ export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult>
   return result;
 }
 
+/** A duration for messages, in the largest unit that keeps it readable: 4 d, 36.0 h, 90 min, 5 s. */
 function days(ms: number): string {
-  const d = ms / 86_400_000;
-  return Number.isInteger(d) ? `${d} d` : `${(ms / 3_600_000).toFixed(1)} h`;
+  if (ms >= 86_400_000 && Number.isInteger(ms / 86_400_000)) return `${ms / 86_400_000} d`;
+  if (ms >= 3_600_000) return `${(ms / 3_600_000).toFixed(1)} h`;
+  if (ms >= 60_000) return `${Math.round(ms / 60_000)} min`;
+  return `${Math.round(ms / 1_000)} s`;
 }
