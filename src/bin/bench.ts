@@ -1,7 +1,8 @@
-// Entry file: `bun run bench [--quick] [--runs N] [--seconds N]`. Measures the receiver and the worker
-// against the physical ceiling (pgbench running the same SQL) on this machine, side by side in one run,
-// and writes bench-results/latest.json and latest.md. Nothing here is asserted by the test suite.
-import { spawn, spawnSync } from "node:child_process";
+// Entry file: `bun run bench [--quick] [--runs N] [--seconds N] [--only sections] [--out DIR]`. Measures
+// the receiver and the worker against the physical ceiling (pgbench running the same SQL) on this
+// machine, side by side in one run, and writes <out>/latest.json and latest.md (default bench-results/).
+// No timing is asserted by the test suite (which only checks that it leaves DATABASE_URL's data alone).
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
 import { dirname, join } from "node:path";
@@ -14,6 +15,8 @@ import { handlersFor } from "../endpoints.ts";
 import { migrate } from "../migrate.ts";
 import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../runtime/embedded-postgres.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { createScratchDatabase } from "../runtime/scratch-database.ts";
+import { onStopSignals } from "../runtime/signals.ts";
 import { graphileDrain } from "../runtime/graphile-peer.ts";
 import { ensurePgbench, runPgbench } from "../runtime/pgbench.ts";
 import { runWorker } from "../worker.ts";
@@ -24,6 +27,7 @@ const { values: o } = parseArgs({
     runs: { type: "string" },
     seconds: { type: "string" },
     only: { type: "string" },
+    out: { type: "string" },
   },
 });
 const runs = Number(o.runs ?? (o.quick ? 1 : 3));
@@ -35,12 +39,28 @@ const ROOT = fileURLToPath(new URL("../../", import.meta.url));
 const bin = (name: string) => join(ROOT, "src", "bin", `${name}.ts`);
 const say = (line: string) => console.log(line);
 
-// The database: a throwaway embedded PostgreSQL 18 with default durability, or DATABASE_URL.
+// The database: a throwaway embedded PostgreSQL 18 with default durability, or a scratch database
+// created on DATABASE_URL's server and dropped at the end. Never the database DATABASE_URL names: the
+// bench truncates its tables between sections (a fresh review lost a whole inbox that way).
 let embedded: EmbeddedServer | undefined;
 let dataDir: string | undefined;
 let url: string;
+let dropScratch = async () => {};
+const children = new Set<ChildProcess>();
+onStopSignals((signal) => {
+  console.error(`bench: ${signal}: stopping; dropping the scratch database`);
+  void (async () => {
+    for (const child of children) child.kill("SIGKILL");
+    await dropScratch().catch(() => {});
+    await embedded?.stop().catch(() => {});
+    if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
+    process.exit(signal === "SIGINT" ? 130 : 143);
+  })();
+}, () => process.exit(1));
 if (process.env.DATABASE_URL) {
-  url = process.env.DATABASE_URL;
+  const scratch = await createScratchDatabase(process.env.DATABASE_URL, "webhook_inbox_bench");
+  url = scratch.url;
+  dropScratch = scratch.drop;
 } else {
   dataDir = await temporaryDataDir("webhook-inbox-bench-pg-");
   embedded = await startEmbeddedPostgres({ dir: dataDir, port: 0, flags: ["-c", "max_connections=300"] });
@@ -97,6 +117,8 @@ async function withServe<T>(env: Record<string, string>, fn: (base: string, pid:
   const child = spawn(process.execPath, [bin("serve")], {
     env: { ...process.env, DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, PORT: String(port), ...env }, stdio: ["ignore", "ignore", "inherit"],
   });
+  children.add(child);
+  child.once("exit", () => children.delete(child));
   const base = `http://127.0.0.1:${port}`;
   for (let i = 0; i < 100 && !(await fetch(`${base}/readyz`).then((r) => r.ok, () => false)); i++) await Bun.sleep(100);
   try {
@@ -196,13 +218,14 @@ if (sections.has("duplicates")) {
   say(`duplicate storm: ${JSON.stringify(storm)} ledger rows ${booked?.n}`);
 }
 
-const outDir = join(ROOT, "bench-results");
+const outDir = o.out ?? join(ROOT, "bench-results");
 mkdirSync(outDir, { recursive: true });
 writeFileSync(join(outDir, "latest.json"), `${JSON.stringify(results, null, 2)}\n`);
 const markdown = `Machine: ${machine.cores} × ${machine.cpu}, ${machine.memory_gib} GiB; Bun ${machine.bun}; ${machine.postgres} (synchronous_commit=${machine.synchronous_commit}); ${machine.pgbench}; ${machine.date}. Medians of ${runs} run(s) of ${seconds} s.\n\n${table.join("\n")}\n`;
 writeFileSync(join(outDir, "latest.md"), markdown);
-say(`\n${markdown}\nwritten: bench-results/latest.json, bench-results/latest.md`);
+say(`\n${markdown}\nwritten: ${join(outDir, "latest.json")}, ${join(outDir, "latest.md")}`);
 await db.end();
+await dropScratch();
 await embedded?.stop();
 if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
 process.exit(0);

@@ -7,7 +7,6 @@ import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import postgres from "postgres";
 import { checkStorm, passed } from "../chaos/check.ts";
 import { generateStorm } from "../chaos/model.ts";
 import { sendStorm } from "../chaos/storm.ts";
@@ -18,6 +17,7 @@ import { migrate } from "../migrate.ts";
 import { killPostmaster, supervise, type Supervised } from "../runtime/chaos-processes.ts";
 import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../runtime/embedded-postgres.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { createScratchDatabase } from "../runtime/scratch-database.ts";
 import { onStopSignals } from "../runtime/signals.ts";
 
 const USAGE = `Usage: bun run chaos [options]
@@ -101,16 +101,9 @@ onStopSignals((signal) => {
   })();
 }, () => process.exit(1));
 if (process.env.DATABASE_URL) {
-  const admin = postgres(process.env.DATABASE_URL, { max: 1, onnotice: () => {} });
-  const name = `webhook_inbox_chaos_${process.pid}_${Date.now()}`;
-  await admin.unsafe(`create database ${name}`);
-  const u = new URL(process.env.DATABASE_URL);
-  u.pathname = `/${name}`;
-  url = u.toString();
-  dropDatabase = async () => {
-    await admin.unsafe(`drop database if exists ${name} with (force)`);
-    await admin.end();
-  };
+  const scratch = await createScratchDatabase(process.env.DATABASE_URL, "webhook_inbox_chaos");
+  url = scratch.url;
+  dropDatabase = scratch.drop;
   if (faults.delete("restart-db")) say("restart-db skipped: DATABASE_URL points at a server this command does not own");
 } else {
   dataDir = await temporaryDataDir("webhook-inbox-chaos-pg-");
