@@ -3,7 +3,8 @@ import { join } from "node:path";
 import postgres from "postgres";
 import { connect, type Db } from "../src/db.ts";
 import { signStripePayload } from "../src/stripe-event.ts";
-import { TEMPLATE_DB, withDatabase } from "./setup.ts";
+import { withDatabase } from "../src/runtime/scratch-database.ts";
+import { TEMPLATE_DB } from "./setup.ts";
 
 /** A test signing secret (never a real one). */
 export const SECRET = "whsec_test_0123456789abcdefghijklmnop";

@@ -9,6 +9,7 @@ import postgres from "postgres";
 import { migrate } from "../src/migrate.ts";
 import { startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../src/runtime/embedded-postgres.ts";
 import { loadMigrations } from "../src/runtime/migrations-fs.ts";
+import { withDatabase } from "../src/runtime/scratch-database.ts";
 
 export const TEMPLATE_DB = "webhook_inbox_test_template";
 
@@ -60,11 +61,4 @@ async function quietServerLog(url: string): Promise<void> {
   } finally {
     await sql.end();
   }
-}
-
-/** `url` with its database name replaced. */
-export function withDatabase(url: string, database: string): string {
-  const u = new URL(url);
-  u.pathname = `/${database}`;
-  return u.toString();
 }

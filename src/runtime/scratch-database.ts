@@ -26,11 +26,9 @@ export async function createScratchDatabase(serverUrl: string, prefix: string): 
     await admin.end({ timeout: 1 });
     throw err;
   }
-  const url = new URL(serverUrl);
-  url.pathname = `/${name}`;
   let dropped = false;
   return {
-    url: url.toString(),
+    url: withDatabase(serverUrl, name),
     async drop() {
       if (dropped) return;
       dropped = true;
@@ -38,4 +36,18 @@ export async function createScratchDatabase(serverUrl: string, prefix: string): 
       await admin.end({ timeout: 5 });
     },
   };
+}
+
+/**
+ * `url` naming `database` instead of its own: the path is replaced and the `database` / `db` query
+ * parameters are removed, because postgres.js lets them override the path (it passes unknown query
+ * parameters on as startup parameters): a scratch URL that kept `?database=prod` would write into prod.
+ * @throws TypeError when `url` is not a URL.
+ */
+export function withDatabase(url: string, database: string): string {
+  const u = new URL(url);
+  u.pathname = `/${database}`;
+  u.searchParams.delete("database");
+  u.searchParams.delete("db");
+  return u.toString();
 }
