@@ -78,9 +78,8 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     return value;
   };
   const databaseUrl = env.DATABASE_URL || undefined;
-  if (databaseUrl !== undefined && !/^postgres(ql)?:\/\//.test(databaseUrl)) {
-    problems.push("DATABASE_URL must start with postgres:// or postgresql://");
-  }
+  const urlProblem = databaseUrl === undefined ? undefined : databaseUrlProblem(databaseUrl);
+  if (urlProblem) problems.push(urlProblem);
   const databasePooler = readPooler(env, problems);
   const endpoints: EndpointSettings[] = [];
   const readMode = (variable: string): EndpointSettings["mode"] => {
@@ -109,7 +108,9 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   readSecrets("billing", "STRIPE_WEBHOOK_SECRET");
   const seen = new Set(["billing"]);
   for (const name of (env.STRIPE_ENDPOINTS ?? "").split(",").map((s) => s.trim()).filter(Boolean)) {
-    if (!ENDPOINT_NAME.test(name)) problems.push(`STRIPE_ENDPOINTS entry "${name}" must match ${ENDPOINT_NAME.source}`);
+    // A secret pasted here by mistake must not be echoed: name the entry by position when it looks like one.
+    const shown = /^whsec_/i.test(name) || name.length > 63 ? `number ${seen.size} (not shown: it looks like a secret or is too long)` : `"${name}"`;
+    if (!ENDPOINT_NAME.test(name)) problems.push(`STRIPE_ENDPOINTS entry ${shown} must match ${ENDPOINT_NAME.source}`);
     else if (seen.has(name)) problems.push(`STRIPE_ENDPOINTS names "${name}" twice`);
     else readSecrets(name, `STRIPE_WEBHOOK_SECRET_${name.toUpperCase().replaceAll("-", "_")}`);
     seen.add(name);
@@ -131,6 +132,24 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   if (config.metricsToken !== undefined && config.metricsToken.length < 16) problems.push("METRICS_TOKEN must be at least 16 characters");
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/**
+ * What is wrong with a `DATABASE_URL`, without ever quoting it (it holds the password): the scheme,
+ * and whether postgres.js can read it (a `/`, `?`, `#` or `@` in the password must be percent-encoded,
+ * and every `%` must start a valid escape). Undefined when it is usable.
+ */
+export function databaseUrlProblem(url: string): string | undefined {
+  if (!/^postgres(ql)?:\/\//.test(url)) return "DATABASE_URL must start with postgres:// or postgresql://";
+  try {
+    const u = new URL(url);
+    decodeURIComponent(u.username);
+    decodeURIComponent(u.password);
+    if (!u.hostname) throw new Error("no host");
+    return undefined;
+  } catch {
+    return "DATABASE_URL is not a valid URL (value not shown): percent-encode / ? # @ : and % in the user name and password (e.g. / as %2F)";
+  }
 }
 
 /** `DATABASE_POOLER`: unset, `none` or `transaction` (a session pooler needs nothing: leave it unset). */

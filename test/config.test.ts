@@ -200,4 +200,20 @@ describe("loadConfig()", () => {
     const text = `${err.message}\n${err.problems.join("\n")}\n${String(err)}`;
     for (const value of [...secrets, "hunter2-db-password", DEV_SECRET]) expect(text).not.toContain(value);
   });
+
+  test("`loadConfig()` refuses a DATABASE_URL postgres.js cannot read (an unencoded / or a bad % in the password) without quoting it", () => {
+    for (const url of ["postgres://app:SEC/RET-pw@db.internal:5432/inbox", "postgres://app:hun%zzter2@db.internal/inbox"]) {
+      const err = configError({ DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET });
+      expect(err.problems).toEqual(["DATABASE_URL is not a valid URL (value not shown): percent-encode / ? # @ : and % in the user name and password (e.g. / as %2F)"]);
+      expect(String(err)).not.toContain("RET-pw");
+      expect(String(err)).not.toContain("hun%zz");
+    }
+    expect(() => loadConfig({ DATABASE_URL: "postgres://app:SEC%2FRET-pw@db.internal:5432/inbox", STRIPE_WEBHOOK_SECRET: SECRET })).not.toThrow();
+  });
+
+  test("`loadConfig()` does not echo a STRIPE_ENDPOINTS entry that looks like a secret pasted there by mistake", () => {
+    const err = configError({ STRIPE_ENDPOINTS: "ops,whsec_leakedSecretValue1234567" });
+    expect(err.problems).toContain("STRIPE_ENDPOINTS entry number 2 (not shown: it looks like a secret or is too long) must match ^[a-z][a-z0-9-]{0,62}$");
+    expect(String(err) + err.problems.join("\n")).not.toContain("leakedSecretValue");
+  });
 });

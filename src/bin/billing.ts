@@ -2,7 +2,10 @@
 import { connect } from "../db.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 
-const database = await openDatabase(process.env);
+const database = await openDatabase(process.env).catch((err: unknown) => {
+  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
+  process.exit(1);
+});
 const db = connect(database.url, { max: 1, applicationName: "webhook-inbox billing", pooler: poolerFromEnv(process.env) });
 try {
   console.log("invoices");

@@ -65,7 +65,10 @@ if (sinkUrl && sinkSecret) {
 }
 if (problems.length > 0 || !send) usageError(problems);
 
-const database = await openDatabase(process.env);
+const database = await openDatabase(process.env).catch((err: unknown) => {
+  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
+  process.exit(1);
+});
 const pooler = poolerFromEnv(process.env);
 const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher", pooler });
 await migrate(db, loadMigrations());

@@ -281,7 +281,10 @@ if (problem) {
 }
 
 let code: number;
-const database = await openDatabase(process.env);
+const database = await openDatabase(process.env).catch((err: unknown) => {
+  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
+  process.exit(1);
+});
 const db = connect(database.url, { max: 2, applicationName: "webhook-inbox inbox", pooler: poolerFromEnv(process.env) });
 try {
   code = await run(db);

@@ -55,7 +55,10 @@ if (poolerProblems[0]) usageError(poolerProblems[0]);
 // connection we do not keep, so notifications never arrive. Poll only there.
 const listen = !parsed.values["no-listen"] && pooler !== "transaction";
 
-const database = await openDatabase(process.env);
+const database = await openDatabase(process.env).catch((err: unknown) => {
+  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
+  process.exit(1);
+});
 const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler });
 await migrate(db, loadMigrations());
 

@@ -3,7 +3,7 @@ import postgres from "postgres";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { readPooler } from "../config.ts";
+import { databaseUrlProblem, readPooler } from "../config.ts";
 import type { Pooler } from "../db.ts";
 import { startEmbeddedPostgres } from "./embedded-postgres.ts";
 
@@ -22,10 +22,17 @@ export interface DatabaseHandle {
  * `DATABASE_URL` when set; otherwise the embedded PostgreSQL 18 kept in `.data/postgres`
  * (`EMBEDDED_PG_DIR`), on 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329). When that cluster is already
  * running (another command, or a receiver that was killed), it is reused and left running.
- * @throws Error when the embedded server cannot start, or when `NODE_ENV=production` without `DATABASE_URL`.
+ * @throws Error when `DATABASE_URL` cannot be read (the message never quotes it), the embedded server
+ *   cannot start, or `NODE_ENV=production` comes without `DATABASE_URL`.
  */
 export async function openDatabase(env: Record<string, string | undefined>): Promise<DatabaseHandle> {
-  if (env.DATABASE_URL) return { url: env.DATABASE_URL, embedded: false, close: async () => {} };
+  if (env.DATABASE_URL) {
+    // Checked here too (not only by loadConfig): worker, dispatch and inbox come straight here, and
+    // postgres.js's own error for an unreadable URL quotes it, password included.
+    const problem = databaseUrlProblem(env.DATABASE_URL);
+    if (problem) throw new Error(problem);
+    return { url: env.DATABASE_URL, embedded: false, close: async () => {} };
+  }
   if (env.NODE_ENV === "production") {
     // A production receiver must never acknowledge payments into a disposable local cluster.
     throw new Error("DATABASE_URL is required when NODE_ENV=production: the embedded PostgreSQL (postgres/postgres on 127.0.0.1, data in .data/) is for local development only");
