@@ -211,6 +211,21 @@ describe("claimOutboxBatch()", () => {
 });
 
 describe("markPublished() and recordDeliveryFailure()", () => {
+  test("a claim that parks a row at its attempt limit fences off the dispatcher whose lease expired: its mark and its failure are stale", async () => {
+    const [id] = (await manyRows(1)) as [string];
+    const claimA = await claimOne(db, { maxAttempts: 1 }); // A's only attempt; A stalls past its lease
+    await makeDue([id]);
+    expect(await claimOutboxBatch(db, { ...CLAIM, maxAttempts: 1 })).toEqual([]); // parks the row
+    const parked = await outboxRow(id);
+    expect(parked).toMatchObject({ published: false, attempts: 1 });
+    expect(parked.last_error).toContain("attempt limit 1 reached");
+    expect(BigInt(parked.claim_token ?? "0") > claimA.token).toBe(true);
+
+    expect(await recordDeliveryFailure(db, claimA, "DeliveryTimeoutError: late", false, { maxAttempts: 1, backoff: BACKOFF })).toBe("stale");
+    expect(await markPublished(db, id, claimA.token)).toBe(false);
+    expect(await outboxRow(id)).toEqual(parked);
+  });
+
   test("`markPublished()` with the token of a claim whose lease expired returns false and changes nothing; the new owner's mark takes once", async () => {
     const [dbA, dbB] = connections(fresh.url, 2) as [Db, Db];
     try {

@@ -82,8 +82,11 @@ export async function claimOutboxBatch(db: Db, options: OutboxClaimOptions): Pro
        limit ${options.limit}
          for update skip locked
     ), parked as (
+      -- A new fencing token here too: the dispatcher whose lease expired may still report back, and
+      -- must find its token gone (stale) rather than overwrite the parked row or try to publish it.
       update outbox o
          set needs_review_at = now(),
+             claim_token = nextval('outbox_claim_token_seq'),
              last_error = left(coalesce(o.last_error || '; ', '') || 'attempt limit ' || ${options.maxAttempts}::int
                           || ' reached: the last attempt never reported back (dispatcher killed or lease expired)', 1000)
         from picked p
