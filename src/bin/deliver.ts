@@ -59,7 +59,8 @@ const files: EventFile[] = positionals.flatMap((path) => {
 if (files.length === 0) fail("No .json files found");
 
 const devSecretFile = join(DATA_DIR, "dev-webhook-secret");
-const secret = values.secret ?? process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]?.trim() ??
+// An empty STRIPE_WEBHOOK_SECRET counts as unset, as it does for `bun run serve`.
+const secret = values.secret || process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]?.trim() ||
   (existsSync(devSecretFile) ? readFileSync(devSecretFile, "utf8").trim() : undefined);
 if (!secret) fail("Missing signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET");
 

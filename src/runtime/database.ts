@@ -22,8 +22,9 @@ export interface DatabaseHandle {
  * `DATABASE_URL` when set; otherwise the embedded PostgreSQL 18 kept in `.data/postgres`
  * (`EMBEDDED_PG_DIR`), on 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329). When that cluster is already
  * running (another command, or a receiver that was killed), it is reused and left running.
- * @throws Error when `DATABASE_URL` cannot be read (the message never quotes it), the embedded server
- *   cannot start, or `NODE_ENV=production` comes without `DATABASE_URL`.
+ * @throws Error when `DATABASE_URL` cannot be read (the message never quotes it), `EMBEDDED_PG_PORT` is
+ *   not a port number, the embedded server cannot start, or `NODE_ENV=production` comes without
+ *   `DATABASE_URL`.
  */
 export async function openDatabase(env: Record<string, string | undefined>): Promise<DatabaseHandle> {
   if (env.DATABASE_URL) {
@@ -39,6 +40,10 @@ export async function openDatabase(env: Record<string, string | undefined>): Pro
   }
   const dir = env.EMBEDDED_PG_DIR ?? join(DATA_DIR, "postgres");
   const port = Number(env.EMBEDDED_PG_PORT ?? 54329);
+  if (!Number.isInteger(port) || port < 1 || port > 65_535) {
+    // 0 would pick a random port each time, so the next command could never find and reuse the server.
+    throw new Error(`EMBEDDED_PG_PORT must be a port number from 1 to 65535, got "${env.EMBEDDED_PG_PORT}"`);
+  }
   const url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
   if (existsSync(join(dir, "postmaster.pid")) && (await answers(url))) {
     return { url, embedded: true, close: async () => {} };

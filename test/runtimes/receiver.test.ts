@@ -31,3 +31,16 @@ describe("loadServerConfig()", () => {
     ]);
   });
 });
+
+test("`bun run serve:workerd` refuses bad settings at start (exit 1, every problem named), not at the first webhook", async () => {
+  const child = Bun.spawn([process.execPath, "src/adapter/workerd/miniflare.ts"], {
+    cwd: new URL("../..", import.meta.url).pathname,
+    env: { PATH: process.env.PATH ?? "", DATABASE_URL: DB_URL, STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_TOLERANCE_SEC: "0", STATEMENT_TIMEOUT_MS: "abc", PORT: "0" },
+    stdout: "pipe", stderr: "pipe", timeout: 30_000,
+  });
+  const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
+  expect(code).toBe(1);
+  expect(stdout).not.toContain("listening");
+  expect(stderr).toContain("STRIPE_TOLERANCE_SEC");
+  expect(stderr).toContain("STATEMENT_TIMEOUT_MS");
+}, 40_000);

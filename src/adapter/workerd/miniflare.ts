@@ -3,10 +3,22 @@
 // from npm through Miniflare on HOST:PORT. The receiver's settings become the Worker's env binding.
 import { Miniflare } from "miniflare";
 import { fileURLToPath } from "node:url";
+import { ConfigError } from "../../config.ts";
+import { loadServerConfig } from "../../runtime/receiver.ts";
+import { onStopSignals } from "../../runtime/signals.ts";
 
 const WORKER = fileURLToPath(new URL("./worker.ts", import.meta.url));
 /** Variables the receiver reads (src/config.ts); PORT and HOST are Miniflare's own. */
-const SETTING = /^(DATABASE_URL|DATABASE_POOLER|STRIPE_\w+|INBOX_MODE\w*|HYBRID_BUDGET_MS|MAX_BODY_BYTES|DB_POOL_MAX|QUEUE_TIMEOUT_MS|METRICS_TOKEN)$/;
+const SETTING = /^(DATABASE_URL|DATABASE_POOLER|STRIPE_\w+|INBOX_MODE\w*|HYBRID_BUDGET_MS|MAX_BODY_BYTES|DB_POOL_MAX|QUEUE_TIMEOUT_MS|STATEMENT_TIMEOUT_MS|METRICS_TOKEN)$/;
+
+// The Worker reads its settings per request; check them here first, so bad settings stop the start
+// (as they do for `bun run serve`) instead of answering every webhook 500.
+try {
+  loadServerConfig(process.env, "workerd");
+} catch (err) {
+  console.error(err instanceof ConfigError ? err.message : err);
+  process.exit(1);
+}
 
 const build = await Bun.build({
   entrypoints: [WORKER],
@@ -39,13 +51,10 @@ for (const signal of ["SIGTERM", "SIGINT"] as const) {
 const url = await mf.ready;
 console.log(`webhook-inbox (workerd through Miniflare) listening on ${url.origin}`);
 
-let stopping = false;
 async function shutdown(signal: string): Promise<void> {
-  if (stopping) process.exit(1); // second signal: exit at once
-  stopping = true;
   console.log(`${signal}: stopping workerd`);
   await mf.dispose();
   process.exit(0);
 }
-process.on("SIGTERM", () => void shutdown("SIGTERM"));
-process.on("SIGINT", () => void shutdown("SIGINT"));
+// A second signal (not the duplicate Ctrl-C of `bun run`) exits at once.
+onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
