@@ -44,6 +44,14 @@ export interface ConnectOptions {
   pooler?: Pooler;
   /** Application name shown in pg_stat_activity. */
   applicationName?: string;
+  /**
+   * Session `statement_timeout`, ms, enforced by the server: a statement of a process that was killed
+   * (SIGKILL) while it waited on a lock is cancelled by PostgreSQL, which then notices the client is
+   * gone and ends the backend, releasing its locks. A client-side cancel cannot do that once the
+   * client is dead. Not sent behind a transaction pooler, which refuses startup parameters (SET LOCAL
+   * inside transactions still works there). PostgreSQL manual, "Client Connection Defaults".
+   */
+  statementTimeoutMs?: number;
 }
 
 /**
@@ -60,7 +68,10 @@ export function connect(url: string, options: ConnectOptions = {}): Db {
     prepare: options.pooler === "transaction" ? false : (options.prepare ?? true),
     backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 1),
     onnotice: () => {},
-    connection: { application_name: options.applicationName ?? "webhook-inbox" },
+    connection: {
+      application_name: options.applicationName ?? "webhook-inbox",
+      ...(options.statementTimeoutMs !== undefined && options.pooler !== "transaction" ? { statement_timeout: options.statementTimeoutMs } : {}),
+    },
   });
 }
 

@@ -100,13 +100,17 @@ function planRow(db: Db, claim: Claim, options: ProcessOptions): Planned | undef
 /**
  * Runs the planned statements one after another in one transaction; rejects (rolled back) if any fails
  * or the batch exceeds `timeoutMs`. The bound is enforced by cancelling the running statement from the
- * client (PostgreSQL's cancel request, SQLSTATE 57014), as for a single row. Statements are awaited in
+ * client (PostgreSQL's cancel request, SQLSTATE 57014), as for a single row, and per statement by a
+ * transaction-local `statement_timeout` that still holds if this process dies. Statements are awaited in
  * turn rather than pipelined: postgres.js cancels a pipelined statement only once it becomes active,
  * which could land its cancel request on a later statement of the connection.
  */
 async function applyTogether(db: Db, planned: readonly Planned[], timeoutMs: number): Promise<BatchResult[]> {
   const deadline = Date.now() + timeoutMs;
   return db.begin(async (tx) => {
+    // The same bound on the server, per statement: if this worker is killed while a statement waits on
+    // a lock, PostgreSQL cancels it, ends the orphaned backend and releases the batch's row locks.
+    await tx`select set_config('statement_timeout', ${String(Math.max(1, timeoutMs))}, true)`;
     const results: BatchResult[] = [];
     for (const p of planned) {
       const query = p.run(tx);

@@ -11,7 +11,8 @@ import { claimBatch } from "../src/claim.ts";
 import { mulberry32, shuffleInPlace } from "../src/deliver.ts";
 import { stripeEndpoints } from "../src/endpoints.ts";
 import { billingHandlers } from "../src/handlers/billing.ts";
-import { receiveAsync } from "../src/receive.ts";
+import { connect } from "../src/db.ts";
+import { receiveAsync, receiveSync } from "../src/receive.ts";
 import { count, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, verified } from "./helpers.ts";
 
 const HANGING_WORKER = join(import.meta.dir, "worker-children", "hanging-worker.ts");
@@ -184,4 +185,42 @@ test("`bun run worker` ×2 drains the shuffled, duplicated fixture lifecycle del
   expect(await count(db, "webhook_inbox", "needs_review_at is not null")).toBe(0);
   expect(await count(db, "webhook_inbox", "outcome = 'processed' and attempts = 1")).toBe(11);
   expect(await count(db, "webhook_inbox", "outcome = 'ignored' and attempts = 0")).toBe(1);
+}, CHILDREN);
+
+test.each([
+  ["a batch", "8"],
+  ["a single row", "1"],
+])("a worker SIGKILLed while %s waits on a row lock leaves no backend holding locks past --timeout-ms", async (_what, batchSize) => {
+  const created = eventBody(`evt_orphan_created_${batchSize}`, "invoice.created", invoice({ id: `in_orphan_${batchSize}`, status: "draft", amount_paid: 0 }));
+  const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+  expect(await receiveSync(db, target, verified(created))).toBe("processed"); // the invoice row to lock
+  for (const [type, status] of [["invoice.finalized", "open"], ["invoice.paid", "paid"]] as const) {
+    const body = eventBody(`evt_orphan_${type}_${batchSize}`, type, invoice({ id: `in_orphan_${batchSize}`, status, amount_paid: status === "paid" ? 2000 : 0 }));
+    expect(await receiveAsync(db, target, verified(body))).toBe("queued");
+  }
+  const locker = connect(fresh.url, { max: 1 });
+  let release = () => {};
+  const held = new Promise<void>((resolve) => (release = resolve));
+  let lockerPid: number | undefined;
+  const lock = locker.begin(async (tx) => {
+    const [row] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid from invoices where id = ${`in_orphan_${batchSize}`} for update`;
+    lockerPid = row?.pid;
+    await held;
+  });
+  try {
+    while (lockerPid === undefined) await Bun.sleep(10);
+    const worker = spawnBun(BIN_WORKER, ["--timeout-ms", "1500", "--lease-ms", "20000", "--poll-ms", "100", "--batch-size", batchSize], { ...process.env, DATABASE_URL: fresh.url });
+    const waiting = () => db<{ pid: number }[]>`select pid from pg_stat_activity where application_name = 'webhook-inbox worker' and wait_event_type = 'Lock'`;
+    await waitFor("the worker waiting on the invoice lock", async () => (await waiting()).length > 0);
+    await stop(worker.child, "SIGKILL");
+    // The lock is still held: only a server-side bound can end the dead worker's waiting statement.
+    await waitFor("no backend of the killed worker left", async () =>
+      (await db`select 1 from pg_stat_activity where application_name = 'webhook-inbox worker'`).length === 0, 8_000);
+    const [still] = await db<{ state: string }[]>`select state from pg_stat_activity where pid = ${lockerPid ?? -1}`;
+    expect(still?.state).toBe("idle in transaction");
+  } finally {
+    release();
+    await lock.catch(() => {});
+    await locker.end({ timeout: 1 });
+  }
 }, CHILDREN);

@@ -59,7 +59,8 @@ const database = await openDatabase(process.env).catch((err: unknown) => {
   console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
   process.exit(1);
 });
-const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler });
+// A server-side bound as well as the worker's own: statements of a worker killed mid-wait end by themselves.
+const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler, statementTimeoutMs: settings["timeout-ms"] });
 await migrate(db, loadMigrations());
 
 const controller = abortOnSignals("worker");
