@@ -228,6 +228,10 @@ describe("inbox CLI", () => {
     expect(JSON.stringify(rows)).not.toContain("cus_payload_marker");
     const withPayload = await inboxJson<(EventSummary & { payload: unknown })[]>(["show", e.eventId, "--payload"]);
     expect(withPayload.map((r) => r.payload)).toEqual([JSON.parse(e.body), JSON.parse(e.body)]);
+    // Without --json the payload is printed whole: the invoice inside data.object, not "[Object ...]".
+    const text = await inbox(["show", e.eventId, "--payload"]);
+    expect(text.stdout).toContain("cus_payload_marker");
+    expect(text.stdout).not.toContain("[Object");
 
     const unknown = await inbox(["show", "evt_cli_unknown"]);
     expect(unknown.code).toBe(1);

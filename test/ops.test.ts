@@ -486,7 +486,7 @@ describe("replayEvent()", () => {
     expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS })).toEqual({ dryRun: false, deleted: 0, payloadsDropped: 1 });
 
     await expect(replayEvent(db, key(waiting), billingHandlers)).rejects.toThrow(`Cannot replay ${waiting.eventId} at stripe/billing: it is not processed yet`);
-    await expect(replayEvent(db, key(parked), billingHandlers)).rejects.toThrow("it is not processed yet");
+    await expect(replayEvent(db, key(parked), billingHandlers)).rejects.toThrow("it is needs-review, not processed (requeue it for the worker, or resolve it)");
     await expect(replayEvent(db, { provider: "stripe", endpoint: "billing", eventId: "evt_ops_unknown" }, billingHandlers)).rejects.toThrow(
       "Cannot replay evt_ops_unknown at stripe/billing: no such inbox row",
     );

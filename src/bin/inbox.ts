@@ -193,7 +193,7 @@ async function run(db: Db): Promise<number> {
         return 1;
       }
       if (opts.json) print(rows);
-      else for (const r of rows) console.log(r);
+      else for (const r of rows) console.dir(r, { depth: null }); // the whole payload, not "[Object ...]"
       return 0;
     }
     case "requeue": {

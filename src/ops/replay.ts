@@ -25,15 +25,16 @@ export interface ReplayResult {
  */
 export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable | undefined): Promise<ReplayResult> {
   return db.begin(async (tx) => {
-    const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null; processed_at: Date | null; outcome: string | null; resolution_note: string | null }[]>`
-      select event_type, payload, processed_at, outcome, resolution_note
+    const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null; processed_at: Date | null; parked: boolean; outcome: string | null; resolution_note: string | null }[]>`
+      select event_type, payload, processed_at, needs_review_at is not null as parked, outcome, resolution_note
         from webhook_inbox
        where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
          for update
     `;
     const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
     if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
-    if (!row.processed_at) throw new Error(`Cannot replay ${name}: it is not processed yet (requeue it, or let the worker finish it)`);
+    if (!row.processed_at && row.parked) throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
+    if (!row.processed_at) throw new Error(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
     if (row.outcome === "resolved") throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.resolution_note}"); running its handler would override that`);
     if (!row.payload) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
     // Pending statistics of earlier transactions on this connection may not be flushed yet
