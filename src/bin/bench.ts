@@ -1,7 +1,8 @@
 // Entry file: `bun run bench [--quick] [--runs N] [--seconds N] [--only sections] [--out DIR]`. Measures
 // the receiver and the worker against the physical ceiling (pgbench running the same SQL) on this
 // machine, side by side in one run, and writes <out>/latest.json and latest.md (default bench-results/).
-// No timing is asserted by the test suite (which only checks that it leaves DATABASE_URL's data alone).
+// pgbench: PGBENCH_BIN, else on PATH or Debian's /usr/lib/postgresql/<major>/bin. No timing is asserted
+// by the test suite (test/bench.test.ts: a quick run completes, DATABASE_URL's data is left alone).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { cpus, totalmem } from "node:os";
