@@ -41,6 +41,16 @@ test("`bun run bench --only duplicates` with DATABASE_URL leaves that database's
   }
 }, 120_000);
 
+test("`bun run bench` that fails mid-run (PGBENCH_BIN runs nothing) exits 1 naming the cause and still drops its scratch database", async () => {
+  const child = Bun.spawn([process.execPath, "src/bin/bench.ts", "--quick", "--only", "ceiling", "--out", join(tmpdir(), "webhook-inbox-bench-unused")], {
+    cwd: join(import.meta.dir, ".."), env: { ...process.env, DATABASE_URL: fresh.url, PGBENCH_BIN: "/nonexistent/pgbench" }, stdout: "pipe", stderr: "pipe", timeout: 60_000,
+  });
+  const [, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
+  expect({ code, named: stderr.includes("PGBENCH_BIN=/nonexistent/pgbench does not run") }).toEqual({ code: 1, named: true });
+  const scratch = await db<{ datname: string }[]>`select datname from pg_database where datname like 'webhook_inbox_bench%'`;
+  expect([...scratch]).toEqual([]);
+}, 60_000);
+
 // The pgbench ceiling: pgbench must be on the machine. Where it is absent these tests skip with the
 // reason, except under .ci/run (REQUIRE_PGBENCH=1) or CI=true, where its absence fails the file.
 const PGBENCH_HINT = "apt-get install postgresql-client (on Debian 12 pgbench ships in postgresql-15)";
@@ -85,11 +95,11 @@ test.skipIf(!!pgbenchMissing)("the bench's four pgbench scripts each run under `
   }
 }, 30_000);
 
-test.skipIf(!!pgbenchMissing)("`bun run bench --quick --seconds 1` runs every section to exit 0 and writes a figure above 0 for each", async () => {
+test.skipIf(!!pgbenchMissing)("`bun run bench --quick --seconds 1 --backlog 1000` runs every section to exit 0 and writes a figure above 0 for each", async () => {
   const own = await freshDatabase();
   const out = await mkdtemp(join(tmpdir(), "webhook-inbox-bench-out-"));
   try {
-    const child = Bun.spawn([process.execPath, "src/bin/bench.ts", "--quick", "--seconds", "1", "--out", out], {
+    const child = Bun.spawn([process.execPath, "src/bin/bench.ts", "--quick", "--seconds", "1", "--backlog", "1000", "--out", out], {
       cwd: join(import.meta.dir, ".."), env: { ...process.env, DATABASE_URL: own.url, PGBENCH_BIN: pgbench }, stdout: "pipe", stderr: "pipe", timeout: 100_000,
     });
     const [, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
