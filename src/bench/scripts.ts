@@ -67,8 +67,8 @@ const SQL_TOKENS = /'(?:[^']|'')*'|"(?:[^"]|"")*"|(\$(?:[A-Za-z_]\w*)?\$)[\s\S]*
 
 /**
  * `text` with its SQL comments replaced by a space; literals and identifiers left as they are. pgbench
- * reads every `:word` in a command as a variable, comments included, and a comment holding a quote
- * would throw its lexer off.
+ * reads every `:word` in a command as a variable, comments included, and comments are no part of the
+ * work measured.
  */
 function withoutComments(text: string): string {
   return text.replace(SQL_TOKENS, (token) => (token.startsWith("--") || token.startsWith("/*") ? " " : token));
