@@ -19,8 +19,10 @@ function literal(value: unknown): string {
 /**
  * Captures the exact statements our receiver sends for one delivery (through postgres.js's `debug`
  * hook, on a throwaway event) and turns them into a pgbench script: `$n` parameters become literals,
- * except the event and invoice ids, which become per-transaction unique expressions. So the pgbench
- * ceiling runs byte for byte the SQL of our sync (`mode = "sync"`) or async path.
+ * except the event and invoice ids, which become per-transaction unique expressions, and comments
+ * become a space. So the pgbench ceiling runs the SQL of our sync (`mode = "sync"`) or async path as
+ * sent, one multi-line command per statement (pgbench 10 and later read a command up to its `;`).
+ * @throws Error when the captured SQL holds a `:word` pgbench would take for a variable.
  */
 export async function capturedScript(url: string, mode: "sync" | "async"): Promise<string> {
   const captured: { text: string; params: unknown[] }[] = [];
@@ -45,7 +47,7 @@ export async function capturedScript(url: string, mode: "sync" | "async"): Promi
   }
   // Not the transaction wrapper of the capture, nor postgres.js's one-time type lookup on a new connection.
   const statements = captured.filter((c) => !/^(begin|rollback)/i.test(c.text.trim()) && !c.text.includes("pg_catalog."));
-  return HEADER + statements.map((c) => `${substitute(c.text, c.params)};\n`).join("");
+  return checkedForPgbench(HEADER + statements.map((c) => `${substitute(withoutComments(c.text), c.params)};\n`).join(""));
 }
 
 class Rollback extends Error {}
@@ -57,7 +59,30 @@ function substitute(text: string, params: unknown[]): string {
     const replacement = value === EVENT ? EVENT_EXPR : value === INVOICE ? INVOICE_EXPR : literal(value);
     out = out.replaceAll(`$${i}`, replacement);
   }
-  return out.replace(/\s*\n\s*/g, " ").trim();
+  return out.trim();
+}
+
+// A string literal, a quoted identifier, a dollar-quoted body, or a comment (a line or block comment).
+const SQL_TOKENS = /'(?:[^']|'')*'|"(?:[^"]|"")*"|(\$(?:[A-Za-z_]\w*)?\$)[\s\S]*?\1|--[^\n]*|\/\*[\s\S]*?\*\//g;
+
+/**
+ * `text` with its SQL comments replaced by a space; literals and identifiers left as they are. pgbench
+ * reads every `:word` in a command as a variable, comments included, and comments are no part of the
+ * work measured.
+ */
+function withoutComments(text: string): string {
+  return text.replace(SQL_TOKENS, (token) => (token.startsWith("--") || token.startsWith("/*") ? " " : token));
+}
+
+/**
+ * `script` unchanged, once no `:word` other than our own variables (`:client_id`, `:n`) is in it:
+ * pgbench substitutes `:word` everywhere, inside string literals too, and fails on an undefined one.
+ * @throws Error naming the stray `:word`.
+ */
+function checkedForPgbench(script: string): string {
+  const stray = [...script.matchAll(/(?<!:):([A-Za-z_\x80-\uffff][\w\x80-\uffff]*)/g)].map((m) => m[1]).find((name) => name !== "client_id" && name !== "n");
+  if (stray) throw new Error(`Cannot make a pgbench script: ":${stray}" in the captured SQL would be read as a pgbench variable`);
+  return script;
 }
 
 /**
