@@ -1,4 +1,7 @@
+import { databaseUrlProblem } from "./database-url.ts";
 import type { Pooler } from "./db.ts";
+
+export { databaseUrlProblem };
 
 /** A configured Stripe endpoint before it is wired to handlers. */
 export interface EndpointSettings {
@@ -132,24 +135,6 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   if (config.metricsToken !== undefined && config.metricsToken.length < 16) problems.push("METRICS_TOKEN must be at least 16 characters");
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
-}
-
-/**
- * What is wrong with a `DATABASE_URL`, without ever quoting it (it holds the password): the scheme,
- * and whether postgres.js can read it (a `/`, `?`, `#` or `@` in the password must be percent-encoded,
- * and every `%` must start a valid escape). Undefined when it is usable.
- */
-export function databaseUrlProblem(url: string): string | undefined {
-  if (!/^postgres(ql)?:\/\//.test(url)) return "DATABASE_URL must start with postgres:// or postgresql://";
-  try {
-    const u = new URL(url);
-    decodeURIComponent(u.username);
-    decodeURIComponent(u.password);
-    if (!u.hostname) throw new Error("no host");
-    return undefined;
-  } catch {
-    return "DATABASE_URL is not a valid URL (value not shown): percent-encode / ? # @ : and % in the user name and password (e.g. / as %2F)";
-  }
 }
 
 /** `DATABASE_POOLER`: unset, `none` or `transaction` (a session pooler needs nothing: leave it unset). */

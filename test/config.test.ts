@@ -202,11 +202,12 @@ describe("loadConfig()", () => {
   });
 
   test("`loadConfig()` refuses a DATABASE_URL postgres.js cannot read (an unencoded / or a bad % in the password) without quoting it", () => {
-    for (const url of ["postgres://app:SEC/RET-pw@db.internal:5432/inbox", "postgres://app:hun%zzter2@db.internal/inbox"]) {
+    for (const url of ["postgres://app:SEC/RET-pw@db.internal:5432/inbox", "postgres://app:hun%zzter2@db.internal/inbox", "postgres://user:p@ss#word@127.0.0.1:5432/db"]) {
       const err = configError({ DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET });
-      expect(err.problems).toEqual(["DATABASE_URL is not a valid URL (value not shown): percent-encode / ? # @ : and % in the user name and password (e.g. / as %2F)"]);
-      expect(String(err)).not.toContain("RET-pw");
-      expect(String(err)).not.toContain("hun%zz");
+      expect(err.problems).toHaveLength(1);
+      expect(err.problems[0]).toStartWith("DATABASE_URL ");
+      expect(err.problems[0]).toContain("(value not shown)");
+      for (const piece of ["RET-pw", "hun%zz", "ss#", "@ss", "ENOTFOUND"]) expect(String(err)).not.toContain(piece);
     }
     expect(() => loadConfig({ DATABASE_URL: "postgres://app:SEC%2FRET-pw@db.internal:5432/inbox", STRIPE_WEBHOOK_SECRET: SECRET })).not.toThrow();
   });

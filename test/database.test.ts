@@ -5,7 +5,7 @@ import { openDatabase } from "../src/runtime/database.ts";
 test("`openDatabase()` refuses an unreadable DATABASE_URL without quoting it (the password would be in it)", async () => {
   const error = await openDatabase({ DATABASE_URL: "postgres://app:SEC/RET-pw@db.internal/inbox" }).catch((err: unknown) => err as Error);
   expect(error).toBeInstanceOf(Error);
-  expect((error as Error).message).toStartWith("DATABASE_URL is not a valid URL (value not shown)");
+  expect((error as Error).message).toStartWith("DATABASE_URL cannot be read unambiguously (value not shown)");
   expect((error as Error).message).not.toContain("RET-pw");
 });
 

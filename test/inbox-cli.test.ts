@@ -325,6 +325,16 @@ describe("inbox CLI", () => {
     expect(run.stderr).not.toContain("migrate");
   }, WAITS);
 
+  test("`inbox status` with a DATABASE_URL whose password holds an unencoded @ and # exits 1 at once and prints no part of the password", async () => {
+    const password = "Kq7@Zx#W9v";
+    const run = await inbox(["status"], `postgres://user:${password}@127.0.0.1:1/db`);
+    expect({ code: run.code, signal: run.signal }).toEqual({ code: 1, signal: null });
+    expect(run.stderr).toContain("percent-encode");
+    const output = (run.stdout + run.stderr).toLowerCase();
+    for (let i = 0; i + 2 <= password.length; i++) expect(output).not.toContain(password.slice(i, i + 2).toLowerCase());
+    expect(output).not.toContain("enotfound");
+  }, WAITS);
+
   test("`inbox status` on a schema behind the code exits 1 telling to run `bun run inbox migrate`, and `inbox migrate` fixes it", async () => {
     const behind = await freshDatabase({ migrated: false });
     try {
