@@ -212,6 +212,22 @@ describe("loadConfig()", () => {
     expect(() => loadConfig({ DATABASE_URL: "postgres://app:SEC%2FRET-pw@db.internal:5432/inbox", STRIPE_WEBHOOK_SECRET: SECRET })).not.toThrow();
   });
 
+  test("`loadConfig()` with NODE_ENV=production and no settings names both DATABASE_URL and STRIPE_WEBHOOK_SECRET", () => {
+    const err = configError({ NODE_ENV: "production" }, DEV_SECRET);
+    expect(err.problems).toHaveLength(2);
+    expect(err.problems.find((p) => p.startsWith("DATABASE_URL is required when NODE_ENV=production"))).toBeDefined();
+    expect(err.problems.find((p) => p.startsWith("STRIPE_WEBHOOK_SECRET is required"))).toBeDefined();
+    expect(err.message).not.toContain(DEV_SECRET);
+  });
+
+  test("`loadConfig()` refuses an unknown NODE_ENV naming the variable, and accepts production, development, test or unset", () => {
+    for (const value of ["prod", "Production", "staging"]) {
+      expect(configError({ NODE_ENV: value, STRIPE_WEBHOOK_SECRET: SECRET }).problems).toEqual([`NODE_ENV must be production, development or test (or unset), got "${value}"`]);
+    }
+    for (const value of ["development", "test", "", undefined]) expect(loadConfig({ NODE_ENV: value }, DEV_SECRET).endpoints[0]?.source).toBe("generated");
+    expect(loadConfig({ NODE_ENV: "production", DATABASE_URL: DB_URL, STRIPE_WEBHOOK_SECRET: SECRET }).databaseUrl).toBe(DB_URL);
+  });
+
   test("`loadConfig()` does not echo a STRIPE_ENDPOINTS entry that looks like a secret pasted there by mistake", () => {
     const err = configError({ STRIPE_ENDPOINTS: "ops,whsec_leakedSecretValue1234567" });
     expect(err.problems).toContain("STRIPE_ENDPOINTS entry number 2 (not shown: it looks like a secret or is too long) must match ^[a-z][a-z0-9-]{0,62}$");

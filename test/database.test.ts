@@ -18,3 +18,7 @@ test("`openDatabase()` refuses an EMBEDDED_PG_PORT that is not a port (0 or text
 test("`openDatabase()` refuses the embedded development server when NODE_ENV=production", async () => {
   await expect(openDatabase({ NODE_ENV: "production" })).rejects.toThrow("DATABASE_URL is required when NODE_ENV=production");
 });
+
+test("`openDatabase()` refuses an unknown NODE_ENV before any other setting, naming the variable", async () => {
+  await expect(openDatabase({ NODE_ENV: "prod", EMBEDDED_PG_PORT: "0" })).rejects.toThrow('NODE_ENV must be production, development or test (or unset), got "prod"');
+});
