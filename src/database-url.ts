@@ -13,7 +13,7 @@ const HOST = /^[A-Za-z0-9._~%-]+(:\d{1,5})?$/;
 const IPV6 = /^\[[0-9A-Fa-f:.]*\](:\d{1,5})?$/;
 
 const NOT_SHOWN = "(value not shown)";
-const ENCODE = "percent-encode them in the user name and password (@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25)";
+const ENCODE = "percent-encode them (@ as %40, : as %3A, / as %2F, ? as %3F, # as %23, % as %25)";
 
 /**
  * What is wrong with a `DATABASE_URL`, or undefined when it is usable. The message never quotes any
@@ -37,7 +37,7 @@ export function databaseUrlProblem(url: string): string | undefined {
   }
   const userInfo = at === -1 ? undefined : authority.slice(0, at);
   if (userInfo !== undefined && userInfo.split(":").length > 2) {
-    return `DATABASE_URL cannot be read unambiguously ${NOT_SHOWN}: its user-info holds more than one :; ${ENCODE}`;
+    return `DATABASE_URL cannot be read unambiguously ${NOT_SHOWN}: its user-info holds more than one :; in the user name or password, ${ENCODE}`;
   }
   if (userInfo !== undefined && !userInfo.split(":").every(decodes)) {
     return `DATABASE_URL has a % that does not start a valid escape in the user name or password ${NOT_SHOWN}: write % as %25`;
@@ -64,7 +64,7 @@ function wholeUrlProblem(firstHostUrl: string): string | undefined {
     new URL(firstHostUrl);
     return undefined;
   } catch {
-    return `DATABASE_URL is not a valid URL ${NOT_SHOWN}: check the database name and query parameters, and ${ENCODE}`;
+    return `DATABASE_URL is not a valid URL ${NOT_SHOWN}: check the database name and query parameters, and in the user name or password ${ENCODE}`;
   }
 }
 
