@@ -1,4 +1,7 @@
+import { databaseUrlProblem } from "./database-url.ts";
 import type { Pooler } from "./db.ts";
+
+export { databaseUrlProblem };
 
 /** A configured Stripe endpoint before it is wired to handlers. */
 export interface EndpointSettings {
@@ -62,7 +65,8 @@ const ENDPOINT_NAME = /^[a-z][a-z0-9-]{0,62}$/;
  * `STRIPE_WEBHOOK_SECRET` (comma-separated during a rotation) signs the default `billing` endpoint;
  * `STRIPE_ENDPOINTS=a,b` adds endpoints, each with `STRIPE_WEBHOOK_SECRET_<NAME>` (upper case, `-`
  * → `_`); `INBOX_MODE` / `INBOX_MODE_<NAME>` pick sync (default), async or hybrid. Without `DATABASE_URL` a missing billing secret falls back to `devSecret` (local use only);
- * with `DATABASE_URL` it is an error. Secrets are never echoed in messages.
+ * with `DATABASE_URL` or `NODE_ENV=production` it is an error. `NODE_ENV` must be unset, `production`,
+ * `development` or `test`; `production` also requires `DATABASE_URL`. Secrets are never echoed in messages.
  * @throws ConfigError listing every problem.
  */
 export function loadConfig(env: Record<string, string | undefined>, devSecret?: string): Config {
@@ -80,6 +84,10 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   const databaseUrl = env.DATABASE_URL || undefined;
   const urlProblem = databaseUrl === undefined ? undefined : databaseUrlProblem(databaseUrl);
   if (urlProblem) problems.push(urlProblem);
+  const envProblem = nodeEnvProblem(env);
+  if (envProblem) problems.push(envProblem);
+  const production = env.NODE_ENV === "production";
+  if (production && databaseUrl === undefined) problems.push(PRODUCTION_NEEDS_DATABASE_URL);
   const databasePooler = readPooler(env, problems);
   const endpoints: EndpointSettings[] = [];
   const readMode = (variable: string): EndpointSettings["mode"] => {
@@ -92,7 +100,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     const raw = env[variable];
     const mode = readMode(name === "billing" ? "INBOX_MODE" : `INBOX_MODE_${name.toUpperCase().replaceAll("-", "_")}`);
     if (raw === undefined || raw.trim() === "") {
-      if (name === "billing" && databaseUrl === undefined && devSecret) {
+      if (name === "billing" && databaseUrl === undefined && !production && devSecret) {
         endpoints.push({ name, secrets: [devSecret], source: "generated", mode });
       } else {
         problems.push(`${variable} is required (the ${name} endpoint's whsec_… signing secret)`);
@@ -134,22 +142,18 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   return config;
 }
 
+/** Why `NODE_ENV=production` cannot use the embedded server (shared by config and every command). */
+export const PRODUCTION_NEEDS_DATABASE_URL = "DATABASE_URL is required when NODE_ENV=production: the embedded PostgreSQL (postgres/postgres on 127.0.0.1, data in .data/) is for local development only";
+
 /**
- * What is wrong with a `DATABASE_URL`, without ever quoting it (it holds the password): the scheme,
- * and whether postgres.js can read it (a `/`, `?`, `#` or `@` in the password must be percent-encoded,
- * and every `%` must start a valid escape). Undefined when it is usable.
+ * What is wrong with `NODE_ENV`, or undefined: it must be unset (or empty), `production`, `development`
+ * or `test`. Anything else (`prod`, `Production`) is refused rather than read as development, which
+ * would start the embedded database and the development secret where production was meant.
  */
-export function databaseUrlProblem(url: string): string | undefined {
-  if (!/^postgres(ql)?:\/\//.test(url)) return "DATABASE_URL must start with postgres:// or postgresql://";
-  try {
-    const u = new URL(url);
-    decodeURIComponent(u.username);
-    decodeURIComponent(u.password);
-    if (!u.hostname) throw new Error("no host");
-    return undefined;
-  } catch {
-    return "DATABASE_URL is not a valid URL (value not shown): percent-encode / ? # @ : and % in the user name and password (e.g. / as %2F)";
-  }
+export function nodeEnvProblem(env: Record<string, string | undefined>): string | undefined {
+  const value = env.NODE_ENV;
+  if (value === undefined || value === "" || value === "production" || value === "development" || value === "test") return undefined;
+  return `NODE_ENV must be production, development or test (or unset), got "${value}"`;
 }
 
 /** `DATABASE_POOLER`: unset, `none` or `transaction` (a session pooler needs nothing: leave it unset). */

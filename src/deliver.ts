@@ -24,6 +24,14 @@ export interface DeliverOptions {
   attempts?: number;
   /** First retry delay, ms; doubles per attempt with jitter, capped at 5000 ms. Default 200. */
   retryBaseMs?: number;
+  /**
+   * Connection failures in a row (no HTTP answer from any delivery in between) after which the whole
+   * run gives up: nothing listens, so waiting out every delivery's retries would only take minutes.
+   * Default 3.
+   */
+  giveUpAfterConnectionFailures?: number;
+  /** Longest one request may take before it counts as a connection failure, ms. Default 30000. */
+  requestTimeoutMs?: number;
   /** Injected for tests; default global fetch. */
   fetch?: (request: Request) => Promise<Response>;
 }
@@ -37,15 +45,24 @@ export interface DeliverSummary {
   outcomes: Record<string, number>;
   /** Non-2xx statuses (or `network`) seen on any attempt. */
   retried: Record<string, number>;
-  /** Deliveries that never got a 2xx, with the last status. */
+  /** Deliveries that never got a 2xx, with the last status: `400 signature_mismatch`, `503`, `network`. */
   failures: { name: string; status: string }[];
+  /** Set when the run stopped early on connection failures: why, and how many deliveries were never sent. */
+  gaveUp?: { reason: string; notSent: number };
 }
+
+/** 4xx statuses a retry can fix (timeout, conflict, rate limit); any other 4xx is final. */
+const RETRYABLE_4XX = new Set([408, 409, 429]);
 
 /**
  * Posts each event's exact bytes the way Stripe does (Stripe docs, "Webhook signatures"): a fresh
  * `Stripe-Signature: t=…,v1=…` per attempt, `Content-Type: application/json; charset=utf-8`, and
- * retries on any non-2xx or connection failure with jittered exponential backoff. Never re-serializes
- * a body. Resolves when every delivery got a 2xx or ran out of attempts; never throws for HTTP errors.
+ * retries a 5xx, 408, 409, 429 or connection failure with jittered exponential backoff. Unlike Stripe,
+ * which retries every non-2xx, any other 4xx is final at once: this is our development tool, and a
+ * bad signature or body does not get better by resending it. A status is reported with the answer's
+ * `error` code when it has one (`400 signature_mismatch`). After `giveUpAfterConnectionFailures`
+ * connection failures in a row the whole run stops (`gaveUp`). Never re-serializes a body. Resolves
+ * when every delivery got a 2xx, failed, or was given up; never throws for HTTP or network errors.
  */
 export async function deliver(events: readonly EventFile[], options: DeliverOptions): Promise<DeliverSummary> {
   const random = mulberry32(options.seed ?? 1);
@@ -55,29 +72,48 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
   const send = options.fetch ?? ((request: Request) => fetch(request));
   const attempts = options.attempts ?? 6;
   const base = options.retryBaseMs ?? 200;
+  const giveUpAfter = options.giveUpAfterConnectionFailures ?? 3;
+  const timeoutMs = options.requestTimeoutMs ?? 30_000;
+  let connectionFailuresInARow = 0;
+  let gaveUp = false;
+
+  /** One request: the status to report, and whether to try again; undefined on a 2xx. */
+  async function attemptOnce(event: EventFile): Promise<{ status: string; retry: boolean } | undefined> {
+    summary.requests++;
+    let response: Response;
+    let text: string;
+    try {
+      const signature = await signStripePayload(event.body, options.secret, Math.floor(Date.now() / 1000));
+      response = await send(new Request(options.url, {
+        method: "POST",
+        headers: { "content-type": "application/json; charset=utf-8", "stripe-signature": signature, "user-agent": "webhook-inbox-deliver" },
+        body: event.body,
+        signal: AbortSignal.timeout(timeoutMs),
+      }));
+      text = await response.text();
+    } catch {
+      if (++connectionFailuresInARow >= giveUpAfter) gaveUp = true;
+      return { status: "network", retry: true };
+    }
+    connectionFailuresInARow = 0;
+    if (response.ok) {
+      const outcome = parseField(text, "outcome") ?? "2xx";
+      summary.outcomes[outcome] = (summary.outcomes[outcome] ?? 0) + 1;
+      return undefined;
+    }
+    const code = parseField(text, "error");
+    const retry = response.status >= 500 || RETRYABLE_4XX.has(response.status);
+    return { status: code ? `${response.status} ${code}` : String(response.status), retry };
+  }
 
   async function deliverOne(event: EventFile): Promise<void> {
     let last = "";
-    for (let attempt = 1; attempt <= attempts; attempt++) {
+    for (let attempt = 1; attempt <= attempts && !gaveUp; attempt++) {
       if (attempt > 1) await sleep(Math.min(base * 2 ** (attempt - 2), 5000) * (0.5 + random()));
-      summary.requests++;
-      try {
-        const signature = await signStripePayload(event.body, options.secret, Math.floor(Date.now() / 1000));
-        const response = await send(new Request(options.url, {
-          method: "POST",
-          headers: { "content-type": "application/json; charset=utf-8", "stripe-signature": signature, "user-agent": "webhook-inbox-deliver" },
-          body: event.body,
-        }));
-        const text = await response.text();
-        if (response.ok) {
-          const outcome = parseOutcome(text);
-          summary.outcomes[outcome] = (summary.outcomes[outcome] ?? 0) + 1;
-          return;
-        }
-        last = String(response.status);
-      } catch {
-        last = "network";
-      }
+      const failed = await attemptOnce(event);
+      if (!failed) return;
+      last = failed.status;
+      if (!failed.retry) break;
       summary.retried[last] = (summary.retried[last] ?? 0) + 1;
     }
     summary.outcomes.failed = (summary.outcomes.failed ?? 0) + 1;
@@ -86,21 +122,25 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
 
   let next = 0;
   const runners = Array.from({ length: Math.max(1, options.concurrency ?? 1) }, async () => {
-    while (next < queue.length) {
+    while (next < queue.length && !gaveUp) {
       const event = queue[next++];
       if (event) await deliverOne(event);
     }
   });
   await Promise.all(runners);
+  if (gaveUp) {
+    summary.gaveUp = { reason: `${giveUpAfter} connection failures in a row, no answer from ${options.url} in between`, notSent: queue.length - next };
+  }
   return summary;
 }
 
-function parseOutcome(text: string): string {
+/** A string field of a JSON object body (`outcome` of a 2xx, `error` of a refusal), if there is one. */
+function parseField(text: string, field: string): string | undefined {
   try {
-    const outcome = (JSON.parse(text) as { outcome?: unknown }).outcome;
-    return typeof outcome === "string" ? outcome : "2xx";
+    const value = (JSON.parse(text) as Record<string, unknown>)[field];
+    return typeof value === "string" ? value : undefined;
   } catch {
-    return "2xx";
+    return undefined;
   }
 }
 

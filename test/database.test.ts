@@ -5,7 +5,7 @@ import { openDatabase } from "../src/runtime/database.ts";
 test("`openDatabase()` refuses an unreadable DATABASE_URL without quoting it (the password would be in it)", async () => {
   const error = await openDatabase({ DATABASE_URL: "postgres://app:SEC/RET-pw@db.internal/inbox" }).catch((err: unknown) => err as Error);
   expect(error).toBeInstanceOf(Error);
-  expect((error as Error).message).toStartWith("DATABASE_URL is not a valid URL (value not shown)");
+  expect((error as Error).message).toStartWith("DATABASE_URL cannot be read unambiguously (value not shown)");
   expect((error as Error).message).not.toContain("RET-pw");
 });
 
@@ -17,4 +17,8 @@ test("`openDatabase()` refuses an EMBEDDED_PG_PORT that is not a port (0 or text
 
 test("`openDatabase()` refuses the embedded development server when NODE_ENV=production", async () => {
   await expect(openDatabase({ NODE_ENV: "production" })).rejects.toThrow("DATABASE_URL is required when NODE_ENV=production");
+});
+
+test("`openDatabase()` refuses an unknown NODE_ENV before any other setting, naming the variable", async () => {
+  await expect(openDatabase({ NODE_ENV: "prod", EMBEDDED_PG_PORT: "0" })).rejects.toThrow('NODE_ENV must be production, development or test (or unset), got "prod"');
 });

@@ -1,4 +1,5 @@
 import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
 import { createApp } from "../src/app.ts";
 import { deliver, type EventFile } from "../src/deliver.ts";
 import { stripeEndpoints } from "../src/endpoints.ts";
@@ -101,7 +102,7 @@ describe("deliver()", () => {
       calls++;
       throw new TypeError("connect ECONNREFUSED");
     };
-    const summary = await deliver([event], { url: URL, secret: SECRET, attempts: 4, retryBaseMs: 1, fetch: refuse });
+    const summary = await deliver([event], { url: URL, secret: SECRET, attempts: 4, retryBaseMs: 1, giveUpAfterConnectionFailures: 10, fetch: refuse });
     expect(calls).toBe(4);
     expect(summary).toEqual({
       deliveries: 1,
@@ -111,6 +112,83 @@ describe("deliver()", () => {
       failures: [{ name: event.name, status: "network" }],
     });
   });
+
+  test("`deliver()` gives up the whole run after 3 connection failures in a row instead of retrying every delivery", async () => {
+    let calls = 0;
+    const refuse = async (): Promise<Response> => {
+      calls++;
+      throw new TypeError("connect ECONNREFUSED");
+    };
+    const summary = await deliver(events, { url: URL, secret: SECRET, attempts: 6, retryBaseMs: 1, fetch: refuse });
+    expect(calls).toBe(3);
+    expect(summary).toEqual({
+      deliveries: 12,
+      requests: 3,
+      outcomes: { failed: 1 },
+      retried: { network: 3 },
+      failures: [{ name: events[0]?.name ?? "", status: "network" }],
+      gaveUp: { reason: `3 connection failures in a row, no answer from ${URL} in between`, notSent: 11 },
+    });
+  });
+
+  test("`deliver()` keeps going when answers come between connection failures", async () => {
+    let calls = 0;
+    const flaky = async (): Promise<Response> => {
+      if (++calls % 2 === 1) throw new TypeError("connect ECONNRESET");
+      return processed();
+    };
+    const summary = await deliver(events.slice(0, 6), { url: URL, secret: SECRET, retryBaseMs: 1, fetch: flaky });
+    expect(summary).toEqual({ deliveries: 6, requests: 12, outcomes: { processed: 6 }, retried: { network: 6 }, failures: [] });
+  });
+
+  test("`deliver()` does not retry a 400 and reports it with the answer's error code", async () => {
+    const refusing = fakeReceiver(() => Response.json({ error: "signature_mismatch", message: "No signature matches" }, { status: 400 }));
+    const summary = await deliver(events.slice(0, 2), { url: URL, secret: SECRET, retryBaseMs: 1, fetch: refusing.fetch });
+    expect(summary).toEqual({
+      deliveries: 2,
+      requests: 2,
+      outcomes: { failed: 2 },
+      retried: {},
+      failures: events.slice(0, 2).map((e) => ({ name: e.name, status: "400 signature_mismatch" })),
+    });
+  });
+
+  test("`deliver()` retries 408, 409, 429 and 5xx, naming each answer's error code", async () => {
+    const answers = [
+      Response.json({ error: "overloaded" }, { status: 429 }),
+      new Response("", { status: 409 }),
+      new Response("", { status: 408 }),
+      Response.json({ error: "database_unavailable" }, { status: 503 }),
+    ];
+    const receiver = fakeReceiver((n) => answers[n - 1] ?? processed());
+    const [event] = events;
+    if (!event) throw new Error("no fixtures");
+    const summary = await deliver([event], { url: URL, secret: SECRET, retryBaseMs: 1, fetch: receiver.fetch });
+    expect(summary).toEqual({
+      deliveries: 1,
+      requests: 5,
+      outcomes: { processed: 1 },
+      retried: { "429 overloaded": 1, "409": 1, "408": 1, "503 database_unavailable": 1 },
+      failures: [],
+    });
+  });
+
+  test("`bun run deliver` to a port nobody listens on gives up after a few attempts, says so and exits 1", async () => {
+    const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+    const port = listener.port;
+    listener.stop(true);
+    const proc = Bun.spawn([process.execPath, "src/bin/deliver.ts", "test/fixtures/stripe/invoice-lifecycle", "--url", `http://127.0.0.1:${port}/webhooks/stripe`, "--secret", SECRET], {
+      cwd: join(import.meta.dir, ".."),
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 20_000, // a bound on a hung run, not a speed assertion: without giving up it takes over a minute
+    });
+    const [stdout, stderr] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+    expect({ code: proc.exitCode, signal: proc.signalCode }).toEqual({ code: 1, signal: null });
+    expect(stdout).toContain("Could not deliver 12 of 12 deliveries");
+    expect(stderr).toContain("Gave up: 3 connection failures in a row");
+    expect(stderr).toContain("11 deliveries not sent");
+  }, 30_000);
 
   test("`deliver()` counts a 2xx without a JSON outcome as `2xx`", async () => {
     const receiver = fakeReceiver(() => new Response("ok", { status: 204 }));

@@ -126,6 +126,11 @@ describe("inbox CLI", () => {
     expect(text.code).toBe(0);
     expect(text.stdout).toContain("backlog");
     expect(text.stdout).toContain("outbox");
+    // The endpoint column shows what --endpoint takes, in status as in list.
+    expect(text.stdout).toContain("│ billing ");
+    expect(text.stdout).not.toContain("stripe/billing");
+    const listed = await inbox(["list"]);
+    expect(listed.stdout).toContain("│ billing ");
   }, WAITS);
 
   test("`inbox outbox --json` lists unpublished outbox rows; `outbox-requeue` puts only parked ones back, --dry-run changes nothing", async () => {
@@ -228,15 +233,45 @@ describe("inbox CLI", () => {
     expect(JSON.stringify(rows)).not.toContain("cus_payload_marker");
     const withPayload = await inboxJson<(EventSummary & { payload: unknown })[]>(["show", e.eventId, "--payload"]);
     expect(withPayload.map((r) => r.payload)).toEqual([JSON.parse(e.body), JSON.parse(e.body)]);
-    // Without --json the payload is printed whole: the invoice inside data.object, not "[Object ...]".
+    // Without --json: a table of the rows, then each payload whole (the invoice inside data.object, not "[Object ...]").
+    const table = await inbox(["show", e.eventId]);
+    expect(table.code).toBe(0);
+    expect(table.stdout).toMatch(/│ +│ event_id +│ endpoint +│ type +│ state +│/);
+    expect(table.stdout).toMatch(/│ billing +│ invoice\.paid +│ processed +│/);
+    expect(table.stdout).toMatch(/│ payments +│ invoice\.paid +│ unprocessed +│/);
+    expect(table.stdout).not.toContain("cus_payload_marker");
     const text = await inbox(["show", e.eventId, "--payload"]);
-    expect(text.stdout).toContain("cus_payload_marker");
+    expect(text.stdout).toMatch(/│ +│ event_id +│/);
+    expect(text.stdout).toContain("payload at endpoint billing:");
+    expect(text.stdout).toContain('"customer": "cus_payload_marker"');
     expect(text.stdout).not.toContain("[Object");
 
     const unknown = await inbox(["show", "evt_cli_unknown"]);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toContain("No inbox row for evt_cli_unknown");
     expect((await inbox(["show"])).code).toBe(2);
+  }, WAITS);
+
+  test("`inbox list`, `status` and `show` print control and bidirectional characters from events as escapes; --json keeps the exact strings", async () => {
+    const type = "invoice.\u202epaid\x1b[31m";
+    const e = event(type);
+    expect(await receiveSync(db, BILLING, verified(e.body))).toBe("ignored"); // no handler for that type
+    const review = await parked("bad \x1b]0;owned\x07 customer \u2066x\u2069");
+    const raw = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/;
+    for (const args of [["list"], ["status"], ["show", e.eventId], ["show", review.eventId, "--payload"]]) {
+      const run = await inbox(args);
+      expect({ args, code: run.code }).toEqual({ args, code: 0 });
+      expect({ args, raw: raw.test(run.stdout) }).toEqual({ args, raw: false });
+    }
+    const listed = await inbox(["list"]);
+    expect(listed.stdout).toContain("invoice.\\u202epaid\\x1b[31m");
+    expect(listed.stdout).toContain("bad \\x1b]0;owned\\x07 customer \\u2066x\\u2069");
+
+    const json = await inbox(["list", "--json"]);
+    expect(raw.test(json.stdout)).toBe(false);
+    const rows = JSON.parse(json.stdout) as EventSummary[];
+    expect(rows.find((r) => r.eventId === e.eventId)?.eventType).toBe(type);
+    expect(rows.find((r) => r.eventId === review.eventId)?.lastError).toBe("PermanentError: bad \x1b]0;owned\x07 customer \u2066x\u2069");
   }, WAITS);
 
   test("`inbox requeue --dry-run --json` lists the needs-review rows and changes nothing; without --dry-run it requeues them", async () => {
@@ -305,6 +340,12 @@ describe("inbox CLI", () => {
     expect(await count(db, "webhook_inbox")).toBe(3);
 
     expect(await inboxJson<PurgeResult>(["purge", "--dry-run", "--payloads-older-than", "3d"])).toEqual({ dryRun: true, deleted: 1, payloadsDropped: 1 });
+    // A dry run changes nothing, so it needs no --force; it says the real run would.
+    const dry = await inbox(["purge", "--older-than", "1d", "--dry-run"]);
+    expect({ code: dry.code, stderr: dry.stderr }).toEqual({ code: 0, stderr: "" });
+    expect(dry.stdout).toContain("Would delete 2 processed row(s) older than 1d");
+    expect(dry.stdout).toContain("The real run needs --force: a retention of 1 d is shorter than the provider's retry horizon of 3 d");
+    expect((await inboxJson<PurgeResult>(["purge", "--older-than", "1d", "--dry-run"])).forceRequired).toContain("retry horizon of 3 d");
     expect(await count(db, "webhook_inbox")).toBe(3);
     expect(await count(db, "webhook_inbox", "payload is null")).toBe(0);
 
@@ -323,6 +364,16 @@ describe("inbox CLI", () => {
     expect(run.code).toBe(1);
     expect(run.stderr).toContain("Cannot read the schema version: Error ECONNREFUSED");
     expect(run.stderr).not.toContain("migrate");
+  }, WAITS);
+
+  test("`inbox status` with a DATABASE_URL whose password holds an unencoded @ and # exits 1 at once and prints no part of the password", async () => {
+    const password = "Kq7@Zx#W9v";
+    const run = await inbox(["status"], `postgres://user:${password}@127.0.0.1:1/db`);
+    expect({ code: run.code, signal: run.signal }).toEqual({ code: 1, signal: null });
+    expect(run.stderr).toContain("percent-encode");
+    const output = (run.stdout + run.stderr).toLowerCase();
+    for (let i = 0; i + 2 <= password.length; i++) expect(output).not.toContain(password.slice(i, i + 2).toLowerCase());
+    expect(output).not.toContain("enotfound");
   }, WAITS);
 
   test("`inbox status` on a schema behind the code exits 1 telling to run `bun run inbox migrate`, and `inbox migrate` fixes it", async () => {

@@ -29,3 +29,10 @@ test("`createScratchDatabase()` on a URL naming its database by ?database= conne
     await admin.end({ timeout: 1 });
   }
 });
+
+test("`createScratchDatabase()` refuses a URL whose password holds an unencoded @ and # before anything connects, quoting none of it", async () => {
+  const error = await createScratchDatabase("postgres://user:Kq7@Zx#W9v@127.0.0.1:1/db", "webhook_inbox_scratch_test").catch((err: unknown) => err as Error);
+  expect(error).toBeInstanceOf(Error);
+  expect((error as Error).message).toStartWith("DATABASE_URL cannot be read unambiguously (value not shown)");
+  for (const piece of ["Kq7", "Zx", "W9v"]) expect((error as Error).message).not.toContain(piece);
+});

@@ -1,21 +1,78 @@
 // Entry file: `bun run billing`: prints invoices, the ledger, the outbox and the inbox by state.
-import { connect } from "../db.ts";
+// Exit codes: 0 ok, 1 failure, 2 usage error.
+import { parseArgs } from "node:util";
+import { connect, type Db } from "../db.ts";
+import { printableRow } from "../ops/printable.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 
-const database = await openDatabase(process.env).catch((err: unknown) => {
-  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
-  process.exit(1);
-});
-const db = connect(database.url, { max: 1, applicationName: "webhook-inbox billing", pooler: poolerFromEnv(process.env) });
-try {
-  console.log("invoices");
-  console.table(await db`select id, status, currency, amount_due, amount_paid from invoices order by id`);
-  console.log("ledger_entries (amounts in minor units)");
-  console.table(await db`select invoice_id, kind, amount, currency, event_id from ledger_entries order by invoice_id`);
-  console.log("outbox");
-  console.table(await db`select aggregate_id, event_type, published_at is not null as published from outbox order by id`);
+const USAGE = `Usage: bun run billing [--limit N | --all]
+  prints the newest invoices, ledger entries and outbox rows (20 of each by default, in id order),
+  and the inbox's rows counted per endpoint and state
+  --limit N   show the N newest rows of each table (N ≥ 1)
+  --all       show every row`;
+
+function usage(problem: string): never {
+  console.error(`${problem}\n\n${USAGE}`);
+  process.exit(2);
+}
+
+const { values: opts, positionals } = (() => {
+  try {
+    return parseArgs({
+      allowPositionals: true,
+      options: {
+        limit: { type: "string" },
+        all: { type: "boolean", default: false },
+        help: { type: "boolean", short: "h", default: false },
+      },
+    });
+  } catch (err) {
+    usage(err instanceof Error ? err.message : String(err));
+  }
+})();
+if (opts.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+if (positionals.length) usage(`billing takes no arguments, got ${positionals.map((p) => `"${p}"`).join(" ")}`);
+if (opts.all && opts.limit !== undefined) usage("Choose one of --limit and --all");
+const limit = opts.all ? null : Number(opts.limit ?? 20);
+if (limit !== null && (!/^\d+$/.test(opts.limit ?? "20") || !Number.isSafeInteger(limit) || limit < 1)) {
+  usage(`--limit must be a whole number ≥ 1, got "${opts.limit}"`);
+}
+
+/** Prints `rows` as a table (text from events escaped), then how many older rows it left out. */
+function table(title: string, rows: Record<string, unknown>[], total: number): void {
+  console.log(title);
+  if (rows.length === 0) console.log("(none)");
+  else console.table(rows.map(printableRow));
+  if (total > rows.length) console.log(`… ${total - rows.length} more (older) not shown: --limit N or --all`);
+}
+
+/** The `limit` newest rows of each table (all with --all), shown in id order, with each table's total. */
+async function printTables(db: Db): Promise<void> {
+  const [counts] = await db<{ invoices: number; ledger: number; outbox: number }[]>`
+    select (select count(*) from invoices)::int as invoices,
+           (select count(*) from ledger_entries)::int as ledger,
+           (select count(*) from outbox)::int as outbox
+  `;
+  table("invoices", await db`
+    select id, status, currency, amount_due, amount_paid
+      from (select * from invoices order by created_at desc, id desc limit ${limit}) newest
+     order by id
+  `, counts?.invoices ?? 0);
+  table("ledger_entries (amounts in minor units)", await db`
+    select invoice_id, kind, amount, currency, event_id
+      from (select * from ledger_entries order by id desc limit ${limit}) newest
+     order by id
+  `, counts?.ledger ?? 0);
+  table("outbox", await db`
+    select aggregate_id, event_type, published
+      from (select id, aggregate_id, event_type, published_at is not null as published from outbox order by id desc limit ${limit}) newest
+     order by id
+  `, counts?.outbox ?? 0);
   console.log("webhook_inbox");
-  console.table(await db`
+  console.table((await db`
     select endpoint,
            case when processed_at is not null then outcome
                 when needs_review_at is not null then 'needs_review'
@@ -24,7 +81,16 @@ try {
       from webhook_inbox
      group by 1, 2
      order by 1, 2
-  `);
+  `).map(printableRow));
+}
+
+const database = await openDatabase(process.env).catch((err: unknown) => {
+  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
+  process.exit(1);
+});
+const db = connect(database.url, { max: 1, applicationName: "webhook-inbox billing", pooler: poolerFromEnv(process.env) });
+try {
+  await printTables(db);
 } catch (err) {
   console.error(`Cannot read billing tables: ${err instanceof Error ? err.message : String(err)} (run \`bun run migrate\` first?)`);
   process.exitCode = 1;

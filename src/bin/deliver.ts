@@ -11,7 +11,10 @@ const USAGE = `Usage: bun run deliver <file.json|dir>… [options]
   --copies N         deliver every event N times (default 1)
   --concurrency N    deliveries in flight at once (default 1)
   --shuffle          shuffle the deliveries (with --seed N for a reproducible order)
-  --attempts N       attempts per delivery, retrying non-2xx with backoff (default 6)`;
+  --attempts N       attempts per delivery (default 6); a 5xx, 408, 409, 429 or connection failure is
+                     retried with backoff, any other 4xx is final at once (unlike Stripe: resending
+                     a bad signature or body changes nothing); 3 connection failures in a row stop
+                     the whole run`;
 
 function fail(message: string): never {
   console.error(`${message}\n\n${USAGE}`);
@@ -78,9 +81,13 @@ const summary = await deliver(files, {
 });
 const ms = Math.round(performance.now() - started);
 
-const verb = summary.failures.length === 0 ? "Delivered" : `Could not deliver ${summary.failures.length} of ${summary.deliveries} deliveries. Sent`;
+const failed = summary.failures.length + (summary.gaveUp?.notSent ?? 0);
+const verb = failed === 0 ? "Delivered" : `Could not deliver ${failed} of ${summary.deliveries} deliveries. Sent`;
 console.log(`${verb} ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${url} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`);
 for (const [outcome, count] of Object.entries(summary.outcomes).sort()) console.log(`  ${outcome.padEnd(10)} ${count}`);
 for (const [status, count] of Object.entries(summary.retried).sort()) console.log(`  retried after ${status}: ${count}`);
 for (const f of summary.failures) console.error(`  FAILED ${f.name}: last status ${f.status}`);
-process.exit(summary.failures.length > 0 ? 1 : 0);
+if (summary.gaveUp) {
+  console.error(`Gave up: ${summary.gaveUp.reason}; ${summary.gaveUp.notSent} deliveries not sent. Is a receiver running there (bun run serve)?`);
+}
+process.exit(failed > 0 ? 1 : 0);

@@ -8,6 +8,7 @@ import { requeueOutbox } from "../outbox/requeue.ts";
 import { listEvents, showEvent } from "../ops/events.ts";
 import { parseDuration, type RowFilter } from "../ops/filter.ts";
 import { listOutbox } from "../ops/outbox.ts";
+import { printable, printableJson, printableRow } from "../ops/printable.ts";
 import { purge, RetentionTooShortError } from "../ops/purge.ts";
 import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
@@ -20,14 +21,15 @@ import { loadMigrations } from "../runtime/migrations-fs.ts";
 const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
   status                                  backlog per endpoint and of the outbox; arrivals per type over the last hour
   list [--needs-review | --unprocessed] [--type T] [--endpoint E] [--since 2h|ISO] [--limit N]
-  show <event_id> [--payload]             every row of an event: state, attempts, last error (payload on request)
+  show <event_id> [--payload]             every row of an event as a table: state, attempts, last error (payload on request)
   requeue [--id evt_…] [--type T] [--endpoint E] [--error TEXT] [--dry-run]
                                           needs-review rows back to the queue, attempts reset
   resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] --note TEXT [--dry-run]
                                           close needs-review rows settled by hand (no handler runs)
   replay <event_id> [--endpoint E]        run a processed event through its handler again (idempotent)
   purge [--older-than 30d] [--payloads-older-than 7d] [--force] [--dry-run] [--batch N]
-                                          delete processed rows past retention (never unprocessed or needs-review)
+                                          delete processed rows past retention (never unprocessed or needs-review);
+                                          --dry-run only counts, and needs no --force
   outbox [--needs-review] [--limit N]     unpublished outbox rows, oldest first: attempts, last error
   outbox-requeue <id>… [--dry-run]        needs-review outbox rows back to the dispatcher, attempts reset
   migrate                                 apply pending sql/ migrations`;
@@ -107,10 +109,15 @@ if (opts.help || !command) {
   process.exit(command || opts.help ? 0 : 2);
 }
 
+/**
+ * `value` as JSON with --json, else `table` as a table (or `value` as text). Text from events (types,
+ * ids, errors) is shown with control and bidirectional characters escaped (`\x1b`, `\u202e`); JSON
+ * keeps the exact strings, with the same characters as `\uXXXX` escapes (see printable.ts).
+ */
 function print(value: unknown, table?: Record<string, unknown>[]): void {
-  if (opts.json) console.log(JSON.stringify(value, null, 2));
-  else if (table) table.length ? console.table(table) : console.log("(none)");
-  else console.log(value);
+  if (opts.json) console.log(printableJson(value));
+  else if (table) table.length ? console.table(table.map(printableRow)) : console.log("(none)");
+  else console.log(typeof value === "string" ? printable(value) : value);
 }
 
 function wholeNumber(name: string, raw: string): number {
@@ -174,11 +181,11 @@ async function run(db: Db): Promise<number> {
       const s = await inboxStatus(db);
       if (opts.json) return print(s), 0;
       console.log("backlog (unprocessed rows wait for a worker; needs-review rows wait for an operator)");
-      print(s, s.backlog.map((b) => ({ endpoint: `${b.provider}/${b.endpoint}`, unprocessed: b.unprocessed, oldest_age_s: Math.round(b.oldestUnprocessedAgeSec), needs_review: b.needsReview })));
+      print(s, s.backlog.map((b) => ({ endpoint: b.endpoint, unprocessed: b.unprocessed, oldest_age_s: Math.round(b.oldestUnprocessedAgeSec), needs_review: b.needsReview })));
       console.log("outbox (pending rows wait for `bun run dispatch`; needs-review rows wait for an operator)");
       print(s, [{ pending: s.outbox.pending, oldest_age_s: Math.round(s.outbox.oldestPendingAgeSec), needs_review: s.outbox.needsReview }]);
       console.log(`arrivals over the last ${s.windowSec / 60} min`);
-      print(s, s.arrivals.map((a) => ({ endpoint: `${a.provider}/${a.endpoint}`, type: a.eventType, received: a.received, processed: a.processed, ignored: a.ignored, resolved: a.resolved, unprocessed: a.unprocessed, needs_review: a.needsReview })));
+      print(s, s.arrivals.map((a) => ({ endpoint: a.endpoint, type: a.eventType, received: a.received, processed: a.processed, ignored: a.ignored, resolved: a.resolved, unprocessed: a.unprocessed, needs_review: a.needsReview })));
       return 0;
     }
     case "list": {
@@ -192,8 +199,16 @@ async function run(db: Db): Promise<number> {
         console.error(`No inbox row for ${args[0]}`);
         return 1;
       }
-      if (opts.json) print(rows);
-      else for (const r of rows) console.dir(r, { depth: null }); // the whole payload, not "[Object ...]"
+      print(rows, rows.map((r) => ({
+        event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, state: r.state, attempts: r.attempts, received_at: r.receivedAt,
+        processed_at: r.processedAt ?? "", needs_review_at: r.needsReviewAt ?? "", last_error: r.lastError ?? "", payload_dropped: r.payloadDropped,
+      })));
+      if (opts.json || !opts.payload) return 0;
+      for (const r of rows) {
+        // The whole payload as indented JSON (escaped like --json), or the exact raw body jsonb could not hold.
+        console.log(`payload at endpoint ${printable(r.endpoint)}${r.rawBody === undefined ? "" : " (raw body: jsonb could not hold it)"}:`);
+        console.log(r.rawBody === undefined ? printableJson(r.payload) : printable(r.rawBody));
+      }
       return 0;
     }
     case "requeue": {
@@ -223,8 +238,8 @@ async function run(db: Db): Promise<number> {
       const result = await replayEvent(db, { provider: row.provider, endpoint: row.endpoint, eventId }, handlersFor(row.provider));
       if (opts.json) return print(result), 0;
       console.log(result.handled
-        ? `Replayed ${eventId} (${result.eventType}) at ${row.provider}/${row.endpoint}: ${result.inserted} row(s) inserted, ${result.updated} updated, ${result.deleted} deleted`
-        : `Nothing to replay: ${eventId} (${result.eventType}) has no handler`);
+        ? `Replayed ${printable(eventId)} (${printable(result.eventType)}) at ${printable(`${row.provider}/${row.endpoint}`)}: ${result.inserted} row(s) inserted, ${result.updated} updated, ${result.deleted} deleted`
+        : `Nothing to replay: ${printable(eventId)} (${printable(result.eventType)}) has no handler`);
       return 0;
     }
     case "purge": {
@@ -238,6 +253,7 @@ async function run(db: Db): Promise<number> {
       if (opts.json) return print(result), 0;
       console.log(`${result.dryRun ? "Would delete" : "Deleted"} ${result.deleted} processed row(s) older than ${opts["older-than"]}` +
         (opts["payloads-older-than"] ? `; ${result.dryRun ? "would drop" : "dropped"} ${result.payloadsDropped} payload(s) older than ${opts["payloads-older-than"]}` : ""));
+      if (result.forceRequired) console.log(`The real run needs --force: ${result.forceRequired}`);
       return 0;
     }
     case "outbox": {

@@ -25,6 +25,8 @@ export interface PurgeResult {
   dryRun: boolean;
   deleted: number;
   payloadsDropped: number;
+  /** Dry run only: why the real run would be refused without `force` (the retention is too short). */
+  forceRequired?: string;
 }
 
 /** A retention that is too short: a redelivery after the row is gone would be processed again. */
@@ -40,17 +42,17 @@ export class RetentionTooShortError extends Error {
  * optionally drops payloads of processed rows older than `payloadsOlderThanMs`. Unprocessed and
  * needs-review rows are never touched. A row deleted while the provider may still redeliver its event
  * would let that redelivery be processed a second time, so a retention shorter than the horizon plus a
- * one-day margin is refused unless `force`.
- * @throws RetentionTooShortError naming the horizon.
+ * one-day margin is refused unless `force`. A dry run changes nothing, so it never needs `force`: it
+ * counts, and says in `forceRequired` that the real run would.
+ * @throws RetentionTooShortError naming the horizon (not on a dry run).
  */
 export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult> {
   const horizonMs = options.horizonMs ?? STRIPE_RETRY_HORIZON_MS;
   const minimum = horizonMs + RETENTION_MARGIN_MS;
-  if (options.olderThanMs < minimum && !options.force) {
-    throw new RetentionTooShortError(
-      `Cannot purge: a retention of ${days(options.olderThanMs)} is shorter than the provider's retry horizon of ${days(horizonMs)} plus a ${days(RETENTION_MARGIN_MS)} margin (${days(minimum)}); a redelivery after that would be processed again. Use --force to override.`,
-    );
-  }
+  const tooShort = options.olderThanMs < minimum && !options.force
+    ? `a retention of ${days(options.olderThanMs)} is shorter than the provider's retry horizon of ${days(horizonMs)} plus a ${days(RETENTION_MARGIN_MS)} margin (${days(minimum)}); a redelivery after that would be processed again`
+    : undefined;
+  if (tooShort && !options.dryRun) throw new RetentionTooShortError(`Cannot purge: ${tooShort}. Use --force to override.`);
   const batch = options.batchSize ?? 1000;
   const result: PurgeResult = { dryRun: options.dryRun ?? false, deleted: 0, payloadsDropped: 0 };
   const rowCutoff = db`now() - ${options.olderThanMs} * interval '1 millisecond'`;
@@ -64,7 +66,8 @@ export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult>
         from webhook_inbox
        where processed_at is not null
     `;
-    return { ...result, deleted: row?.deleted ?? 0, payloadsDropped: options.payloadsOlderThanMs === undefined ? 0 : (row?.dropped ?? 0) };
+    const counted = { ...result, deleted: row?.deleted ?? 0, payloadsDropped: options.payloadsOlderThanMs === undefined ? 0 : (row?.dropped ?? 0) };
+    return tooShort ? { ...counted, forceRequired: tooShort } : counted;
   }
   for (;;) {
     const rows = await db`

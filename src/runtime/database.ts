@@ -3,7 +3,7 @@ import postgres from "postgres";
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { databaseUrlProblem, readPooler } from "../config.ts";
+import { databaseUrlProblem, nodeEnvProblem, PRODUCTION_NEEDS_DATABASE_URL, readPooler } from "../config.ts";
 import type { Pooler } from "../db.ts";
 import { startEmbeddedPostgres } from "./embedded-postgres.ts";
 
@@ -23,10 +23,12 @@ export interface DatabaseHandle {
  * (`EMBEDDED_PG_DIR`), on 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329). When that cluster is already
  * running (another command, or a receiver that was killed), it is reused and left running.
  * @throws Error when `DATABASE_URL` cannot be read (the message never quotes it), `EMBEDDED_PG_PORT` is
- *   not a port number, the embedded server cannot start, or `NODE_ENV=production` comes without
- *   `DATABASE_URL`.
+ *   not a port number, the embedded server cannot start, `NODE_ENV` is not production, development or
+ *   test, or `NODE_ENV=production` comes without `DATABASE_URL`.
  */
 export async function openDatabase(env: Record<string, string | undefined>): Promise<DatabaseHandle> {
+  const envProblem = nodeEnvProblem(env);
+  if (envProblem) throw new Error(envProblem);
   if (env.DATABASE_URL) {
     // Checked here too (not only by loadConfig): worker, dispatch and inbox come straight here, and
     // postgres.js's own error for an unreadable URL quotes it, password included.
@@ -36,7 +38,7 @@ export async function openDatabase(env: Record<string, string | undefined>): Pro
   }
   if (env.NODE_ENV === "production") {
     // A production receiver must never acknowledge payments into a disposable local cluster.
-    throw new Error("DATABASE_URL is required when NODE_ENV=production: the embedded PostgreSQL (postgres/postgres on 127.0.0.1, data in .data/) is for local development only");
+    throw new Error(PRODUCTION_NEEDS_DATABASE_URL);
   }
   const dir = env.EMBEDDED_PG_DIR ?? join(DATA_DIR, "postgres");
   const port = Number(env.EMBEDDED_PG_PORT ?? 54329);

@@ -1,7 +1,7 @@
 // Wiring shared by every entry file (Bun, Deno, Node, workerd): settings → pool → the one core fetch.
 // Portable on purpose: Web APIs, postgres.js and the core only; no file system, signals or servers.
 import { createApp, type App, type LogFn } from "../app.ts";
-import { ConfigError, loadConfig, type Config } from "../config.ts";
+import { ConfigError, loadConfig, PRODUCTION_NEEDS_DATABASE_URL, type Config } from "../config.ts";
 import { connect, type Db } from "../db.ts";
 import { stripeEndpoints } from "../endpoints.ts";
 
@@ -21,7 +21,8 @@ export function loadServerConfig(env: Record<string, string | undefined>, runtim
     if (problems.length === 0 && config.databaseUrl !== undefined) return { ...config, databaseUrl: config.databaseUrl };
   } catch (err) {
     if (!(err instanceof ConfigError)) throw err;
-    problems.push(...err.problems);
+    // Its "required when NODE_ENV=production" says less than ours, which is then already listed.
+    problems.push(...err.problems.filter((p) => !(problems.length > 0 && p === PRODUCTION_NEEDS_DATABASE_URL)));
   }
   throw new ConfigError(problems);
 }

@@ -1,6 +1,7 @@
 // Edge file: a throwaway database on a server the user points at (DATABASE_URL), for commands that
 // write test data (`bun run chaos`, `bun run bench`) and must never touch the user's own tables.
 import postgres from "postgres";
+import { databaseUrlProblem } from "../database-url.ts";
 
 /** A scratch database: its URL and how to drop it. */
 export interface ScratchDatabase {
@@ -14,10 +15,14 @@ export interface ScratchDatabase {
  * Creates `<prefix>_<pid>_<ms>` on the server of `serverUrl` (its user needs CREATEDB) and returns its
  * URL. The database named in `serverUrl` is used only to connect; nothing in it is read or written.
  * PostgreSQL manual, CREATE DATABASE and DROP DATABASE (`FORCE`, PostgreSQL ≥ 13).
- * @throws the server's error when the database cannot be created (e.g. no CREATEDB privilege).
+ * @throws Error from {@link databaseUrlProblem} (never quoting the URL) before anything connects when
+ *   `serverUrl` cannot be read unambiguously; the server's error when the database cannot be created
+ *   (e.g. no CREATEDB privilege).
  */
 export async function createScratchDatabase(serverUrl: string, prefix: string): Promise<ScratchDatabase> {
   if (!/^[a-z_][a-z0-9_]*$/.test(prefix)) throw new Error(`Scratch database prefix must be a lowercase identifier, got "${prefix}"`);
+  const problem = databaseUrlProblem(serverUrl);
+  if (problem) throw new Error(problem);
   const admin = postgres(serverUrl, { max: 1, onnotice: () => {} });
   const name = `${prefix}_${process.pid}_${Date.now()}`;
   try {

@@ -30,6 +30,10 @@ describe("loadServerConfig()", () => {
       'PORT must be an integer from 0 to 65535, got "x"',
     ]);
   });
+
+  test("`loadServerConfig()` with NODE_ENV=production names the missing DATABASE_URL once", () => {
+    expect(problems({ NODE_ENV: "production", STRIPE_WEBHOOK_SECRET: SECRET })).toEqual(["DATABASE_URL is required on Deno (only `bun run serve` starts an embedded PostgreSQL)"]);
+  });
 });
 
 test("`bun run serve:workerd` refuses bad settings at start (exit 1, every problem named), not at the first webhook", async () => {
