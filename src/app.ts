@@ -1,7 +1,7 @@
 import { Router, type IRequest } from "itty-router";
 import { isDatabaseUnavailable, isDataError, sqlState, type Db } from "./db.ts";
 import { AppError, errorResponse } from "./errors.ts";
-import type { HandlerTable } from "./handler-table.ts";
+import { PermanentError, type HandlerTable } from "./handler-table.ts";
 import type { WebhookProvider } from "./provider.ts";
 import { describeError, isPermanent, receiveAsync, receiveHybrid, receiveSync, recordFallback, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
 import type { VerifiedEvent } from "./provider.ts";
@@ -127,6 +127,10 @@ export function createApp(deps: AppDeps): App {
       entry.fallback = describeError(err);
       return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
     };
+    if (event.sanitized?.typeChanged) {
+      // No handler can be chosen for a type that is not the one sent: keep it, with its raw body, for an operator.
+      return parkWhen(() => true)(new PermanentError(`Event type holds characters PostgreSQL cannot store (${event.sanitized.replaced}): recorded with them replaced, not applied`));
+    }
     switch (endpoint.mode ?? "sync") {
       case "sync":
         return receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000).catch(parkWhen(isPermanent));
@@ -177,9 +181,8 @@ function toAppError(err: unknown, eventId: unknown): AppError {
   if (err instanceof AppError) return err;
   const id = typeof eventId === "string" ? eventId : "the event";
   if (isDataError(err)) {
-    // The event itself cannot be stored (jsonb refuses \u0000, lone surrogates, huge numbers, deep
-    // nesting): no retry can help, so say so instead of a 5xx loop.
-    return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL cannot store this event as jsonb (SQLSTATE ${sqlState(err)}; e.g. a \\u0000 character, a lone surrogate, a number out of range or nesting too deep)`);
+    // The event cannot be stored even as raw text: no retry can help, so say so instead of a 5xx loop.
+    return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL refuses this event (SQLSTATE ${sqlState(err)})`);
   }
   if (isDatabaseUnavailable(err)) return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);
