@@ -1,10 +1,12 @@
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { createApp, type AppDeps, type Endpoint } from "../src/app.ts";
+import { claimBatch } from "../src/claim.ts";
 import { connect } from "../src/db.ts";
 import { mulberry32, shuffleInPlace } from "../src/deliver.ts";
 import { stripeEndpoints } from "../src/endpoints.ts";
 import type { HandlerTable } from "../src/handler-table.ts";
 import { billingHandlers } from "../src/handlers/billing.ts";
+import { processBatch } from "../src/process-batch.ts";
 import { signStripePayload, stripeProvider } from "../src/stripe-event.ts";
 import { count, eventBody, fixture, freshDatabase, invoice, lifecycle, OTHER_SECRET, SECRET, signedRequest } from "./helpers.ts";
 
@@ -470,6 +472,23 @@ describe("failures", () => {
     expect(String(row?.last_error)).toContain("void invoice");
     expect(await count(db, "ledger_entries")).toBe(0);
     expect(await count(db, "outbox")).toBe(0);
+  });
+
+  test.each(["sync", "async"] as const)("`createApp()` parks a second payment of another amount than the one booked as needs-review, naming why (%s)", async (mode) => {
+    const app = makeApp({ endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]) });
+    // The invoice as an earlier payment of 2000 left it.
+    await db`insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at) values ('in_amount_app', 'cus_test_1', 'paid', 'usd', 2500, 2000, now())`;
+    const second = eventBody("evt_amount_second", "invoice.payment_succeeded", invoice({ id: "in_amount_app", status: "paid", amount_due: 2500, amount_paid: 2500 }));
+    expect((await reply(await app.fetch(await signed(second)))).body.outcome).toBe(mode === "sync" ? "needs_review" : "queued");
+    if (mode === "async") {
+      const claims = await claimBatch(db, { limit: 10, leaseMs: 60_000, maxAttempts: 10 });
+      const [result] = await processBatch(db, claims, { handlersFor: () => billingHandlers, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 1_000, capMs: 60_000 } });
+      expect(result?.outcome).toBe("needs_review");
+    }
+    const [row] = await db`select needs_review_at is not null as parked, processed_at, last_error from webhook_inbox where event_id = 'evt_amount_second'`;
+    expect(row).toMatchObject({ parked: true, processed_at: null });
+    expect(String(row?.last_error)).toContain("amount_paid differs from the amount already booked");
+    expect(await db`select amount_paid::int from invoices`).toEqual([{ amount_paid: 2000 }] as never);
   });
 
   test("`createApp()` gives up on a sync delivery stuck behind a row lock after statementTimeoutMs, keeps nothing, and processes the redelivery", async () => {
