@@ -1,5 +1,6 @@
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { createApp, type AppDeps, type Endpoint } from "../src/app.ts";
+import { createBodyBudget } from "../src/body-budget.ts";
 import { claimBatch } from "../src/claim.ts";
 import { connect } from "../src/db.ts";
 import { mulberry32, shuffleInPlace } from "../src/deliver.ts";
@@ -8,6 +9,7 @@ import type { HandlerTable } from "../src/handler-table.ts";
 import { billingHandlers } from "../src/handlers/billing.ts";
 import { processBatch } from "../src/process-batch.ts";
 import { signStripePayload, stripeProvider } from "../src/stripe-event.ts";
+import { waitUntil } from "./wait-until.ts";
 import { count, eventBody, fixture, freshDatabase, invoice, lifecycle, OTHER_SECRET, SECRET, signedRequest } from "./helpers.ts";
 
 const fresh = await freshDatabase();
@@ -276,6 +278,53 @@ describe("body checks", () => {
     expect(res.status).toBe(400);
     expect(res.body.error).toBe("invalid_body");
     await expectNothingWritten();
+  });
+});
+
+describe("body budget", () => {
+  const SIZE = 64 * 1024;
+  const LIMIT = 4 * SIZE + SIZE / 2;
+
+  /** A body of `size` bytes whose stream is read only after `gate` opens, counting the bytes read. */
+  function gatedBody(size: number, gate: Promise<void>) {
+    const counter = { read: 0 };
+    const stream = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        await gate;
+        if (counter.read >= size) return controller.close();
+        const chunk = new Uint8Array(Math.min(16 * 1024, size - counter.read)).fill(0x61);
+        counter.read += chunk.byteLength;
+        controller.enqueue(chunk);
+      },
+    }, { highWaterMark: 0 });
+    return { stream, counter };
+  }
+
+  test.each([["a Content-Length", true], ["no Content-Length (streamed)", false]] as const)("`createApp()` answers 503 overloaded before reading a body that would pass the in-flight body budget (%s), then serves valid deliveries", async (_label, declared) => {
+    const budget = createBodyBudget(LIMIT);
+    const app = makeApp({ bodyBudget: budget });
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const header = `t=${NOW_SEC},v1=${"0".repeat(64)}`;
+    const bodies = Array.from({ length: 12 }, () => gatedBody(SIZE, gate));
+    const pending = bodies.map(({ stream }) => app.fetch(post(stream, header, URL_DEFAULT, declared ? { "content-length": String(SIZE) } : {})));
+    // Declared bodies: four fit and hold the budget while the gate is shut; the other eight are refused meanwhile.
+    if (declared) await waitUntil("four bodies holding the budget", async () => budget.inUse === 4 * SIZE);
+    open();
+    const replies = await Promise.all(pending.map(async (p) => ({ ...(await reply(await p)), retryAfter: (await p).headers.get("retry-after") })));
+    const refused = replies.filter((r) => r.status === 503);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const r of refused) expect([r.body.error, r.retryAfter]).toEqual(["overloaded", expect.any(String)]);
+    expect(replies.filter((r) => r.status !== 503).map((r) => r.body.error)).toEqual(Array(12 - refused.length).fill("signature_mismatch"));
+    // Never more body bytes held than the budget; a declared body refused is never read at all.
+    expect(budget.peak).toBeLessThanOrEqual(LIMIT);
+    expect(budget.peak).toBeGreaterThanOrEqual(4 * SIZE);
+    if (declared) expect(bodies.filter((b) => b.counter.read === 0)).toHaveLength(refused.length);
+    expect(budget.inUse).toBe(0);
+    await expectNothingWritten();
+    const res = await reply(await app.fetch(await signed(fixture(CREATED))));
+    expect([res.status, res.body.outcome]).toEqual([200, "processed"]);
+    expect(budget.inUse).toBe(0);
   });
 });
 
