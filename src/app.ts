@@ -1,11 +1,12 @@
 import { Router, type IRequest } from "itty-router";
 import { isDatabaseUnavailable, isDataError, sqlState, type Db } from "./db.ts";
 import { AppError, errorResponse } from "./errors.ts";
-import type { HandlerTable } from "./handler-table.ts";
+import { PermanentError, type HandlerTable } from "./handler-table.ts";
 import type { WebhookProvider } from "./provider.ts";
 import { describeError, isPermanent, receiveAsync, receiveHybrid, receiveSync, recordFallback, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
 import type { VerifiedEvent } from "./provider.ts";
 import { readBody } from "./request-body.ts";
+import { createBodyBudget, type BodyBudget } from "./body-budget.ts";
 import { createLimiter } from "./limiter.ts";
 import { createMetrics, type Metrics } from "./metrics.ts";
 import { createProbes, RETRY_AFTER_SEC } from "./probes.ts";
@@ -26,6 +27,9 @@ export interface Endpoint {
   hybrid?: HybridOptions;
 }
 
+/** Default request body bytes held at once (see `AppDeps.bodyBudget`): 32 MiB. */
+export const DEFAULT_INFLIGHT_BODY_BYTES = 32 * 1024 * 1024;
+
 const DEFAULT_HYBRID: HybridOptions = { budgetMs: 2_000, backoff: { baseMs: 1_000, capMs: 600_000 } };
 
 /** One structured log line (JSON); never secrets, signature headers or payloads. */
@@ -45,6 +49,11 @@ export interface AppDeps {
   toleranceSec?: number;
   /** Largest accepted body, bytes. Default 1 MiB. */
   maxBodyBytes?: number;
+  /**
+   * Request body bytes held at once across requests (read, verified, processed); a request that would
+   * pass it gets 503 `overloaded` before its body is read. Default a budget of 32 MiB.
+   */
+  bodyBudget?: BodyBudget;
   /** Clock, ms since the epoch. Default `Date.now`. */
   now?: () => number;
   log?: LogFn;
@@ -83,6 +92,7 @@ export function createApp(deps: AppDeps): App {
   const toleranceSec = deps.toleranceSec ?? 300;
   const maxBodyBytes = deps.maxBodyBytes ?? 1024 * 1024;
   const metrics = deps.metrics ?? createMetrics();
+  const bodyBudget = deps.bodyBudget ?? createBodyBudget(DEFAULT_INFLIGHT_BODY_BYTES);
   const limiter = deps.maxInFlight === undefined ? undefined : createLimiter(deps.maxInFlight, deps.queueTimeoutMs ?? 2_000);
   const probes = createProbes({
     db: deps.probeDb ?? deps.db,
@@ -97,9 +107,10 @@ export function createApp(deps: AppDeps): App {
     const endpoint = findEndpoint(deps.endpoints, request.params.provider, request.params.endpoint);
     const entry: Record<string, unknown> = { endpoint: endpoint?.name ?? request.params.endpoint ?? null };
     let response: Response;
+    const hold = bodyBudget.hold();
     try {
       if (!endpoint) throw new AppError("unknown_endpoint", `Unknown webhook endpoint: ${new URL(request.url).pathname}`);
-      const body = await readBody(request, maxBodyBytes);
+      const body = await readBody(request, maxBodyBytes, hold);
       const event = await endpoint.provider.verify({ body, headers: request.headers, secrets: endpoint.secrets, toleranceSec, nowMs: now() });
       Object.assign(entry, { event_id: event.id, type: event.type });
       const outcome = limiter ? await limiter.run(() => receiveIn(endpoint, event, entry)) : await receiveIn(endpoint, event, entry);
@@ -109,6 +120,8 @@ export function createApp(deps: AppDeps): App {
       const appError = toAppError(err, entry.event_id);
       Object.assign(entry, { outcome: "rejected", error: appError.code, detail: err instanceof AppError ? err.message : describeError(err) });
       response = errorResponse(appError, appError.status === 503 ? { "retry-after": RETRY_AFTER_SEC } : {});
+    } finally {
+      hold.release();
     }
     const durationMs = now() - started;
     log({ ...entry, status: response.status, duration_ms: durationMs });
@@ -127,6 +140,10 @@ export function createApp(deps: AppDeps): App {
       entry.fallback = describeError(err);
       return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
     };
+    if (event.sanitized?.typeChanged) {
+      // No handler can be chosen for a type that is not the one sent: keep it, with its raw body, for an operator.
+      return parkWhen(() => true)(new PermanentError(`Event type holds characters PostgreSQL cannot store (${event.sanitized.replaced}): recorded with them replaced, not applied`));
+    }
     switch (endpoint.mode ?? "sync") {
       case "sync":
         return receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000).catch(parkWhen(isPermanent));
@@ -177,9 +194,8 @@ function toAppError(err: unknown, eventId: unknown): AppError {
   if (err instanceof AppError) return err;
   const id = typeof eventId === "string" ? eventId : "the event";
   if (isDataError(err)) {
-    // The event itself cannot be stored (jsonb refuses \u0000, lone surrogates, huge numbers, deep
-    // nesting): no retry can help, so say so instead of a 5xx loop.
-    return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL cannot store this event as jsonb (SQLSTATE ${sqlState(err)}; e.g. a \\u0000 character, a lone surrogate, a number out of range or nesting too deep)`);
+    // The event cannot be stored even as raw text: no retry can help, so say so instead of a 5xx loop.
+    return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL refuses this event (SQLSTATE ${sqlState(err)})`);
   }
   if (isDatabaseUnavailable(err)) return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);

@@ -12,6 +12,8 @@ export interface Claim extends InboxKey {
   attempt: number;
   /** The stored event (never changes while unprocessed), so processing needs no second read. */
   payload?: Record<string, unknown> | null;
+  /** For a row kept without a payload (0006: jsonb refused it), its exact verified body. */
+  rawBody?: string | null;
 }
 
 /** Options of {@link claimBatch}. */
@@ -35,7 +37,7 @@ export interface ClaimOptions {
  * without reporting) is parked as needs-review in the same statement rather than claimed.
  */
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
-  const rows = await db<{ claimed: boolean; provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; payload: Record<string, unknown> | null }[]>`
+  const rows = await db<{ claimed: boolean; provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; payload: Record<string, unknown> | null; raw_body: string | null }[]>`
     with picked as (
       select provider, endpoint, event_id, attempts
         from webhook_inbox
@@ -62,17 +64,18 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
         from picked p
        where p.attempts < ${options.maxAttempts}
          and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
-      returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload
+      returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload,
+                case when w.payload is null then w.raw_body end as raw_body
     )
     select true as claimed, * from claimed
     union all
-    select false, *, null from parked
+    select false, *, null, null from parked
   `;
   const parked = rows.filter((r) => !r.claimed);
   if (parked.length > 0) options.onParked?.(parked.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempts: r.attempts })));
   return rows
     .filter((r) => r.claimed)
-    .map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload }));
+    .map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload, rawBody: r.raw_body }));
 }
 
 /**

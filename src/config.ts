@@ -33,6 +33,11 @@ export interface Config {
   toleranceSec: number;
   /** Body limit, bytes. `MAX_BODY_BYTES`, default 1048576 (1 MiB). */
   maxBodyBytes: number;
+  /**
+   * Request body bytes held at once across requests; beyond it a request gets 503 before its body is
+   * read. `MAX_INFLIGHT_BODY_BYTES`, default 33554432 (32 MiB), at least `maxBodyBytes`.
+   */
+  maxInflightBodyBytes: number;
   /** Connection pool size, also the deliveries using the database at once. `DB_POOL_MAX`, default 10. */
   dbPoolMax: number;
   /** How long a delivery waits for a free connection before 503, ms. `QUEUE_TIMEOUT_MS`, default 2000. */
@@ -130,6 +135,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     databasePooler,
     toleranceSec: int("STRIPE_TOLERANCE_SEC", 300, 1),
     maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
+    maxInflightBodyBytes: int("MAX_INFLIGHT_BODY_BYTES", 32 * 1024 * 1024, 1024),
     dbPoolMax: int("DB_POOL_MAX", 10, 1),
     queueTimeoutMs: int("QUEUE_TIMEOUT_MS", 2000, 1),
     statementTimeoutMs: int("STATEMENT_TIMEOUT_MS", 10000, 1),
@@ -137,6 +143,9 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     metricsToken: env.METRICS_TOKEN || undefined,
     endpoints,
   };
+  if (config.maxInflightBodyBytes < config.maxBodyBytes) {
+    problems.push(`MAX_INFLIGHT_BODY_BYTES (${config.maxInflightBodyBytes}) must be at least MAX_BODY_BYTES (${config.maxBodyBytes}), or no body of the largest size could ever be read`);
+  }
   if (config.metricsToken !== undefined && config.metricsToken.length < 16) problems.push("METRICS_TOKEN must be at least 16 characters");
   if (problems.length > 0) throw new ConfigError(problems);
   return config;

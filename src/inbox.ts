@@ -34,13 +34,14 @@ export interface Backoff {
  * seed's later `update … set processed_at`, one round trip shorter. With `null` the row is left
  * unprocessed for a worker (the caller wakes workers after the commit: notifier.ts). Must be called
  * inside the inbox transaction (or as its only statement). The payload is stored from the exact
- * verified bytes, as a jsonb object.
+ * verified bytes, as a jsonb object; for an event with a sanitized copy ({@link storedJson}), from
+ * that copy, with the exact bytes in `raw_body` and what was replaced in `payload_sanitized`.
  */
 export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEvent, as: RecordedAs): Promise<boolean> {
   const rows = await tx`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, processed_at, outcome)
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
     values (
-      ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${event.body}::text::jsonb,
+      ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
       case when ${as}::text is null then null else now() end, ${as}::text
     )
     on conflict (provider, endpoint, event_id) do nothing
@@ -59,9 +60,9 @@ export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEve
  */
 export async function recordFailedAttempt(db: Db, key: InboxKey, event: VerifiedEvent, error: string, permanent: boolean, backoff: Backoff): Promise<boolean> {
   const rows = await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, attempts, last_error, available_at, needs_review_at)
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, attempts, last_error, available_at, needs_review_at)
     values (
-      ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${event.body}::text::jsonb,
+      ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
       1, ${error}, now() + webhook_inbox_backoff(1, ${backoff.baseMs}, ${backoff.capMs}),
       case when ${permanent} then now() end
     )
@@ -82,8 +83,11 @@ export async function recordFailedAttempt(db: Db, key: InboxKey, event: Verified
 export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: PendingQuery<Row[]>, timeoutMs?: number): Promise<boolean> {
   const query = db<{ inserted: boolean }[]>`
     with inbox as (
-      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, processed_at, outcome)
-      values (${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${event.body}::text::jsonb, now(), 'processed')
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
+      values (
+        ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
+        now(), 'processed'
+      )
       on conflict (provider, endpoint, event_id) do nothing
       returning 1
     ), ${effect}
@@ -114,4 +118,19 @@ export async function recordUnstorable(db: Db, key: InboxKey, event: VerifiedEve
     returning 1
   `;
   return rows.length === 1;
+}
+
+/** The JSON text stored as the payload: the exact body, or its jsonb-storable copy (VerifiedEvent.sanitized). */
+export function storedJson(event: VerifiedEvent): string {
+  return event.sanitized?.json ?? event.body;
+}
+
+/** `raw_body` of a row with a sanitized payload: the exact verified bytes; null otherwise (the payload is them). */
+function rawBody(event: VerifiedEvent): string | null {
+  return event.sanitized ? event.body : null;
+}
+
+/** `payload_sanitized`: what the stored copy replaced, or null. */
+function replaced(event: VerifiedEvent): string | null {
+  return event.sanitized?.replaced ?? null;
 }

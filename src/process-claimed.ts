@@ -2,6 +2,7 @@ import type { Db, Tx } from "./db.ts";
 import type { Claim } from "./claim.ts";
 import { dataObject, PermanentError, type HandlerTable, type StatementBuilder } from "./handler-table.ts";
 import type { Backoff } from "./inbox.ts";
+import { jsonbCopy, type JsonbCopy } from "./jsonb-text.ts";
 import { describeError, isPermanent } from "./receive.ts";
 
 /** What one claimed row came to. `skipped`: another worker had processed it meanwhile. */
@@ -34,8 +35,8 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
     if (handler?.statement) return { outcome: await processInOneStatement(db, claim, handler.statement, options.timeoutMs) };
     const outcome = await db.begin(async (tx): Promise<WorkOutcome> => {
       await tx`select set_config('statement_timeout', ${String(options.timeoutMs)}, true)`;
-      const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null }[]>`
-        select event_type, payload
+      const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null; raw_body: string | null }[]>`
+        select event_type, payload, raw_body
           from webhook_inbox
          where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
            and processed_at is null
@@ -44,11 +45,9 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
       `;
       if (!row) return "skipped";
       if (!table) throw new PermanentError(`No handler table for ${claim.provider}/${claim.endpoint}`);
-      // Kept as raw_body (jsonb could not hold it): nothing can apply or even ignore it (0006 keeps such
-      // a row unsettled until an operator resolves it). No retry helps.
-      if (!row.payload) throw new PermanentError("Cannot process: the event has no jsonb payload (kept as raw_body)");
+      const stored = storedEvent(row.payload, row.raw_body);
       if (handler) {
-        await handler(tx, dataObject(row.payload), { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType });
+        await handler(tx, dataObject(stored.payload), { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType });
       }
       const outcome = handler ? "processed" : "ignored";
       await tx`
@@ -56,6 +55,7 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
            set processed_at = now(),
                outcome = ${outcome},
                last_error = null
+               ${writeCopy(tx, stored.copy)}
          where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
       `;
       return outcome;
@@ -78,17 +78,18 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
  * next statement on that connection, which is then recorded as a failed attempt and retried: safe.
  */
 async function processInOneStatement(db: Db, claim: Claim, build: StatementBuilder, timeoutMs: number): Promise<WorkOutcome> {
-  let payload = claim.payload;
+  let { payload, rawBody } = claim;
   if (payload === undefined) {
-    const [row] = await db<{ payload: Record<string, unknown> | null; processed: boolean }[]>`
-      select payload, processed_at is not null as processed
+    const [row] = await db<{ payload: Record<string, unknown> | null; raw_body: string | null; processed: boolean }[]>`
+      select payload, raw_body, processed_at is not null as processed
         from webhook_inbox
        where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
     `;
     if (!row || row.processed) return "skipped";
     payload = row.payload;
+    rawBody = row.raw_body;
   }
-  const query = claimedStatement(db, claim, build, payload);
+  const query = claimedStatement(db, claim, build, payload, rawBody);
   const timer = setTimeout(() => void query.cancel(), timeoutMs);
   try {
     const [result] = await query;
@@ -103,12 +104,13 @@ async function processInOneStatement(db: Db, claim: Claim, build: StatementBuild
  * pool, or a transaction when several rows share a commit): `inbox` locks the row `FOR UPDATE` and
  * re-checks it is still unprocessed and unparked, the handler's CTEs apply only when it is, `done` marks
  * it processed. Yields one row `{ applied }`: false when another worker had already finished the row.
- * @throws PermanentError when the row has no jsonb payload (kept as raw_body) or the handler's
- *   validation refuses the event (thrown before anything is sent).
+ * A row kept with only its raw body is applied from its jsonb-storable copy ({@link storedEvent}),
+ * which `done` stores as its payload.
+ * @throws PermanentError when the row has neither a payload nor a raw body that a copy can fix, or
+ *   the handler's validation refuses the event (thrown before anything is sent).
  */
-export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBuilder, payload: Record<string, unknown> | null | undefined) {
-  // Unprocessed without a payload: kept as raw_body because jsonb could not hold it. No retry helps.
-  if (!payload) throw new PermanentError("Cannot process: the event has no jsonb payload (kept as raw_body)");
+export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBuilder, payload: Record<string, unknown> | null | undefined, rawBody?: string | null) {
+  const stored = storedEvent(payload, rawBody);
   const context = { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType };
   return sql<{ applied: boolean }[]>`
     with inbox as (
@@ -118,17 +120,37 @@ export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBui
          and processed_at is null
          and needs_review_at is null
          for update
-    ), ${build(sql, dataObject(payload), context)},
+    ), ${build(sql, dataObject(stored.payload), context)},
     done as (
       update webhook_inbox
          set processed_at = now(),
              outcome = 'processed',
              last_error = null
+             ${writeCopy(sql, stored.copy)}
        where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
          and exists (select 1 from inbox)
     )
     select exists (select 1 from inbox) as applied
   `;
+}
+
+/**
+ * The event a claimed row is applied from: its payload; or, for a row kept with only its raw body
+ * because jsonb refused it (0006, rows parked before 0010 and requeued), the body's jsonb-storable
+ * copy (jsonb-text.ts), which the settling update stores as the payload with `payload_sanitized`.
+ * @throws PermanentError when there is no payload and no copy can fix the raw body (a number beyond
+ *   numeric's range, nesting too deep: no retry helps; an operator resolves it).
+ */
+export function storedEvent(payload: Record<string, unknown> | null | undefined, rawBody: string | null | undefined): { payload: Record<string, unknown>; copy?: JsonbCopy } {
+  if (payload) return { payload };
+  const copy = rawBody ? jsonbCopy(rawBody) : undefined;
+  if (!copy) throw new PermanentError("Cannot process: the event has no jsonb payload and its raw body holds no \\u0000 or lone surrogate to replace (a number out of range or nesting too deep?); resolve it by hand");
+  return { payload: JSON.parse(copy.json) as Record<string, unknown>, copy };
+}
+
+/** The `set` items that store a row's sanitized copy as its payload; nothing when there is none. */
+function writeCopy(sql: Db | Tx, copy: JsonbCopy | undefined) {
+  return copy ? sql`, payload = ${copy.json}::text::jsonb, payload_sanitized = ${copy.replaced}::text` : sql``;
 }
 
 /**

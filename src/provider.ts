@@ -1,3 +1,5 @@
+import type { JsonbCopy } from "./jsonb-text.ts";
+
 /**
  * A provider event that passed signature verification. Only this type reaches business code.
  * `payload` is the whole event object as the provider sent it (parsed once from the verified bytes);
@@ -12,6 +14,15 @@ export interface VerifiedEvent {
   payload: Record<string, unknown>;
   /** The verified request body, exactly as received. */
   body: string;
+  /**
+   * Present when `body` holds what PostgreSQL's jsonb refuses (a `\u0000`, a lone surrogate escape):
+   * the copy stored as the inbox payload, which `payload`, `type` and `id` were read from; the inbox
+   * then keeps `body` in `raw_body` as well. See jsonb-text.ts.
+   */
+  sanitized?: JsonbCopy & {
+    /** True when the event type itself was changed: no handler can be chosen for it. */
+    typeChanged: boolean;
+  };
 }
 
 /** What a provider's verifier gets: the raw body (already size-limited and UTF-8 checked) and the headers. */

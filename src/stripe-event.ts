@@ -1,5 +1,6 @@
 import Stripe from "stripe";
 import { AppError } from "./errors.ts";
+import { jsonbCopy } from "./jsonb-text.ts";
 import type { VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
 
 // Stripe's webhook helpers need no API key; a client without one only signs and verifies.
@@ -101,7 +102,21 @@ export async function verifyStripeEvent(input: VerifyInput): Promise<VerifiedEve
   return toVerifiedEvent(event, input.body);
 }
 
+/**
+ * Checks the shape of a Stripe event and builds the VerifiedEvent. When the body holds characters
+ * jsonb refuses, the event is read from the storable copy instead (jsonb-text.ts), so business code
+ * sees exactly what the inbox stores; `body` stays the exact bytes.
+ */
 function toVerifiedEvent(event: unknown, body: string): VerifiedEvent {
+  const checked = checkEvent(event);
+  const copy = jsonbCopy(body);
+  if (!copy) return { id: checked.id, type: checked.type, payload: checked.payload, body };
+  // Only string contents changed: the copy has the same shape (the id pattern allows no escape).
+  const clean = checkEvent(JSON.parse(copy.json));
+  return { id: clean.id, type: clean.type, payload: clean.payload, body, sanitized: { ...copy, typeChanged: clean.type !== checked.type } };
+}
+
+function checkEvent(event: unknown): { id: string; type: string; payload: Record<string, unknown> } {
   const e = event as Record<string, unknown> | null;
   const data = e?.data as Record<string, unknown> | null | undefined;
   const ok =
@@ -114,7 +129,7 @@ function toVerifiedEvent(event: unknown, body: string): VerifiedEvent {
   if (!ok) {
     throw new AppError("invalid_event", 'Signed body is not a Stripe event: expected object "event" with id evt_…, type and data.object');
   }
-  return { id: e.id as string, type: e.type as string, payload: e, body };
+  return { id: e.id as string, type: e.type as string, payload: e };
 }
 
 /** The Stripe provider: inbox `provider = 'stripe'`, verified by {@link verifyStripeEvent}. */

@@ -1,11 +1,15 @@
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { createApp, type AppDeps, type Endpoint } from "../src/app.ts";
+import { createBodyBudget } from "../src/body-budget.ts";
+import { claimBatch } from "../src/claim.ts";
 import { connect } from "../src/db.ts";
 import { mulberry32, shuffleInPlace } from "../src/deliver.ts";
 import { stripeEndpoints } from "../src/endpoints.ts";
 import type { HandlerTable } from "../src/handler-table.ts";
 import { billingHandlers } from "../src/handlers/billing.ts";
+import { processBatch } from "../src/process-batch.ts";
 import { signStripePayload, stripeProvider } from "../src/stripe-event.ts";
+import { waitUntil } from "./wait-until.ts";
 import { count, eventBody, fixture, freshDatabase, invoice, lifecycle, OTHER_SECRET, SECRET, signedRequest } from "./helpers.ts";
 
 const fresh = await freshDatabase();
@@ -252,20 +256,18 @@ describe("body checks", () => {
     await expectNothingWritten();
   });
 
-  test.each(["sync", "async", "hybrid"] as const)("`createApp()` keeps a signed event holding \\u0000, which jsonb cannot store, as needs-review with its raw body (%s)", async (mode) => {
+  test.each(["sync", "async", "hybrid"] as const)("`createApp()` stores a signed event holding \\u0000, which jsonb cannot store, from a copy with U+FFFD and keeps its raw body (%s)", async (mode) => {
     const body = eventBody(`evt_nul_char_${mode}`, "invoice.created", invoice({ description: "a\u0000b" }));
     expect(body).toContain("\\u0000");
     const endpoints = stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]);
-    for (const expected of ["needs_review", "duplicate"]) {
+    for (const expected of [mode === "async" ? "queued" : "processed", "duplicate"]) {
       const res = await reply(await makeApp({ endpoints }).fetch(await signed(body)));
       expect(res.status).toBe(200);
       expect(res.body.outcome).toBe(expected);
     }
-    const rows = await db`select payload, raw_body, needs_review_at is not null as parked, processed_at, last_error from webhook_inbox`;
-    expect(rows).toHaveLength(1);
-    expect(rows[0]).toMatchObject({ payload: null, raw_body: body, parked: true, processed_at: null });
-    expect(String(rows[0]?.last_error)).toContain("jsonb");
-    expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
+    const rows = await db`select payload #>> '{data,object,description}' as description, raw_body, payload_sanitized, needs_review_at from webhook_inbox`;
+    expect(rows).toEqual([{ description: "a\ufffdb", raw_body: body, payload_sanitized: "\\u0000 ×1 → U+FFFD", needs_review_at: null }] as never);
+    expect(await tableCounts()).toEqual({ inbox: 1, invoices: mode === "async" ? 0 : 1, ledger: 0, outbox: 0 });
   });
 
   test("`createApp()` answers 400 invalid_body for a body that is not UTF-8", async () => {
@@ -276,6 +278,53 @@ describe("body checks", () => {
     expect(res.status).toBe(400);
     expect(res.body.error).toBe("invalid_body");
     await expectNothingWritten();
+  });
+});
+
+describe("body budget", () => {
+  const SIZE = 64 * 1024;
+  const LIMIT = 4 * SIZE + SIZE / 2;
+
+  /** A body of `size` bytes whose stream is read only after `gate` opens, counting the bytes read. */
+  function gatedBody(size: number, gate: Promise<void>) {
+    const counter = { read: 0 };
+    const stream = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        await gate;
+        if (counter.read >= size) return controller.close();
+        const chunk = new Uint8Array(Math.min(16 * 1024, size - counter.read)).fill(0x61);
+        counter.read += chunk.byteLength;
+        controller.enqueue(chunk);
+      },
+    }, { highWaterMark: 0 });
+    return { stream, counter };
+  }
+
+  test.each([["a Content-Length", true], ["no Content-Length (streamed)", false]] as const)("`createApp()` answers 503 overloaded before reading a body that would pass the in-flight body budget (%s), then serves valid deliveries", async (_label, declared) => {
+    const budget = createBodyBudget(LIMIT);
+    const app = makeApp({ bodyBudget: budget });
+    let open!: () => void;
+    const gate = new Promise<void>((resolve) => (open = resolve));
+    const header = `t=${NOW_SEC},v1=${"0".repeat(64)}`;
+    const bodies = Array.from({ length: 12 }, () => gatedBody(SIZE, gate));
+    const pending = bodies.map(({ stream }) => app.fetch(post(stream, header, URL_DEFAULT, declared ? { "content-length": String(SIZE) } : {})));
+    // Declared bodies: four fit and hold the budget while the gate is shut; the other eight are refused meanwhile.
+    if (declared) await waitUntil("four bodies holding the budget", async () => budget.inUse === 4 * SIZE);
+    open();
+    const replies = await Promise.all(pending.map(async (p) => ({ ...(await reply(await p)), retryAfter: (await p).headers.get("retry-after") })));
+    const refused = replies.filter((r) => r.status === 503);
+    expect(refused.length).toBeGreaterThan(0);
+    for (const r of refused) expect([r.body.error, r.retryAfter]).toEqual(["overloaded", expect.any(String)]);
+    expect(replies.filter((r) => r.status !== 503).map((r) => r.body.error)).toEqual(Array(12 - refused.length).fill("signature_mismatch"));
+    // Never more body bytes held than the budget; a declared body refused is never read at all.
+    expect(budget.peak).toBeLessThanOrEqual(LIMIT);
+    expect(budget.peak).toBeGreaterThanOrEqual(4 * SIZE);
+    if (declared) expect(bodies.filter((b) => b.counter.read === 0)).toHaveLength(refused.length);
+    expect(budget.inUse).toBe(0);
+    await expectNothingWritten();
+    const res = await reply(await app.fetch(await signed(fixture(CREATED))));
+    expect([res.status, res.body.outcome]).toEqual([200, "processed"]);
+    expect(budget.inUse).toBe(0);
   });
 });
 
@@ -472,6 +521,23 @@ describe("failures", () => {
     expect(String(row?.last_error)).toContain("void invoice");
     expect(await count(db, "ledger_entries")).toBe(0);
     expect(await count(db, "outbox")).toBe(0);
+  });
+
+  test.each(["sync", "async"] as const)("`createApp()` parks a second payment of another amount than the one booked as needs-review, naming why (%s)", async (mode) => {
+    const app = makeApp({ endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]) });
+    // The invoice as an earlier payment of 2000 left it.
+    await db`insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at) values ('in_amount_app', 'cus_test_1', 'paid', 'usd', 2500, 2000, now())`;
+    const second = eventBody("evt_amount_second", "invoice.payment_succeeded", invoice({ id: "in_amount_app", status: "paid", amount_due: 2500, amount_paid: 2500 }));
+    expect((await reply(await app.fetch(await signed(second)))).body.outcome).toBe(mode === "sync" ? "needs_review" : "queued");
+    if (mode === "async") {
+      const claims = await claimBatch(db, { limit: 10, leaseMs: 60_000, maxAttempts: 10 });
+      const [result] = await processBatch(db, claims, { handlersFor: () => billingHandlers, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 1_000, capMs: 60_000 } });
+      expect(result?.outcome).toBe("needs_review");
+    }
+    const [row] = await db`select needs_review_at is not null as parked, processed_at, last_error from webhook_inbox where event_id = 'evt_amount_second'`;
+    expect(row).toMatchObject({ parked: true, processed_at: null });
+    expect(String(row?.last_error)).toContain("amount_paid differs from the amount already booked");
+    expect(await db`select amount_paid::int from invoices`).toEqual([{ amount_paid: 2000 }] as never);
   });
 
   test("`createApp()` gives up on a sync delivery stuck behind a row lock after statementTimeoutMs, keeps nothing, and processes the redelivery", async () => {

@@ -25,6 +25,7 @@ describe("loadConfig()", () => {
       databasePooler: "none",
       toleranceSec: 300,
       maxBodyBytes: 1024 * 1024,
+      maxInflightBodyBytes: 32 * 1024 * 1024,
       dbPoolMax: 10,
       queueTimeoutMs: 2000,
       statementTimeoutMs: 10000,
@@ -41,6 +42,7 @@ describe("loadConfig()", () => {
       DATABASE_URL: DB_URL,
       STRIPE_TOLERANCE_SEC: "60",
       MAX_BODY_BYTES: "4096",
+      MAX_INFLIGHT_BODY_BYTES: "65536",
       DB_POOL_MAX: "3",
       METRICS_TOKEN: "metrics-token-0123456789",
       STRIPE_WEBHOOK_SECRET: ` ${SECRET} , ${OTHER_SECRET} `,
@@ -52,6 +54,7 @@ describe("loadConfig()", () => {
       databasePooler: "none",
       toleranceSec: 60,
       maxBodyBytes: 4096,
+      maxInflightBodyBytes: 65536,
       dbPoolMax: 3,
       queueTimeoutMs: 2000,
       statementTimeoutMs: 10000,
@@ -59,6 +62,12 @@ describe("loadConfig()", () => {
       metricsToken: "metrics-token-0123456789",
       endpoints: [{ name: "billing", secrets: [SECRET, OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
     });
+  });
+
+  test("`loadConfig()` refuses MAX_INFLIGHT_BODY_BYTES below MAX_BODY_BYTES", () => {
+    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, MAX_BODY_BYTES: "8192", MAX_INFLIGHT_BODY_BYTES: "4096" }).problems).toEqual([
+      "MAX_INFLIGHT_BODY_BYTES (4096) must be at least MAX_BODY_BYTES (8192), or no body of the largest size could ever be read",
+    ]);
   });
 
   test("`loadConfig()` reads DATABASE_POOLER=transaction and refuses other poolers", () => {

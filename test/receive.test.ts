@@ -439,3 +439,53 @@ test.each([
     }
   }
 }, CONCURRENT_TEST_TIMEOUT_MS);
+
+test("`receiveSync()` refuses a second payment event whose amount_paid differs from the amount booked, and keeps the first booking", async () => {
+  expect(await receive(invoiceEvent("evt_amt_paid_1", "invoice.paid", "in_amount_1", 2500, { amount_paid: 2000 }))).toBe("processed");
+  const other = invoiceEvent("evt_amt_paid_2", "invoice.payment_succeeded", "in_amount_1", 2500, { amount_paid: 2500 });
+  const refused = await receive(other).then(() => null, (err: unknown) => err as { code?: string; message?: string });
+  expect(refused?.code).toBe("22000");
+  expect(refused?.message).toContain("amount_paid differs from the amount already booked");
+  // The same amount again is the same payment: a no-op, not an anomaly.
+  expect(await receive(invoiceEvent("evt_amt_paid_3", "invoice.payment_succeeded", "in_amount_1", 2500, { amount_paid: 2000 }))).toBe("processed");
+  expect(await invoiceState("in_amount_1")).toMatchObject({ status: "paid", amountPaid: 2000, ledger: [{ amount: 2000, eventId: "evt_amt_paid_1" }], bookings: 1 });
+});
+
+test.each([
+  ["amount_paid 0 while amount_due is 2000", 2000, 0, "amount_paid 0"],
+  ["amount_paid 2500 above amount_due 2000", 2000, 2500, "amount_paid above amount_due"],
+])("`receiveSync()` refuses a paid invoice with %s, and books nothing", async (_label, amountDue, amountPaid, reason) => {
+  const invoiceId = `in_bad_amount_${amountPaid}`;
+  expect(await receive(invoiceEvent(`evt_bad_amount_created_${amountPaid}`, "invoice.created", invoiceId, amountDue))).toBe("processed");
+  const refused = await receive(invoiceEvent(`evt_bad_amount_${amountPaid}`, "invoice.paid", invoiceId, amountDue, { amount_paid: amountPaid }))
+    .then(() => null, (err: unknown) => err as Error);
+  expect(refused).toBeInstanceOf(PermanentError);
+  expect(refused?.message).toContain(reason);
+  expect(await invoiceState(invoiceId)).toMatchObject({ status: "draft", ledger: [], bookings: 0 });
+  expect(await count(db, "webhook_inbox", `event_id = 'evt_bad_amount_${amountPaid}'`)).toBe(0);
+});
+
+test("`receiveSync()` moves a fully discounted invoice (amount_due 0, amount_paid 0) to paid and books no zero-amount payment", async () => {
+  expect(await receive(invoiceEvent("evt_free_paid", "invoice.paid", "in_free_1", 0))).toBe("processed");
+  expect(await receive(invoiceEvent("evt_free_succeeded", "invoice.payment_succeeded", "in_free_1", 0))).toBe("processed");
+  expect(await invoiceState("in_free_1")).toMatchObject({ status: "paid", amountPaid: 0, ledger: [], bookings: 0 });
+});
+
+test("`receiveSync()` books one amount and refuses every other when payments of different amounts for one invoice arrive concurrently", async () => {
+  const group = await connectedActors(6);
+  for (let i = 0; i < 10; i++) {
+    const invoiceId = `in_amount_race_${i}`;
+    const amounts = group.map((_, n) => (n % 2 === 0 ? 2000 : 2500));
+    const results = await Promise.all(group.map((actor, n) =>
+      receive(invoiceEvent(`evt_amount_race_${i}_${n}`, n % 3 === 0 ? "invoice.payment_succeeded" : "invoice.paid", invoiceId, 2500, { amount_paid: amounts[n] }), { actor })
+        .then((outcome) => ({ outcome, code: undefined as string | undefined }), (err: { code?: string }) => ({ outcome: undefined, code: err.code }))));
+    const state = await invoiceState(invoiceId);
+    expect(state.ledger).toHaveLength(1);
+    expect(state.bookings).toBe(1);
+    const booked = state.ledger[0]?.amount;
+    expect(state.amountPaid).toBe(booked ?? -1);
+    results.forEach((result, n) => {
+      expect({ n, ...result }).toEqual(amounts[n] === booked ? { n, outcome: "processed", code: undefined } : { n, outcome: undefined, code: "22000" });
+    });
+  }
+}, CONCURRENT_TEST_TIMEOUT_MS);

@@ -77,8 +77,11 @@ function moveInvoice(target: Status, from: Status[]) {
  * inserts the `payment` ledger entry (`unique (invoice_id, kind)` is the second line of defence) and,
  * only if that insert booked a row, the `InvoicePaymentBooked` outbox row. Concurrent paid events for
  * one invoice serialize on the invoice row lock (ON CONFLICT DO UPDATE). A payment for a void invoice,
- * or in another currency than the invoice's, is refused (SQLSTATE 22000: parked as needs-review), never
- * booked and never acknowledged as processed. Seed §5.2 (`_apply_invoice_paid`, whose "void: do not
+ * or in another currency than the invoice's, or of another amount than the one already booked for it,
+ * is refused (SQLSTATE 22000: parked as needs-review), never booked and never acknowledged as
+ * processed; so is, before any SQL (PermanentError), a paid invoice whose amount_paid is above its
+ * amount_due, or 0 while amount_due is not. A paid invoice with amount_due and amount_paid 0 (fully
+ * discounted) moves to paid and books no ledger row. Seed §5.2 (`_apply_invoice_paid`, whose "void: do not
  * book, hand to reconciliation" this makes visible), with its status re-read folded into RETURNING.
  */
 const bookPayment = statementHandler((sql, object, ctx) => {
@@ -87,6 +90,9 @@ const bookPayment = statementHandler((sql, object, ctx) => {
   // later) moves nothing and books nothing: the one `payment` entry is booked, with the total
   // amount_paid, by the event that carries the invoice as `paid`.
   if (inv.status !== "paid") return sql`partial as (select 1)`;
+  // Money that does not add up is never booked as is, nor dropped: refused, so the event is parked.
+  if (inv.amountPaid > inv.amountDue) throw new PermanentError("Cannot book payment: amount_paid above amount_due on a paid invoice: not booked (reconcile by hand)");
+  if (inv.amountPaid === 0 && inv.amountDue > 0) throw new PermanentError("Cannot book payment: amount_paid 0 on a paid invoice with amount_due above 0: not booked (reconcile by hand)");
   return sql`
     paid as (
       insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
@@ -99,19 +105,25 @@ const bookPayment = statementHandler((sql, object, ctx) => {
              paid_at = coalesce(invoices.paid_at, excluded.paid_at),
              updated_at = now()
        -- Evaluated on the latest committed row, also one another transaction inserted after this
-       -- statement began (ON CONFLICT waits for it): money for a void invoice, or in another currency
-       -- than the invoice's, is never booked and never silently dropped: the statement fails with a
-       -- data exception and the event is parked as needs-review. CASE fixes the evaluation order.
+       -- statement began (ON CONFLICT waits for it): money for a void invoice, in another currency
+       -- than the invoice's, or a second payment of another amount than the one booked is never
+       -- booked and never silently dropped: the statement fails with a data exception and the event
+       -- is parked as needs-review. The same amount again is the same payment: nothing to do. CASE
+       -- fixes the evaluation order.
        where case
                when invoices.status = 'void' then webhook_inbox_refuse('Payment event for a void invoice: not booked (refund or reconcile)')
                when invoices.currency <> excluded.currency then webhook_inbox_refuse('Payment currency differs from the invoice currency: not booked')
+               when invoices.status = 'paid' and invoices.amount_paid <> excluded.amount_paid
+                 then webhook_inbox_refuse('Payment event for a paid invoice: amount_paid differs from the amount already booked: not booked (reconcile by hand)')
                else invoices.status in ('draft', 'open', 'uncollectible')
              end
       returning id, amount_paid, currency
     ), booked as (
+      -- A fully discounted invoice (amount_due 0, amount_paid 0) is paid with no money moved: no ledger row.
       insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
       select id, 'payment', amount_paid, currency, ${ctx.eventId}::text
         from paid
+       where amount_paid > 0
       on conflict (invoice_id, kind) do nothing
       returning invoice_id, amount, currency
     ), announced as (

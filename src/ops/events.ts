@@ -57,7 +57,8 @@ export async function listEvents(db: Db, filter: RowFilter, limit = 50): Promise
 /**
  * Every row of `eventId` (one per provider and endpoint that received it), with its payload when
  * `withPayload` is set (null once dropped by retention). An event PostgreSQL could not store as jsonb
- * (0006) has payload null and, on request, `rawBody`: the exact verified body as text. Empty when the
+ * (0006) has payload null, one stored from a sanitized copy (0010) a payload too, and on request
+ * `rawBody`: the exact verified body as text. Empty when the
  * id is unknown.
  */
 export async function showEvent(db: Db, eventId: string, withPayload = false): Promise<(EventSummary & { payload?: unknown; rawBody?: string })[]> {

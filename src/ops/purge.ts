@@ -88,6 +88,7 @@ export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult>
       const rows = await db`
         update webhook_inbox
            set payload = null,
+               raw_body = null, -- the exact bytes kept beside a sanitized copy (0010) go with it
                payload_dropped_at = now()
          where ctid in (
            select ctid

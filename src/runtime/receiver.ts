@@ -1,6 +1,7 @@
 // Wiring shared by every entry file (Bun, Deno, Node, workerd): settings → pool → the one core fetch.
 // Portable on purpose: Web APIs, postgres.js and the core only; no file system, signals or servers.
 import { createApp, type App, type LogFn } from "../app.ts";
+import { createBodyBudget } from "../body-budget.ts";
 import { ConfigError, loadConfig, PRODUCTION_NEEDS_DATABASE_URL, type Config } from "../config.ts";
 import { connect, type Db } from "../db.ts";
 import { stripeEndpoints } from "../endpoints.ts";
@@ -64,6 +65,7 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
     endpoints: stripeEndpoints(config.endpoints, config.hybridBudgetMs),
     toleranceSec: config.toleranceSec,
     maxBodyBytes: config.maxBodyBytes,
+    bodyBudget: createBodyBudget(config.maxInflightBodyBytes),
     schemaVersion: options.schemaVersion,
     maxInFlight: config.dbPoolMax,
     queueTimeoutMs: config.queueTimeoutMs,
