@@ -465,6 +465,11 @@ test.each([
   expect(await count(db, "webhook_inbox", `event_id = 'evt_bad_amount_${amountPaid}'`)).toBe(0);
 });
 
+test("`receiveSync()` books an overpayment Stripe reports as amount_overpaid in full", async () => {
+  expect(await receive(invoiceEvent("evt_overpaid", "invoice.paid", "in_overpaid_1", 2000, { amount_paid: 2500, amount_overpaid: 500 }))).toBe("processed");
+  expect(await invoiceState("in_overpaid_1")).toMatchObject({ status: "paid", amountPaid: 2500, ledger: [{ amount: 2500, eventId: "evt_overpaid" }], bookings: 1 });
+});
+
 test("`receiveSync()` moves a fully discounted invoice (amount_due 0, amount_paid 0) to paid and books no zero-amount payment", async () => {
   expect(await receive(invoiceEvent("evt_free_paid", "invoice.paid", "in_free_1", 0))).toBe("processed");
   expect(await receive(invoiceEvent("evt_free_succeeded", "invoice.payment_succeeded", "in_free_1", 0))).toBe("processed");

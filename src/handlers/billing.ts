@@ -11,6 +11,12 @@ interface InvoiceFields {
   amountDue: number;
   /** Minor currency units. */
   amountPaid: number;
+  /**
+   * Minor currency units paid above amount_due and credited to the customer's balance (API versions
+   * from 2025-03-31.basil on; 0 when the event does not carry it). Stripe API reference, "The Invoice
+   * object", `amount_overpaid`.
+   */
+  amountOverpaid: number;
 }
 
 type Status = "draft" | "open" | "uncollectible" | "paid" | "void";
@@ -31,6 +37,7 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
     currency: object.currency,
     amountDue: object.amount_due,
     amountPaid: object.amount_paid,
+    amountOverpaid: object.amount_overpaid ?? 0,
   };
   const bad: string[] = [];
   if (object.object !== undefined && object.object !== "invoice") bad.push("object");
@@ -42,6 +49,7 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
   if (typeof fields.currency !== "string" || !/^[a-z]{3}$/.test(fields.currency)) bad.push("currency");
   if (!Number.isSafeInteger(fields.amountDue) || (fields.amountDue as number) < 0) bad.push("amount_due");
   if (!Number.isSafeInteger(fields.amountPaid) || (fields.amountPaid as number) < 0) bad.push("amount_paid");
+  if (!Number.isSafeInteger(fields.amountOverpaid) || (fields.amountOverpaid as number) < 0) bad.push("amount_overpaid");
   if (bad.length > 0) throw new PermanentError(`Cannot apply invoice event: missing or invalid field(s) ${bad.join(", ")}`);
   return fields as InvoiceFields;
 }
@@ -80,7 +88,8 @@ function moveInvoice(target: Status, from: Status[]) {
  * or in another currency than the invoice's, or of another amount than the one already booked for it,
  * is refused (SQLSTATE 22000: parked as needs-review), never booked and never acknowledged as
  * processed; so is, before any SQL (PermanentError), a paid invoice whose amount_paid is above its
- * amount_due, or 0 while amount_due is not. A paid invoice with amount_due and amount_paid 0 (fully
+ * amount_due by other than its `amount_overpaid` (an overpayment Stripe reports is booked in full), or 0
+ * while amount_due is not. A paid invoice with amount_due and amount_paid 0 (fully
  * discounted) moves to paid and books no ledger row. Seed §5.2 (`_apply_invoice_paid`, whose "void: do not
  * book, hand to reconciliation" this makes visible), with its status re-read folded into RETURNING.
  */
@@ -91,7 +100,11 @@ const bookPayment = statementHandler((sql, object, ctx) => {
   // amount_paid, by the event that carries the invoice as `paid`.
   if (inv.status !== "paid") return sql`partial as (select 1)`;
   // Money that does not add up is never booked as is, nor dropped: refused, so the event is parked.
-  if (inv.amountPaid > inv.amountDue) throw new PermanentError("Cannot book payment: amount_paid above amount_due on a paid invoice: not booked (reconcile by hand)");
+  // An overpayment Stripe reports as such (amount_overpaid, credited to the customer's balance) is money
+  // that moved: booked as amount_paid. Any other excess is an anomaly.
+  if (inv.amountPaid > inv.amountDue && inv.amountPaid - inv.amountDue !== inv.amountOverpaid) {
+    throw new PermanentError("Cannot book payment: amount_paid above amount_due on a paid invoice without a matching amount_overpaid: not booked (reconcile by hand)");
+  }
   if (inv.amountPaid === 0 && inv.amountDue > 0) throw new PermanentError("Cannot book payment: amount_paid 0 on a paid invoice with amount_due above 0: not booked (reconcile by hand)");
   return sql`
     paid as (
