@@ -85,6 +85,8 @@ function seconds(ms: number): string {
 /** Resolves after `ms`, or rejects with `signal.reason` as soon as it is aborted. */
 function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve, reject) => {
+    // An abort during the attempt that just failed fires no event any more.
+    if (signal?.aborted) return reject(signal.reason);
     const onAbort = () => {
       clearTimeout(timer);
       reject(signal?.reason);
