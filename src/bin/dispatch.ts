@@ -20,7 +20,8 @@ const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBO
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
   --ordered           one row at a time per aggregate, in id order (OUTBOX_ORDERED=true)
-  --no-listen         do not LISTEN (behind a transaction pooler); poll only`;
+  --no-listen         do not LISTEN (behind a transaction pooler); poll only
+  DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)`;
 
 function usageError(problems: string[]): never {
   console.error(`Cannot start the dispatcher:\n${problems.map((p) => `  - ${p}`).join("\n")}\n\n${USAGE}`);

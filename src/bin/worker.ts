@@ -16,7 +16,8 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --poll-ms N         poll interval when no NOTIFY arrives, ms (default 5000)
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
-  --no-listen         do not LISTEN; poll only (implied by DATABASE_POOLER=transaction)`;
+  --no-listen         do not LISTEN; poll only (implied by DATABASE_POOLER=transaction)
+  DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)`;
 
 function usageError(message: string): never {
   console.error(`${message}\n\n${USAGE}`);
