@@ -29,6 +29,8 @@ export interface Config {
    * Default `none`.
    */
   databasePooler: Pooler;
+  /** How long to wait at start for the database to answer, ms. `DATABASE_WAIT_MS`, default 60000; 0 tries once. */
+  databaseWaitMs: number;
   /** Signature tolerance, seconds, both directions. `STRIPE_TOLERANCE_SEC`, default 300, must be > 0. */
   toleranceSec: number;
   /** Body limit, bytes. `MAX_BODY_BYTES`, default 1048576 (1 MiB). */
@@ -133,6 +135,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     host: env.HOST || "127.0.0.1",
     databaseUrl,
     databasePooler,
+    databaseWaitMs: readDatabaseWaitMs(env, problems),
     toleranceSec: int("STRIPE_TOLERANCE_SEC", 300, 1),
     maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
     maxInflightBodyBytes: int("MAX_INFLIGHT_BODY_BYTES", 32 * 1024 * 1024, 1024),
@@ -171,4 +174,21 @@ export function readPooler(env: Record<string, string | undefined>, problems: st
   if (raw === "none" || raw === "transaction") return raw;
   problems.push(`DATABASE_POOLER must be none or transaction, got "${raw}"`);
   return "none";
+}
+
+/** Default of `DATABASE_WAIT_MS`, ms: long enough for a database restart or a container coming up. */
+export const DEFAULT_DATABASE_WAIT_MS = 60_000;
+
+/**
+ * `DATABASE_WAIT_MS`: how long a command waits at start for the database to answer, ms (default
+ * {@link DEFAULT_DATABASE_WAIT_MS}; 0 tries once). Appends a problem naming the variable when it is not
+ * a whole number ≥ 0.
+ */
+export function readDatabaseWaitMs(env: Record<string, string | undefined>, problems: string[]): number {
+  const raw = env.DATABASE_WAIT_MS;
+  if (raw === undefined || raw === "") return DEFAULT_DATABASE_WAIT_MS;
+  const value = Number(raw);
+  if (/^\d+$/.test(raw.trim()) && Number.isSafeInteger(value)) return value;
+  problems.push(`DATABASE_WAIT_MS must be a whole number of milliseconds ≥ 0, got "${raw}"`);
+  return DEFAULT_DATABASE_WAIT_MS;
 }

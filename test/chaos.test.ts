@@ -8,6 +8,7 @@ import { generateStorm } from "../src/chaos/model.ts";
 import { billingHandlers } from "../src/handlers/billing.ts";
 import { PermanentError } from "../src/handler-table.ts";
 import { receiveSync, recordFallback } from "../src/receive.ts";
+import { supervise } from "../src/runtime/chaos-processes.ts";
 import { freshDatabase, verified } from "./helpers.ts";
 
 const ROOT = join(import.meta.dir, "..");
@@ -27,6 +28,7 @@ interface Summary {
   unprocessed: number;
   unexpected_needs_review: number;
   poison_parked: number;
+  self_exits: number;
   graceful_exits: number;
   children: number;
 }
@@ -103,6 +105,21 @@ test("`chaos` on SIGTERM mid-storm stops every child it started (receivers, work
   for (let waited = 0; seen.some(alive) && waited < 5_000; waited += 100) await Bun.sleep(100); // PostgreSQL takes a moment to go
   expect(seen.filter(alive)).toEqual([]);
 }, 90_000);
+
+test("`supervise()` starts a child that exited on its own again and counts it; a stopped child stays stopped", async () => {
+  const lines: string[] = [];
+  const child = supervise("flaky", ["-e", "console.log('up'); setTimeout(() => process.exit(3), 100)"], {}, (line) => lines.push(line), /^up$/);
+  child.start();
+  for (let waited = 0; child.selfExits < 2; waited += 50) {
+    if (waited > 20_000) throw new Error(`the child was not started again: ${JSON.stringify(lines)}`);
+    await Bun.sleep(50);
+  }
+  await child.stop("SIGKILL");
+  const counted = child.selfExits;
+  await Bun.sleep(600); // longer than the restart delay: a stopped child must not come back
+  expect({ running: child.running, selfExits: child.selfExits }).toEqual({ running: false, selfExits: counted });
+  expect(lines.filter((l) => l === "flaky exited on its own (3); starting it again").length).toBe(counted);
+}, 30_000);
 
 const fresh = await freshDatabase();
 const db = fresh.db;

@@ -23,6 +23,7 @@ describe("loadConfig()", () => {
       host: "127.0.0.1",
       databaseUrl: undefined,
       databasePooler: "none",
+      databaseWaitMs: 60000,
       toleranceSec: 300,
       maxBodyBytes: 1024 * 1024,
       maxInflightBodyBytes: 32 * 1024 * 1024,
@@ -44,6 +45,7 @@ describe("loadConfig()", () => {
       MAX_BODY_BYTES: "4096",
       MAX_INFLIGHT_BODY_BYTES: "65536",
       DB_POOL_MAX: "3",
+      DATABASE_WAIT_MS: "0",
       METRICS_TOKEN: "metrics-token-0123456789",
       STRIPE_WEBHOOK_SECRET: ` ${SECRET} , ${OTHER_SECRET} `,
     });
@@ -52,6 +54,7 @@ describe("loadConfig()", () => {
       host: "0.0.0.0",
       databaseUrl: DB_URL,
       databasePooler: "none",
+      databaseWaitMs: 0,
       toleranceSec: 60,
       maxBodyBytes: 4096,
       maxInflightBodyBytes: 65536,
@@ -75,6 +78,11 @@ describe("loadConfig()", () => {
     expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "none" }).databasePooler).toBe("none");
     expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "" }).databasePooler).toBe("none");
     expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "statement" }).problems).toEqual(['DATABASE_POOLER must be none or transaction, got "statement"']);
+  });
+
+  test("`loadConfig()` refuses a DATABASE_WAIT_MS that is not a whole number of ms", () => {
+    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_WAIT_MS: "5s" }).problems).toEqual(['DATABASE_WAIT_MS must be a whole number of milliseconds ≥ 0, got "5s"']);
+    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_WAIT_MS: "-1" }).problems).toEqual(['DATABASE_WAIT_MS must be a whole number of milliseconds ≥ 0, got "-1"']);
   });
 
   test("`loadConfig()` treats empty strings as unset", () => {

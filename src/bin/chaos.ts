@@ -175,7 +175,6 @@ storming = false;
 await faultLoop;
 
 // 5. Everything up again, the backlog drained, children stopped gracefully.
-children.push(...receivers, ...workers);
 for (const child of children) child.start();
 const drained = await waitDrained(60_000);
 // A child restarted a moment ago may not have installed its signal handlers yet: wait before SIGTERM.
@@ -191,6 +190,8 @@ const summary = {
   mode, seed, events: stats.events, deliveries: stats.deliveries, duplicates: stats.duplicates,
   concurrent_duplicates: stats.concurrentDuplicates, requests: stats.requests, failed_attempts: stats.failedAttempts,
   outcomes: stats.outcomes, receiver_kills: counts.receiverKills, worker_kills: counts.workerKills, db_restarts: counts.dbRestarts,
+  // Children that exited without being killed (e.g. a start-up failure), started again by supervise().
+  self_exits: children.reduce((n, c) => n + c.selfExits, 0),
   lost: verdict.lost.length, unacknowledged: verdict.unacknowledged.length, double_booked: verdict.doubleBooked.length,
   wrong_final_state: verdict.wrongState.length, unprocessed: verdict.unprocessed, unexpected_needs_review: verdict.unexpectedNeedsReview.length,
   poison_parked: verdict.poison.filter((p) => p.parked).length, poison: verdict.poison.length,

@@ -3,11 +3,11 @@
 import { parseArgs } from "node:util";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { connect } from "../db.ts";
-import { migrate } from "../migrate.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
 import { httpSink } from "../outbox/http-sink.ts";
-import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
-import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { readDatabaseWaitMs } from "../config.ts";
+import { poolerFromEnv } from "../runtime/database.ts";
+import { openReadyDatabase } from "../runtime/ready-database.ts";
 
 const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBOX_<NAME> from the environment)
   OUTBOX_SINK_URL     (required) where messages are POSTed, http(s)
@@ -20,7 +20,8 @@ const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBO
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
   --ordered           one row at a time per aggregate, in id order (OUTBOX_ORDERED=true)
-  --no-listen         do not LISTEN (behind a transaction pooler); poll only`;
+  --no-listen         do not LISTEN (behind a transaction pooler); poll only
+  DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)`;
 
 function usageError(problems: string[]): never {
   console.error(`Cannot start the dispatcher:\n${problems.map((p) => `  - ${p}`).join("\n")}\n\n${USAGE}`);
@@ -51,6 +52,7 @@ const settings = readLoopSettings(parsed.values, process.env, "OUTBOX", problems
 const orderedEnv = process.env.OUTBOX_ORDERED;
 if (orderedEnv !== undefined && !["true", "false", ""].includes(orderedEnv)) problems.push(`OUTBOX_ORDERED must be true or false, got "${orderedEnv}"`);
 const ordered = parsed.values.ordered || orderedEnv === "true";
+const waitMs = readDatabaseWaitMs(process.env, problems);
 const sinkUrl = process.env.OUTBOX_SINK_URL;
 const sinkSecret = process.env.OUTBOX_SINK_SECRET;
 if (!sinkUrl) problems.push("OUTBOX_SINK_URL is not set: the URL that receives outbox messages");
@@ -65,15 +67,21 @@ if (sinkUrl && sinkSecret) {
 }
 if (problems.length > 0 || !send) usageError(problems);
 
-const database = await openDatabase(process.env).catch((err: unknown) => {
-  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
-  process.exit(1);
-});
 const pooler = poolerFromEnv(process.env);
-const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher", pooler });
-await migrate(db, loadMigrations());
-
+// Signals before the database is opened: a stop during start-up must also stop an embedded server.
 const controller = abortOnSignals("dispatcher");
+const ready = await openReadyDatabase({
+  command: "webhook-inbox dispatch",
+  env: process.env,
+  connect: (url) => connect(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher", pooler }),
+  signal: controller.signal,
+  waitMs,
+});
+if (!ready) {
+  console.log(JSON.stringify({ dispatcher: "stopped" }));
+  process.exit(0);
+}
+const { database, db } = ready;
 
 console.log(JSON.stringify({
   dispatcher: "started", database: database.embedded ? "embedded" : "DATABASE_URL", sink: new URL(sinkUrl as string).origin, ordered, ...settings,

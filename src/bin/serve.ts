@@ -1,10 +1,11 @@
 // Entry file: `bun run serve`. Env, embedded PostgreSQL, migrations, Bun.serve and signals live here.
 import { ConfigError, loadConfig, type Config } from "../config.ts";
-import { migrate } from "../migrate.ts";
-import { devWebhookSecret, openDatabase } from "../runtime/database.ts";
-import { loadMigrations } from "../runtime/migrations-fs.ts";
+import type { Db } from "../db.ts";
+import { devWebhookSecret } from "../runtime/database.ts";
+import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { connectProbes, connectReceiver, receiverApp } from "../runtime/receiver.ts";
 import { onStopSignals } from "../runtime/signals.ts";
+import { createStartingApp } from "../starting-app.ts";
 
 const env = process.env;
 let config: Config;
@@ -15,49 +16,65 @@ try {
   process.exit(1);
 }
 
-/** Startup failures end with one clear line and exit 1, never a stack trace. */
-function fatal(what: string, err: unknown): never {
-  console.error(`Cannot start webhook-inbox: ${what}: ${err instanceof Error ? err.message : String(err)}`);
-  process.exit(1);
-}
+// Signals first: a stop must reach us before anything is spawned (the embedded server runs in its own
+// process group, so nothing else would stop it). A second signal (not the duplicate Ctrl-C of
+// `bun run`) exits at once.
+// (Handlers run at the first await below, once `server` and `startup` exist.)
+const stopping = new AbortController();
+let probeDb: Db | undefined;
+onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
 
-const database = await openDatabase(env).catch((err: unknown) => fatal("database", err));
-const db = connectReceiver(database.url, config, "webhook-inbox serve");
-const probeDb = connectProbes(database.url, config, "webhook-inbox serve");
-const migrations = loadMigrations();
-const applied = await migrate(db, migrations).catch((err: unknown) => fatal("migrations", err));
-const app = receiverApp(config, db, { schemaVersion: migrations.length, probeDb });
+// Listen before the database answers: /healthz 200, /readyz and deliveries 503 meanwhile.
+const starting = createStartingApp();
 let server: ReturnType<typeof Bun.serve>;
 try {
   server = Bun.serve({
     hostname: config.host,
     port: config.port,
-    fetch: app.fetch,
+    fetch: starting.fetch,
     // Our own reader enforces the exact limit with a JSON 413; this only stops absurd uploads early.
     maxRequestBodySize: config.maxBodyBytes * 2,
   });
 } catch (err) {
-  fatal(`listening on ${config.host}:${config.port} (is the port taken? set PORT)`, err);
+  console.error(`Cannot start webhook-inbox: listening on ${config.host}:${config.port} (is the port taken? set PORT): ${err instanceof Error ? err.message : String(err)}`);
+  process.exit(1);
 }
-
 const base = `http://${config.host}:${server.port}`;
-console.log(`webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`);
-for (const e of config.endpoints) {
-  console.log(`  endpoint ${e.name} (${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`);
-}
-if (database.embedded) {
-  console.log(`  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"} (not for production: set DATABASE_URL)`);
-}
-if (config.endpoints[0]?.source === "generated") {
-  console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");
+console.log(`webhook-inbox starting on ${base}: /healthz answers, deliveries get 503 until the database is ready`);
+
+const startup = openReadyDatabase({
+  command: "webhook-inbox serve",
+  env,
+  connect: (url) => connectReceiver(url, config, "webhook-inbox serve"),
+  signal: stopping.signal,
+  waitMs: config.databaseWaitMs,
+});
+const ready = await startup;
+if (ready) {
+  const { database, db, applied, schemaVersion } = ready;
+  probeDb = connectProbes(database.url, config, "webhook-inbox serve");
+  starting.ready(receiverApp(config, db, { schemaVersion, probeDb }));
+  console.log(`webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`);
+  for (const e of config.endpoints) {
+    console.log(`  endpoint ${e.name} (${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`);
+  }
+  if (database.embedded) {
+    console.log(`  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"} (not for production: set DATABASE_URL)`);
+  }
+  if (config.endpoints[0]?.source === "generated") {
+    console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");
+  }
 }
 
 async function shutdown(signal: string): Promise<void> {
   console.log(`${signal}: no longer accepting; finishing in-flight requests`);
+  stopping.abort(new Error(`Stopped by ${signal}`));
+  // A stop during start-up: the start releases what it opened, the embedded server included.
+  const opened = await startup;
   await server.stop();
-  await Promise.all([db.end({ timeout: 5 }), probeDb.end({ timeout: 1 })]);
-  await database.close();
+  if (opened) {
+    await Promise.all([opened.db.end({ timeout: 5 }), probeDb?.end({ timeout: 1 })]);
+    await opened.database.close();
+  }
   process.exit(0);
 }
-// A second signal (not the duplicate Ctrl-C of `bun run`) exits at once.
-onStopSignals((signal) => void shutdown(signal), () => process.exit(1));

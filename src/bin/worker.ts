@@ -1,12 +1,10 @@
 // Entry file: `bun run worker [options]`: processes async and hybrid rows. Env, args and signals live here.
 import { parseArgs } from "node:util";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
-import { readPooler } from "../config.ts";
+import { readDatabaseWaitMs, readPooler } from "../config.ts";
 import { connect } from "../db.ts";
 import { handlersFor } from "../endpoints.ts";
-import { migrate } from "../migrate.ts";
-import { openDatabase } from "../runtime/database.ts";
-import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { runWorker } from "../worker.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
@@ -18,7 +16,8 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --poll-ms N         poll interval when no NOTIFY arrives, ms (default 5000)
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
-  --no-listen         do not LISTEN; poll only (implied by DATABASE_POOLER=transaction)`;
+  --no-listen         do not LISTEN; poll only (implied by DATABASE_POOLER=transaction)
+  DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)`;
 
 function usageError(message: string): never {
   console.error(`${message}\n\n${USAGE}`);
@@ -47,6 +46,7 @@ const settings = readLoopSettings(parsed.values, process.env, "WORKER", problems
 const rawBatch = parsed.values["batch-size"] ?? process.env.WORKER_BATCH_SIZE ?? "8";
 const batchSize = Number(rawBatch);
 if (!/^\d+$/.test(rawBatch) || !Number.isSafeInteger(batchSize) || batchSize < 1) problems.push(`--batch-size (WORKER_BATCH_SIZE) must be a whole number ≥ 1, got "${rawBatch}"`);
+const waitMs = readDatabaseWaitMs(process.env, problems);
 if (problems[0]) usageError(problems.join("\n"));
 const poolerProblems: string[] = [];
 const pooler = readPooler(process.env, poolerProblems);
@@ -55,15 +55,21 @@ if (poolerProblems[0]) usageError(poolerProblems[0]);
 // connection we do not keep, so notifications never arrive. Poll only there.
 const listen = !parsed.values["no-listen"] && pooler !== "transaction";
 
-const database = await openDatabase(process.env).catch((err: unknown) => {
-  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
-  process.exit(1);
-});
-// A server-side bound as well as the worker's own: statements of a worker killed mid-wait end by themselves.
-const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler, statementTimeoutMs: settings["timeout-ms"] });
-await migrate(db, loadMigrations());
-
+// Signals before the database is opened: a stop during start-up must also stop an embedded server.
 const controller = abortOnSignals("worker");
+const ready = await openReadyDatabase({
+  command: "webhook-inbox worker",
+  env: process.env,
+  // A server-side bound as well as the worker's own: statements of a worker killed mid-wait end by themselves.
+  connect: (url) => connect(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler, statementTimeoutMs: settings["timeout-ms"] }),
+  signal: controller.signal,
+  waitMs,
+});
+if (!ready) {
+  console.log(JSON.stringify({ worker: "stopped" }));
+  process.exit(0);
+}
+const { database, db } = ready;
 
 console.log(JSON.stringify({ worker: "started", database: database.embedded ? "embedded" : "DATABASE_URL", pooler, listen, ...settings, "batch-size": batchSize }));
 await runWorker({

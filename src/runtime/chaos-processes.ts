@@ -7,9 +7,14 @@ import { join } from "node:path";
 export interface Supervised {
   readonly name: string;
   readonly running: boolean;
-  /** Starts it (again). No-op while running. */
+  /** Times it exited without being stopped (and was started again). */
+  readonly selfExits: number;
+  /** Starts it (again) and keeps it running until {@link stop}. No-op while running. */
   start(): void;
-  /** Sends `signal` to this child only (by its pid) and resolves with its exit code (null when killed by a signal). */
+  /**
+   * Sends `signal` to this child only (by its pid) and resolves with its exit code (null when killed by
+   * a signal). It stays stopped until the next {@link start}.
+   */
   stop(signal: NodeJS.Signals): Promise<number | null>;
   /** Resolves once the current run printed a line matching its ready pattern (or exited); false after `ms`. */
   ready(ms: number): Promise<boolean>;
@@ -18,23 +23,40 @@ export interface Supervised {
 /**
  * Supervises `bun <args…>` with `env` added to this process's environment. Output goes to `log`
  * (one call per line, prefixed with the name), so a run can be inspected afterwards; a line matching
- * `readyPattern` marks the current run ready (its signal handlers are installed by then).
+ * `readyPattern` marks the current run ready (its signal handlers are installed by then). A child that
+ * exits while it should run (a crash, a start-up failure) is counted in `selfExits`, logged, and
+ * started again 250 ms later, as a process manager would: otherwise one early exit leaves the run a
+ * receiver or worker short until the end.
  */
 export function supervise(name: string, args: string[], env: Record<string, string>, log: (line: string) => void, readyPattern: RegExp): Supervised {
   let child: ChildProcess | undefined;
   let exited: Promise<number | null> = Promise.resolve(null);
   let isReady = false;
+  let wanted = false;
+  let selfExits = 0;
   return {
     name,
     get running() {
       return child !== undefined && child.exitCode === null && child.signalCode === null;
     },
+    get selfExits() {
+      return selfExits;
+    },
     start() {
+      wanted = true;
       if (this.running) return;
       const c = spawn(process.execPath, args, { env: { ...process.env, ...env }, stdio: ["ignore", "pipe", "pipe"] });
       child = c;
       isReady = false;
       exited = new Promise((resolve) => c.once("exit", (code) => resolve(code)));
+      c.once("exit", (code, signal) => {
+        if (!wanted || child !== c) return;
+        selfExits++;
+        log(`${name} exited on its own (${code ?? signal}); starting it again`);
+        setTimeout(() => {
+          if (wanted && !this.running) this.start();
+        }, 250);
+      });
       for (const stream of [c.stdout, c.stderr]) {
         let buffer = "";
         stream?.on("data", (chunk: Buffer) => {
@@ -58,6 +80,7 @@ export function supervise(name: string, args: string[], env: Record<string, stri
       return false;
     },
     async stop(signal) {
+      wanted = false;
       if (!child || !this.running) return child?.exitCode ?? null;
       const pid = child.pid;
       if (pid !== undefined) process.kill(pid, signal);

@@ -22,11 +22,13 @@ export interface DatabaseHandle {
  * `DATABASE_URL` when set; otherwise the embedded PostgreSQL 18 kept in `.data/postgres`
  * (`EMBEDDED_PG_DIR`), on 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329). When that cluster is already
  * running (another command, or a receiver that was killed), it is reused and left running.
+ * `options.signal` is a stop requested during start-up (see `EmbeddedOptions.signal`).
  * @throws Error when `DATABASE_URL` cannot be read (the message never quotes it), `EMBEDDED_PG_PORT` is
  *   not a port number, the embedded server cannot start, `NODE_ENV` is not production, development or
- *   test, or `NODE_ENV=production` comes without `DATABASE_URL`.
+ *   test, or `NODE_ENV=production` comes without `DATABASE_URL`; `options.signal.reason` when stopped
+ *   while the embedded server started.
  */
-export async function openDatabase(env: Record<string, string | undefined>): Promise<DatabaseHandle> {
+export async function openDatabase(env: Record<string, string | undefined>, options: { signal?: AbortSignal } = {}): Promise<DatabaseHandle> {
   const envProblem = nodeEnvProblem(env);
   if (envProblem) throw new Error(envProblem);
   if (env.DATABASE_URL) {
@@ -52,7 +54,7 @@ export async function openDatabase(env: Record<string, string | undefined>): Pro
   }
   // Its own process group: Ctrl-C must reach only this command, which stops the server after its
   // graceful shutdown (a server in the terminal's group would stop at once under in-flight requests).
-  const server = await startEmbeddedPostgres({ dir, port, ownProcessGroup: true });
+  const server = await startEmbeddedPostgres({ dir, port, ownProcessGroup: true, signal: options.signal });
   return { url: server.url, embedded: true, close: () => server.stop() };
 }
 

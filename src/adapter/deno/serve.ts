@@ -4,6 +4,8 @@ import { ConfigError } from "../../config.ts";
 import { migrate } from "../../migrate.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
+import { createStartingApp } from "../../starting-app.ts";
+import { waitForDatabase } from "../../wait-for-database.ts";
 
 /** The part of the Deno namespace this file uses (the project typechecks with bun-types). */
 declare const Deno: {
@@ -22,23 +24,39 @@ try {
 }
 const db = connectReceiver(config.databaseUrl, config, "webhook-inbox deno");
 const probeDb = connectProbes(config.databaseUrl, config, "webhook-inbox deno");
-const migrations = loadMigrations();
-const applied = await migrate(db, migrations);
-const app = receiverApp(config, db, { schemaVersion: migrations.length, probeDb });
+const stopping = new AbortController();
+// Listen before the database answers: /healthz 200, /readyz and deliveries 503 until it is migrated.
+const starting = createStartingApp();
+let base = "";
 const server = Deno.serve({
   hostname: config.host,
   port: config.port,
-  onListen: ({ hostname, port }) => console.log(`webhook-inbox (Deno) listening on http://${hostname}:${port}${applied.length ? `, applied ${applied.join(", ")}` : ""}`),
-}, app.fetch);
+  onListen: ({ hostname, port }) => (base = `http://${hostname}:${port}`),
+}, starting.fetch);
 
-let stopping = false;
+let stopped = false;
 async function shutdown(signal: string): Promise<void> {
-  if (stopping) Deno.exit(1); // second signal: exit at once
-  stopping = true;
+  if (stopped) Deno.exit(1); // second signal: exit at once
+  stopped = true;
   console.log(`${signal}: no longer accepting; finishing in-flight requests`);
+  stopping.abort(new Error(`Stopped by ${signal}`));
   await server.shutdown();
   await Promise.all([db.end({ timeout: 5 }), probeDb.end({ timeout: 1 })]);
   Deno.exit(0);
 }
 Deno.addSignalListener("SIGTERM", () => void shutdown("SIGTERM"));
 Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
+
+try {
+  await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal: stopping.signal, log: (line) => console.error(line) });
+  const migrations = loadMigrations();
+  const applied = await migrate(db, migrations);
+  starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
+  console.log(`webhook-inbox (Deno) listening on ${base}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
+} catch (err) {
+  // A stop during the wait is finished by shutdown(); anything else ends here with one line.
+  if (!stopping.signal.aborted) {
+    console.error(`Cannot start webhook-inbox (Deno): ${err instanceof Error ? err.message : String(err)}`);
+    Deno.exit(1);
+  }
+}

@@ -7,6 +7,8 @@ import { migrate } from "../../migrate.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
+import { createStartingApp } from "../../starting-app.ts";
+import { waitForDatabase } from "../../wait-for-database.ts";
 
 let config: ServerConfig;
 try {
@@ -17,18 +19,20 @@ try {
 }
 const db = connectReceiver(config.databaseUrl, config, "webhook-inbox node");
 const probeDb = connectProbes(config.databaseUrl, config, "webhook-inbox node");
-const migrations = loadMigrations();
-const applied = await migrate(db, migrations);
-const app = receiverApp(config, db, { schemaVersion: migrations.length, probeDb });
-const server = createServer(createRequestListener(app.fetch));
-server.listen(config.port, config.host, () => {
-  const address = server.address();
-  const port = typeof address === "object" && address ? address.port : config.port;
-  console.log(`webhook-inbox (Node.js ${process.version}) listening on http://${config.host}:${port}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
+const stopping = new AbortController();
+// Listen before the database answers: /healthz 200, /readyz and deliveries 503 until it is migrated.
+const starting = createStartingApp();
+const server = createServer(createRequestListener(starting.fetch));
+const listening = new Promise<string>((resolve) => {
+  server.listen(config.port, config.host, () => {
+    const address = server.address();
+    resolve(`http://${config.host}:${typeof address === "object" && address ? address.port : config.port}`);
+  });
 });
 
 async function shutdown(signal: string): Promise<void> {
   console.log(`${signal}: no longer accepting; finishing in-flight requests`);
+  stopping.abort(new Error(`Stopped by ${signal}`));
   // close() stops accepting, closes idle keep-alive connections and resolves when the busy ones finish.
   await new Promise<void>((resolve) => server.close(() => resolve()));
   await Promise.all([db.end({ timeout: 5 }), probeDb.end({ timeout: 1 })]);
@@ -36,3 +40,17 @@ async function shutdown(signal: string): Promise<void> {
 }
 // A second signal (not the duplicate Ctrl-C of `bun run`) exits at once.
 onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
+
+try {
+  await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal: stopping.signal, log: (line) => console.error(line) });
+  const migrations = loadMigrations();
+  const applied = await migrate(db, migrations);
+  starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
+  console.log(`webhook-inbox (Node.js ${process.version}) listening on ${await listening}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
+} catch (err) {
+  // A stop during the wait is finished by shutdown(); anything else ends here with one line.
+  if (!stopping.signal.aborted) {
+    console.error(`Cannot start webhook-inbox (Node.js): ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  }
+}

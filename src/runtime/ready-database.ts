@@ -1,0 +1,62 @@
+// Edge file: the database of a long-running command (serve, worker, dispatch) at start: opened,
+// waited for, migrated; a stop during start-up releases it; a failure ends the process with one line.
+import type { Db } from "../db.ts";
+import { migrate } from "../migrate.ts";
+import { waitForDatabase } from "../wait-for-database.ts";
+import { openDatabase, type DatabaseHandle } from "./database.ts";
+import { loadMigrations } from "./migrations-fs.ts";
+
+/** A database that answers and has every migration: the handle, the command's pool, what was applied. */
+export interface ReadyDatabase {
+  database: DatabaseHandle;
+  db: Db;
+  /** Migrations applied by this start, e.g. `["0009_resolve"]`. */
+  applied: string[];
+  /** Migrations the code has (the schema version `/readyz` expects). */
+  schemaVersion: number;
+}
+
+/** Options of {@link openReadyDatabase}. */
+export interface ReadyDatabaseOptions {
+  /** Names the command in messages, e.g. `webhook-inbox worker`. */
+  command: string;
+  env: Record<string, string | undefined>;
+  /** Opens the command's pool on the URL (lazy: nothing is contacted until the first query). */
+  connect: (url: string) => Db;
+  /** Stop requested (SIGTERM/SIGINT): must be wired before this is called. */
+  signal: AbortSignal;
+  /** Longest wait for the database to answer, ms (`DATABASE_WAIT_MS`). */
+  waitMs: number;
+}
+
+/**
+ * Opens the database ({@link openDatabase}: `DATABASE_URL`, or the embedded server, started here when
+ * not running), connects, waits until it answers ({@link waitForDatabase}: one line on stderr per failed
+ * attempt, up to `waitMs`), then applies pending migrations. Resolves null when `signal` was aborted
+ * meanwhile, once everything it opened is released (an embedded server it started is stopped).
+ * On any other failure it prints one line, `Cannot start <command>: <why>`, to stderr (no stack trace,
+ * never the URL or password), releases what it opened and exits the process with status 1.
+ */
+export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<ReadyDatabase | null> {
+  const { signal } = options;
+  let database: DatabaseHandle | undefined;
+  let db: Db | undefined;
+  const release = async () => {
+    await db?.end({ timeout: 1 }).catch(() => {});
+    await database?.close().catch(() => {});
+  };
+  try {
+    database = await openDatabase(options.env, { signal });
+    db = options.connect(database.url);
+    await waitForDatabase(db, { limitMs: options.waitMs, signal, log: (line) => console.error(line) });
+    const migrations = loadMigrations();
+    const applied = await migrate(db, migrations);
+    signal.throwIfAborted();
+    return { database, db, applied, schemaVersion: migrations.length };
+  } catch (err) {
+    await release();
+    if (signal.aborted) return null;
+    console.error(`Cannot start ${options.command}: ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  }
+}

@@ -1,0 +1,100 @@
+// Waiting for PostgreSQL at start-up: a command started while the database restarts (or before its
+// container is up) waits for it instead of dying with a connection error. Portable: postgres.js only.
+import postgres from "postgres";
+import { isDatabaseUnavailable, type Db } from "./db.ts";
+
+/** Options of {@link waitForDatabase}; times in ms. */
+export interface WaitForDatabaseOptions {
+  /** Longest total wait before giving up (`DATABASE_WAIT_MS`); 0 tries once. */
+  limitMs: number;
+  /** Aborting stops the wait at the next pause and rejects with `signal.reason`. */
+  signal?: AbortSignal;
+  /** Called once per failed attempt with one line for operators (never the URL or password). */
+  log?: (line: string) => void;
+  /** First pause between attempts, doubled after each, up to `maxDelayMs`. Default 200. */
+  firstDelayMs?: number;
+  /** Longest pause between attempts. Default 5000. */
+  maxDelayMs?: number;
+  /** Clock, ms. Default `Date.now`. */
+  now?: () => number;
+}
+
+/** The database did not answer within the limit, or refused in a way no wait can fix. */
+export class DatabaseWaitError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "DatabaseWaitError";
+  }
+}
+
+/** Network failures while the host (or its name) is not there yet, e.g. a container starting. */
+const NOT_YET_THERE = ["ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "ECONNABORTED"];
+
+/**
+ * Sends `select 1` on `db` until it answers, pausing 200 ms, 400 ms, … up to 5 s between attempts,
+ * for at most `limitMs` in all. Only failures that mean "not reachable yet" are retried: refused or
+ * reset connections, timeouts, a server starting up or shutting down (SQLSTATE 57P…), too many
+ * connections, an unknown host. Anything else (a wrong password, a missing database) fails at once.
+ * Resolves with the number of attempts made.
+ * @throws DatabaseWaitError whose one-line message names the last failure by its code or server
+ *   message (never the URL, which may hold the password) and the limit; `signal.reason` when aborted.
+ */
+export async function waitForDatabase(db: Db, options: WaitForDatabaseOptions): Promise<number> {
+  const now = options.now ?? Date.now;
+  const deadline = now() + options.limitMs;
+  let delay = options.firstDelayMs ?? 200;
+  for (let attempt = 1; ; attempt++) {
+    options.signal?.throwIfAborted();
+    try {
+      await db`select 1`;
+      return attempt;
+    } catch (err) {
+      const why = describeFailure(err);
+      if (!isWorthWaiting(err)) throw new DatabaseWaitError(`the database refused the connection: ${why}`);
+      const left = deadline - now();
+      if (left <= 0) {
+        throw new DatabaseWaitError(`the database did not answer within ${seconds(options.limitMs)} (${attempt} attempt${attempt === 1 ? "" : "s"}, last: ${why}); DATABASE_WAIT_MS sets how long to wait`);
+      }
+      const pause = Math.min(delay, left);
+      options.log?.(`Waiting for the database: attempt ${attempt} failed (${why}); next in ${seconds(pause)}, giving up ${seconds(left)} from now`);
+      await sleep(pause, options.signal);
+      delay = Math.min(delay * 2, options.maxDelayMs ?? 5_000);
+    }
+  }
+}
+
+function isWorthWaiting(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return isDatabaseUnavailable(err) || (typeof code === "string" && NOT_YET_THERE.includes(code));
+}
+
+/**
+ * A failure in words that never include the URL: the server's own message with its SQLSTATE, or the
+ * client's error code (postgres.js network messages name host and port, which is all they add).
+ */
+function describeFailure(err: unknown): string {
+  if (err instanceof postgres.PostgresError) return `${err.message} (SQLSTATE ${err.code})`;
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" ? code : err instanceof Error ? err.name : "unknown error";
+}
+
+function seconds(ms: number): string {
+  return `${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s`;
+}
+
+/** Resolves after `ms`, or rejects with `signal.reason` as soon as it is aborted. */
+function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    // An abort during the attempt that just failed fires no event any more.
+    if (signal?.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
