@@ -10,7 +10,8 @@ import { createStartingApp } from "../starting-app.ts";
 const env = process.env;
 let config: Config;
 try {
-  config = loadConfig(env, env.DATABASE_URL ? undefined : devWebhookSecret());
+  // No development secret is made (or written to .data/) where it could not be used.
+  config = loadConfig(env, env.DATABASE_URL || env.NODE_ENV === "production" ? undefined : devWebhookSecret());
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(1);
