@@ -1,11 +1,13 @@
 // Entry file: `bun run billing`: prints invoices, the ledger, the outbox and the inbox by state.
 import { connect } from "../db.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
+import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 
 const database = await openDatabase(process.env).catch((err: unknown) => {
   console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
   process.exit(1);
 });
+await refuseHiddenPooler(database, poolerFromEnv(process.env));
 const db = connect(database.url, { max: 1, applicationName: "webhook-inbox billing", pooler: poolerFromEnv(process.env) });
 try {
   console.log("invoices");

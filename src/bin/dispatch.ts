@@ -7,6 +7,7 @@ import { migrate } from "../migrate.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
 import { httpSink } from "../outbox/http-sink.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
+import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBOX_<NAME> from the environment)
@@ -70,6 +71,7 @@ const database = await openDatabase(process.env).catch((err: unknown) => {
   process.exit(1);
 });
 const pooler = poolerFromEnv(process.env);
+await refuseHiddenPooler(database, pooler);
 const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher", pooler });
 await migrate(db, loadMigrations());
 

@@ -5,6 +5,7 @@ import { devWebhookSecret, openDatabase } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 import { connectProbes, connectReceiver, receiverApp } from "../runtime/receiver.ts";
 import { onStopSignals } from "../runtime/signals.ts";
+import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 
 const env = process.env;
 let config: Config;
@@ -22,6 +23,7 @@ function fatal(what: string, err: unknown): never {
 }
 
 const database = await openDatabase(env).catch((err: unknown) => fatal("database", err));
+await refuseHiddenPooler(database, config.databasePooler);
 const db = connectReceiver(database.url, config, "webhook-inbox serve");
 const probeDb = connectProbes(database.url, config, "webhook-inbox serve");
 const migrations = loadMigrations();

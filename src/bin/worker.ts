@@ -7,6 +7,7 @@ import { handlersFor } from "../endpoints.ts";
 import { migrate } from "../migrate.ts";
 import { openDatabase } from "../runtime/database.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 import { runWorker } from "../worker.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
@@ -60,6 +61,7 @@ const database = await openDatabase(process.env).catch((err: unknown) => {
   process.exit(1);
 });
 // A server-side bound as well as the worker's own: statements of a worker killed mid-wait end by themselves.
+await refuseHiddenPooler(database, pooler);
 const db = connect(database.url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler, statementTimeoutMs: settings["timeout-ms"] });
 await migrate(db, loadMigrations());
 

@@ -2,6 +2,7 @@
 // npm packages come from node_modules (bun install), so Deno needs no registry of its own.
 import { ConfigError } from "../../config.ts";
 import { migrate } from "../../migrate.ts";
+import { hiddenPoolerProblem } from "../../pooler-check.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
 
@@ -18,6 +19,11 @@ try {
   config = loadServerConfig(Deno.env.toObject(), "Deno");
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
+  Deno.exit(1);
+}
+const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler);
+if (poolerProblem) {
+  console.error(poolerProblem);
   Deno.exit(1);
 }
 const db = connectReceiver(config.databaseUrl, config, "webhook-inbox deno");

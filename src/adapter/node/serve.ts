@@ -6,6 +6,7 @@ import { ConfigError } from "../../config.ts";
 import { migrate } from "../../migrate.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
+import { refuseHiddenPooler } from "../../runtime/refuse-hidden-pooler.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 
 let config: ServerConfig;
@@ -15,6 +16,7 @@ try {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(1);
 }
+await refuseHiddenPooler({ url: config.databaseUrl }, config.databasePooler);
 const db = connectReceiver(config.databaseUrl, config, "webhook-inbox node");
 const probeDb = connectProbes(config.databaseUrl, config, "webhook-inbox node");
 const migrations = loadMigrations();
