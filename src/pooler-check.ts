@@ -14,33 +14,44 @@ type Client = postgres.ReservedSql;
  * transaction mode the committed backend goes back to its idle list, which it hands out last-in
  * first-out, so the second client's next statement lands on the first client's backend.
  * Never a false positive: the answer is false whenever a connection closed during the check (a new
- * backend would have a new pid for an honest reason). It can miss a pooler (false) that hands out
- * backends otherwise. PostgreSQL manual, "System Information Functions" (pg_backend_pid); PgBouncer
+ * backend would have a new pid for an honest reason) or the check did not finish within `timeoutMs`.
+ * It can miss a pooler (false) that hands out backends otherwise. PostgreSQL manual, "System Information Functions" (pg_backend_pid); PgBouncer
  * `server_round_robin`.
  * @throws the postgres.js error when the database cannot be reached or refuses the statements.
  */
-export async function detectTransactionPooler(url: string, rounds = 3): Promise<boolean> {
+export async function detectTransactionPooler(url: string, rounds = 3, timeoutMs = 10_000): Promise<boolean> {
   let closed = false;
+  let timer: ReturnType<typeof setTimeout> | undefined;
   const sql = postgres(url, {
     max: 2,
     prepare: false,
     connect_timeout: 5,
-    idle_timeout: 5,
+    // A connection still starting when the pool is ended (a stalled check) stays open until idle.
+    idle_timeout: 1,
     onnotice: () => {},
     onclose: () => void (closed = true),
     connection: { application_name: "webhook-inbox pooler check" },
   });
-  try {
+  const check = async (): Promise<boolean> => {
     const first = await sql.reserve();
     const second = await sql.reserve();
     try {
-      const moved = await backendsMove(first, second, rounds);
-      return moved && !closed;
+      return await backendsMove(first, second, rounds);
     } finally {
       first.release();
       second.release();
     }
+  };
+  // A check that stalls (a backend gone between two statements, a pooler out of server connections)
+  // proves nothing; ending the pool below fails whatever it still waits for.
+  const stalled = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), timeoutMs)));
+  const checking = check();
+  checking.catch(() => {}); // after a stall, the rejection that ending the pool causes has no reader
+  try {
+    const moved = await Promise.race([checking, stalled]);
+    return moved && !closed;
   } finally {
+    clearTimeout(timer);
     await sql.end({ timeout: 1 });
   }
 }
