@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../src/db.ts";
+import { COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../src/db.ts";
 import { isPermanent } from "../src/receive.ts";
 import { freshDatabase } from "./helpers.ts";
 
@@ -116,6 +116,28 @@ test("`sql.begin()` rejects with the original error when a statement's prepared 
       await tx`insert into commit_probe (id) values (${101}) on conflict do nothing`;
     });
     expect((await db`select 1 from commit_probe where id = 101`).length).toBe(1);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
+
+test("`sql.begin()` throws COMMIT_ROLLED_BACK when PostgreSQL answers its COMMIT with ROLLBACK, and nothing is saved", async () => {
+  const db = connect(fresh.url, { max: 1 });
+  try {
+    await db`create table if not exists commit_probe (id int primary key)`;
+    // A savepoint's failed cleanup aborts the transaction; the caller catches the savepoint's error,
+    // so postgres.js sees no failed statement of the transaction itself and sends COMMIT.
+    const error = await db.begin(async (tx) => {
+      await tx`insert into commit_probe (id) values (${200})`;
+      await tx.savepoint(async (sp) => {
+        await sp.unsafe("release savepoint s0");
+        throw new Error("handler failed");
+      }).catch(() => {});
+    }).then(() => null, (e: unknown) => e);
+    expect((error as { code?: unknown } | null)?.code).toBe(COMMIT_ROLLED_BACK);
+    expect(isPermanent(error)).toBe(false);
+    expect((await db`select 1 from commit_probe where id = 200`).length).toBe(0);
+    expect((await db`select 1 as ok`)[0]?.ok).toBe(1);
   } finally {
     await db.end({ timeout: 1 });
   }
