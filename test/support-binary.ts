@@ -52,10 +52,12 @@ export function binaryRequired(name: string, env: Env = process.env): boolean {
 /**
  * Registers `suite(path)` when program `name` is found ({@link findBinary}). Otherwise registers ONE
  * test named for what is missing and how to install it (`installHint`, e.g. `apt-get install
- * pgbouncer`): skipped on a developer's machine, failing where {@link binaryRequired}.
+ * pgbouncer`): skipped on a developer's machine, failing where {@link binaryRequired}. `extraDirs`
+ * as in {@link findBinary} (e.g. `/usr/lib/postgresql/17/bin`).
  */
-export function requireBinary(name: string, installHint: string, suite: (path: string) => void, env: Env = process.env): void {
-  const path = findBinary(name, env);
+export function requireBinary(name: string, installHint: string, suite: (path: string) => void, options: { env?: Env; extraDirs?: readonly string[] } = {}): void {
+  const env = options.env ?? process.env;
+  const path = findBinary(name, env, options.extraDirs);
   if (path !== undefined) return suite(path);
   const message = `${name} is not installed (not in PATH, /usr/sbin or ${binVariable(name)}): \`${installHint}\` runs these tests`;
   if (binaryRequired(name, env)) {
