@@ -22,7 +22,16 @@ export const SQLSTATE = {
   tooManyConnections: "53300",
   untranslatableCharacter: "22P05",
   undefinedTable: "42P01",
+  /** "prepared statement … does not exist": a statement cached on another server connection (transaction pooler). */
+  invalidSqlStatementName: "26000",
 } as const;
+
+/**
+ * `code` of the error `sql.begin` throws (patches/postgres@3.4.9.patch) when PostgreSQL answered its
+ * COMMIT with the command tag ROLLBACK: the transaction had failed without postgres.js seeing the
+ * error, and nothing of it was saved. Transient: the caller answers 5xx, or a worker retries.
+ */
+export const COMMIT_ROLLED_BACK = "COMMIT_ROLLED_BACK";
 
 /** What sits between us and PostgreSQL: nothing (or a session pooler), or a transaction pooler. */
 export type Pooler = "none" | "transaction";

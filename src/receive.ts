@@ -80,8 +80,9 @@ export interface HybridOptions {
 }
 
 /**
- * Hybrid mode: processes in the request like {@link receiveSync}; when the handler fails or the
- * attempt exceeds `budgetMs`, the transaction rolls back and a fresh short transaction records the
+ * Hybrid mode: processes in the request like {@link receiveSync} (a statement handler as one statement
+ * with the inbox insert, cancelled at `budgetMs`); when the handler fails or the
+ * attempt exceeds `budgetMs`, the attempt rolls back and a fresh short transaction records the
  * event unprocessed with `attempts = 1` and `last_error` for the worker (`queued`; a PermanentError
  * parks it as needs-review: `needs_review`), see {@link recordFallback}. If the database is unavailable, or the fallback record cannot be
  * written either, this throws: the caller answers 5xx and nothing was acknowledged.
@@ -128,10 +129,14 @@ export function isPermanent(err: unknown): boolean {
   return err instanceof PermanentError || isDataError(err);
 }
 
-/** Wraps every handler so an attempt that ran past the budget rolls back even if each statement was quick. */
+/**
+ * Wraps every multi-statement handler so an attempt that ran past the budget rolls back even if each
+ * statement was quick. Statement handlers stay as they are: receiveSync runs them as the inbox insert's
+ * own single statement, which its client-side cancel bounds by the budget as a whole.
+ */
 function withDeadline(target: ReceiveTarget, started: number, budgetMs: number): ReceiveTarget {
   const handlers = Object.fromEntries(
-    Object.entries(target.handlers).map(([type, handler]) => [type, async (...args: Parameters<typeof handler>) => {
+    Object.entries(target.handlers).map(([type, handler]) => [type, handler.statement ? handler : async (...args: Parameters<typeof handler>) => {
       await handler(...args);
       const elapsed = Date.now() - started;
       if (elapsed > budgetMs) throw new Error(`Time budget exceeded: ${elapsed} ms, budget ${budgetMs} ms`);

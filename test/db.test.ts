@@ -1,5 +1,6 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { connect, isDatabaseUnavailable, type Db } from "../src/db.ts";
+import { COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../src/db.ts";
+import { isPermanent } from "../src/receive.ts";
 import { freshDatabase } from "./helpers.ts";
 
 // Regression test for patches/postgres@3.4.9.patch: without it, a backend terminated in the middle of
@@ -68,4 +69,76 @@ test("isDatabaseUnavailable() is true for a refused connection and false for a c
   expect(isDatabaseUnavailable(refused)).toBe(true);
   const violation = await fresh.db`insert into invoices (id, customer_id, status, currency) values ('in_x', 'cus_x', 'bogus', 'usd')`.then(() => null, (e: unknown) => e);
   expect(isDatabaseUnavailable(violation)).toBe(false);
+});
+
+// A transaction pooler gives each transaction whichever server connection is free, so a statement
+// postgres.js prepared on one is missing on the next. `deallocate all` inside the transaction makes
+// the same state on a direct connection: every statement this connection cached is gone.
+test("`sql.begin()` never resolves for a transaction whose COMMIT did not commit", async () => {
+  const db = connect(fresh.url, { max: 1, prepare: true });
+  try {
+    await db`create table commit_probe (id int primary key)`;
+    // Caches this connection's `commit`, `rollback` and insert as prepared statements (when prepared).
+    await db.begin(async (tx) => {
+      await tx`insert into commit_probe (id) values (${0})`;
+    });
+    await db.begin(async (tx) => {
+      await tx`select 1`;
+    }).catch(() => {});
+    for (let id = 1; id <= 3; id++) {
+      const result = await db.begin(async (tx) => {
+        await tx.unsafe(`insert into commit_probe (id) values (${id})`);
+        await tx.unsafe("deallocate all");
+      }).then(() => "resolved", (e: unknown) => e);
+      const saved = (await db`select 1 from commit_probe where id = ${id}`).length === 1;
+      // Either it committed and says so, or it failed and saved nothing; never success without the row.
+      expect({ id, result: result === "resolved" ? "resolved" : "rejected", saved }).toEqual({ id, result: saved ? "resolved" : "rejected", saved });
+    }
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
+
+test("`sql.begin()` rejects with the original error when a statement's prepared form is gone in a transaction, and the connection stays usable", async () => {
+  const db = connect(fresh.url, { max: 1, prepare: true });
+  try {
+    await db`create table if not exists commit_probe (id int primary key)`;
+    await db`insert into commit_probe (id) values (${100}) on conflict do nothing`;
+    const error = await db.begin(async (tx) => {
+      await tx.unsafe("deallocate all");
+      await tx`insert into commit_probe (id) values (${101}) on conflict do nothing`;
+    }).then(() => null, (e: unknown) => e);
+    expect(sqlState(error)).toBe(SQLSTATE.invalidSqlStatementName);
+    expect(isPermanent(error)).toBe(false);
+    expect((await db`select 1 from commit_probe where id = 101`).length).toBe(0);
+    // The stale statement was forgotten: the same insert works in the next transaction.
+    await db.begin(async (tx) => {
+      await tx`insert into commit_probe (id) values (${101}) on conflict do nothing`;
+    });
+    expect((await db`select 1 from commit_probe where id = 101`).length).toBe(1);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
+
+test("`sql.begin()` throws COMMIT_ROLLED_BACK when PostgreSQL answers its COMMIT with ROLLBACK, and nothing is saved", async () => {
+  const db = connect(fresh.url, { max: 1 });
+  try {
+    await db`create table if not exists commit_probe (id int primary key)`;
+    // A savepoint's failed cleanup aborts the transaction; the caller catches the savepoint's error,
+    // so postgres.js sees no failed statement of the transaction itself and sends COMMIT.
+    const error = await db.begin(async (tx) => {
+      await tx`insert into commit_probe (id) values (${200})`;
+      await tx.savepoint(async (sp) => {
+        await sp.unsafe("release savepoint s0");
+        throw new Error("handler failed");
+      }).catch(() => {});
+    }).then(() => null, (e: unknown) => e);
+    expect((error as { code?: unknown } | null)?.code).toBe(COMMIT_ROLLED_BACK);
+    expect(isPermanent(error)).toBe(false);
+    expect((await db`select 1 from commit_probe where id = 200`).length).toBe(0);
+    expect((await db`select 1 as ok`)[0]?.ok).toBe(1);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
 });

@@ -6,7 +6,7 @@ import { createApp, type Endpoint } from "../src/app.ts";
 import { claimBatch, type Claim, type ClaimOptions } from "../src/claim.ts";
 import { connect, type Db } from "../src/db.ts";
 import { stripeEndpoints } from "../src/endpoints.ts";
-import type { Handler, HandlerTable } from "../src/handler-table.ts";
+import { statementHandler, type Handler, type HandlerTable } from "../src/handler-table.ts";
 import { billingHandlers } from "../src/handlers/billing.ts";
 import { processClaimed, recordFailure, type ProcessOptions } from "../src/process-claimed.ts";
 import { receiveAsync, receiveHybrid, type ReceiveTarget } from "../src/receive.ts";
@@ -451,6 +451,51 @@ describe("receiveAsync() and receiveHybrid()", () => {
     expect(await count(db, "ledger_entries")).toBe(0);
     expect(await count(db, "invoices")).toBe(0);
   });
+
+  test("`receiveHybrid()` runs a statement handler as one statement with the inbox insert, outside any transaction", async () => {
+    const { eventId, body } = paidEvent();
+    const handles: string[] = [];
+    const statement = bookPayment.statement;
+    if (!statement) throw new Error("invoice.paid is expected to be a statement handler");
+    const watched: HandlerTable = {
+      "invoice.paid": statementHandler((sql, object, context) => {
+        // The pool has `begin`; a transaction handle has not.
+        handles.push("begin" in sql ? "pool" : "transaction");
+        return statement(sql, object, context);
+      }),
+    };
+    expect(await receiveHybrid(db, { ...TARGET, handlers: watched }, verified(body), { budgetMs: 2_000, backoff: BACKOFF })).toBe("processed");
+    expect(handles).toEqual(["pool"]);
+    expect(await inboxRow(eventId)).toMatchObject({ attempts: 0, processed: true, outcome: "processed" });
+    expect(await count(db, "ledger_entries")).toBe(1);
+  });
+
+  test("`receiveHybrid()` queues a statement handler held past its budget by a lock, with nothing of the attempt committed", async () => {
+    const { eventId, body } = paidEvent();
+    let release!: () => void;
+    const released = new Promise<void>((resolve) => (release = resolve));
+    let locked!: () => void;
+    const isLocked = new Promise<void>((resolve) => (locked = resolve));
+    const holder = connect(fresh.url, { max: 1 });
+    const holding = holder.begin(async (tx) => {
+      await tx`lock table ledger_entries in access exclusive mode`;
+      locked();
+      await released;
+    });
+    try {
+      await isLocked;
+      expect(await receiveHybrid(db, TARGET, verified(body), { budgetMs: 200, backoff: BACKOFF })).toBe("queued");
+    } finally {
+      release();
+      await holding;
+      await holder.end({ timeout: 5 });
+    }
+    const row = await inboxRow(eventId);
+    expect(row).toMatchObject({ attempts: 1, processed: false, needs_review: false });
+    expect(row.last_error).toContain("57014");
+    expect(await count(db, "ledger_entries")).toBe(0);
+    expect(await count(db, "invoices")).toBe(0);
+  }, WAITS);
 
   test("`receiveHybrid()` parks a PermanentError as needs-review at once and answers needs_review", async () => {
     const { eventId, body } = paidEvent({ customer: undefined });

@@ -4,6 +4,7 @@ import { parseArgs } from "node:util";
 import { connect, type Db } from "../db.ts";
 import { printableRow } from "../ops/printable.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
+import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 
 const USAGE = `Usage: bun run billing [--limit N | --all]
   prints the newest invoices, ledger entries and outbox rows (20 of each by default, in id order),
@@ -88,6 +89,7 @@ const database = await openDatabase(process.env).catch((err: unknown) => {
   console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
   process.exit(1);
 });
+await refuseHiddenPooler(database, poolerFromEnv(process.env));
 const db = connect(database.url, { max: 1, applicationName: "webhook-inbox billing", pooler: poolerFromEnv(process.env) });
 try {
   await printTables(db);

@@ -76,6 +76,7 @@ const ready = await openReadyDatabase({
   connect: (url) => connect(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher", pooler }),
   signal: controller.signal,
   waitMs,
+  pooler,
 });
 if (!ready) {
   console.log(JSON.stringify({ dispatcher: "stopped" }));

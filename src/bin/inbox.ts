@@ -16,6 +16,7 @@ import { resolveReviewed } from "../ops/resolve.ts";
 import { inboxStatus } from "../ops/status.ts";
 import { describeError } from "../receive.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
+import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
@@ -294,6 +295,7 @@ const database = await openDatabase(process.env).catch((err: unknown) => {
   console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
   process.exit(1);
 });
+await refuseHiddenPooler(database, poolerFromEnv(process.env));
 const db = connect(database.url, { max: 2, applicationName: "webhook-inbox inbox", pooler: poolerFromEnv(process.env) });
 try {
   code = await run(db);

@@ -49,6 +49,7 @@ const startup = openReadyDatabase({
   connect: (url) => connectReceiver(url, config, "webhook-inbox serve"),
   signal: stopping.signal,
   waitMs: config.databaseWaitMs,
+  pooler: config.databasePooler,
 });
 const ready = await startup;
 if (ready) {

@@ -64,6 +64,7 @@ const ready = await openReadyDatabase({
   connect: (url) => connect(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler, statementTimeoutMs: settings["timeout-ms"] }),
   signal: controller.signal,
   waitMs,
+  pooler,
 });
 if (!ready) {
   console.log(JSON.stringify({ worker: "stopped" }));

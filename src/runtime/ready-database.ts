@@ -1,7 +1,8 @@
 // Edge file: the database of a long-running command (serve, worker, dispatch) at start: opened,
 // waited for, migrated; a stop during start-up releases it; a failure ends the process with one line.
-import type { Db } from "../db.ts";
+import type { Db, Pooler } from "../db.ts";
 import { migrate } from "../migrate.ts";
+import { hiddenPoolerProblem } from "../pooler-check.ts";
 import { waitForDatabase } from "../wait-for-database.ts";
 import { openDatabase, type DatabaseHandle } from "./database.ts";
 import { loadMigrations } from "./migrations-fs.ts";
@@ -27,12 +28,15 @@ export interface ReadyDatabaseOptions {
   signal: AbortSignal;
   /** Longest wait for the database to answer, ms (`DATABASE_WAIT_MS`). */
   waitMs: number;
+  /** `DATABASE_POOLER`: unless `transaction`, a transaction pooler found behind the URL refuses the start. */
+  pooler: Pooler;
 }
 
 /**
  * Opens the database ({@link openDatabase}: `DATABASE_URL`, or the embedded server, started here when
  * not running), connects, waits until it answers ({@link waitForDatabase}: one line on stderr per failed
- * attempt, up to `waitMs`), then applies pending migrations. Resolves null when `signal` was aborted
+ * attempt, up to `waitMs`), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
+ * pooler-check.ts), then applies pending migrations. Resolves null when `signal` was aborted
  * meanwhile, once everything it opened is released (an embedded server it started is stopped).
  * On any other failure it prints one line, `Cannot start <command>: <why>`, to stderr (no stack trace,
  * never the URL or password), releases what it opened and exits the process with status 1.
@@ -49,6 +53,11 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
     database = await openDatabase(options.env, { signal });
     db = options.connect(database.url);
     await waitForDatabase(db, { limitMs: options.waitMs, signal, log: (line) => console.error(line) });
+    // Before the first transaction (the migrations): behind an undeclared transaction pooler, refuse.
+    if (!database.embedded) {
+      const problem = await hiddenPoolerProblem(database.url, options.pooler);
+      if (problem !== undefined) throw new Error(problem);
+    }
     const migrations = loadMigrations();
     const applied = await migrate(db, migrations);
     signal.throwIfAborted();

@@ -1,11 +1,12 @@
 // Test helper: a PgBouncer (Debian package) in transaction pooling mode in front of the test PostgreSQL,
-// on a free loopback port, with its own ini and userlist in a temporary directory. No PgBouncer, no
-// green: a missing binary throws (`.ci/run` installs it).
-import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { chmodSync, existsSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
+// on a free loopback port, with its own ini and userlist in a temporary directory. A missing binary
+// throws; test files check first with requireBinary (test/support-binary.ts).
+import { spawn, type ChildProcess } from "node:child_process";
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "../../src/runtime/embedded-postgres.ts";
+import { findBinary } from "../support-binary.ts";
 import { waitUntil } from "../wait-until.ts";
 
 /** A running PgBouncer: `url(database)` goes through it; `stop()` ends it (by its pid). */
@@ -17,12 +18,10 @@ export interface PgBouncer {
   stop(): Promise<void>;
 }
 
-const CANDIDATES = ["/usr/sbin/pgbouncer", "/usr/bin/pgbouncer", "/usr/local/bin/pgbouncer"];
-
-/** The pgbouncer binary, or an error saying how to get it. */
+/** The pgbouncer binary ({@link findBinary}: PATH, /usr/sbin, or `PGBOUNCER_BIN`), or an error saying how to get it. */
 export function pgbouncerBinary(): string {
-  const found = CANDIDATES.find((p) => existsSync(p)) ?? (spawnSync("sh", ["-c", "command -v pgbouncer"]).stdout?.toString().trim() || undefined);
-  if (!found) throw new Error("PgBouncer is not installed: `apt-get install -y pgbouncer` (.ci/run does this)");
+  const found = findBinary("pgbouncer");
+  if (!found) throw new Error("PgBouncer is not installed: `apt-get install pgbouncer` (.ci/run does this)");
   return found;
 }
 

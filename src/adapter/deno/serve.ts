@@ -2,6 +2,7 @@
 // npm packages come from node_modules (bun install), so Deno needs no registry of its own.
 import { ConfigError } from "../../config.ts";
 import { migrate } from "../../migrate.ts";
+import { hiddenPoolerProblem } from "../../pooler-check.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
 import { createStartingApp } from "../../starting-app.ts";
@@ -49,6 +50,9 @@ Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
 
 try {
   await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal: stopping.signal, log: (line) => console.error(line) });
+  // Before the first transaction (the migrations): behind an undeclared transaction pooler, refuse.
+  const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler);
+  if (poolerProblem !== undefined) throw new Error(poolerProblem);
   const migrations = loadMigrations();
   const applied = await migrate(db, migrations);
   starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));

@@ -6,6 +6,7 @@ import { ConfigError } from "../../config.ts";
 import { migrate } from "../../migrate.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
+import { hiddenPoolerProblem } from "../../pooler-check.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 import { createStartingApp } from "../../starting-app.ts";
 import { waitForDatabase } from "../../wait-for-database.ts";
@@ -43,6 +44,9 @@ onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
 
 try {
   await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal: stopping.signal, log: (line) => console.error(line) });
+  // Before the first transaction (the migrations): behind an undeclared transaction pooler, refuse.
+  const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler);
+  if (poolerProblem !== undefined) throw new Error(poolerProblem);
   const migrations = loadMigrations();
   const applied = await migrate(db, migrations);
   starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));

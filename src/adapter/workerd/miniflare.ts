@@ -4,7 +4,8 @@
 import { Miniflare } from "miniflare";
 import { fileURLToPath } from "node:url";
 import { ConfigError } from "../../config.ts";
-import { loadServerConfig } from "../../runtime/receiver.ts";
+import { loadServerConfig, type ServerConfig } from "../../runtime/receiver.ts";
+import { refuseHiddenPooler } from "../../runtime/refuse-hidden-pooler.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 
 const WORKER = fileURLToPath(new URL("./worker.ts", import.meta.url));
@@ -13,12 +14,15 @@ const SETTING = /^(DATABASE_URL|DATABASE_POOLER|STRIPE_\w+|INBOX_MODE\w*|HYBRID_
 
 // The Worker reads its settings per request; check them here first, so bad settings stop the start
 // (as they do for `bun run serve`) instead of answering every webhook 500.
+let config: ServerConfig;
 try {
-  loadServerConfig(process.env, "workerd");
+  config = loadServerConfig(process.env, "workerd");
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(1);
 }
+// Checked here once: the Worker opens a client per request, too often for this check.
+await refuseHiddenPooler({ url: config.databaseUrl }, config.databasePooler);
 
 const build = await Bun.build({
   entrypoints: [WORKER],
