@@ -2,14 +2,14 @@ import { expect, test } from "bun:test";
 import { binaryRequired, findBinary } from "./support-binary.ts";
 
 test("`findBinary()` finds a program in PATH and nothing for a missing one", () => {
-  expect(findBinary("sh", { PATH: "/usr/bin:/bin" })).toMatch(/\/sh$/);
+  expect(findBinary("ls", { PATH: "/usr/bin:/bin" })).toMatch(/\/ls$/);
   expect(findBinary("no-such-program-webhook-inbox", { PATH: "/usr/bin:/bin" })).toBeUndefined();
 });
 
 test("`findBinary()` takes `<NAME>_BIN` over the search, so an installed program can be hidden", () => {
-  const sh = findBinary("sh", { PATH: "/usr/bin:/bin" });
-  expect(sh).toBeDefined();
-  expect(findBinary("pgbouncer", { PATH: "/usr/bin:/bin", PGBOUNCER_BIN: sh })).toBe(sh);
+  const ls = findBinary("ls", { PATH: "/usr/bin:/bin" });
+  expect(ls).toBeDefined();
+  expect(findBinary("pgbouncer", { PATH: "/usr/bin:/bin", PGBOUNCER_BIN: ls })).toBe(ls);
   expect(findBinary("pgbouncer", { PATH: "/usr/bin:/bin:/usr/sbin", PGBOUNCER_BIN: "/nonexistent/pgbouncer" })).toBeUndefined();
 });
 
