@@ -1,4 +1,4 @@
-import type { Db, Tx } from "../db.ts";
+import type { Db, Tx } from "../db/db.ts";
 
 /** Backlog of one endpoint: what is waiting and what needs an operator. Ages in seconds. */
 export interface Backlog {
