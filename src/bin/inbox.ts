@@ -14,7 +14,7 @@ import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
 import { resolveReviewed } from "../ops/resolve.ts";
 import { inboxStatus } from "../ops/status.ts";
-import { describeError } from "../receiver/receive.ts";
+import { describeError } from "../errors.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";

@@ -1,4 +1,5 @@
 import postgres from "postgres";
+import { PermanentError } from "../errors.ts";
 
 /** The connection pool (postgres.js `Sql`). Use it only outside transactions. */
 export type Db = postgres.Sql;
@@ -114,4 +115,9 @@ export function isDatabaseUnavailable(err: unknown): boolean {
 export function isDataError(err: unknown): boolean {
   const state = sqlState(err);
   return state !== undefined && (state.startsWith("22") || state.startsWith("54"));
+}
+
+/** A failure that retrying the same event cannot fix: a PermanentError, or a data error from PostgreSQL. */
+export function isPermanent(err: unknown): boolean {
+  return err instanceof PermanentError || isDataError(err);
 }

@@ -1,5 +1,6 @@
 import type { PendingQuery, Row } from "postgres";
 import type { Db, Tx } from "../db/db.ts";
+import { PermanentError } from "../errors.ts";
 
 /** What a handler knows about the event it applies, besides `data.object`. */
 export interface HandlerContext {
@@ -47,21 +48,11 @@ export function statementHandler(build: StatementBuilder): Handler {
   return Object.assign(run, { statement: build });
 }
 
+/** Handlers throw it for a failure no retry can fix; defined with the other shared errors. */
+export { PermanentError };
+
 /** Event type → handler. Types without an entry are recorded as `ignored`. */
 export type HandlerTable = Readonly<Record<string, Handler>>;
-
-/**
- * A handler failure that no retry can fix (e.g. a payload missing a required field). The handler's
- * transaction rolls back; then the receiver (every mode) records the event as needs-review and answers
- * 200 `needs_review` rather than a 5xx the provider would retry in vain, and the worker parks the row
- * at once instead of burning attempts.
- */
-export class PermanentError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = "PermanentError";
-  }
-}
 
 /** `data.object` of a verified provider event (checked to be an object by the verifier). */
 export function dataObject(payload: Record<string, unknown>): Record<string, unknown> {

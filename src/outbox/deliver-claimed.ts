@@ -1,7 +1,6 @@
 import type { Db } from "../db/db.ts";
-import { PermanentError } from "../handlers/handler-table.ts";
 import type { Backoff } from "../inbox/inbox.ts";
-import { describeError } from "../receiver/receive.ts";
+import { describeError, PermanentError } from "../errors.ts";
 import type { OutboxMessage } from "./claim.ts";
 
 /**

@@ -1,6 +1,6 @@
 import { OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import { resolveLoopOptions, type LoopOptions } from "../worker/loop-options.ts";
-import { describeError } from "../receiver/receive.ts";
+import { describeError } from "../errors.ts";
 import { createWakeUp } from "../inbox/wake-up.ts";
 import { claimOutboxBatch, type OutboxMessage } from "./claim.ts";
 import { deliverClaimed, type SendFn } from "./deliver-claimed.ts";

@@ -1,9 +1,10 @@
 import { Router, type IRequest } from "itty-router";
-import { isDatabaseUnavailable, isDataError, sqlState, type Db } from "../db/db.ts";
-import { AppError, errorResponse } from "../errors.ts";
-import { PermanentError, type HandlerTable } from "../handlers/handler-table.ts";
+import { isDatabaseUnavailable, isDataError, isPermanent, sqlState, type Db } from "../db/db.ts";
+import { AppError, describeError, errorResponse, PermanentError } from "../errors.ts";
+import type { LogFn } from "../log.ts";
+import type { HandlerTable } from "../handlers/handler-table.ts";
 import type { WebhookProvider } from "../providers/provider.ts";
-import { describeError, isPermanent, receiveAsync, receiveHybrid, receiveSync, recordFallback, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
+import { receiveAsync, receiveHybrid, receiveSync, recordFallback, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 import { readBody } from "./request-body.ts";
 import { createBodyBudget, type BodyBudget } from "./body-budget.ts";
@@ -32,8 +33,6 @@ export const DEFAULT_INFLIGHT_BODY_BYTES = 32 * 1024 * 1024;
 
 const DEFAULT_HYBRID: HybridOptions = { budgetMs: 2_000, backoff: { baseMs: 1_000, capMs: 600_000 } };
 
-/** One structured log line (JSON); never secrets, signature headers or payloads. */
-export type LogFn = (line: Record<string, unknown>) => void;
 
 /** Dependencies of {@link createApp}. */
 export interface AppDeps {

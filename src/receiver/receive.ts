@@ -1,5 +1,6 @@
-import { isDatabaseUnavailable, isDataError, type Db } from "../db/db.ts";
-import { dataObject, PermanentError, type HandlerTable } from "../handlers/handler-table.ts";
+import { isDatabaseUnavailable, isDataError, isPermanent, type Db } from "../db/db.ts";
+import { describeError } from "../errors.ts";
+import { dataObject, type HandlerTable } from "../handlers/handler-table.ts";
 import { recordAndApply, recordEvent, recordFailedAttempt, recordUnstorable, type Backoff } from "../inbox/inbox.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
@@ -124,11 +125,6 @@ export async function recordFallback(db: Db, target: ReceiveTarget, event: Verif
   return permanent ? "needs_review" : "queued";
 }
 
-/** A failure that retrying the same event cannot fix: a PermanentError, or a data error from PostgreSQL. */
-export function isPermanent(err: unknown): boolean {
-  return err instanceof PermanentError || isDataError(err);
-}
-
 /**
  * Wraps every multi-statement handler so an attempt that ran past the budget rolls back even if each
  * statement was quick. Statement handlers stay as they are: receiveSync runs them as the inbox insert's
@@ -143,16 +139,4 @@ function withDeadline(target: ReceiveTarget, started: number, budgetMs: number):
     }]),
   );
   return { ...target, handlers };
-}
-
-/**
- * Error class, SQLSTATE and a short message, for `last_error` and logs; never a payload (handler
- * messages name fields, not values). At most 300 characters.
- */
-export function describeError(err: unknown): string {
-  const e = err as { name?: unknown; code?: unknown; message?: unknown } | null;
-  const name = typeof e?.name === "string" ? e.name : "Error";
-  const code = typeof e?.code === "string" ? ` ${e.code}` : "";
-  const message = typeof e?.message === "string" ? e.message : String(err);
-  return `${name}${code}: ${message}`.slice(0, 300);
 }

@@ -1,4 +1,4 @@
-import type { LogFn } from "../receiver/app.ts";
+import type { LogFn } from "../log.ts";
 import type { Db } from "../db/db.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 

@@ -1,7 +1,7 @@
 import type { Claim } from "./claim.ts";
 import type { Db, Tx } from "../db/db.ts";
 import { claimedStatement, processClaimed, type ProcessOptions, type WorkOutcome } from "./process-claimed.ts";
-import { describeError } from "../receiver/receive.ts";
+import { describeError } from "../errors.ts";
 
 /** What one row of a batch came to; `error` as {@link processClaimed} reports it. */
 export interface BatchResult {

@@ -1,9 +1,10 @@
 import type { Db, Tx } from "../db/db.ts";
 import type { Claim } from "./claim.ts";
-import { dataObject, PermanentError, type HandlerTable, type StatementBuilder } from "../handlers/handler-table.ts";
+import { dataObject, type HandlerTable, type StatementBuilder } from "../handlers/handler-table.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import { jsonbCopy, type JsonbCopy } from "../providers/jsonb-text.ts";
-import { describeError, isPermanent } from "../receiver/receive.ts";
+import { describeError, PermanentError } from "../errors.ts";
+import { isPermanent } from "../db/db.ts";
 
 /** What one claimed row came to. `skipped`: another worker had processed it meanwhile. */
 export type WorkOutcome = "processed" | "ignored" | "skipped" | "failed" | "needs_review";

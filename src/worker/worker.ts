@@ -5,7 +5,7 @@ import { resolveLoopOptions, type LoopOptions } from "./loop-options.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import { processBatch } from "./process-batch.ts";
 import { createWakeUp } from "../inbox/wake-up.ts";
-import { describeError } from "../receiver/receive.ts";
+import { describeError } from "../errors.ts";
 
 /** Settings of {@link runWorker}; times in ms (the shared ones in {@link LoopOptions}). */
 export interface WorkerOptions extends LoopOptions {

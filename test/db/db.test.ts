@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../../src/db/db.ts";
-import { isPermanent } from "../../src/receiver/receive.ts";
+import { isPermanent } from "../../src/db/db.ts";
 import { freshDatabase } from "../support/helpers.ts";
 
 // Regression test for patches/postgres@3.4.9.patch: without it, a backend terminated in the middle of
