@@ -3,7 +3,7 @@ import { createApp, type AppDeps, type Endpoint } from "../../src/receiver/app.t
 import { createBodyBudget } from "../../src/receiver/body-budget.ts";
 import { claimBatch } from "../../src/worker/claim.ts";
 import { connect } from "../../src/db/db.ts";
-import { mulberry32, shuffleInPlace } from "../../src/dev/deliver.ts";
+import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import type { HandlerTable } from "../../src/handlers/handler-table.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";

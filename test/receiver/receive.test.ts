@@ -3,7 +3,7 @@
 // event ids, so the tests share one database without seeing each other's rows.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Db } from "../../src/db/db.ts";
-import { mulberry32, shuffleInPlace } from "../../src/dev/deliver.ts";
+import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { PermanentError, type Handler, type HandlerTable } from "../../src/handlers/handler-table.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { receiveSync, type Outcome, type ReceiveTarget } from "../../src/receiver/receive.ts";

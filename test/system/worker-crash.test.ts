@@ -8,7 +8,7 @@ import { join } from "node:path";
 import type { Subprocess } from "bun";
 import { createApp, type Endpoint } from "../../src/receiver/app.ts";
 import { claimBatch } from "../../src/worker/claim.ts";
-import { mulberry32, shuffleInPlace } from "../../src/dev/deliver.ts";
+import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { connect } from "../../src/db/db.ts";

@@ -12,7 +12,7 @@ import { generateStorm } from "../chaos/model.ts";
 import { sendStorm } from "../chaos/storm.ts";
 import { readPooler } from "../../config.ts";
 import { connect } from "../../db/db.ts";
-import { mulberry32 } from "../deliver.ts";
+import { mulberry32 } from "../random.ts";
 import { migrate } from "../../db/migrate.ts";
 import { killPostmaster, supervise, type Supervised } from "../chaos/processes.ts";
 import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../../runtime/embedded-postgres.ts";

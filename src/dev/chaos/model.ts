@@ -1,4 +1,4 @@
-import { mulberry32, shuffleInPlace } from "../deliver.ts";
+import { mulberry32, shuffleInPlace } from "../random.ts";
 
 /** How an invoice's life goes in a storm, and so its expected end state. */
 export type Lifecycle = "paid" | "void" | "uncollectible_then_paid" | "poison";

@@ -1,4 +1,4 @@
-import { mulberry32 } from "../deliver.ts";
+import { mulberry32 } from "../random.ts";
 import { signStripePayload } from "../../providers/stripe.ts";
 import type { StormEvent } from "./model.ts";
 
