@@ -121,3 +121,18 @@ export function isDataError(err: unknown): boolean {
 export function isPermanent(err: unknown): boolean {
   return err instanceof PermanentError || isDataError(err);
 }
+
+/**
+ * Awaits `query` and cancels it from the client (PostgreSQL's cancel request) once it has run
+ * `timeoutMs` milliseconds, lock waits included; `undefined` sets no bound. One statement needs no
+ * `SET statement_timeout` round trip. Resolves with the query's result; rejects with its error, a
+ * PostgresError with SQLSTATE 57014 (query_canceled) when the bound fired.
+ */
+export async function cancelAfter<T>(query: PromiseLike<T> & { cancel(): unknown }, timeoutMs: number | undefined): Promise<T> {
+  const timer = timeoutMs === undefined ? undefined : setTimeout(() => void query.cancel(), Math.max(0, timeoutMs));
+  try {
+    return await query;
+  } finally {
+    clearTimeout(timer);
+  }
+}

@@ -1,5 +1,5 @@
 import type { PendingQuery, Row } from "postgres";
-import type { Db, Tx } from "../db/db.ts";
+import { cancelAfter, type Db, type Tx } from "../db/db.ts";
 import { INBOX_CHANNEL } from "./notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 
@@ -93,14 +93,8 @@ export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent
     ), ${effect}
     select exists (select 1 from inbox) as inserted
   `;
-  // Cancelled from the client after `timeoutMs` (SQLSTATE 57014): one statement needs no SET round trip.
-  const timer = timeoutMs === undefined ? undefined : setTimeout(() => void query.cancel(), timeoutMs);
-  try {
-    const [row] = await query;
-    return row?.inserted === true;
-  } finally {
-    clearTimeout(timer);
-  }
+  const [row] = await cancelAfter(query, timeoutMs);
+  return row?.inserted === true;
 }
 
 /**

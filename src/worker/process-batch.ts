@@ -1,5 +1,5 @@
 import type { Claim } from "./claim.ts";
-import type { Db, Tx } from "../db/db.ts";
+import { cancelAfter, type Db, type Tx } from "../db/db.ts";
 import { claimedStatement, processClaimed, type ProcessOptions, type WorkOutcome } from "./process-claimed.ts";
 import { describeError } from "../errors.ts";
 
@@ -113,14 +113,8 @@ async function applyTogether(db: Db, planned: readonly Planned[], timeoutMs: num
     await tx`select set_config('statement_timeout', ${String(Math.max(1, timeoutMs))}, true)`;
     const results: BatchResult[] = [];
     for (const p of planned) {
-      const query = p.run(tx);
-      const timer = setTimeout(() => void query.cancel(), Math.max(0, deadline - Date.now()));
-      try {
-        const [row] = await query;
-        results.push({ claim: p.claim, outcome: !row?.applied ? "skipped" : p.ignored ? "ignored" : "processed", batched: true });
-      } finally {
-        clearTimeout(timer);
-      }
+      const [row] = await cancelAfter(p.run(tx), deadline - Date.now());
+      results.push({ claim: p.claim, outcome: !row?.applied ? "skipped" : p.ignored ? "ignored" : "processed", batched: true });
     }
     return results;
   });

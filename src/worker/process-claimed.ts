@@ -1,10 +1,9 @@
-import type { Db, Tx } from "../db/db.ts";
+import { cancelAfter, isPermanent, type Db, type Tx } from "../db/db.ts";
 import type { Claim } from "./claim.ts";
 import { dataObject, type HandlerTable, type StatementBuilder } from "../handlers/handler-table.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import { jsonbCopy, type JsonbCopy } from "../providers/jsonb-text.ts";
 import { describeError, PermanentError } from "../errors.ts";
-import { isPermanent } from "../db/db.ts";
 
 /** What one claimed row came to. `skipped`: another worker had processed it meanwhile. */
 export type WorkOutcome = "processed" | "ignored" | "skipped" | "failed" | "needs_review";
@@ -90,14 +89,8 @@ async function processInOneStatement(db: Db, claim: Claim, build: StatementBuild
     payload = row.payload;
     rawBody = row.raw_body;
   }
-  const query = claimedStatement(db, claim, build, payload, rawBody);
-  const timer = setTimeout(() => void query.cancel(), timeoutMs);
-  try {
-    const [result] = await query;
-    return result?.applied ? "processed" : "skipped";
-  } finally {
-    clearTimeout(timer);
-  }
+  const [result] = await cancelAfter(claimedStatement(db, claim, build, payload, rawBody), timeoutMs);
+  return result?.applied ? "processed" : "skipped";
 }
 
 /**

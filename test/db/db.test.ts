@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../../src/db/db.ts";
+import { cancelAfter, COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../../src/db/db.ts";
 import { isPermanent } from "../../src/db/db.ts";
 import { freshDatabase } from "../support/helpers.ts";
 
@@ -141,4 +141,10 @@ test("`sql.begin()` throws COMMIT_ROLLED_BACK when PostgreSQL answers its COMMIT
   } finally {
     await db.end({ timeout: 1 });
   }
+});
+
+test("cancelAfter() cancels a statement still running after its bound, and leaves a quick one alone", async () => {
+  await expect(cancelAfter(admin`select pg_sleep(30)`, 100)).rejects.toMatchObject({ code: "57014" });
+  expect((await cancelAfter(admin<{ n: number }[]>`select 1 as n`, 10_000))[0]?.n).toBe(1);
+  expect((await cancelAfter(admin<{ n: number }[]>`select 2 as n`, undefined))[0]?.n).toBe(2);
 });
