@@ -1,7 +1,7 @@
 import { OUTBOX_CHANNEL } from "../inbox/notifier.ts";
-import { resolveLoopOptions, type LoopOptions } from "../worker/loop-options.ts";
+import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
 import { describeError } from "../errors.ts";
-import { createWakeUp } from "../inbox/wake-up.ts";
+import { createWakeUp } from "../loop/wake-up.ts";
 import { claimOutboxBatch, type OutboxMessage } from "./claim.ts";
 import { deliverClaimed, type SendFn } from "./deliver-claimed.ts";
 

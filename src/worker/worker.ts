@@ -1,10 +1,10 @@
 import { claimBatch, releaseClaim, type Claim } from "./claim.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { NOTIFY_CHANNEL } from "../inbox/inbox.ts";
-import { resolveLoopOptions, type LoopOptions } from "./loop-options.ts";
+import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import { processBatch } from "./process-batch.ts";
-import { createWakeUp } from "../inbox/wake-up.ts";
+import { createWakeUp } from "../loop/wake-up.ts";
 import { describeError } from "../errors.ts";
 
 /** Settings of {@link runWorker}; times in ms (the shared ones in {@link LoopOptions}). */
