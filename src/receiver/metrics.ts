@@ -1,4 +1,4 @@
-import type { Backlog, OutboxBacklog } from "../ops/status.ts";
+import type { Backlog, OutboxBacklog } from "../inbox/backlog.ts";
 
 /** Label pair of the backlog of endpoints that are not configured (see `render`). */
 const UNCONFIGURED = { provider: "_unconfigured", endpoint: "_unconfigured" };

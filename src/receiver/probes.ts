@@ -1,7 +1,7 @@
 import type { Db } from "../db/db.ts";
 import { AppError, errorResponse } from "../errors.ts";
 import type { Metrics } from "./metrics.ts";
-import { readBacklog, readOutboxBacklog } from "../ops/status.ts";
+import { readBacklog, readOutboxBacklog } from "../inbox/backlog.ts";
 
 /** Dependencies of {@link createProbes}. */
 export interface ProbeDeps {

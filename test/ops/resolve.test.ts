@@ -8,7 +8,7 @@ import { billingHandlers } from "../../src/handlers/billing.ts";
 import { purge } from "../../src/ops/purge.ts";
 import { replayEvent } from "../../src/ops/replay.ts";
 import { resolveReviewed } from "../../src/ops/resolve.ts";
-import { readBacklog } from "../../src/ops/status.ts";
+import { readBacklog } from "../../src/inbox/backlog.ts";
 import { receiveAsync, receiveSync, recordFallback, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
 
