@@ -1,5 +1,5 @@
-import { databaseUrlProblem } from "./database-url.ts";
-import type { Pooler } from "./db.ts";
+import { databaseUrlProblem } from "./db/database-url.ts";
+import type { Pooler } from "./db/db.ts";
 
 export { databaseUrlProblem };
 

@@ -55,3 +55,28 @@ export class AppError extends Error {
 export function errorResponse(err: AppError, headers: Record<string, string> = {}): Response {
   return Response.json({ error: err.code, message: err.message }, { status: err.status, headers });
 }
+
+/**
+ * A handler failure that no retry can fix (e.g. a payload missing a required field). The handler's
+ * transaction rolls back; then the receiver (every mode) records the event as needs-review and answers
+ * 200 `needs_review` rather than a 5xx the provider would retry in vain, and the worker parks the row
+ * at once instead of burning attempts.
+ */
+export class PermanentError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "PermanentError";
+  }
+}
+
+/**
+ * Error class, SQLSTATE and a short message, for `last_error` and logs; never a payload (handler
+ * messages name fields, not values). At most 300 characters.
+ */
+export function describeError(err: unknown): string {
+  const e = err as { name?: unknown; code?: unknown; message?: unknown } | null;
+  const name = typeof e?.name === "string" ? e.name : "Error";
+  const code = typeof e?.code === "string" ? ` ${e.code}` : "";
+  const message = typeof e?.message === "string" ? e.message : String(err);
+  return `${name}${code}: ${message}`.slice(0, 300);
+}

@@ -1,6 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { ConfigError, loadConfig } from "../src/config.ts";
-import { OTHER_SECRET, SECRET } from "./helpers.ts";
+import { OTHER_SECRET, SECRET } from "./support/helpers.ts";
 
 const DEV_SECRET = "whsec_dev_generated_0123456789abcdef";
 const DB_URL = "postgres://app:pw@db.internal:5432/inbox";

@@ -1,15 +1,15 @@
 // Test preload: one PostgreSQL server for the whole `bun test` run and a migrated template database
-// that each test file clones (test/helpers.ts freshDatabase). DATABASE_URL points at another server
+// that each test file clones (test/support/helpers.ts freshDatabase). DATABASE_URL points at another server
 // (its user must be allowed to CREATE DATABASE); otherwise an embedded PostgreSQL 18 is started in a
 // temporary directory. A server that cannot start fails the run: never a green run without a database.
 import { afterAll } from "bun:test";
 import { rm } from "node:fs/promises";
 import { dirname } from "node:path";
 import postgres from "postgres";
-import { migrate } from "../src/migrate.ts";
+import { migrate } from "../src/db/migrate.ts";
 import { startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../src/runtime/embedded-postgres.ts";
 import { loadMigrations } from "../src/runtime/migrations-fs.ts";
-import { withDatabase } from "../src/runtime/scratch-database.ts";
+import { withDatabase } from "../src/dev/scratch-database.ts";
 
 export const TEMPLATE_DB = "webhook_inbox_test_template";
 
@@ -46,7 +46,7 @@ afterAll(async () => {
 
 /**
  * The embedded server writes its log to a pipe this process must keep draining. Under `.ci/run` the
- * drain was seen to stop mid-run (after an unhandled postgres.js error in test/db.test.ts); the pipe
+ * drain was seen to stop mid-run (after an unhandled postgres.js error in test/db/db.test.ts); the pipe
  * then filled with checkpoint lines (one pair per CREATE/DROP DATABASE) until the checkpointer blocked
  * on the write and every later DROP DATABASE waited on it forever. A throwaway cluster needs no LOG
  * lines: keep only FATAL and PANIC. (The "ready to accept connections" line that embedded-postgres

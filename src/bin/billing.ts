@@ -1,7 +1,7 @@
 // Entry file: `bun run billing`: prints invoices, the ledger, the outbox and the inbox by state.
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
-import { connect, type Db } from "../db.ts";
+import { connect, type Db } from "../db/db.ts";
 import { printableRow } from "../ops/printable.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";

@@ -2,7 +2,7 @@
 // Standard Webhooks scheme. Env, args and signals live here; the loop is src/outbox/dispatcher.ts.
 import { parseArgs } from "node:util";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
-import { connect } from "../db.ts";
+import { connect } from "../db/db.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
 import { httpSink } from "../outbox/http-sink.ts";
 import { readDatabaseWaitMs } from "../config.ts";

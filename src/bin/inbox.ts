@@ -1,9 +1,9 @@
 // Entry file: `bun run inbox <command>`: the operator's view of the inbox (DATABASE_URL or embedded).
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
-import { connect, sqlState, SQLSTATE, type Db } from "../db.ts";
-import { handlersFor } from "../endpoints.ts";
-import { migrate } from "../migrate.ts";
+import { connect, sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { handlersFor } from "../receiver/endpoints.ts";
+import { migrate } from "../db/migrate.ts";
 import { requeueOutbox } from "../outbox/requeue.ts";
 import { listEvents, showEvent } from "../ops/events.ts";
 import { parseDuration, type RowFilter } from "../ops/filter.ts";
@@ -14,7 +14,7 @@ import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
 import { resolveReviewed } from "../ops/resolve.ts";
 import { inboxStatus } from "../ops/status.ts";
-import { describeError } from "../receive.ts";
+import { describeError } from "../errors.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";

@@ -1,6 +1,6 @@
 // Entry file: `bun run migrate`: applies pending sql/ migrations to DATABASE_URL (or the embedded server).
-import { connect } from "../db.ts";
-import { migrate } from "../migrate.ts";
+import { connect } from "../db/db.ts";
+import { migrate } from "../db/migrate.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";

@@ -1,11 +1,11 @@
 // Entry file: `bun run serve`. Env, embedded PostgreSQL, migrations, Bun.serve and signals live here.
 import { ConfigError, loadConfig, type Config } from "../config.ts";
-import type { Db } from "../db.ts";
+import type { Db } from "../db/db.ts";
 import { devWebhookSecret } from "../runtime/database.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { connectProbes, connectReceiver, receiverApp } from "../runtime/receiver.ts";
 import { onStopSignals } from "../runtime/signals.ts";
-import { createStartingApp } from "../starting-app.ts";
+import { createStartingApp } from "../receiver/starting-app.ts";
 
 const env = process.env;
 let config: Config;

@@ -2,10 +2,10 @@
 import { parseArgs } from "node:util";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { readDatabaseWaitMs, readPooler } from "../config.ts";
-import { connect } from "../db.ts";
-import { handlersFor } from "../endpoints.ts";
+import { connect } from "../db/db.ts";
+import { handlersFor } from "../receiver/endpoints.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
-import { runWorker } from "../worker.ts";
+import { runWorker } from "../worker/worker.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
   --concurrency N     batches processed at once (default 4)

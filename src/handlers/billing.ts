@@ -1,4 +1,4 @@
-import { PermanentError, statementHandler, type HandlerTable } from "../handler-table.ts";
+import { PermanentError, statementHandler, type HandlerTable } from "./handler-table.ts";
 
 /** The fields of a Stripe invoice object that billing uses (Stripe API reference, "The Invoice object"). */
 interface InvoiceFields {

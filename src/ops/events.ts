@@ -1,4 +1,4 @@
-import type { Db } from "../db.ts";
+import type { Db } from "../db/db.ts";
 import { whereRows, type RowFilter, type RowState } from "./filter.ts";
 
 /** One inbox row's metadata, as operators see it. Times are ISO 8601 strings. */

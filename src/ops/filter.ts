@@ -1,4 +1,4 @@
-import type { Db } from "../db.ts";
+import type { Db } from "../db/db.ts";
 
 /** A row's state, as the `webhook_inbox_state` view defines it (sql/0004_retention.sql, 0009_resolve.sql). */
 export type RowState = "processed" | "ignored" | "resolved" | "unprocessed" | "needs_review";

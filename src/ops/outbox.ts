@@ -1,4 +1,4 @@
-import type { Db } from "../db.ts";
+import type { Db } from "../db/db.ts";
 
 /** One unpublished outbox row as operators see it. Times are ISO 8601 strings; never the payload. */
 export interface OutboxSummary {

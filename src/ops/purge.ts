@@ -1,4 +1,4 @@
-import type { Db } from "../db.ts";
+import type { Db } from "../db/db.ts";
 
 /** Stripe retries a delivery for up to 3 days (Stripe docs, "Retry behavior"). */
 export const STRIPE_RETRY_HORIZON_MS = 3 * 86_400_000;

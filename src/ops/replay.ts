@@ -1,6 +1,6 @@
-import type { Db, Tx } from "../db.ts";
-import { dataObject, type HandlerTable } from "../handler-table.ts";
-import type { InboxKey } from "../inbox.ts";
+import type { Db, Tx } from "../db/db.ts";
+import { dataObject, type HandlerTable } from "../handlers/handler-table.ts";
+import type { InboxKey } from "../inbox/inbox.ts";
 
 /** What a replay did: the handler's effect, counted by PostgreSQL for its transaction. */
 export interface ReplayResult {

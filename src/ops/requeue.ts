@@ -1,5 +1,5 @@
-import type { Db } from "../db.ts";
-import { NOTIFY_CHANNEL } from "../inbox.ts";
+import type { Db } from "../db/db.ts";
+import { NOTIFY_CHANNEL } from "../inbox/inbox.ts";
 import { whereRows, type RowFilter } from "./filter.ts";
 
 /** The rows a requeue touched (or would touch, on a dry run). */

@@ -1,4 +1,4 @@
-import type { Db } from "../db.ts";
+import type { Db } from "../db/db.ts";
 import { whereRows, type RowFilter } from "./filter.ts";
 
 /** The rows a resolve settled (or would settle, on a dry run). */

@@ -1,14 +1,5 @@
-import type { Db, Tx } from "../db.ts";
-
-/** Backlog of one endpoint: what is waiting and what needs an operator. Ages in seconds. */
-export interface Backlog {
-  provider: string;
-  endpoint: string;
-  unprocessed: number;
-  /** Age of the oldest unprocessed (not parked) row, seconds; 0 when none. */
-  oldestUnprocessedAgeSec: number;
-  needsReview: number;
-}
+import type { Db } from "../db/db.ts";
+import { readBacklog, readOutboxBacklog, type Backlog, type OutboxBacklog } from "../inbox/backlog.ts";
 
 /** Arrivals of one event type at one endpoint within the status window. */
 export interface Arrivals {
@@ -24,17 +15,6 @@ export interface Arrivals {
   needsReview: number;
 }
 
-/**
- * Backlog of the transactional outbox (seed §6, end): rows not yet published. Ages in seconds.
- * `pending` excludes parked rows; `needsReview` counts rows parked for an operator (dead letter).
- */
-export interface OutboxBacklog {
-  pending: number;
-  /** Age of the oldest pending (not parked) row since it was written, seconds; 0 when none. */
-  oldestPendingAgeSec: number;
-  needsReview: number;
-}
-
 /** What `inbox status` reports. */
 export interface InboxStatus {
   backlog: Backlog[];
@@ -42,40 +22,6 @@ export interface InboxStatus {
   /** Window of `arrivals`, seconds (default the last hour). */
   windowSec: number;
   arrivals: Arrivals[];
-}
-
-/**
- * Backlog per provider and endpoint, read from the partial indexes on unprocessed and parked rows
- * (seed §9's monitoring query, split by endpoint). Used by `inbox status` and the `/metrics` gauges.
- */
-export async function readBacklog(db: Db | Tx): Promise<Backlog[]> {
-  const rows = await db<{ provider: string; endpoint: string; unprocessed: number; oldest: number; needs_review: number }[]>`
-    select provider, endpoint,
-           count(*) filter (where needs_review_at is null)::int as unprocessed,
-           coalesce(extract(epoch from now() - min(received_at) filter (where needs_review_at is null)), 0)::float8 as oldest,
-           count(*) filter (where needs_review_at is not null)::int as needs_review
-      from webhook_inbox
-     where processed_at is null
-     group by provider, endpoint
-     order by provider, endpoint
-  `;
-  return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, unprocessed: r.unprocessed, oldestUnprocessedAgeSec: r.oldest, needsReview: r.needs_review }));
-}
-
-/**
- * The outbox backlog, read from the partial indexes `outbox_due` and `outbox_needs_review` (0005):
- * unpublished rows only, so its cost follows the backlog, not the table. Used by `inbox status` and
- * the `/metrics` gauges.
- */
-export async function readOutboxBacklog(db: Db | Tx): Promise<OutboxBacklog> {
-  const [row] = await db<{ pending: number; oldest: number; needs_review: number }[]>`
-    select count(*) filter (where needs_review_at is null)::int as pending,
-           coalesce(extract(epoch from now() - min(created_at) filter (where needs_review_at is null)), 0)::float8 as oldest,
-           count(*) filter (where needs_review_at is not null)::int as needs_review
-      from outbox
-     where published_at is null
-  `;
-  return { pending: row?.pending ?? 0, oldestPendingAgeSec: row?.oldest ?? 0, needsReview: row?.needs_review ?? 0 };
 }
 
 /** The inbox and outbox backlogs plus arrivals per endpoint and event type over the last `windowSec` seconds (default 3600). */

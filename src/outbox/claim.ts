@@ -1,4 +1,4 @@
-import type { Db } from "../db.ts";
+import type { Db } from "../db/db.ts";
 
 /** One outbox row a dispatcher claimed, with the fencing token of this claim. */
 export interface OutboxMessage {

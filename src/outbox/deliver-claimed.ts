@@ -1,7 +1,6 @@
-import type { Db } from "../db.ts";
-import { PermanentError } from "../handler-table.ts";
-import type { Backoff } from "../inbox.ts";
-import { describeError } from "../receive.ts";
+import type { Db } from "../db/db.ts";
+import type { Backoff } from "../inbox/inbox.ts";
+import { describeError, PermanentError } from "../errors.ts";
 import type { OutboxMessage } from "./claim.ts";
 
 /**

@@ -1,11 +1,11 @@
-import { OUTBOX_CHANNEL } from "../notifier.ts";
-import { resolveLoopOptions, type LoopOptions } from "../loop-options.ts";
-import { describeError } from "../receive.ts";
-import { createWakeUp } from "../wake-up.ts";
+import { OUTBOX_CHANNEL } from "../inbox/notifier.ts";
+import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
+import { describeError } from "../errors.ts";
+import { createWakeUp } from "../loop/wake-up.ts";
 import { claimOutboxBatch, type OutboxMessage } from "./claim.ts";
 import { deliverClaimed, type SendFn } from "./deliver-claimed.ts";
 
-/** LISTEN/NOTIFY channel that wakes dispatchers: sent after a processed event's commit (src/notifier.ts). */
+/** LISTEN/NOTIFY channel that wakes dispatchers: sent after a processed event's commit (src/inbox/notifier.ts). */
 export { OUTBOX_CHANNEL };
 
 /** Settings of {@link runDispatcher}; times in ms. */

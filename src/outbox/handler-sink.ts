@@ -1,4 +1,4 @@
-import { PermanentError } from "../handler-table.ts";
+import { PermanentError } from "../errors.ts";
 import type { SendFn } from "./deliver-claimed.ts";
 
 /**

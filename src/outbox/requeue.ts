@@ -1,4 +1,4 @@
-import type { Db } from "../db.ts";
+import type { Db } from "../db/db.ts";
 import { OUTBOX_CHANNEL } from "./dispatcher.ts";
 
 /**

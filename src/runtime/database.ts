@@ -4,7 +4,7 @@ import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { databaseUrlProblem, nodeEnvProblem, PRODUCTION_NEEDS_DATABASE_URL, readPooler } from "../config.ts";
-import type { Pooler } from "../db.ts";
+import type { Pooler } from "../db/db.ts";
 import { startEmbeddedPostgres } from "./embedded-postgres.ts";
 
 /** The repository's gitignored `.data/` folder (embedded cluster, dev secret). */

@@ -2,7 +2,7 @@
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import type { Migration } from "../migrate.ts";
+import type { Migration } from "../db/migrate.ts";
 
 /** The repository's `sql/` folder. */
 export const SQL_DIR = fileURLToPath(new URL("../../sql/", import.meta.url));

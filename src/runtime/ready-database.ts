@@ -1,9 +1,9 @@
 // Edge file: the database of a long-running command (serve, worker, dispatch) at start: opened,
 // waited for, migrated; a stop during start-up releases it; a failure ends the process with one line.
-import type { Db, Pooler } from "../db.ts";
-import { migrate } from "../migrate.ts";
-import { hiddenPoolerProblem } from "../pooler-check.ts";
-import { waitForDatabase } from "../wait-for-database.ts";
+import type { Db, Pooler } from "../db/db.ts";
+import { migrate } from "../db/migrate.ts";
+import { hiddenPoolerProblem } from "../db/pooler-check.ts";
+import { waitForDatabase } from "../db/wait-for-database.ts";
 import { openDatabase, type DatabaseHandle } from "./database.ts";
 import { loadMigrations } from "./migrations-fs.ts";
 

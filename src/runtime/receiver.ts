@@ -1,10 +1,11 @@
 // Wiring shared by every entry file (Bun, Deno, Node, workerd): settings → pool → the one core fetch.
 // Portable on purpose: Web APIs, postgres.js and the core only; no file system, signals or servers.
-import { createApp, type App, type LogFn } from "../app.ts";
-import { createBodyBudget } from "../body-budget.ts";
+import { createApp, type App } from "../receiver/app.ts";
+import type { LogFn } from "../log.ts";
+import { createBodyBudget } from "../receiver/body-budget.ts";
 import { ConfigError, loadConfig, PRODUCTION_NEEDS_DATABASE_URL, type Config } from "../config.ts";
-import { connect, type Db } from "../db.ts";
-import { stripeEndpoints } from "../endpoints.ts";
+import { connect, type Db } from "../db/db.ts";
+import { stripeEndpoints } from "../receiver/endpoints.ts";
 
 /** A configuration whose database is given (every runtime but `bun run serve` needs `DATABASE_URL`). */
 export type ServerConfig = Config & { databaseUrl: string };

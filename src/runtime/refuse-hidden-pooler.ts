@@ -1,6 +1,6 @@
 // Edge file: the start-up refusal of a command whose DATABASE_URL leads to an undeclared transaction pooler.
-import type { Pooler } from "../db.ts";
-import { hiddenPoolerProblem } from "../pooler-check.ts";
+import type { Pooler } from "../db/db.ts";
+import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 
 /**
  * Checks `database.url` for a transaction pooler when `pooler` (DATABASE_POOLER) is not `transaction`

@@ -1,5 +1,5 @@
-import type { Db } from "../db.ts";
-import { PermanentError } from "../handler-table.ts";
+import type { Db } from "../db/db.ts";
+import { PermanentError } from "../errors.ts";
 
 /** Which write-back: the provider, the event it answers, and a code-constant operation name. */
 export interface WriteBackSpec {

@@ -1,7 +1,7 @@
 // The end state of the fixture lifecycle (test/fixtures/stripe/invoice-lifecycle), whatever the order
 // and however many copies: two paid invoices with one payment each, one void invoice, two outbox rows.
 import { expect } from "bun:test";
-import type { Db } from "../../src/db.ts";
+import type { Db } from "../../src/db/db.ts";
 
 /** Asserts the lifecycle's invoices, ledger and outbox rows in `db`. */
 export async function expectLifecycleRows(db: Db): Promise<void> {

@@ -5,18 +5,19 @@
 // PgBouncer missing is one skip naming how to install it, and a failure in CI (.ci/run installs it).
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { spawn } from "node:child_process";
-import { connect, type Db } from "../../src/db.ts";
-import type { App } from "../../src/app.ts";
-import { deliver, mulberry32, shuffleInPlace } from "../../src/deliver.ts";
+import { connect, type Db } from "../../src/db/db.ts";
+import type { App } from "../../src/receiver/app.ts";
+import { deliver } from "../../src/dev/deliver.ts";
+import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
-import { detectTransactionPooler } from "../../src/pooler-check.ts";
-import { receiveSync } from "../../src/receive.ts";
+import { detectTransactionPooler } from "../../src/db/pooler-check.ts";
+import { receiveSync } from "../../src/receiver/receive.ts";
 import { connectReceiver, loadServerConfig, receiverApp } from "../../src/runtime/receiver.ts";
-import { adminUrl, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, verified } from "../helpers.ts";
-import { waitUntil } from "../wait-until.ts";
+import { adminUrl, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, verified } from "../support/helpers.ts";
+import { waitUntil } from "../support/wait-until.ts";
 import { expectLifecycleRows } from "./lifecycle-rows.ts";
 import { startPgBouncer, type PgBouncer } from "./pgbouncer.ts";
-import { requireBinary } from "../support-binary.ts";
+import { requireBinary } from "../support/support-binary.ts";
 import { ROOT, serverPid } from "./server-process.ts";
 
 type Fresh = Awaited<ReturnType<typeof freshDatabase>>;
@@ -170,7 +171,7 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     const fresh = await database();
     // chaos creates (and drops) its own database on the server behind DATABASE_URL: here, through PgBouncer.
     const env = { ...process.env, DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction" };
-    const child = Bun.spawn(["timeout", "--kill-after=5", "100", process.execPath, "src/bin/chaos.ts", "--json", "--mode", "async", "--invoices", "40", "--faults", "kill-receiver,kill-worker", "--seed", "404", "--fault-every-ms", "300", "--deadline-ms", "60000"], {
+    const child = Bun.spawn(["timeout", "--kill-after=5", "100", process.execPath, "src/dev/bin/chaos.ts", "--json", "--mode", "async", "--invoices", "40", "--faults", "kill-receiver,kill-worker", "--seed", "404", "--fault-every-ms", "300", "--deadline-ms", "60000"], {
       cwd: ROOT, env, stdout: "pipe", stderr: "pipe",
     });
     const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);

@@ -1,13 +1,13 @@
 // Test helper: a PgBouncer (Debian package) in transaction pooling mode in front of the test PostgreSQL,
 // on a free loopback port, with its own ini and userlist in a temporary directory. A missing binary
-// throws; test files check first with requireBinary (test/support-binary.ts).
+// throws; test files check first with requireBinary (test/support/support-binary.ts).
 import { spawn, type ChildProcess } from "node:child_process";
 import { chmodSync, mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { freePort } from "../../src/runtime/embedded-postgres.ts";
-import { findBinary } from "../support-binary.ts";
-import { waitUntil } from "../wait-until.ts";
+import { findBinary } from "../support/support-binary.ts";
+import { waitUntil } from "../support/wait-until.ts";
 
 /** A running PgBouncer: `url(database)` goes through it; `stop()` ends it (by its pid). */
 export interface PgBouncer {

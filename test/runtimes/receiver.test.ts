@@ -2,7 +2,7 @@
 import { describe, expect, test } from "bun:test";
 import { ConfigError } from "../../src/config.ts";
 import { loadServerConfig } from "../../src/runtime/receiver.ts";
-import { SECRET } from "../helpers.ts";
+import { SECRET } from "../support/helpers.ts";
 
 const DB_URL = "postgres://app:pw@db.internal:6432/inbox";
 

@@ -5,8 +5,8 @@
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
 import { createRequire } from "node:module";
-import { deliver } from "../../src/deliver.ts";
-import { eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, OTHER_SECRET } from "../helpers.ts";
+import { deliver } from "../../src/dev/deliver.ts";
+import { eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, OTHER_SECRET } from "../support/helpers.ts";
 import { expectLifecycleRows } from "./lifecycle-rows.ts";
 import { ROOT, startServer, type ServerProcess } from "./server-process.ts";
 

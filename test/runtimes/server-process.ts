@@ -5,7 +5,7 @@ import { spawn, type ChildProcess } from "node:child_process";
 import { readFileSync } from "node:fs";
 import { join } from "node:path";
 import { freePort } from "../../src/runtime/embedded-postgres.ts";
-import { waitUntil } from "../wait-until.ts";
+import { waitUntil } from "../support/wait-until.ts";
 
 export const ROOT = join(import.meta.dir, "..", "..");
 

@@ -1,10 +1,10 @@
-// Child for test/writeback.test.ts: `bun crash-after-call.ts <database-url> <fake-stripe-port> <event-id> <customer-id>`.
+// Child for test/writeback/writeback.test.ts: `bun crash-after-call.ts <database-url> <fake-stripe-port> <event-id> <customer-id>`.
 // Runs writeBackOnce whose call updates the customer's metadata through stripe-node (pointed at the
 // fake Stripe server) and then, before writeBackOnce can record the result, prints
 // `CALLED <object id> <idempotency key>` and waits forever, so the parent can SIGKILL it between the
 // provider call and the record. Exits by itself (status 3) after 30 s if nobody kills it.
 import { writeSync } from "node:fs";
-import { connect } from "../../src/db.ts";
+import { connect } from "../../src/db/db.ts";
 import { writeBackOnce } from "../../src/writeback/write-back-once.ts";
 import { stripeClient, updateCustomerMetadata } from "./stripe-calls.ts";
 

@@ -1,12 +1,12 @@
 // Entry file for Deno 2: `deno run --allow-net --allow-env --allow-read --allow-sys src/adapter/deno/serve.ts`.
 // npm packages come from node_modules (bun install), so Deno needs no registry of its own.
 import { ConfigError } from "../../config.ts";
-import { migrate } from "../../migrate.ts";
-import { hiddenPoolerProblem } from "../../pooler-check.ts";
+import { migrate } from "../../db/migrate.ts";
+import { hiddenPoolerProblem } from "../../db/pooler-check.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
-import { createStartingApp } from "../../starting-app.ts";
-import { waitForDatabase } from "../../wait-for-database.ts";
+import { createStartingApp } from "../../receiver/starting-app.ts";
+import { waitForDatabase } from "../../db/wait-for-database.ts";
 
 /** The part of the Deno namespace this file uses (the project typechecks with bun-types). */
 declare const Deno: {

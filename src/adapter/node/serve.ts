@@ -3,13 +3,13 @@
 import { createServer } from "node:http";
 import { createRequestListener } from "@remix-run/node-fetch-server";
 import { ConfigError } from "../../config.ts";
-import { migrate } from "../../migrate.ts";
+import { migrate } from "../../db/migrate.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
-import { hiddenPoolerProblem } from "../../pooler-check.ts";
+import { hiddenPoolerProblem } from "../../db/pooler-check.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
-import { createStartingApp } from "../../starting-app.ts";
-import { waitForDatabase } from "../../wait-for-database.ts";
+import { createStartingApp } from "../../receiver/starting-app.ts";
+import { waitForDatabase } from "../../db/wait-for-database.ts";
 
 let config: ServerConfig;
 try {

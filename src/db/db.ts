@@ -1,0 +1,138 @@
+import postgres from "postgres";
+import { PermanentError } from "../errors.ts";
+
+/** The connection pool (postgres.js `Sql`). Use it only outside transactions. */
+export type Db = postgres.Sql;
+
+/**
+ * A transaction handle from `sql.begin`. A function that takes a `Tx` must be called inside the
+ * inbox transaction and must send every statement through it (never through the outer pool).
+ */
+export type Tx = postgres.TransactionSql;
+
+/** SQLSTATE codes this project branches on (PostgreSQL manual, Appendix A "Error Codes"). */
+export const SQLSTATE = {
+  uniqueViolation: "23505",
+  queryCanceled: "57014",
+  adminShutdown: "57P01",
+  crashShutdown: "57P02",
+  cannotConnectNow: "57P03",
+  serializationFailure: "40001",
+  deadlockDetected: "40P01",
+  lockNotAvailable: "55P03",
+  tooManyConnections: "53300",
+  untranslatableCharacter: "22P05",
+  undefinedTable: "42P01",
+  /** "prepared statement … does not exist": a statement cached on another server connection (transaction pooler). */
+  invalidSqlStatementName: "26000",
+} as const;
+
+/**
+ * `code` of the error `sql.begin` throws (patches/postgres@3.4.9.patch) when PostgreSQL answered its
+ * COMMIT with the command tag ROLLBACK: the transaction had failed without postgres.js seeing the
+ * error, and nothing of it was saved. Transient: the caller answers 5xx, or a worker retries.
+ */
+export const COMMIT_ROLLED_BACK = "COMMIT_ROLLED_BACK";
+
+/** What sits between us and PostgreSQL: nothing (or a session pooler), or a transaction pooler. */
+export type Pooler = "none" | "transaction";
+
+/** Options for {@link connect}. */
+export interface ConnectOptions {
+  /** Pool size (connections). Default 10. */
+  max?: number;
+  /** Seconds to wait for a new connection before failing. Default 5. */
+  connectTimeoutSec?: number;
+  /** Named prepared statements (postgres.js default). Forced off by `pooler: "transaction"`. */
+  prepare?: boolean;
+  /**
+   * `transaction`: the URL points at a transaction pooler (PgBouncer `pool_mode = transaction`), which
+   * gives each transaction whichever server connection is free. A statement prepared on one server
+   * connection is then missing on the next ("prepared statement … does not exist", 26000) or clashes
+   * with another client's ("… already exists", 42P05), so prepared statements are off. Default `none`.
+   */
+  pooler?: Pooler;
+  /** Application name shown in pg_stat_activity. */
+  applicationName?: string;
+  /**
+   * Session `statement_timeout`, ms, enforced by the server: a statement of a process that was killed
+   * (SIGKILL) while it waited on a lock is cancelled by PostgreSQL, which then notices the client is
+   * gone and ends the backend, releasing its locks. A client-side cancel cannot do that once the
+   * client is dead. Not sent behind a transaction pooler, which refuses startup parameters (SET LOCAL
+   * inside transactions still works there). PostgreSQL manual, "Client Connection Defaults".
+   */
+  statementTimeoutMs?: number;
+}
+
+/**
+ * Opens a postgres.js pool. Connections are lazy: nothing is contacted until the first query.
+ * Reconnect backoff is bounded (≤ 1 s) so a short database restart is a short outage, not ~20 s
+ * of 5xx (postgres.js's default backoff grows with attempts).
+ */
+export function connect(url: string, options: ConnectOptions = {}): Db {
+  return postgres(url, {
+    max: options.max ?? 10,
+    connect_timeout: options.connectTimeoutSec ?? 5,
+    idle_timeout: 60,
+    max_lifetime: 60 * 30,
+    prepare: options.pooler === "transaction" ? false : (options.prepare ?? true),
+    backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 1),
+    onnotice: () => {},
+    connection: {
+      application_name: options.applicationName ?? "webhook-inbox",
+      ...(options.statementTimeoutMs !== undefined && options.pooler !== "transaction" ? { statement_timeout: options.statementTimeoutMs } : {}),
+    },
+  });
+}
+
+/** The SQLSTATE of a PostgreSQL error, or undefined for anything else. */
+export function sqlState(err: unknown): string | undefined {
+  if (err instanceof postgres.PostgresError) return err.code;
+  return undefined;
+}
+
+/**
+ * True when the error means the database could not be reached or dropped the connection
+ * (network errors from postgres.js, server shutdown, too many connections). Such failures are
+ * transient: the right answer is 503 and a retry, never a 4xx.
+ */
+export function isDatabaseUnavailable(err: unknown): boolean {
+  const state = sqlState(err);
+  if (state) return state.startsWith("08") || state.startsWith("57P") || state === SQLSTATE.tooManyConnections;
+  const code = (err as { code?: unknown } | null)?.code;
+  return (
+    typeof code === "string" &&
+    ["CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT"].includes(code)
+  );
+}
+
+/**
+ * True for errors that no retry can fix because of the data itself: SQLSTATE class 22 "data
+ * exception" (e.g. a `\u0000` or lone surrogate that jsonb rejects, a number out of range) and class
+ * 54 "program limit exceeded" (JSON nested too deep, a key too long for an index). PostgreSQL manual,
+ * Appendix A.
+ */
+export function isDataError(err: unknown): boolean {
+  const state = sqlState(err);
+  return state !== undefined && (state.startsWith("22") || state.startsWith("54"));
+}
+
+/** A failure that retrying the same event cannot fix: a PermanentError, or a data error from PostgreSQL. */
+export function isPermanent(err: unknown): boolean {
+  return err instanceof PermanentError || isDataError(err);
+}
+
+/**
+ * Awaits `query` and cancels it from the client (PostgreSQL's cancel request) once it has run
+ * `timeoutMs` milliseconds, lock waits included; `undefined` sets no bound. One statement needs no
+ * `SET statement_timeout` round trip. Resolves with the query's result; rejects with its error, a
+ * PostgresError with SQLSTATE 57014 (query_canceled) when the bound fired.
+ */
+export async function cancelAfter<T>(query: PromiseLike<T> & { cancel(): unknown }, timeoutMs: number | undefined): Promise<T> {
+  const timer = timeoutMs === undefined ? undefined : setTimeout(() => void query.cancel(), Math.max(0, timeoutMs));
+  try {
+    return await query;
+  } finally {
+    clearTimeout(timer);
+  }
+}

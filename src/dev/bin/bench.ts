@@ -1,0 +1,248 @@
+// Entry file: `bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only sections] [--out DIR]`. Measures
+// the receiver and the worker against the physical ceiling (pgbench running the same SQL) on this
+// machine, side by side in one run, and writes <out>/latest.json and latest.md (default bench-results/).
+// pgbench: PGBENCH_BIN, else on PATH or Debian's /usr/lib/postgresql/<major>/bin. No timing is asserted
+// by the test suite (test/dev/bench.test.ts: a quick run completes, DATABASE_URL's data is left alone).
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, totalmem } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { benchEventBody } from "../bench/payload.ts";
+import { capturedHandlerStatement, capturedScript, inboxOnlyScript, seedSyncScript } from "../bench/scripts.ts";
+import { connect } from "../../db/db.ts";
+import { handlersFor } from "../../receiver/endpoints.ts";
+import { migrate } from "../../db/migrate.ts";
+import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../../runtime/embedded-postgres.ts";
+import { loadMigrations } from "../../runtime/migrations-fs.ts";
+import { createScratchDatabase } from "../scratch-database.ts";
+import { onStopSignals } from "../../runtime/signals.ts";
+import { graphileDrain } from "../bench/graphile-peer.ts";
+import { ensurePgbench, runPgbench } from "../bench/pgbench.ts";
+import { runWorker } from "../../worker/worker.ts";
+
+const { values: o } = parseArgs({
+  options: {
+    quick: { type: "boolean", default: false },
+    runs: { type: "string" },
+    seconds: { type: "string" },
+    backlog: { type: "string" },
+    only: { type: "string" },
+    out: { type: "string" },
+  },
+});
+/** `--name`'s value as a positive integer; exits 2 with the reason otherwise (before any database exists). */
+function count(name: string, value: string | undefined, fallback: number): number {
+  const n = Number(value ?? fallback);
+  if (Number.isInteger(n) && n > 0) return n;
+  console.error(`bench: --${name} must be a positive integer, got ${JSON.stringify(value)}`);
+  process.exit(2);
+}
+const runs = count("runs", o.runs, o.quick ? 1 : 3);
+const seconds = count("seconds", o.seconds, o.quick ? 2 : 5);
+const backlog = count("backlog", o.backlog, o.quick ? 5_000 : 10_000);
+const levels = o.quick ? [16] : [1, 4, 16, 64];
+const sections = new Set((o.only ?? "ceiling,sync,async,drain,duplicates").split(","));
+const SECRET = "whsec_bench_0123456789abcdefghijklmn";
+const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
+const bin = (name: string) => join(ROOT, "src", "bin", `${name}.ts`);
+const devBin = (name: string) => join(ROOT, "src", "dev", "bin", `${name}.ts`);
+const say = (line: string) => console.log(line);
+
+// The database: a throwaway embedded PostgreSQL 18 with default durability, or a scratch database
+// created on DATABASE_URL's server and dropped at the end. Never the database DATABASE_URL names: the
+// bench truncates its tables between sections (a fresh review lost a whole inbox that way).
+let embedded: EmbeddedServer | undefined;
+let dataDir: string | undefined;
+let url: string;
+let dropScratch = async () => {};
+const children = new Set<ChildProcess>();
+onStopSignals((signal) => {
+  console.error(`bench: ${signal}: stopping; dropping the scratch database`);
+  void (async () => {
+    for (const child of children) child.kill("SIGKILL");
+    await dropScratch().catch(() => {});
+    await embedded?.stop().catch(() => {});
+    if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
+    process.exit(signal === "SIGINT" ? 130 : 143);
+  })();
+}, () => process.exit(1));
+if (process.env.DATABASE_URL) {
+  const scratch = await createScratchDatabase(process.env.DATABASE_URL, "webhook_inbox_bench");
+  url = scratch.url;
+  dropScratch = scratch.drop;
+} else {
+  dataDir = await temporaryDataDir("webhook-inbox-bench-pg-");
+  embedded = await startEmbeddedPostgres({ dir: dataDir, port: 0, flags: ["-c", "max_connections=300"] });
+  url = embedded.url;
+}
+const db = connect(url, { max: 4, applicationName: "webhook-inbox bench" });
+// Whatever fails, the scratch database is dropped and the embedded server stopped: a failed run must
+// not leave a webhook_inbox_bench_* database behind on DATABASE_URL's server.
+try {
+  await migrate(db, loadMigrations());
+  const [{ version: pgVersion, sync: syncCommit } = { version: "?", sync: "?" }] = await db<{ version: string; sync: string }[]>`select version(), current_setting('synchronous_commit') as sync`;
+  const pgbench = sections.has("ceiling") ? ensurePgbench(say) : "";
+  const machine = {
+    cpu: cpus()[0]?.model ?? "?", cores: cpus().length, memory_gib: Math.round(totalmem() / 2 ** 30),
+    bun: Bun.version, postgres: pgVersion.split(",")[0], synchronous_commit: syncCommit,
+    pgbench: pgbench ? spawnSync(pgbench, ["--version"], { encoding: "utf8" }).stdout.trim() : "not used",
+    date: new Date().toISOString(), runs, seconds_per_run: seconds,
+  };
+  say(`machine: ${JSON.stringify(machine)}`);
+
+  /** Empties the inbox and billing tables, so one section's rows never become another's work. */
+  const reset = () => db`truncate webhook_inbox, invoices, ledger_entries, outbox`;
+
+  type Stat = { median: number; min: number; max: number };
+  const stat = (xs: number[]): Stat => {
+    const s = [...xs].sort((a, b) => a - b);
+    return { median: s[Math.floor(s.length / 2)] ?? 0, min: s[0] ?? 0, max: s[s.length - 1] ?? 0 };
+  };
+  const results: Record<string, unknown> = { machine };
+  const table: string[] = ["| measurement | concurrency | median | min–max | notes |", "|---|---|---|---|---|"];
+  const row = (name: string, c: number | string, s: Stat, unit: string, notes = "") =>
+    table.push(`| ${name} | ${c} | ${s.median.toFixed(0)} ${unit} | ${s.min.toFixed(0)}–${s.max.toFixed(0)} | ${notes} |`);
+
+  // 1. The ceiling: pgbench running the seed's six statements, exactly our sync SQL, our async SQL, and the inbox insert alone.
+  if (sections.has("ceiling")) {
+    const scripts = {
+      "pgbench: seed's 6-statement sync transaction": seedSyncScript(),
+      "pgbench: our sync statement": await capturedScript(url, "sync"),
+      "pgbench: our async statement": await capturedScript(url, "async"),
+      "pgbench: inbox insert alone": inboxOnlyScript(),
+    };
+    for (const [name, script] of Object.entries(scripts)) {
+      await reset();
+      for (const c of levels) {
+        const tps = Array.from({ length: runs }, () => runPgbench(pgbench, url, script, c, seconds).tps);
+        results[`${name} @${c}`] = stat(tps);
+        row(name, c, stat(tps), "tx/s");
+        say(`${name} @${c}: ${JSON.stringify(stat(tps))}`);
+      }
+    }
+  }
+
+  // 2–3. Receive end to end: signed requests from a separate load-generator process through `serve`.
+  interface Load { rps: number; p50: number; p99: number; requests: number; statuses: Record<string, number> }
+  async function withServe<T>(env: Record<string, string>, fn: (base: string, pid: number) => Promise<T>): Promise<T> {
+    const port = await freePort();
+    const child = spawn(process.execPath, [bin("serve")], {
+      env: { ...process.env, DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, PORT: String(port), ...env }, stdio: ["ignore", "ignore", "inherit"],
+    });
+    children.add(child);
+    child.once("exit", () => children.delete(child));
+    const base = `http://127.0.0.1:${port}`;
+    for (let i = 0; i < 100 && !(await fetch(`${base}/readyz`).then((r) => r.ok, () => false)); i++) await Bun.sleep(100);
+    try {
+      return await fn(base, child.pid ?? 0);
+    } finally {
+      child.kill("SIGTERM");
+      await new Promise((r) => child.once("exit", r));
+    }
+  }
+  function load(options: Record<string, unknown>): Load {
+    const out = spawnSync(process.execPath, [devBin("bench-load"), JSON.stringify({ secret: SECRET, ...options })], { encoding: "utf8", maxBuffer: 1 << 24 });
+    if (out.status !== 0) throw new Error(`load generator failed: ${out.stderr.slice(-1000)}`);
+    return JSON.parse(out.stdout.trim().split("\n").pop() ?? "{}") as Load;
+  }
+  function peakRssMiB(pid: number): number {
+    const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
+    return Math.round(Number(hwm ?? 0) / 1024);
+  }
+  for (const mode of ["sync", "async"] as const) {
+    if (!sections.has(mode)) continue;
+    for (const c of levels) {
+      await reset();
+      const measured = await withServe({ INBOX_MODE: mode, DB_POOL_MAX: String(Math.min(c, 64)) }, async (base, pid) => {
+        // Warm-up (discarded): opens the pool's connections and the load generator's sockets.
+        load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warm${mode}${c}${Date.now()}` });
+        const loads = Array.from({ length: runs }, (_, r) => load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: seconds * 1000, kind: "unique", run: `${mode}${c}r${r}${Date.now()}` }));
+        return { loads, rss: peakRssMiB(pid) };
+      });
+      const name = `receive ${mode} (HTTP through serve)`;
+      const rps = stat(measured.loads.map((l) => l.rps));
+      const notes = `p50 ${stat(measured.loads.map((l) => l.p50)).median.toFixed(1)} ms, p99 ${stat(measured.loads.map((l) => l.p99)).median.toFixed(1)} ms, serve peak RSS ${measured.rss} MiB, statuses ${JSON.stringify(measured.loads[0]?.statuses)}`;
+      results[`${name} @${c}`] = { ...rps, loads: measured.loads, peak_rss_mib: measured.rss };
+      row(name, c, rps, "events/s", notes);
+      say(`${name} @${c}: ${JSON.stringify(rps)} ${notes}`);
+    }
+  }
+
+  // 4. Worker drain: a prefilled backlog processed by 1, 4 and 16 worker slots.
+  if (sections.has("drain")) {
+    const template = benchEventBody("DRAIN", 0);
+    for (const w of o.quick ? [4] : [1, 4, 16]) {
+      await reset();
+      const rates: number[] = [];
+      for (let r = 0; r < runs; r++) {
+        const run = `d${w}r${r}${Date.now()}`;
+        await db`
+          insert into webhook_inbox (provider, endpoint, event_id, event_type, payload)
+          select 'stripe', 'bench-drain', 'evt_' || ${run} || '_' || g, 'invoice.paid',
+                 replace(replace(${template}, 'evt_bench_DRAIN_0', 'evt_' || ${run} || '_' || g), 'in_bench_DRAIN_0', 'in_' || ${run} || '_' || g)::jsonb
+            from generate_series(1, ${backlog}) g
+        `;
+        await db`analyze webhook_inbox`; // fresh statistics, as autovacuum would give a long-lived table
+        const pool = connect(url, { max: w + 1, applicationName: "bench worker" });
+        const controller = new AbortController();
+        const t0 = performance.now();
+        const done = runWorker({ db: pool, handlersFor, signal: controller.signal, concurrency: w, listen: false, pollMs: 20, log: () => {} });
+        for (;;) {
+          const [left] = await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null and endpoint = 'bench-drain'`;
+          if ((left?.n ?? 1) === 0) break;
+          await Bun.sleep(20);
+        }
+        const elapsed = (performance.now() - t0) / 1000;
+        controller.abort();
+        await done;
+        await pool.end();
+        rates.push(backlog / elapsed);
+      }
+      results[`worker drain @${w}`] = stat(rates);
+      row("worker drain (ours)", w, stat(rates), "events/s", `backlog ${backlog}`);
+      say(`worker drain @${w}: ${JSON.stringify(stat(rates))}`);
+      // The peer: graphile-worker doing the same billing statement per job, plain and with its batching.
+      const work = await capturedHandlerStatement(url);
+      for (const batched of [false, true]) {
+        await reset();
+        const peer = Array.from({ length: runs }, () => 0);
+        for (let r = 0; r < runs; r++) peer[r] = await graphileDrain(db, url, work, backlog, w, batched);
+        const name = `graphile-worker drain${batched ? " (batched: local queue + batched completion)" : ""}`;
+        results[`${name} @${w}`] = stat(peer);
+        row(name, w, stat(peer), "jobs/s", `backlog ${backlog}, same billing statement per job`);
+        say(`${name} @${w}: ${JSON.stringify(stat(peer))}`);
+      }
+    }
+  }
+
+  // 5. Duplicate storm: one event 1,000 times at concurrency 64.
+  if (sections.has("duplicates")) {
+    await reset();
+    const run = `dup${Date.now()}`;
+    const storm = await withServe({ INBOX_MODE: "sync", DB_POOL_MAX: "64" }, async (base) => {
+      load({ url: `${base}/webhooks/stripe`, concurrency: 64, durationMs: 1000, kind: "unique", run: `warm${run}` });
+      return load({ url: `${base}/webhooks/stripe`, concurrency: 64, durationMs: 60_000, requests: 1000, kind: "duplicate", run });
+    });
+    const [booked] = await db<{ n: number }[]>`select count(*)::int as n from ledger_entries where invoice_id = ${`in_bench_${run}_0`}`;
+    results["duplicate storm"] = { ...storm, ledger_rows: booked?.n };
+    table.push(`| duplicate storm: 1 event × 1000 | 64 | p99 ${storm.p99.toFixed(1)} ms | p50 ${storm.p50.toFixed(1)} ms | statuses ${JSON.stringify(storm.statuses)}, ledger rows ${booked?.n} |`);
+    say(`duplicate storm: ${JSON.stringify(storm)} ledger rows ${booked?.n}`);
+  }
+
+  const outDir = o.out ?? join(ROOT, "bench-results");
+  mkdirSync(outDir, { recursive: true });
+  writeFileSync(join(outDir, "latest.json"), `${JSON.stringify(results, null, 2)}\n`);
+  const markdown = `Machine: ${machine.cores} × ${machine.cpu}, ${machine.memory_gib} GiB; Bun ${machine.bun}; ${machine.postgres} (synchronous_commit=${machine.synchronous_commit}); ${machine.pgbench}; ${machine.date}. Medians of ${runs} run(s) of ${seconds} s.\n\n${table.join("\n")}\n`;
+  writeFileSync(join(outDir, "latest.md"), markdown);
+  say(`\n${markdown}\nwritten: ${join(outDir, "latest.json")}, ${join(outDir, "latest.md")}`);
+} catch (err) {
+  console.error(`bench: ${err instanceof Error ? err.message : String(err)}`);
+  process.exitCode = 1;
+}
+await db.end({ timeout: 5 }).catch(() => {});
+await dropScratch();
+await embedded?.stop();
+if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
+process.exit(process.exitCode ?? 0);

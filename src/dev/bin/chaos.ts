@@ -1,0 +1,249 @@
+// Entry file: `bun run chaos [options]`. Runs the real `serve` and `worker` commands as child
+// processes against a PostgreSQL it starts (or DATABASE_URL), delivers a Stripe-like storm while
+// SIGKILLing receivers and workers and restarting PostgreSQL, then checks the invariants.
+// Exit codes: 0 no violation, 1 a violation (or the run could not complete), 2 usage error.
+import { appendFileSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { checkStorm, passed } from "../chaos/check.ts";
+import { generateStorm } from "../chaos/model.ts";
+import { sendStorm } from "../chaos/storm.ts";
+import { readPooler } from "../../config.ts";
+import { connect } from "../../db/db.ts";
+import { mulberry32 } from "../random.ts";
+import { migrate } from "../../db/migrate.ts";
+import { killPostmaster, supervise, type Supervised } from "../chaos/processes.ts";
+import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../../runtime/embedded-postgres.ts";
+import { loadMigrations } from "../../runtime/migrations-fs.ts";
+import { createScratchDatabase } from "../scratch-database.ts";
+import { onStopSignals } from "../../runtime/signals.ts";
+
+const USAGE = `Usage: bun run chaos [options]
+  --mode sync|async|hybrid   processing mode of the receivers (default sync)
+  --invoices N               invoice lifecycles in the storm (default 100; ~4 events each)
+  --poison N                 extra events a handler can never apply; they must end needs-review (default 0)
+  --senders N                concurrent Stripe-like senders (default 8)
+  --rate N                   deliveries per second over all senders (default 150)
+  --receivers N, --workers N receiver and worker processes (default 2 and 2; no workers in sync mode)
+  --faults LIST              kill-receiver,kill-worker,restart-db (default all; "none" for none)
+  --fault-every-ms N         mean time between faults (default 700)
+  --deadline-ms N            give up on an unacknowledged event after this (default 90000)
+  --seed N                   reproducible storm and fault schedule (default: random, printed)
+  --json                     print the summary as one JSON line at the end
+With DATABASE_URL a fresh database is created on that server (and dropped afterwards; restart-db is
+skipped: only an embedded server can be restarted); otherwise a throwaway embedded PostgreSQL is used.`;
+
+const SECRET = "whsec_chaos_0123456789abcdefghijklmn";
+const FAULTS = ["kill-receiver", "kill-worker", "restart-db"] as const;
+
+function usage(message: string): never {
+  console.error(`${message}\n\n${USAGE}`);
+  process.exit(2);
+}
+
+const { values: o } = (() => {
+  try {
+    return parseArgs({
+      options: {
+        mode: { type: "string", default: "sync" }, invoices: { type: "string", default: "100" }, poison: { type: "string", default: "0" },
+        senders: { type: "string", default: "8" }, rate: { type: "string", default: "150" }, receivers: { type: "string", default: "2" },
+        workers: { type: "string", default: "2" }, faults: { type: "string", default: FAULTS.join(",") },
+        "fault-every-ms": { type: "string", default: "700" }, "deadline-ms": { type: "string", default: "90000" },
+        seed: { type: "string", default: String(Math.floor(Math.random() * 1e9)) }, json: { type: "boolean", default: false },
+        help: { type: "boolean", short: "h", default: false },
+      },
+    });
+  } catch (err) {
+    usage(err instanceof Error ? err.message : String(err));
+  }
+})();
+if (o.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+const num = (name: keyof typeof o, min: number): number => {
+  const n = Number(o[name]);
+  if (!Number.isSafeInteger(n) || n < min) usage(`--${name} must be a whole number ≥ ${min}, got "${String(o[name])}"`);
+  return n;
+};
+const mode = o.mode;
+if (mode !== "sync" && mode !== "async" && mode !== "hybrid") usage(`--mode must be sync, async or hybrid, got "${mode}"`);
+const faults = new Set(o.faults === "none" ? [] : o.faults.split(","));
+for (const f of faults) if (!(FAULTS as readonly string[]).includes(f)) usage(`Unknown fault "${f}": use ${FAULTS.join(", ")} or none`);
+const seed = num("seed", 0);
+const workerCount = mode === "sync" ? 0 : num("workers", 1);
+const random = mulberry32(seed);
+const started = Date.now();
+const workDir = mkdtempSync(join(tmpdir(), "webhook-inbox-chaos-"));
+const logFile = join(workDir, "children.log");
+const log = (line: string) => appendFileSync(logFile, `${line}\n`);
+const say = (line: string) => (o.json ? log(`chaos ${line}`) : console.log(line));
+
+// 1. The database: a throwaway embedded cluster (restartable), or a fresh database on DATABASE_URL.
+let embedded: EmbeddedServer | undefined;
+let dataDir: string | undefined;
+let url: string;
+let dropDatabase = async () => {};
+// SIGTERM/SIGINT before the verdict (a `kill` of `bun run chaos`, a CI timeout, Ctrl-C): SIGKILL every
+// child, stop the throwaway cluster, remove this run's folders, exit 143/130 with no verdict.
+const children: Supervised[] = [];
+onStopSignals((signal) => {
+  console.error(`chaos: ${signal}: stopping the children and the throwaway database; no verdict`);
+  void (async () => {
+    await Promise.all(children.map((c) => c.stop("SIGKILL").catch(() => null)));
+    if (dataDir) await killPostmaster(dataDir).catch(() => {});
+    await dropDatabase().catch(() => {});
+    if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
+    rmSync(workDir, { recursive: true, force: true });
+    process.exit(signal === "SIGINT" ? 130 : 143);
+  })();
+}, () => process.exit(1));
+if (process.env.DATABASE_URL) {
+  const scratch = await createScratchDatabase(process.env.DATABASE_URL, "webhook_inbox_chaos");
+  url = scratch.url;
+  dropDatabase = scratch.drop;
+  if (faults.delete("restart-db")) say("restart-db skipped: DATABASE_URL points at a server this command does not own");
+} else {
+  dataDir = await temporaryDataDir("webhook-inbox-chaos-pg-");
+  embedded = await startEmbeddedPostgres({ dir: dataDir, port: 0 });
+  url = embedded.url;
+}
+// DATABASE_POOLER=transaction (DATABASE_URL through PgBouncer) also reaches the children through the environment.
+const db = connect(url, { max: 2, applicationName: "webhook-inbox chaos", pooler: readPooler(process.env, []) });
+await migrate(db, loadMigrations());
+
+// 2. The real commands as children: receivers on fixed ports (kept across restarts), workers.
+const receiverEnv = { DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, DB_POOL_MAX: "4", HOST: "127.0.0.1" };
+const ports = await Promise.all(Array.from({ length: num("receivers", 1) }, () => freePort()));
+const bin = (name: string) => fileURLToPath(new URL(`../../bin/${name}.ts`, import.meta.url));
+const receivers = ports.map((port, i) => supervise(`receiver${i}`, [bin("serve")], { ...receiverEnv, PORT: String(port) }, log, /listening on/));
+const workerArgs = [bin("worker"), "--poll-ms", "250", "--lease-ms", "4000", "--timeout-ms", "3000", "--backoff-base-ms", "100", "--backoff-cap-ms", "1000"];
+const workers = Array.from({ length: workerCount }, (_, i) => supervise(`worker${i}`, workerArgs, { DATABASE_URL: url }, log, /"worker":"started"/));
+children.push(...receivers, ...workers);
+for (const child of children) child.start();
+await Promise.all(ports.map((port) => waitReady(`http://127.0.0.1:${port}`)));
+
+// 3. Faults while the storm runs.
+const counts = { receiverKills: 0, workerKills: 0, dbRestarts: 0 };
+let storming = true;
+const faultLoop = (async () => {
+  let dbRestartDue = faults.has("restart-db");
+  const stormStarted = Date.now();
+  await sleep(300);
+  while (storming) {
+    const kinds = [...faults].filter((f) => f !== "restart-db" && (f !== "kill-worker" || workers.length > 0));
+    // PostgreSQL goes down once, about a second into the storm, while deliveries are in flight.
+    if (dbRestartDue && Date.now() - stormStarted > 1_000) {
+      dbRestartDue = false;
+      await restartDatabase();
+    } else if (kinds.length > 0) {
+      const kind = kinds[Math.floor(random() * kinds.length)];
+      const pool = kind === "kill-receiver" ? receivers : workers;
+      const victim = pool[Math.floor(random() * pool.length)];
+      if (victim?.running) {
+        await victim.stop("SIGKILL");
+        kind === "kill-receiver" ? counts.receiverKills++ : counts.workerKills++;
+        log(`chaos SIGKILL ${victim.name}`);
+        await sleep(100 + random() * 400);
+        victim.start();
+      }
+    }
+    await sleep(num("fault-every-ms", 1) * (0.5 + random()));
+  }
+})();
+
+async function restartDatabase(): Promise<void> {
+  if (!dataDir || !embedded) return;
+  log("chaos immediate shutdown of PostgreSQL");
+  await killPostmaster(dataDir);
+  counts.dbRestarts++;
+  await sleep(500 + random() * 1000);
+  embedded = await startEmbeddedPostgres({ dir: dataDir, port: embedded.port });
+  log("chaos PostgreSQL restarted");
+}
+
+// 4. The storm.
+const storm = generateStorm({ invoices: num("invoices", 1), poison: num("poison", 0), seed });
+say(`chaos: mode ${mode}, seed ${seed}, ${storm.events.length} events, ${receivers.length} receivers, ${workers.length} workers, faults ${[...faults].join(",") || "none"}`);
+const stats = await sendStorm(storm.events, {
+  receivers: ports.map((p) => `http://127.0.0.1:${p}`), path: "/webhooks/stripe", secret: SECRET,
+  senders: num("senders", 1), seed, ratePerSec: num("rate", 1), deadlineMs: num("deadline-ms", 1000),
+});
+storming = false;
+await faultLoop;
+
+// 5. Everything up again, the backlog drained, children stopped gracefully.
+for (const child of children) child.start();
+const drained = await waitDrained(60_000);
+// A child restarted a moment ago may not have installed its signal handlers yet: wait before SIGTERM.
+await Promise.all([...receivers, ...workers].map((c) => c.ready(30_000)));
+const exits = await Promise.all([...receivers, ...workers].map(async (c) => ({ name: c.name, code: await c.stop("SIGTERM") })));
+
+// 6. The verdict.
+const verdict = await checkStorm(db, storm, "billing", stats.acknowledged, stats.unacknowledged);
+// A run that was asked to restart PostgreSQL but ended before it could proves less than it claims.
+const dbRestartMissed = faults.has("restart-db") && counts.dbRestarts === 0;
+const ok = passed(verdict) && drained && !dbRestartMissed;
+const summary = {
+  mode, seed, events: stats.events, deliveries: stats.deliveries, duplicates: stats.duplicates,
+  concurrent_duplicates: stats.concurrentDuplicates, requests: stats.requests, failed_attempts: stats.failedAttempts,
+  outcomes: stats.outcomes, receiver_kills: counts.receiverKills, worker_kills: counts.workerKills, db_restarts: counts.dbRestarts,
+  // Children that exited without being killed (e.g. a start-up failure), started again by supervise().
+  self_exits: children.reduce((n, c) => n + c.selfExits, 0),
+  lost: verdict.lost.length, unacknowledged: verdict.unacknowledged.length, double_booked: verdict.doubleBooked.length,
+  wrong_final_state: verdict.wrongState.length, unprocessed: verdict.unprocessed, unexpected_needs_review: verdict.unexpectedNeedsReview.length,
+  poison_parked: verdict.poison.filter((p) => p.parked).length, poison: verdict.poison.length,
+  graceful_exits: exits.filter((e) => e.code === 0).length, children: exits.length,
+  duration_s: Math.round((Date.now() - started) / 100) / 10, passed: ok, log: ok ? null : logFile, // kept only when it failed
+};
+if (!o.json) {
+  console.table(Object.fromEntries(Object.entries(summary).filter(([k]) => !["failed_attempts", "outcomes", "log"].includes(k)).map(([k, v]) => [k, { value: v }])));
+  console.log(`outcomes ${JSON.stringify(stats.outcomes)}; failed attempts (retried) ${JSON.stringify(stats.failedAttempts)}`);
+  for (const [name, list] of Object.entries({ lost: verdict.lost, unacknowledged: verdict.unacknowledged, "double-booked": verdict.doubleBooked, "wrong state": verdict.wrongState, "unexpected needs-review": verdict.unexpectedNeedsReview })) {
+    for (const item of list.slice(0, 20)) console.log(`VIOLATION ${name}: ${item}`);
+  }
+  for (const p of verdict.poison) console.log(`injected poison ${p.eventId}: ${p.parked ? "needs-review, as expected" : "NOT parked"}`);
+  if (!drained) console.log("VIOLATION: the backlog did not drain within 60 s");
+  if (dbRestartMissed) console.log("INCOMPLETE: the storm ended before PostgreSQL could be restarted; use more --invoices or a lower --rate");
+  console.log(ok ? "PASSED (child output removed)" : `FAILED: child output kept in ${logFile}`);
+} else {
+  console.log(JSON.stringify(summary));
+}
+await db.end({ timeout: 5 });
+await embedded?.stop();
+await dropDatabase();
+if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
+if (ok) rmSync(workDir, { recursive: true, force: true });
+process.exit(ok ? 0 : 1);
+
+async function waitReady(base: string): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  while (Date.now() < deadline) {
+    const ok = await fetch(`${base}/readyz`).then((r) => r.ok, () => false);
+    if (ok) return;
+    await sleep(100);
+  }
+  throw new Error(`Receiver at ${base} not ready within 30 s (see ${logFile})`);
+}
+
+/** Waits until no row waits for a worker (parked rows excluded); false on timeout. */
+async function waitDrained(ms: number): Promise<boolean> {
+  const deadline = Date.now() + ms;
+  while (Date.now() < deadline) {
+    const rows = await db<{ n: number }[]>`
+      select count(*)::int as n
+        from webhook_inbox
+       where processed_at is null
+         and needs_review_at is null
+    `.catch(() => [{ n: -1 }]);
+    if (rows[0]?.n === 0) return true;
+    await sleep(200);
+  }
+  return false;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}

@@ -1,0 +1,93 @@
+// Entry file: `bun run deliver <files|dirs…> [options]`: send fixture events like Stripe does.
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
+import { basename, join } from "node:path";
+import { parseArgs } from "node:util";
+import { deliver, type EventFile } from "../deliver.ts";
+import { DATA_DIR } from "../../runtime/database.ts";
+
+const USAGE = `Usage: bun run deliver <file.json|dir>… [options]
+  --url URL          webhook URL (default http://127.0.0.1:\${PORT:-3000}/webhooks/stripe)
+  --secret whsec_…   signing secret (default: STRIPE_WEBHOOK_SECRET, else .data/dev-webhook-secret)
+  --copies N         deliver every event N times (default 1)
+  --concurrency N    deliveries in flight at once (default 1)
+  --shuffle          shuffle the deliveries (with --seed N for a reproducible order)
+  --attempts N       attempts per delivery (default 6); a 5xx, 408, 409, 429 or connection failure is
+                     retried with backoff, any other 4xx is final at once (unlike Stripe: resending
+                     a bad signature or body changes nothing); 3 connection failures in a row stop
+                     the whole run`;
+
+function fail(message: string): never {
+  console.error(`${message}\n\n${USAGE}`);
+  process.exit(2);
+}
+
+let parsed;
+try {
+  parsed = parseArgs({
+    allowPositionals: true,
+    options: {
+      url: { type: "string" },
+      secret: { type: "string" },
+      copies: { type: "string", default: "1" },
+      concurrency: { type: "string", default: "1" },
+      shuffle: { type: "boolean", default: false },
+      seed: { type: "string", default: String(Date.now() % 100000) }, // any whole number ≥ 0
+      attempts: { type: "string", default: "6" },
+      help: { type: "boolean", short: "h", default: false },
+    },
+  });
+} catch (err) {
+  fail(err instanceof Error ? err.message : String(err));
+}
+const { values, positionals } = parsed;
+if (values.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+if (positionals.length === 0) fail("Missing event files: name JSON files or folders of them");
+
+const number = (name: string, raw: string, min = 1): number => {
+  const n = Number(raw);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(n) || n < min) fail(`--${name} must be a whole number ≥ ${min}, got "${raw}"`);
+  return n;
+};
+
+const files: EventFile[] = positionals.flatMap((path) => {
+  if (!existsSync(path)) fail(`No such file or folder: ${path}`);
+  const paths = statSync(path).isDirectory()
+    ? readdirSync(path).filter((f) => f.endsWith(".json")).sort().map((f) => join(path, f))
+    : [path];
+  return paths.map((p) => ({ name: basename(p), body: readFileSync(p, "utf8") }));
+});
+if (files.length === 0) fail("No .json files found");
+
+const devSecretFile = join(DATA_DIR, "dev-webhook-secret");
+// An empty STRIPE_WEBHOOK_SECRET counts as unset, as it does for `bun run serve`.
+const secret = values.secret || process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]?.trim() ||
+  (existsSync(devSecretFile) ? readFileSync(devSecretFile, "utf8").trim() : undefined);
+if (!secret) fail("Missing signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET");
+
+const url = values.url ?? `http://127.0.0.1:${process.env.PORT ?? 3000}/webhooks/stripe`;
+const seed = number("seed", values.seed, 0);
+const started = performance.now();
+const summary = await deliver(files, {
+  url,
+  secret,
+  copies: number("copies", values.copies),
+  concurrency: number("concurrency", values.concurrency),
+  shuffle: values.shuffle,
+  seed,
+  attempts: number("attempts", values.attempts),
+});
+const ms = Math.round(performance.now() - started);
+
+const failed = summary.failures.length + (summary.gaveUp?.notSent ?? 0);
+const verb = failed === 0 ? "Delivered" : `Could not deliver ${failed} of ${summary.deliveries} deliveries. Sent`;
+console.log(`${verb} ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${url} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`);
+for (const [outcome, count] of Object.entries(summary.outcomes).sort()) console.log(`  ${outcome.padEnd(10)} ${count}`);
+for (const [status, count] of Object.entries(summary.retried).sort()) console.log(`  retried after ${status}: ${count}`);
+for (const f of summary.failures) console.error(`  FAILED ${f.name}: last status ${f.status}`);
+if (summary.gaveUp) {
+  console.error(`Gave up: ${summary.gaveUp.reason}; ${summary.gaveUp.notSent} deliveries not sent. Is a receiver running there (bun run serve)?`);
+}
+process.exit(failed > 0 ? 1 : 0);

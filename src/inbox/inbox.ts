@@ -1,0 +1,130 @@
+import type { PendingQuery, Row } from "postgres";
+import { cancelAfter, type Db, type Tx } from "../db/db.ts";
+import { INBOX_CHANNEL } from "./notifier.ts";
+import type { VerifiedEvent } from "../providers/provider.ts";
+
+/** The inbox's idempotency key: primary key of `webhook_inbox`. */
+export interface InboxKey {
+  provider: string;
+  endpoint: string;
+  eventId: string;
+}
+
+/** How a row is recorded: already settled in this transaction (`processed`, `ignored`), or left for a worker (`null`). */
+export type RecordedAs = "processed" | "ignored" | null;
+
+/** LISTEN/NOTIFY channel that wakes workers when a row is queued (see notifier.ts). */
+export const NOTIFY_CHANNEL = INBOX_CHANNEL;
+
+/** Retry timing: first delay and cap, ms, for the SQL `webhook_inbox_backoff()` (sql/0003_worker.sql). */
+export interface Backoff {
+  baseMs: number;
+  capMs: number;
+}
+
+/**
+ * Records a verified event in the inbox: `insert … on conflict do nothing returning`. Returns true
+ * when this transaction inserted the row, false when the key already exists (a duplicate). When
+ * another transaction is inserting the same key, this waits until it commits (→ false) or rolls
+ * back (→ true): the unique index serializes concurrent duplicates (PostgreSQL manual, INSERT,
+ * "ON CONFLICT Clause"; seed §5.4).
+ *
+ * With `as` = processed/ignored the row is written settled (`processed_at = now()`, the transaction's
+ * start time): since the inbox row and the business change commit together, this is the same as the
+ * seed's later `update … set processed_at`, one round trip shorter. With `null` the row is left
+ * unprocessed for a worker (the caller wakes workers after the commit: notifier.ts). Must be called
+ * inside the inbox transaction (or as its only statement). The payload is stored from the exact
+ * verified bytes, as a jsonb object; for an event with a sanitized copy ({@link storedJson}), from
+ * that copy, with the exact bytes in `raw_body` and what was replaced in `payload_sanitized`.
+ */
+export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEvent, as: RecordedAs): Promise<boolean> {
+  const rows = await tx`
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
+    values (
+      ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
+      case when ${as}::text is null then null else now() end, ${as}::text
+    )
+    on conflict (provider, endpoint, event_id) do nothing
+    returning 1
+  `;
+  return rows.length === 1;
+}
+
+/**
+ * Hybrid mode, after the in-request attempt rolled back: records the event unprocessed with
+ * `attempts = 1`, the error, and the first backoff, so a worker retries it; `permanent` parks it as
+ * needs-review at once instead. One statement, its own transaction. No NOTIFY: the row is not due
+ * before its backoff, and the worker's poll finds it then. Returns false when the key
+ * already exists (a concurrent delivery recorded it meanwhile: a duplicate).
+ * @throws the database error when it cannot be written (the caller must then answer 5xx).
+ */
+export async function recordFailedAttempt(db: Db, key: InboxKey, event: VerifiedEvent, error: string, permanent: boolean, backoff: Backoff): Promise<boolean> {
+  const rows = await db`
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, attempts, last_error, available_at, needs_review_at)
+    values (
+      ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
+      1, ${error}, now() + webhook_inbox_backoff(1, ${backoff.baseMs}, ${backoff.capMs}),
+      case when ${permanent} then now() end
+    )
+    on conflict (provider, endpoint, event_id) do nothing
+    returning 1
+  `;
+  return rows.length === 1;
+}
+
+/**
+ * Sync mode in one statement: inserts the inbox row settled as `processed` in a CTE named `inbox`
+ * (`on conflict do nothing returning 1`) and runs `effect`, the handler's CTEs gated on
+ * `exists (select 1 from inbox)`, in the same statement, which PostgreSQL commits or rolls back as a
+ * whole. Returns true when this statement inserted the row (and so applied the effect), false for a
+ * duplicate; a concurrent duplicate waits on the unique index exactly as in the multi-statement form.
+ * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included.
+ */
+export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: PendingQuery<Row[]>, timeoutMs?: number): Promise<boolean> {
+  const query = db<{ inserted: boolean }[]>`
+    with inbox as (
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
+      values (
+        ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
+        now(), 'processed'
+      )
+      on conflict (provider, endpoint, event_id) do nothing
+      returning 1
+    ), ${effect}
+    select exists (select 1 from inbox) as inserted
+  `;
+  const [row] = await cancelAfter(query, timeoutMs);
+  return row?.inserted === true;
+}
+
+/**
+ * Keeps a verified event that PostgreSQL cannot store as jsonb (SQLSTATE class 22 or 54001 on the
+ * payload): as needs-review, with the exact verified body as text in `raw_body`, no payload and
+ * `attempts = 1`, so it is acknowledged only once durably recorded and an operator sees it. One
+ * statement. Returns false when the key already exists (a duplicate).
+ * @throws the database error when even this cannot be written (the caller answers 4xx/5xx).
+ */
+export async function recordUnstorable(db: Db, key: InboxKey, event: VerifiedEvent, error: string): Promise<boolean> {
+  const rows = await db`
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, attempts, last_error, needs_review_at)
+    values (${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, null, ${event.body}, 1, ${error}, now())
+    on conflict (provider, endpoint, event_id) do nothing
+    returning 1
+  `;
+  return rows.length === 1;
+}
+
+/** The JSON text stored as the payload: the exact body, or its jsonb-storable copy (VerifiedEvent.sanitized). */
+export function storedJson(event: VerifiedEvent): string {
+  return event.sanitized?.json ?? event.body;
+}
+
+/** `raw_body` of a row with a sanitized payload: the exact verified bytes; null otherwise (the payload is them). */
+function rawBody(event: VerifiedEvent): string | null {
+  return event.sanitized ? event.body : null;
+}
+
+/** `payload_sanitized`: what the stored copy replaced, or null. */
+function replaced(event: VerifiedEvent): string | null {
+  return event.sanitized?.replaced ?? null;
+}

@@ -1,0 +1,201 @@
+import { Router, type IRequest } from "itty-router";
+import { isDatabaseUnavailable, isDataError, isPermanent, sqlState, type Db } from "../db/db.ts";
+import { AppError, describeError, errorResponse, PermanentError } from "../errors.ts";
+import type { LogFn } from "../log.ts";
+import type { HandlerTable } from "../handlers/handler-table.ts";
+import type { WebhookProvider } from "../providers/provider.ts";
+import { receiveAsync, receiveHybrid, receiveSync, recordFallback, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
+import type { VerifiedEvent } from "../providers/provider.ts";
+import { readBody } from "./request-body.ts";
+import { createBodyBudget, type BodyBudget } from "./body-budget.ts";
+import { createLimiter } from "./limiter.ts";
+import { createMetrics, type Metrics } from "./metrics.ts";
+import { createProbes, RETRY_AFTER_SEC } from "./probes.ts";
+
+/** One configured webhook endpoint: a provider, its secrets and the handler table it feeds. */
+export interface Endpoint {
+  /** Inbox `endpoint` column and URL segment, e.g. `billing`. */
+  name: string;
+  provider: WebhookProvider;
+  /** Every currently valid signing secret (several during a rotation). */
+  secrets: readonly string[];
+  handlers: HandlerTable;
+  /** Served at `/webhooks/<provider>` as well as `/webhooks/<provider>/<name>`. */
+  isDefault?: boolean;
+  /** Processing mode; default `sync`. */
+  mode?: Mode;
+  /** Hybrid mode's in-request budget and retry backoff; default 2 000 ms, 1 s doubling to 10 min. */
+  hybrid?: HybridOptions;
+}
+
+/** Default request body bytes held at once (see `AppDeps.bodyBudget`): 32 MiB. */
+export const DEFAULT_INFLIGHT_BODY_BYTES = 32 * 1024 * 1024;
+
+const DEFAULT_HYBRID: HybridOptions = { budgetMs: 2_000, backoff: { baseMs: 1_000, capMs: 600_000 } };
+
+
+/** Dependencies of {@link createApp}. */
+export interface AppDeps {
+  db: Db;
+  /**
+   * Connection for `/readyz` and `/metrics`; default `db`. Give them their own (one connection is
+   * enough): postgres.js pipelines a query onto a busy connection when none is idle, so on the shared
+   * pool a scrape can wait behind a delivery stuck on a row lock and report the database unreadable.
+   */
+  probeDb?: Db;
+  endpoints: readonly Endpoint[];
+  /** Signature timestamp tolerance, seconds, both directions. Default 300 (Stripe's default). */
+  toleranceSec?: number;
+  /** Largest accepted body, bytes. Default 1 MiB. */
+  maxBodyBytes?: number;
+  /**
+   * Request body bytes held at once across requests (read, verified, processed); a request that would
+   * pass it gets 503 `overloaded` before its body is read. Default a budget of 32 MiB.
+   */
+  bodyBudget?: BodyBudget;
+  /** Clock, ms since the epoch. Default `Date.now`. */
+  now?: () => number;
+  log?: LogFn;
+  /** Counters for `/metrics`; default a fresh registry. */
+  metrics?: Metrics;
+  /** Migrations the code expects, for `/readyz`; default: reachability only. */
+  schemaVersion?: number;
+  /** When set, `/metrics` requires this bearer token. */
+  metricsToken?: string;
+  /** Deliveries using the database at once (match the pool size); more wait. Default: unbounded. */
+  maxInFlight?: number;
+  /** How long a delivery waits for a slot before 503 `overloaded`, ms. Default 2000. */
+  queueTimeoutMs?: number;
+  /** Longest a sync delivery's statement may run (lock waits included) before it is cancelled, ms. Default 10000. */
+  statementTimeoutMs?: number;
+}
+
+/** A Web-standard fetch handler, served as it is by Bun, Deno, Node.js adapters and Workers (see src/adapter/). */
+export interface App {
+  fetch(request: Request): Promise<Response>;
+}
+
+/**
+ * Builds the receiver: `POST /webhooks/:provider[/:endpoint]` verifies, then runs the endpoint's mode
+ * ({@link receiveSync}, {@link receiveAsync} or {@link receiveHybrid}); `GET /healthz`, `/readyz` and
+ * `/metrics` come from {@link createProbes}. Answers 200 `{ outcome, event_id }` for processed, duplicate and
+ * ignored (seed §5.5), 4xx `{ error, message }` for input that must not be recorded (nothing written),
+ * 503 when the database is unavailable and 500 when processing failed (both rolled back: the provider
+ * retries). A signed event that no retry can apply (a PermanentError or a data error) is recorded as
+ * needs-review and answered 200 `needs_review`, visible to operators. Nothing is acknowledged before
+ * its transaction committed.
+ */
+export function createApp(deps: AppDeps): App {
+  const now = deps.now ?? Date.now;
+  const log = deps.log ?? ((line) => console.log(JSON.stringify(line)));
+  const toleranceSec = deps.toleranceSec ?? 300;
+  const maxBodyBytes = deps.maxBodyBytes ?? 1024 * 1024;
+  const metrics = deps.metrics ?? createMetrics();
+  const bodyBudget = deps.bodyBudget ?? createBodyBudget(DEFAULT_INFLIGHT_BODY_BYTES);
+  const limiter = deps.maxInFlight === undefined ? undefined : createLimiter(deps.maxInFlight, deps.queueTimeoutMs ?? 2_000);
+  const probes = createProbes({
+    db: deps.probeDb ?? deps.db,
+    metrics,
+    endpoints: deps.endpoints.map((e) => ({ provider: e.provider.name, endpoint: e.name })),
+    schemaVersion: deps.schemaVersion,
+    metricsToken: deps.metricsToken,
+  });
+
+  async function receive(request: IRequest): Promise<Response> {
+    const started = now();
+    const endpoint = findEndpoint(deps.endpoints, request.params.provider, request.params.endpoint);
+    const entry: Record<string, unknown> = { endpoint: endpoint?.name ?? request.params.endpoint ?? null };
+    let response: Response;
+    const hold = bodyBudget.hold();
+    try {
+      if (!endpoint) throw new AppError("unknown_endpoint", `Unknown webhook endpoint: ${new URL(request.url).pathname}`);
+      const body = await readBody(request, maxBodyBytes, hold);
+      const event = await endpoint.provider.verify({ body, headers: request.headers, secrets: endpoint.secrets, toleranceSec, nowMs: now() });
+      Object.assign(entry, { event_id: event.id, type: event.type });
+      const outcome = limiter ? await limiter.run(() => receiveIn(endpoint, event, entry)) : await receiveIn(endpoint, event, entry);
+      entry.outcome = outcome;
+      response = Response.json({ outcome, event_id: event.id });
+    } catch (err) {
+      const appError = toAppError(err, entry.event_id);
+      Object.assign(entry, { outcome: "rejected", error: appError.code, detail: err instanceof AppError ? err.message : describeError(err) });
+      response = errorResponse(appError, appError.status === 503 ? { "retry-after": RETRY_AFTER_SEC } : {});
+    } finally {
+      hold.release();
+    }
+    const durationMs = now() - started;
+    log({ ...entry, status: response.status, duration_ms: durationMs });
+    if (endpoint) {
+      metrics.observe({ provider: endpoint.provider.name, endpoint: endpoint.name, outcome: String(entry.outcome), reason: entry.error as string | undefined, durationSec: durationMs / 1000 });
+    }
+    return response;
+  }
+
+  /** Runs the endpoint's mode; a hybrid fallback's cause goes into the log line. */
+  function receiveIn(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>): Promise<Outcome> {
+    const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
+    // A failure no retry can fix is parked as needs-review (200): a 5xx would make the provider retry in vain.
+    const parkWhen = (permanent: (err: unknown) => boolean) => (err: unknown): Promise<Outcome> => {
+      if (!permanent(err)) throw err;
+      entry.fallback = describeError(err);
+      return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
+    };
+    if (event.sanitized?.typeChanged) {
+      // No handler can be chosen for a type that is not the one sent: keep it, with its raw body, for an operator.
+      return parkWhen(() => true)(new PermanentError(`Event type holds characters PostgreSQL cannot store (${event.sanitized.replaced}): recorded with them replaced, not applied`));
+    }
+    switch (endpoint.mode ?? "sync") {
+      case "sync":
+        return receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000).catch(parkWhen(isPermanent));
+      case "async":
+        // Only the payload itself can be permanent here (jsonb cannot hold it): kept with its raw body.
+        return receiveAsync(deps.db, target, event).catch(parkWhen(isDataError));
+      case "hybrid":
+        return receiveHybrid(deps.db, target, event, endpoint.hybrid ?? DEFAULT_HYBRID, (err) => {
+          entry.fallback = describeError(err);
+        });
+    }
+  }
+
+  const router = Router();
+  router
+    .post("/webhooks/:provider/:endpoint?", receive)
+    .get("/healthz", probes.healthz)
+    .head("/healthz", probes.healthz)
+    .get("/readyz", probes.readyz)
+    .head("/readyz", probes.readyz)
+    .get("/metrics", probes.metrics)
+    .head("/metrics", probes.metrics)
+    .all("/webhooks/:provider/:endpoint?", () => errorResponse(new AppError("method_not_allowed", "Webhooks are delivered with POST"), { allow: "POST" }))
+    .all("/healthz", wrongMethod)
+    .all("/readyz", wrongMethod)
+    .all("/metrics", wrongMethod)
+    .all("*", (request) => errorResponse(new AppError("not_found", `No route for ${new URL(request.url).pathname}`)));
+
+  return {
+    async fetch(request) {
+      const response: Response = await router.fetch(request);
+      // HEAD: same status and headers as GET, no body (RFC 9110 §9.3.2).
+      return request.method === "HEAD" ? new Response(null, { status: response.status, headers: response.headers }) : response;
+    },
+  };
+}
+
+function wrongMethod(request: Request): Response {
+  return errorResponse(new AppError("method_not_allowed", `Use GET ${new URL(request.url).pathname}`), { allow: "GET, HEAD" });
+}
+
+function findEndpoint(endpoints: readonly Endpoint[], provider?: string, name?: string): Endpoint | undefined {
+  return endpoints.find((e) => e.provider.name === provider && (name === undefined ? e.isDefault === true : e.name === name));
+}
+
+/** Maps any failure to the error the client sees. Unexpected errors become 500 with a generic message. */
+function toAppError(err: unknown, eventId: unknown): AppError {
+  if (err instanceof AppError) return err;
+  const id = typeof eventId === "string" ? eventId : "the event";
+  if (isDataError(err)) {
+    // The event cannot be stored even as raw text: no retry can help, so say so instead of a 5xx loop.
+    return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL refuses this event (SQLSTATE ${sqlState(err)})`);
+  }
+  if (isDatabaseUnavailable(err)) return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
+  return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);
+}

@@ -1,0 +1,124 @@
+import type { Backlog, OutboxBacklog } from "../inbox/backlog.ts";
+
+/** Label pair of the backlog of endpoints that are not configured (see `render`). */
+const UNCONFIGURED = { provider: "_unconfigured", endpoint: "_unconfigured" };
+
+/** Upper bounds of the processing-duration histogram, seconds. */
+const BUCKETS = [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10];
+
+/** One delivery as metrics see it; `endpoint` must be a configured name (bounded cardinality). */
+export interface DeliveryObservation {
+  provider: string;
+  endpoint: string;
+  /** processed | duplicate | ignored | queued | rejected */
+  outcome: string;
+  /** The error code of a rejected delivery. */
+  reason?: string;
+  durationSec: number;
+}
+
+/** The backlogs read from the database at scrape time (see `readBacklog`, `readOutboxBacklog`). */
+export interface BacklogSnapshot {
+  inbox: Backlog[];
+  outbox: OutboxBacklog;
+}
+
+/** In-process counters of one receiver, rendered in the Prometheus text format. */
+export interface Metrics {
+  observe(o: DeliveryObservation): void;
+  /** Prometheus text exposition format 0.0.4; `backlog` null when the database could not be read. */
+  render(backlog: BacklogSnapshot | null, endpoints: readonly { provider: string; endpoint: string }[]): string;
+}
+
+interface Histogram {
+  counts: number[];
+  sum: number;
+  count: number;
+}
+
+/**
+ * Creates the receiver's metrics (Prometheus docs, "Exposition formats", text format 0.0.4):
+ * `webhook_deliveries_total{provider,endpoint,outcome[,reason]}`,
+ * `webhook_processing_duration_seconds` (histogram per provider and endpoint, all outcomes), and backlog
+ * gauges read from the database at scrape time: `webhook_inbox_unprocessed`,
+ * `webhook_inbox_oldest_unprocessed_age_seconds`, `webhook_inbox_needs_review` (per configured
+ * provider and endpoint; rows of any other endpoint summed under `_unconfigured`),
+ * `webhook_outbox_pending`, `webhook_outbox_oldest_pending_age_seconds`, `webhook_outbox_needs_review`
+ * (unlabelled), plus `webhook_inbox_backlog_up` (0 when the database could not be read; the other
+ * gauges are then left out rather than reported as 0). Written here rather than with prom-client
+ * because the core must stay on Web APIs.
+ */
+export function createMetrics(): Metrics {
+  const deliveries = new Map<string, number>();
+  const durations = new Map<string, Histogram>();
+
+  function observe(o: DeliveryObservation): void {
+    const key = labels({ provider: o.provider, endpoint: o.endpoint, outcome: o.outcome, ...(o.reason ? { reason: o.reason } : {}) });
+    deliveries.set(key, (deliveries.get(key) ?? 0) + 1);
+    const hKey = labels({ provider: o.provider, endpoint: o.endpoint });
+    const h = durations.get(hKey) ?? { counts: BUCKETS.map(() => 0), sum: 0, count: 0 };
+    BUCKETS.forEach((le, i) => {
+      if (o.durationSec <= le) h.counts[i] = (h.counts[i] ?? 0) + 1;
+    });
+    h.sum += o.durationSec;
+    h.count += 1;
+    durations.set(hKey, h);
+  }
+
+  function render(backlog: BacklogSnapshot | null, endpoints: readonly { provider: string; endpoint: string }[]): string {
+    const out: string[] = [];
+    out.push("# HELP webhook_deliveries_total Webhook deliveries answered, by provider, endpoint and outcome.");
+    out.push("# TYPE webhook_deliveries_total counter");
+    for (const [key, value] of deliveries) out.push(`webhook_deliveries_total{${key}} ${value}`);
+    out.push("# HELP webhook_processing_duration_seconds Time from request to answer, seconds.");
+    out.push("# TYPE webhook_processing_duration_seconds histogram");
+    for (const [key, h] of durations) {
+      BUCKETS.forEach((le, i) => out.push(`webhook_processing_duration_seconds_bucket{${key},le="${le}"} ${h.counts[i] ?? 0}`));
+      out.push(`webhook_processing_duration_seconds_bucket{${key},le="+Inf"} ${h.count}`);
+      out.push(`webhook_processing_duration_seconds_sum{${key}} ${h.sum}`);
+      out.push(`webhook_processing_duration_seconds_count{${key}} ${h.count}`);
+    }
+    out.push("# HELP webhook_inbox_backlog_up 1 when the backlog gauges below could be read from the database.");
+    out.push("# TYPE webhook_inbox_backlog_up gauge");
+    out.push(`webhook_inbox_backlog_up ${backlog ? 1 : 0}`);
+    if (backlog) {
+      const rows = new Map<string, Backlog>();
+      for (const e of endpoints) rows.set(labels(e), { ...e, unprocessed: 0, oldestUnprocessedAgeSec: 0, needsReview: 0 });
+      for (const b of backlog.inbox) {
+        const configured = endpoints.some((e) => e.provider === b.provider && e.endpoint === b.endpoint);
+        if (configured) {
+          rows.set(labels({ provider: b.provider, endpoint: b.endpoint }), b);
+          continue;
+        }
+        // Rows of endpoints no longer (or never) configured are summed under one fixed label pair, so
+        // what the database holds cannot add label values (configured names cannot start with "_").
+        const key = labels(UNCONFIGURED);
+        const sum = rows.get(key) ?? { ...UNCONFIGURED, unprocessed: 0, oldestUnprocessedAgeSec: 0, needsReview: 0 };
+        rows.set(key, {
+          ...sum,
+          unprocessed: sum.unprocessed + b.unprocessed,
+          oldestUnprocessedAgeSec: Math.max(sum.oldestUnprocessedAgeSec, b.oldestUnprocessedAgeSec),
+          needsReview: sum.needsReview + b.needsReview,
+        });
+      }
+      const gauge = (name: string, help: string, pick: (b: Backlog) => number) => {
+        out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`);
+        for (const [key, b] of rows) out.push(`${name}{${key}} ${pick(b)}`);
+      };
+      gauge("webhook_inbox_unprocessed", "Rows waiting for a worker (not needs-review).", (b) => b.unprocessed);
+      gauge("webhook_inbox_oldest_unprocessed_age_seconds", "Age of the oldest row waiting for a worker, seconds.", (b) => b.oldestUnprocessedAgeSec);
+      gauge("webhook_inbox_needs_review", "Rows parked for an operator (dead letter).", (b) => b.needsReview);
+      const single = (name: string, help: string, value: number) => out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name} ${value}`);
+      single("webhook_outbox_pending", "Outbox rows not yet published (not needs-review).", backlog.outbox.pending);
+      single("webhook_outbox_oldest_pending_age_seconds", "Age of the oldest pending outbox row, seconds.", backlog.outbox.oldestPendingAgeSec);
+      single("webhook_outbox_needs_review", "Outbox rows parked for an operator (dead letter).", backlog.outbox.needsReview);
+    }
+    return `${out.join("\n")}\n`;
+  }
+
+  return { observe, render };
+}
+
+function labels(values: Record<string, string>): string {
+  return Object.entries(values).map(([k, v]) => `${k}="${v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")}"`).join(",");
+}

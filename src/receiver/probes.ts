@@ -1,0 +1,77 @@
+import type { Db } from "../db/db.ts";
+import { AppError, errorResponse } from "../errors.ts";
+import type { Metrics } from "./metrics.ts";
+import { readBacklog, readOutboxBacklog } from "../inbox/backlog.ts";
+
+/** Dependencies of {@link createProbes}. */
+export interface ProbeDeps {
+  db: Db;
+  metrics: Metrics;
+  /** Configured provider/endpoint pairs: their backlog gauges are reported even when zero. */
+  endpoints: readonly { provider: string; endpoint: string }[];
+  /** Number of migrations the code expects (readiness fails until the database has them all). */
+  schemaVersion?: number;
+  /** When set, `/metrics` requires `Authorization: Bearer <token>`. */
+  metricsToken?: string;
+}
+
+/** Retry-After for 503s, seconds. */
+export const RETRY_AFTER_SEC = "5";
+const PROBE_TIMEOUT_MS = 2_000;
+
+/**
+ * The operational routes: `healthz` (liveness: the process answers; never touches the database, so a
+ * database outage does not get the receiver restarted), `readyz` (the database answers within 2 s and
+ * has every migration this code expects), and `metrics` (Prometheus text; optional bearer token).
+ */
+export function createProbes(deps: ProbeDeps) {
+  async function readyz(): Promise<Response> {
+    try {
+      const [row] = await withTimeout(deps.db<{ version: number | null }[]>`select max(version)::int as version from schema_migrations`.execute(), PROBE_TIMEOUT_MS);
+      const version = row?.version ?? 0;
+      if (deps.schemaVersion !== undefined && version < deps.schemaVersion) {
+        return Response.json({ status: "migrations_pending", schema_version: version, expected: deps.schemaVersion }, { status: 503, headers: { "retry-after": RETRY_AFTER_SEC } });
+      }
+      return Response.json({ status: "ready", schema_version: version });
+    } catch {
+      return errorResponse(new AppError("database_unavailable", "Database is not reachable or not migrated"), { "retry-after": RETRY_AFTER_SEC });
+    }
+  }
+
+  async function metrics(request: Request): Promise<Response> {
+    if (deps.metricsToken !== undefined && !sameText(request.headers.get("authorization") ?? "", `Bearer ${deps.metricsToken}`)) {
+      return Response.json({ error: "unauthorized", message: "GET /metrics needs Authorization: Bearer <METRICS_TOKEN>" }, { status: 401, headers: { "www-authenticate": "Bearer" } });
+    }
+    // A server-side bound just under the client's: a read blocked on a lock (a migration, VACUUM FULL)
+    // is cancelled by PostgreSQL and frees the probe connection, so /readyz does not queue behind it.
+    const read = deps.db.begin(async (tx) => {
+      await tx`select set_config('statement_timeout', ${String(PROBE_TIMEOUT_MS - 250)}, true)`;
+      return { inbox: await readBacklog(tx), outbox: await readOutboxBacklog(tx) };
+    });
+    const backlog = await withTimeout(read, PROBE_TIMEOUT_MS).catch(() => null);
+    return new Response(deps.metrics.render(backlog, deps.endpoints), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
+  }
+
+  return {
+    healthz: () => Response.json({ status: "ok" }),
+    readyz,
+    metrics,
+  };
+}
+
+/** Compares two strings in time that depends only on their lengths. */
+function sameText(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
+/** Rejects when `promise` takes longer than `ms` milliseconds. */
+export function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`Timed out after ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}

@@ -1,0 +1,97 @@
+import type { Db } from "../db/db.ts";
+import type { InboxKey } from "../inbox/inbox.ts";
+
+/** A row a worker claimed: its key, type, and the attempt number this claim counted. */
+export interface Claim extends InboxKey {
+  eventType: string;
+  /**
+   * `attempts` after this claim's increment. It doubles as a fencing token: a worker records a
+   * failure only while the row still carries its number, so a worker whose lease expired and whose
+   * row was claimed again cannot push back the new owner's lease.
+   */
+  attempt: number;
+  /** The stored event (never changes while unprocessed), so processing needs no second read. */
+  payload?: Record<string, unknown> | null;
+  /** For a row kept without a payload (0006: jsonb refused it), its exact verified body. */
+  rawBody?: string | null;
+}
+
+/** Options of {@link claimBatch}. */
+export interface ClaimOptions {
+  /** Rows to claim at most. */
+  limit: number;
+  /** Lease, ms: the row is invisible to other workers until then (its `available_at`). */
+  leaseMs: number;
+  /** Attempt limit; a due row that already used them is parked as needs-review instead. */
+  maxAttempts: number;
+  /** Told about rows this claim parked (so the worker can log them). */
+  onParked?: (rows: (InboxKey & { eventType: string; attempts: number })[]) => void;
+}
+
+/**
+ * Claims up to `limit` due rows in one short transaction (seed §6 `claim_next`, several at once):
+ * picks unprocessed, unparked rows with `available_at <= now()` oldest first with
+ * `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"), counts the attempt and
+ * pushes `available_at` out by the lease before any work is done, so a process that dies mid-work
+ * has still used up an attempt. A picked row that has used all attempts (its last worker died
+ * without reporting) is parked as needs-review in the same statement rather than claimed.
+ */
+export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
+  const rows = await db<{ claimed: boolean; provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; payload: Record<string, unknown> | null; raw_body: string | null }[]>`
+    with picked as (
+      select provider, endpoint, event_id, attempts
+        from webhook_inbox
+       where processed_at is null
+         and needs_review_at is null
+         and available_at <= now()
+       order by available_at
+       limit ${options.limit}
+         for update skip locked
+    ), parked as (
+      update webhook_inbox w
+         set needs_review_at = now(),
+             last_error = left(coalesce(w.last_error || '; ', '') || 'attempt limit ' || ${options.maxAttempts}::int
+                          || ' reached with no outcome recorded for the last attempt (its worker was killed or its lease expired,'
+                          || ' or the row was made due again without resetting attempts: use "inbox requeue")', 1000)
+        from picked p
+       where p.attempts >= ${options.maxAttempts}
+         and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
+      returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts
+    ), claimed as (
+      update webhook_inbox w
+         set attempts = w.attempts + 1,
+             available_at = now() + ${options.leaseMs} * interval '1 millisecond'
+        from picked p
+       where p.attempts < ${options.maxAttempts}
+         and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
+      returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload,
+                case when w.payload is null then w.raw_body end as raw_body
+    )
+    select true as claimed, * from claimed
+    union all
+    select false, *, null, null from parked
+  `;
+  const parked = rows.filter((r) => !r.claimed);
+  if (parked.length > 0) options.onParked?.(parked.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempts: r.attempts })));
+  return rows
+    .filter((r) => r.claimed)
+    .map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload, rawBody: r.raw_body }));
+}
+
+/**
+ * Gives back a claimed row that was never worked on (worker shutdown with rows still queued): due
+ * again at once and its attempt not counted. Fenced by the claim's attempt number, so a row that was
+ * claimed again or finished meanwhile is left alone. Returns whether the row was released.
+ */
+export async function releaseClaim(db: Db, claim: Claim): Promise<boolean> {
+  const rows = await db`
+    update webhook_inbox
+       set attempts = attempts - 1,
+           available_at = now()
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+       and attempts = ${claim.attempt}
+       and processed_at is null
+       and needs_review_at is null
+  `;
+  return rows.count === 1;
+}

@@ -1,0 +1,175 @@
+// Which folders of src/ may import which: the layout's dependency direction, held by a test instead of
+// by memory. Every .ts file under src/ is scanned for its import specifiers (static `import … from`,
+// `export … from`, side-effect `import "…"`, dynamic `import("…")`) and the globals it touches.
+import { expect, test } from "bun:test";
+import { readdirSync, readFileSync } from "node:fs";
+import { dirname, join, posix, relative } from "node:path";
+
+const ROOT = join(import.meta.dir, "..");
+
+/**
+ * Folder (or root leaf module) of src/ → the folders and leaves it may import, besides itself.
+ * Top to bottom: entry points (bin, adapter) → production wiring (runtime) → the receiver and the
+ * loops and operator functions (receiver, worker, outbox, ops, writeback) → what they build on
+ * (handlers, providers, inbox, loop) → PostgreSQL plumbing (db) → shared leaves (config, errors, log).
+ * dev (bench, chaos, the delivery tool) may import anything and nothing may import it.
+ */
+export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
+  bin: ["runtime", "receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  adapter: ["runtime", "receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  runtime: ["receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  receiver: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  worker: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  outbox: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  ops: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  writeback: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  handlers: ["db", "config", "errors", "log"],
+  providers: ["db", "config", "errors", "log"],
+  // The inbox stores verified events, whose shape the provider interface defines.
+  inbox: ["providers", "db", "config", "errors", "log"],
+  // The loops' retry backoff is the inbox's Backoff shape.
+  loop: ["inbox", "db", "config", "errors", "log"],
+  db: ["errors", "log"],
+  // The configuration validates database URLs and names the pooler modes of db/.
+  config: ["db", "errors", "log"],
+  errors: [],
+  log: [],
+  dev: ["*"],
+};
+
+/** Folders whose files run only on a server runtime and so may use node:/bun: modules and Bun/process/Deno globals. */
+export const EDGE = new Set(["bin", "adapter", "runtime", "dev"]);
+
+/** One import of a scanned file: its specifier and, for a relative one, the repository path it names. */
+export interface Import {
+  specifier: string;
+  /** Repository-relative path (posix) of a relative import; undefined for packages and node:/bun: modules. */
+  target?: string;
+}
+
+/** A scanned source file: repository-relative path (posix), its imports, and the globals it touches. */
+export interface SourceFile {
+  path: string;
+  imports: readonly Import[];
+  /** Server-runtime globals used (`Bun`, `process`, `Deno`), comments excluded. */
+  globals: readonly string[];
+}
+
+/** "src/receiver/app.ts" → "receiver"; "src/config.ts" → "config"; undefined outside src/. */
+export function layerOf(path: string): string | undefined {
+  const parts = path.split("/");
+  if (parts[0] !== "src" || parts.length < 2) return undefined;
+  return parts.length === 2 ? parts[1]!.replace(/\.ts$/, "") : parts[1];
+}
+
+/** Source text without `//` line comments and block comments, so a path or `process.env` in prose is no use. */
+function withoutComments(text: string): string {
+  return text.replace(/\/\*[\s\S]*?\*\//g, "").replace(/(^|[^:"'`\\])\/\/.*$/gm, "$1");
+}
+
+/** Imports and globals of the file at repository path `path` with contents `text`. */
+export function scan(path: string, text: string): SourceFile {
+  const code = withoutComments(text);
+  const imports: Import[] = [];
+  const pattern = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+)(["'`])([^"'`]+)\1/g;
+  for (const m of code.matchAll(pattern)) {
+    const specifier = m[2]!;
+    imports.push(specifier.startsWith(".") ? { specifier, target: posix.normalize(posix.join(posix.dirname(path), specifier)) } : { specifier });
+  }
+  const globals = [...new Set([...code.matchAll(/(?<![\w.$])(Bun|process|Deno)\s*(?:\.|\[)/g)].map((m) => m[1]!))];
+  return { path, imports, globals };
+}
+
+/**
+ * Every rule broken by `files`, one line each as "file → imported file: rule" (a global reads
+ * "file → Bun: rule"). Empty when the graph is clean.
+ */
+export function violations(files: readonly SourceFile[], allowed = ALLOWED, edge = EDGE): string[] {
+  const found: string[] = [];
+  for (const file of files) {
+    const from = layerOf(file.path);
+    if (from === undefined) continue;
+    const rule = allowed[from];
+    if (rule === undefined) {
+      found.push(`${file.path} → (any): src/${from} has no entry in the allowed-dependency table`);
+      continue;
+    }
+    for (const imp of file.imports) {
+      if (imp.target === undefined) {
+        if (!edge.has(from) && /^(node:|bun:|bun$)/.test(imp.specifier)) {
+          found.push(`${file.path} → ${imp.specifier}: src/${from} uses Web APIs only; node: and bun: modules belong in bin/, adapter/, runtime/ or dev/`);
+        }
+        continue;
+      }
+      const to = layerOf(imp.target);
+      if (to === undefined || to === from) continue;
+      if (to === "dev" && from !== "dev") {
+        found.push(`${file.path} → ${imp.target}: nothing outside src/dev/ imports src/dev/`);
+      } else if (!rule.includes("*") && !rule.includes(to)) {
+        found.push(`${file.path} → ${imp.target}: src/${from} may import only ${rule.length ? rule.join(", ") : "nothing else of src/"}`);
+      }
+    }
+    if (!edge.has(from)) {
+      for (const g of file.globals) {
+        found.push(`${file.path} → ${g}: src/${from} uses Web APIs only; ${g} globals belong in bin/, adapter/, runtime/ or dev/`);
+      }
+    }
+  }
+  return found;
+}
+
+/** Every .ts file under `dir` (repository-relative, posix), recursively. */
+function tsFiles(dir: string): string[] {
+  return readdirSync(join(ROOT, dir), { withFileTypes: true, recursive: true })
+    .filter((e) => e.isFile() && e.name.endsWith(".ts"))
+    .map((e) => relative(ROOT, join(e.parentPath, e.name)).split("\\").join("/"));
+}
+
+test("`violations()` finds no wrong-way import and no server-runtime API in the Web-standard core of src/", () => {
+  const files = tsFiles("src").map((path) => scan(path, readFileSync(join(ROOT, path), "utf8")));
+  expect(files.length).toBeGreaterThan(50);
+  expect(files.some((f) => f.imports.some((i) => i.target !== undefined))).toBe(true);
+  expect(violations(files).join("\n")).toBe("");
+});
+
+test("`layerOf()` names every folder of src/ that holds a file, and each has a row in the table", () => {
+  const layers = new Set(tsFiles("src").map(layerOf));
+  for (const layer of layers) expect(ALLOWED[layer!], `src/${layer}`).toBeDefined();
+  expect(layerOf("src/receiver/app.ts")).toBe("receiver");
+  expect(layerOf("src/config.ts")).toBe("config");
+  expect(layerOf("src/dev/bench/payload.ts")).toBe("dev");
+  expect(layerOf("test/helpers.ts")).toBeUndefined();
+});
+
+test("`violations()` reports each kind of broken rule as file → imported file: rule", () => {
+  const files = [
+    scan("src/worker/worker.ts", `import { describeError } from "../receiver/receive.ts";\nimport type { X } from "../db/db.ts";`),
+    scan("src/receiver/app.ts", `export { deliver } from "../dev/deliver.ts";`),
+    scan("src/db/db.ts", `const m = await import("../handlers/handler-table.ts");`),
+    scan("src/providers/stripe.ts", `import { createHmac } from "node:crypto";\nimport "bun:sqlite";\n// process.env in a comment is fine\nconst port = process.env.PORT;\nBun.serve({});`),
+    scan("src/errors.ts", `import type { LogFn } from "./log.ts";`),
+    scan("src/newfolder/thing.ts", `import { x } from "../db/db.ts";`),
+    scan("src/runtime/signals.ts", `import { on } from "node:events";\nprocess.on("SIGTERM", () => {});\nimport { serve } from "../bin/serve.ts";`),
+  ];
+  expect(violations(files)).toEqual([
+    "src/worker/worker.ts → src/receiver/receive.ts: src/worker may import only handlers, providers, inbox, loop, db, config, errors, log",
+    "src/receiver/app.ts → src/dev/deliver.ts: nothing outside src/dev/ imports src/dev/",
+    "src/db/db.ts → src/handlers/handler-table.ts: src/db may import only errors, log",
+    "src/providers/stripe.ts → node:crypto: src/providers uses Web APIs only; node: and bun: modules belong in bin/, adapter/, runtime/ or dev/",
+    "src/providers/stripe.ts → bun:sqlite: src/providers uses Web APIs only; node: and bun: modules belong in bin/, adapter/, runtime/ or dev/",
+    "src/providers/stripe.ts → process: src/providers uses Web APIs only; process globals belong in bin/, adapter/, runtime/ or dev/",
+    "src/providers/stripe.ts → Bun: src/providers uses Web APIs only; Bun globals belong in bin/, adapter/, runtime/ or dev/",
+    "src/errors.ts → src/log.ts: src/errors may import only nothing else of src/",
+    "src/newfolder/thing.ts → (any): src/newfolder has no entry in the allowed-dependency table",
+    "src/runtime/signals.ts → src/bin/serve.ts: src/runtime may import only receiver, worker, outbox, ops, writeback, handlers, providers, inbox, loop, db, config, errors, log",
+  ]);
+});
+
+test("`violations()` lets dev/ import anything, and same-folder and downward imports pass", () => {
+  const files = [
+    scan("src/dev/bin/chaos.ts", `import { runWorker } from "../../worker/worker.ts";\nimport { x } from "../random.ts";\nimport { spawn } from "node:child_process";\nprocess.exit(0);`),
+    scan("src/bin/serve.ts", `import { startReceiver } from "../runtime/receiver.ts";`),
+    scan("src/receiver/app.ts", `import { readBody } from "./request-body.ts";\nimport { AppError } from "../errors.ts";\nimport { Router } from "itty-router";`),
+  ];
+  expect(violations(files)).toEqual([]);
+});

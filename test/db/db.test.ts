@@ -1,0 +1,150 @@
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { cancelAfter, COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../../src/db/db.ts";
+import { isPermanent } from "../../src/db/db.ts";
+import { freshDatabase } from "../support/helpers.ts";
+
+// Regression test for patches/postgres@3.4.9.patch: without it, a backend terminated in the middle of
+// a transaction makes postgres.js throw from a timer (socket.write on a closed socket) or replay the
+// stale FATAL on the reconnected socket, and the whole process (a receiver, or this test run) dies.
+let fresh: Awaited<ReturnType<typeof freshDatabase>>;
+let admin: Db;
+beforeAll(async () => {
+  fresh = await freshDatabase();
+  admin = connect(fresh.url, { max: 1 });
+});
+afterAll(async () => {
+  await admin.end({ timeout: 5 });
+  await fresh.drop();
+});
+
+async function terminate(where: string): Promise<number> {
+  const rows = await admin.unsafe<{ n: number }[]>(
+    `select count(pg_terminate_backend(pid))::int as n from pg_stat_activity where pid <> pg_backend_pid() and datname = current_database() and ${where}`,
+  );
+  return rows[0]?.n ?? 0;
+}
+
+async function waitFor(check: () => Promise<boolean>, ms = 5000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error("condition not reached in time");
+    await Bun.sleep(20);
+  }
+}
+
+test("a pool survives backends terminated mid-statement and idle in transaction, three times over", async () => {
+  const db = connect(fresh.url, { max: 2 });
+  for (let round = 0; round < 3; round++) {
+    const busy = db.begin(async (tx) => {
+      await tx`select 1`;
+      await tx`select pg_sleep(5)`;
+    });
+    await waitFor(async () => (await admin`select 1 from pg_stat_activity where query like '%pg_sleep(5)%' and pid <> pg_backend_pid()`).length > 0);
+    expect(await terminate("query like '%pg_sleep(5)%'")).toBe(1);
+    const busyError = await busy.then(() => null, (e: unknown) => e);
+    expect(isDatabaseUnavailable(busyError)).toBe(true);
+
+    let release!: () => void;
+    const paused = new Promise<void>((r) => (release = r));
+    const idle = db.begin(async (tx) => {
+      await tx`select 1`;
+      await paused;
+      await tx`select 2`;
+    });
+    await waitFor(async () => (await admin`select 1 from pg_stat_activity where state = 'idle in transaction' and datname = current_database()`).length > 0);
+    expect(await terminate("state = 'idle in transaction'")).toBe(1);
+    release();
+    await expect(idle).rejects.toBeDefined();
+
+    const [row] = await db`select ${round}::int as round`;
+    expect(row?.round).toBe(round);
+  }
+  await db.end({ timeout: 1 });
+}, 30_000);
+
+test("isDatabaseUnavailable() is true for a refused connection and false for a constraint violation", async () => {
+  const nowhere = connect("postgres://postgres:postgres@127.0.0.1:1/none", { connectTimeoutSec: 1 });
+  const refused = await nowhere`select 1`.then(() => null, (e: unknown) => e);
+  await nowhere.end({ timeout: 1 });
+  expect(isDatabaseUnavailable(refused)).toBe(true);
+  const violation = await fresh.db`insert into invoices (id, customer_id, status, currency) values ('in_x', 'cus_x', 'bogus', 'usd')`.then(() => null, (e: unknown) => e);
+  expect(isDatabaseUnavailable(violation)).toBe(false);
+});
+
+// A transaction pooler gives each transaction whichever server connection is free, so a statement
+// postgres.js prepared on one is missing on the next. `deallocate all` inside the transaction makes
+// the same state on a direct connection: every statement this connection cached is gone.
+test("`sql.begin()` never resolves for a transaction whose COMMIT did not commit", async () => {
+  const db = connect(fresh.url, { max: 1, prepare: true });
+  try {
+    await db`create table commit_probe (id int primary key)`;
+    // Caches this connection's `commit`, `rollback` and insert as prepared statements (when prepared).
+    await db.begin(async (tx) => {
+      await tx`insert into commit_probe (id) values (${0})`;
+    });
+    await db.begin(async (tx) => {
+      await tx`select 1`;
+    }).catch(() => {});
+    for (let id = 1; id <= 3; id++) {
+      const result = await db.begin(async (tx) => {
+        await tx.unsafe(`insert into commit_probe (id) values (${id})`);
+        await tx.unsafe("deallocate all");
+      }).then(() => "resolved", (e: unknown) => e);
+      const saved = (await db`select 1 from commit_probe where id = ${id}`).length === 1;
+      // Either it committed and says so, or it failed and saved nothing; never success without the row.
+      expect({ id, result: result === "resolved" ? "resolved" : "rejected", saved }).toEqual({ id, result: saved ? "resolved" : "rejected", saved });
+    }
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
+
+test("`sql.begin()` rejects with the original error when a statement's prepared form is gone in a transaction, and the connection stays usable", async () => {
+  const db = connect(fresh.url, { max: 1, prepare: true });
+  try {
+    await db`create table if not exists commit_probe (id int primary key)`;
+    await db`insert into commit_probe (id) values (${100}) on conflict do nothing`;
+    const error = await db.begin(async (tx) => {
+      await tx.unsafe("deallocate all");
+      await tx`insert into commit_probe (id) values (${101}) on conflict do nothing`;
+    }).then(() => null, (e: unknown) => e);
+    expect(sqlState(error)).toBe(SQLSTATE.invalidSqlStatementName);
+    expect(isPermanent(error)).toBe(false);
+    expect((await db`select 1 from commit_probe where id = 101`).length).toBe(0);
+    // The stale statement was forgotten: the same insert works in the next transaction.
+    await db.begin(async (tx) => {
+      await tx`insert into commit_probe (id) values (${101}) on conflict do nothing`;
+    });
+    expect((await db`select 1 from commit_probe where id = 101`).length).toBe(1);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
+
+test("`sql.begin()` throws COMMIT_ROLLED_BACK when PostgreSQL answers its COMMIT with ROLLBACK, and nothing is saved", async () => {
+  const db = connect(fresh.url, { max: 1 });
+  try {
+    await db`create table if not exists commit_probe (id int primary key)`;
+    // A savepoint's failed cleanup aborts the transaction; the caller catches the savepoint's error,
+    // so postgres.js sees no failed statement of the transaction itself and sends COMMIT.
+    const error = await db.begin(async (tx) => {
+      await tx`insert into commit_probe (id) values (${200})`;
+      await tx.savepoint(async (sp) => {
+        await sp.unsafe("release savepoint s0");
+        throw new Error("handler failed");
+      }).catch(() => {});
+    }).then(() => null, (e: unknown) => e);
+    expect((error as { code?: unknown } | null)?.code).toBe(COMMIT_ROLLED_BACK);
+    expect(isPermanent(error)).toBe(false);
+    expect((await db`select 1 from commit_probe where id = 200`).length).toBe(0);
+    expect((await db`select 1 as ok`)[0]?.ok).toBe(1);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
+
+test("cancelAfter() cancels a statement still running after its bound, and leaves a quick one alone", async () => {
+  await expect(cancelAfter(admin`select pg_sleep(30)`, 100)).rejects.toMatchObject({ code: "57014" });
+  expect((await cancelAfter(admin<{ n: number }[]>`select 1 as n`, 10_000))[0]?.n).toBe(1);
+  expect((await cancelAfter(admin<{ n: number }[]>`select 2 as n`, undefined))[0]?.n).toBe(2);
+});

@@ -1,0 +1,170 @@
+// `bun run chaos` in CI, one bounded run per mode (real serve/worker processes, SIGKILLs, an immediate
+// PostgreSQL shutdown), and the checker itself shown able to fail on each kind of violation.
+import { afterAll, describe, expect, test } from "bun:test";
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import { checkStorm, passed } from "../../src/dev/chaos/check.ts";
+import { generateStorm } from "../../src/dev/chaos/model.ts";
+import { billingHandlers } from "../../src/handlers/billing.ts";
+import { PermanentError } from "../../src/handlers/handler-table.ts";
+import { receiveSync, recordFallback } from "../../src/receiver/receive.ts";
+import { supervise } from "../../src/dev/chaos/processes.ts";
+import { freshDatabase, verified } from "../support/helpers.ts";
+
+const ROOT = join(import.meta.dir, "..", "..");
+
+interface Summary {
+  passed: boolean;
+  events: number;
+  duplicates: number;
+  concurrent_duplicates: number;
+  receiver_kills: number;
+  worker_kills: number;
+  db_restarts: number;
+  lost: number;
+  unacknowledged: number;
+  double_booked: number;
+  wrong_final_state: number;
+  unprocessed: number;
+  unexpected_needs_review: number;
+  poison_parked: number;
+  self_exits: number;
+  graceful_exits: number;
+  children: number;
+}
+
+describe("bun run chaos", () => {
+  test.each([
+    ["sync", 101],
+    ["async", 202],
+    ["hybrid", 303],
+  ])("`chaos --mode %s` loses nothing and books nothing twice through SIGKILLs and a PostgreSQL restart", async (mode, seed) => {
+    const env: Record<string, string | undefined> = { ...process.env };
+    delete env.DATABASE_URL; // its own embedded server, so it can restart it
+    const child = Bun.spawn(
+      ["bun", "src/dev/bin/chaos.ts", "--json", "--mode", String(mode), "--invoices", "70", "--poison", "1", "--seed", String(seed), "--rate", "90", "--fault-every-ms", "300", "--deadline-ms", "60000"],
+      { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
+    );
+    const killer = setTimeout(() => child.kill("SIGKILL"), 110_000);
+    const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
+    clearTimeout(killer);
+    const last = stdout.trim().split("\n").pop() ?? "";
+    let summary: Summary;
+    try {
+      summary = JSON.parse(last) as Summary;
+    } catch {
+      throw new Error(`chaos printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
+    }
+    expect({ code, ...summary }).toMatchObject({
+      code: 0, passed: true, lost: 0, unacknowledged: 0, double_booked: 0, wrong_final_state: 0, unprocessed: 0, unexpected_needs_review: 0, poison_parked: 1,
+    });
+    expect(summary.db_restarts).toBe(1);
+    expect(summary.receiver_kills + summary.worker_kills).toBeGreaterThanOrEqual(2);
+    expect(summary.concurrent_duplicates).toBeGreaterThan(0);
+    expect(summary.graceful_exits).toBe(summary.children);
+  }, 120_000);
+});
+
+test("`chaos` on SIGTERM mid-storm stops every child it started (receivers, workers, PostgreSQL) and exits 143", async () => {
+  const env: Record<string, string | undefined> = { ...process.env };
+  delete env.DATABASE_URL;
+  const child = Bun.spawn(["bun", "src/dev/bin/chaos.ts", "--mode", "async", "--workers", "2", "--invoices", "400", "--rate", "50", "--faults", "none"], {
+    cwd: ROOT, env, stdout: "pipe", stderr: "pipe",
+  });
+  const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
+  // Children by parent pid, from /proc/<pid>/stat (field 4 is the parent; the name may hold spaces).
+  const childrenOf = (pid: number) =>
+    readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number).filter((p) => {
+      try {
+        const stat = readFileSync(`/proc/${p}/stat`, "utf8");
+        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid;
+      } catch {
+        return false;
+      }
+    });
+  const alive = (pid: number) => {
+    try {
+      process.kill(pid, 0);
+      return true;
+    } catch {
+      return false;
+    }
+  };
+  // PostgreSQL, one receiver and two workers: four children once the storm runs.
+  let seen: number[] = [];
+  for (let waited = 0; (seen = childrenOf(child.pid)).length < 4; waited += 100) {
+    if (waited > 30_000 || child.exitCode !== null) throw new Error(`chaos never had its four children (saw ${seen.length})`);
+    await Bun.sleep(100);
+  }
+  await Bun.sleep(1_000); // mid-storm
+  child.kill("SIGTERM");
+  const [stderr, code] = await Promise.all([new Response(child.stderr).text(), child.exited]);
+  clearTimeout(killer);
+  expect(code).toBe(143);
+  expect(stderr).toContain("chaos: SIGTERM: stopping the children and the throwaway database; no verdict");
+  for (let waited = 0; seen.some(alive) && waited < 5_000; waited += 100) await Bun.sleep(100); // PostgreSQL takes a moment to go
+  expect(seen.filter(alive)).toEqual([]);
+}, 90_000);
+
+test("`supervise()` starts a child that exited on its own again and counts it; a stopped child stays stopped", async () => {
+  const lines: string[] = [];
+  const child = supervise("flaky", ["-e", "console.log('up'); setTimeout(() => process.exit(3), 100)"], {}, (line) => lines.push(line), /^up$/);
+  child.start();
+  for (let waited = 0; child.selfExits < 2; waited += 50) {
+    if (waited > 20_000) throw new Error(`the child was not started again: ${JSON.stringify(lines)}`);
+    await Bun.sleep(50);
+  }
+  await child.stop("SIGKILL");
+  const counted = child.selfExits;
+  await Bun.sleep(600); // longer than the restart delay: a stopped child must not come back
+  expect({ running: child.running, selfExits: child.selfExits }).toEqual({ running: false, selfExits: counted });
+  expect(lines.filter((l) => l === "flaky exited on its own (3); starting it again").length).toBe(counted);
+}, 30_000);
+
+const fresh = await freshDatabase();
+const db = fresh.db;
+afterAll(() => fresh.drop());
+
+describe("checkStorm()", () => {
+  const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+
+  async function applied() {
+    await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+    const storm = generateStorm({ invoices: 12, poison: 1, seed: 5 });
+    for (const e of storm.events) {
+      await receiveSync(db, target, verified(e.body)).catch((err: unknown) => {
+        if (!(err instanceof PermanentError)) throw err;
+        return recordFallback(db, target, verified(e.body), err, { baseMs: 1000, capMs: 1000 });
+      });
+    }
+    return { storm, acked: new Set(storm.events.map((e) => e.id)) };
+  }
+
+  test("`checkStorm()` passes a storm applied in any order, and `generateStorm()` is deterministic per seed", async () => {
+    const { storm, acked } = await applied();
+    expect(generateStorm({ invoices: 12, poison: 1, seed: 5 })).toEqual(storm);
+    expect(generateStorm({ invoices: 12, poison: 1, seed: 6 }).events.map((e) => e.type)).not.toEqual(storm.events.map((e) => e.type));
+    const verdict = await checkStorm(db, storm, "billing", acked, []);
+    expect(passed(verdict)).toBe(true);
+    expect(verdict.poison).toEqual([{ eventId: storm.poisonEventIds[0] ?? "", parked: true }]);
+  });
+
+  test("`checkStorm()` reports a lost event, a double booking, a wrong state and a stuck row", async () => {
+    const { storm, acked } = await applied();
+    const paid = storm.expected.find((e) => e.payment !== null);
+    const voided = storm.expected.find((e) => e.status === "void");
+    if (!paid || !voided) throw new Error("seed 5 should give paid and void invoices");
+    const [gone] = await db<{ event_id: string }[]>`delete from webhook_inbox where event_id = (select min(event_id) from webhook_inbox where needs_review_at is null) returning event_id`;
+    await db`insert into outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', ${paid.invoiceId}, 'InvoicePaymentBooked', '{}')`;
+    await db`update invoices set status = 'open' where id = ${voided.invoiceId}`;
+    await db`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'billing', 'evt_stuck', 'invoice.created', '{}')`;
+    const verdict = await checkStorm(db, storm, "billing", acked, ["evt_never"]);
+    expect(passed(verdict)).toBe(false);
+    expect(verdict.lost).toEqual([gone?.event_id ?? ""]);
+    expect(verdict.unacknowledged).toEqual(["evt_never"]);
+    expect(verdict.doubleBooked).toHaveLength(1);
+    expect(verdict.doubleBooked[0]).toContain(paid.invoiceId);
+    expect(verdict.wrongState).toEqual([`${voided.invoiceId}: open, expected void`]);
+    expect(verdict.unprocessed).toBe(1);
+  });
+});

@@ -1,0 +1,65 @@
+// The real `bun run billing` (src/bin/billing.ts) as a subprocess against this file's database.
+import { afterAll, describe, expect, test } from "bun:test";
+import { join } from "node:path";
+import { freshDatabase } from "../support/helpers.ts";
+
+const fresh = await freshDatabase();
+const db = fresh.db;
+afterAll(() => fresh.drop());
+
+const REPO = join(import.meta.dir, "..", "..");
+const WAITS = 60_000;
+
+async function billing(args: string[]): Promise<{ code: number | null; signal: string | number | null; stdout: string; stderr: string }> {
+  const proc = Bun.spawn([process.execPath, "src/bin/billing.ts", ...args], {
+    cwd: REPO,
+    env: { ...process.env, DATABASE_URL: fresh.url },
+    stdout: "pipe",
+    stderr: "pipe",
+    timeout: 20_000, // a bound on a hung run, not a speed assertion
+  });
+  const [stdout, stderr] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+  return { code: proc.exitCode, signal: proc.signalCode, stdout, stderr };
+}
+
+/** The invoice ids printed in the invoices table, in order. */
+const invoiceIds = (stdout: string): string[] => [...stdout.matchAll(/│ (in_bill_\d+) /g)].map((m) => m[1] ?? "");
+
+describe("billing CLI", () => {
+  test("`billing` prints the 20 newest invoices by default and says how many more there are; --limit and --all change that", async () => {
+    // 25 invoices, in_bill_01 oldest; the 20 newest are 06…25.
+    for (let i = 1; i <= 25; i++) {
+      const id = `in_bill_${String(i).padStart(2, "0")}`;
+      await db`
+        insert into invoices (id, customer_id, status, currency, amount_due, created_at)
+        values (${id}, 'cus_bill', 'open', 'usd', 100, now() - ${26 - i} * interval '1 minute')
+      `;
+    }
+    const all = Array.from({ length: 25 }, (_, i) => `in_bill_${String(i + 1).padStart(2, "0")}`);
+
+    const byDefault = await billing([]);
+    expect({ code: byDefault.code, stderr: byDefault.stderr }).toEqual({ code: 0, stderr: "" });
+    expect(invoiceIds(byDefault.stdout)).toEqual(all.slice(5));
+    expect(byDefault.stdout).toContain("… 5 more (older) not shown: --limit N or --all");
+
+    const three = await billing(["--limit", "3"]);
+    expect(invoiceIds(three.stdout)).toEqual(all.slice(22));
+    expect(three.stdout).toContain("… 22 more (older) not shown");
+
+    const every = await billing(["--all"]);
+    expect(invoiceIds(every.stdout)).toEqual(all);
+    expect(every.stdout).not.toContain("more (older)");
+  }, WAITS);
+
+  test("`billing --help` prints the usage and exits 0; unknown options, arguments and bad limits exit 2", async () => {
+    const help = await billing(["--help"]);
+    expect({ code: help.code, stderr: help.stderr }).toEqual({ code: 0, stderr: "" });
+    expect(help.stdout).toStartWith("Usage: bun run billing");
+    expect(help.stdout).not.toContain("invoices\n");
+    for (const args of [["--bogus"], ["extra"], ["--limit", "0"], ["--limit", "abc"], ["--limit", "2", "--all"]]) {
+      const run = await billing(args);
+      expect({ args, code: run.code, stdout: run.stdout }).toEqual({ args, code: 2, stdout: "" });
+      expect(run.stderr).toContain("Usage: bun run billing");
+    }
+  }, WAITS);
+});

@@ -1,0 +1,24 @@
+// openDatabase(): the settings every command reads before it touches a database (src/runtime/database.ts).
+import { expect, test } from "bun:test";
+import { openDatabase } from "../../src/runtime/database.ts";
+
+test("`openDatabase()` refuses an unreadable DATABASE_URL without quoting it (the password would be in it)", async () => {
+  const error = await openDatabase({ DATABASE_URL: "postgres://app:SEC/RET-pw@db.internal/inbox" }).catch((err: unknown) => err as Error);
+  expect(error).toBeInstanceOf(Error);
+  expect((error as Error).message).toStartWith("DATABASE_URL cannot be read unambiguously (value not shown)");
+  expect((error as Error).message).not.toContain("RET-pw");
+});
+
+test("`openDatabase()` refuses an EMBEDDED_PG_PORT that is not a port (0 or text would start a server no later command finds)", async () => {
+  for (const port of ["abc", "0", "70000", "54.5"]) {
+    await expect(openDatabase({ EMBEDDED_PG_PORT: port })).rejects.toThrow(`EMBEDDED_PG_PORT must be a port number from 1 to 65535, got "${port}"`);
+  }
+});
+
+test("`openDatabase()` refuses the embedded development server when NODE_ENV=production", async () => {
+  await expect(openDatabase({ NODE_ENV: "production" })).rejects.toThrow("DATABASE_URL is required when NODE_ENV=production");
+});
+
+test("`openDatabase()` refuses an unknown NODE_ENV before any other setting, naming the variable", async () => {
+  await expect(openDatabase({ NODE_ENV: "prod", EMBEDDED_PG_PORT: "0" })).rejects.toThrow('NODE_ENV must be production, development or test (or unset), got "prod"');
+});

@@ -1,0 +1,94 @@
+import { readdirSync, readFileSync } from "node:fs";
+import { join } from "node:path";
+import postgres from "postgres";
+import { connect, type Db } from "../../src/db/db.ts";
+import { signStripePayload } from "../../src/providers/stripe.ts";
+import { withDatabase } from "../../src/dev/scratch-database.ts";
+import { TEMPLATE_DB } from "../setup.ts";
+
+/** A test signing secret (never a real one). */
+export const SECRET = "whsec_test_0123456789abcdefghijklmnop";
+export const OTHER_SECRET = "whsec_test_zyxwvutsrqponmlkjihgfedcba";
+
+export const LIFECYCLE_DIR = join(import.meta.dir, "..", "fixtures", "stripe", "invoice-lifecycle");
+
+let counter = 0;
+
+/** A fresh database for one test file, cloned from the migrated template (or empty with `migrated: false`). */
+export async function freshDatabase(options: { migrated?: boolean } = {}): Promise<{ url: string; db: Db; drop(): Promise<void> }> {
+  const admin = adminUrl();
+  const name = `t_${process.pid}_${++counter}_${Math.random().toString(36).slice(2, 8)}`;
+  const sql = postgres(admin, { max: 1, onnotice: () => {} });
+  await sql.unsafe(options.migrated === false ? `create database ${name}` : `create database ${name} template ${TEMPLATE_DB}`);
+  await sql.end();
+  const url = withDatabase(admin, name);
+  const db = connect(url, { max: 10 });
+  return {
+    url,
+    db,
+    async drop() {
+      await db.end({ timeout: 5 });
+      const s = postgres(admin, { max: 1, onnotice: () => {} });
+      await s.unsafe(`drop database if exists ${name} with (force)`);
+      await s.end();
+    },
+  };
+}
+
+/** The server's admin URL set by test/setup.ts. */
+export function adminUrl(): string {
+  const url = process.env.TEST_ADMIN_URL;
+  if (!url) throw new Error("TEST_ADMIN_URL is not set: run the tests with `bun test` (test/setup.ts preload)");
+  return url;
+}
+
+/** `n` separate single-connection pools: one connection per concurrent actor. Close with `closeAll`. */
+export function connections(url: string, n: number): Db[] {
+  return Array.from({ length: n }, () => connect(url, { max: 1 }));
+}
+
+export async function closeAll(dbs: Db[]): Promise<void> {
+  await Promise.all(dbs.map((d) => d.end({ timeout: 5 })));
+}
+
+/** Reads a fixture's exact bytes. */
+export function fixture(name: string): string {
+  return readFileSync(join(LIFECYCLE_DIR, name), "utf8");
+}
+
+/** All lifecycle fixtures as `{ name, body }`, in file order. */
+export function lifecycle(): { name: string; body: string }[] {
+  return readdirSync(LIFECYCLE_DIR).filter((f) => f.endsWith(".json")).sort().map((name) => ({ name, body: fixture(name) }));
+}
+
+/** A Stripe invoice object with sensible defaults (amounts in minor units). */
+export function invoice(overrides: Record<string, unknown> = {}): Record<string, unknown> {
+  return { id: "in_test_1", object: "invoice", customer: "cus_test_1", currency: "usd", amount_due: 2000, amount_paid: 0, status: "draft", ...overrides };
+}
+
+/** A Stripe event body (pretty-printed like Stripe's) for `type` with `object` as `data.object`. */
+export function eventBody(id: string, type: string, object: Record<string, unknown>): string {
+  return JSON.stringify({ id, object: "event", api_version: "2025-09-30.clover", created: 1764461520, livemode: false, pending_webhooks: 1, type, data: { object } }, null, 2);
+}
+
+/** A VerifiedEvent built from a body (for calling receiveSync directly). */
+export function verified(body: string) {
+  const payload = JSON.parse(body) as Record<string, unknown>;
+  return { id: payload.id as string, type: payload.type as string, payload, body };
+}
+
+/** A signed webhook request, as Stripe would send it. `timestampSec` defaults to now. */
+export async function signedRequest(url: string, body: string, options: { secret?: string; timestampSec?: number; headers?: Record<string, string> } = {}): Promise<Request> {
+  const signature = await signStripePayload(body, options.secret ?? SECRET, options.timestampSec ?? Math.floor(Date.now() / 1000));
+  return new Request(url, {
+    method: "POST",
+    headers: { "content-type": "application/json; charset=utf-8", "stripe-signature": signature, ...options.headers },
+    body,
+  });
+}
+
+/** `select count(*)::int` of a table (optionally with a where clause on trusted test text). */
+export async function count(db: Db, table: string, where = "true"): Promise<number> {
+  const rows = await db.unsafe<{ n: number }[]>(`select count(*)::int as n from ${table} where ${where}`);
+  return rows[0]?.n ?? 0;
+}

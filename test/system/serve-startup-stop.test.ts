@@ -1,0 +1,134 @@
+// A stop at any moment of `bun run serve`'s start-up on the embedded database leaves no PostgreSQL
+// running (src/runtime/embedded-postgres.ts `signal`, src/bin/serve.ts). The embedded server runs in
+// its own process group, so a terminal's SIGTERM/Ctrl-C reaches only serve, which must stop it. Real
+// signals to a real process group, at several delays; only processes this file spawned are signalled
+// (by pid or group), and a server left behind is found by its data directory and stopped by its pid.
+import { afterAll, expect, test } from "bun:test";
+import { spawn } from "node:child_process";
+import { readdirSync, readFileSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import { dirname, join } from "node:path";
+import { freePort, startEmbeddedPostgres, temporaryDataDir } from "../../src/runtime/embedded-postgres.ts";
+import { SECRET } from "../support/helpers.ts";
+import { waitUntil } from "../support/wait-until.ts";
+
+const ROOT = join(import.meta.dir, "..", "..");
+const dirs = new Set<string>();
+const groups = new Set<number>();
+afterAll(async () => {
+  for (const group of groups) signalGroup(group, "SIGKILL");
+  for (const dir of dirs) {
+    for (const pid of postgresOf(dir)) signalPid(pid, "SIGQUIT");
+    await rm(dirname(dir), { recursive: true, force: true });
+  }
+});
+
+function signalPid(pid: number, signal: NodeJS.Signals): void {
+  try {
+    process.kill(pid, signal);
+  } catch {
+    // already gone
+  }
+}
+
+function signalGroup(group: number, signal: NodeJS.Signals): void {
+  signalPid(-group, signal);
+}
+
+/** Fields of /proc/<pid>/stat after the name (which may hold spaces): [state, ppid, pgrp, …]. */
+function statFields(pid: string): string[] {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, "utf8");
+    return stat.slice(stat.lastIndexOf(")") + 2).split(" ");
+  } catch {
+    return [];
+  }
+}
+
+const pids = () => readdirSync("/proc").filter((d) => /^\d+$/.test(d));
+
+/** Live (not zombie) processes of process group `group`. */
+function membersOf(group: number): number[] {
+  return pids().filter((p) => {
+    const f = statFields(p);
+    return f[2] === String(group) && f[0] !== "Z";
+  }).map(Number);
+}
+
+/** PostgreSQL processes serving `dataDir`: by `-D <dataDir>` on their command line, or the pid in postmaster.pid. */
+function postgresOf(dataDir: string): number[] {
+  const found = new Set<number>();
+  for (const p of pids()) {
+    try {
+      const args = readFileSync(`/proc/${p}/cmdline`, "utf8").split("\0");
+      const at = args.indexOf("-D");
+      if (at >= 0 && args[at + 1] === dataDir && statFields(p)[0] !== "Z") found.add(Number(p));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  try {
+    const pid = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]);
+    if (pid > 0 && statFields(String(pid)).length > 0 && statFields(String(pid))[0] !== "Z") found.add(pid);
+  } catch {
+    // no postmaster.pid: no server
+  }
+  return [...found];
+}
+
+/**
+ * Starts `bun run serve` on `dataDir` leading a new process group (a shell's foreground job), sends
+ * SIGTERM to the group after `delayMs`, waits until every process of the group has exited, and returns
+ * the PostgreSQL processes of `dataDir` still running (stopping them, so the next round starts clean).
+ */
+async function stopServeAfter(dataDir: string, pgPort: number, delayMs: number): Promise<{ delayMs: number; code: number | string | null; left: number[] }> {
+  const child = spawn(process.execPath, ["run", "serve"], {
+    cwd: ROOT, detached: true, stdio: "ignore",
+    env: {
+      PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", NO_COLOR: "1", HOST: "127.0.0.1", PORT: String(await freePort()),
+      EMBEDDED_PG_DIR: dataDir, EMBEDDED_PG_PORT: String(pgPort), STRIPE_WEBHOOK_SECRET: SECRET,
+    },
+  });
+  const group = child.pid ?? 0;
+  groups.add(group);
+  const exited = new Promise<number | string | null>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal)));
+  await Bun.sleep(delayMs);
+  signalGroup(group, "SIGTERM");
+  const code = await exited;
+  // `bun run` may exit before the serve process it started has finished stopping: wait for the whole group.
+  await waitUntil(`process group ${group} to exit`, async () => membersOf(group).length === 0, { timeoutMs: 30_000, intervalMs: 50 });
+  groups.delete(group);
+  const left = postgresOf(dataDir);
+  for (const pid of left) signalPid(pid, "SIGQUIT");
+  await waitUntil(`the PostgreSQL left on ${dataDir} to stop`, async () => postgresOf(dataDir).length === 0, { timeoutMs: 15_000, intervalMs: 50 });
+  return { delayMs, code, left };
+}
+
+const DELAYS_MS = Array.from({ length: 16 }, (_, i) => i * 100); // 0, 100, …, 1500 ms
+
+test("SIGTERM to `bun run serve`'s process group at any moment of start-up on an existing embedded cluster leaves no PostgreSQL of it running", async () => {
+  const dataDir = await temporaryDataDir("webhook-inbox-startstop-pg-");
+  dirs.add(dataDir);
+  const pgPort = await freePort();
+  // Initialised once beforehand, so each round exercises the start of an existing cluster, not initdb.
+  const server = await startEmbeddedPostgres({ dir: dataDir, port: pgPort });
+  await server.stop();
+  const rounds = [];
+  for (const delayMs of DELAYS_MS) rounds.push(await stopServeAfter(dataDir, pgPort, delayMs));
+  expect(rounds.filter((r) => r.left.length > 0)).toEqual([]);
+  // Each stop was graceful (0) or landed before serve installed its handlers (SIGTERM): never a failure.
+  expect(rounds.filter((r) => r.code !== 0 && r.code !== "SIGTERM")).toEqual([]);
+}, 120_000);
+
+test("SIGTERM to `bun run serve`'s process group while it initialises a new embedded cluster leaves no PostgreSQL of it running, and the next start works", async () => {
+  const dataDir = await temporaryDataDir("webhook-inbox-startstop-pg-");
+  dirs.add(dataDir);
+  const pgPort = await freePort();
+  const rounds = [];
+  for (const delayMs of [400, 900, 1500, 2500]) rounds.push(await stopServeAfter(dataDir, pgPort, delayMs));
+  expect(rounds.filter((r) => r.left.length > 0)).toEqual([]);
+  expect(rounds.filter((r) => r.code !== 0 && r.code !== "SIGTERM")).toEqual([]);
+  // Whatever a stop interrupted (initdb included), the cluster starts afterwards.
+  const server = await startEmbeddedPostgres({ dir: dataDir, port: pgPort });
+  await server.stop();
+}, 120_000);
