@@ -79,11 +79,12 @@ function postgresOf(dataDir: string): number[] {
 /**
  * Starts `bun run serve` on `dataDir` leading a new process group (a shell's foreground job), sends
  * SIGTERM to the group after `delayMs`, waits until every process of the group has exited, and returns
- * the PostgreSQL processes of `dataDir` still running (stopping them, so the next round starts clean).
+ * the exit code or signal of `bun run`, what serve printed, and the PostgreSQL processes of `dataDir`
+ * still running (stopping them, so the next round starts clean).
  */
-async function stopServeAfter(dataDir: string, pgPort: number, delayMs: number): Promise<{ delayMs: number; code: number | string | null; left: number[] }> {
+async function stopServeAfter(dataDir: string, pgPort: number, delayMs: number): Promise<{ delayMs: number; code: number | string | null; left: number[]; output: string }> {
   const child = spawn(process.execPath, ["run", "serve"], {
-    cwd: ROOT, detached: true, stdio: "ignore",
+    cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"],
     env: {
       PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", NO_COLOR: "1", HOST: "127.0.0.1", PORT: String(await freePort()),
       EMBEDDED_PG_DIR: dataDir, EMBEDDED_PG_PORT: String(pgPort), STRIPE_WEBHOOK_SECRET: SECRET,
@@ -91,17 +92,24 @@ async function stopServeAfter(dataDir: string, pgPort: number, delayMs: number):
   });
   const group = child.pid ?? 0;
   groups.add(group);
+  // What serve printed, so a failed round says why (a stop is graceful only when nothing went wrong).
+  let output = "";
+  child.stdout?.on("data", (chunk: Buffer) => (output += chunk.toString()));
+  child.stderr?.on("data", (chunk: Buffer) => (output += chunk.toString()));
   const exited = new Promise<number | string | null>((resolve) => child.once("exit", (code, signal) => resolve(code ?? signal)));
+  const drained = new Promise((resolve) => child.once("close", resolve));
   await Bun.sleep(delayMs);
   signalGroup(group, "SIGTERM");
   const code = await exited;
   // `bun run` may exit before the serve process it started has finished stopping: wait for the whole group.
   await waitUntil(`process group ${group} to exit`, async () => membersOf(group).length === 0, { timeoutMs: 30_000, intervalMs: 50 });
   groups.delete(group);
+  // The pipes close once every writer has exited; bounded, in case a process left behind still holds them.
+  await Promise.race([drained, Bun.sleep(5_000)]);
   const left = postgresOf(dataDir);
   for (const pid of left) signalPid(pid, "SIGQUIT");
   await waitUntil(`the PostgreSQL left on ${dataDir} to stop`, async () => postgresOf(dataDir).length === 0, { timeoutMs: 15_000, intervalMs: 50 });
-  return { delayMs, code, left };
+  return { delayMs, code, left, output };
 }
 
 const DELAYS_MS = Array.from({ length: 16 }, (_, i) => i * 100); // 0, 100, …, 1500 ms
