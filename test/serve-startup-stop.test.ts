@@ -9,6 +9,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { dirname, join } from "node:path";
 import { freePort, startEmbeddedPostgres, temporaryDataDir } from "../src/runtime/embedded-postgres.ts";
+import { REPEAT_WINDOW_MS } from "../src/runtime/signals.ts";
 import { SECRET } from "./helpers.ts";
 import { waitUntil } from "./wait-until.ts";
 
@@ -78,11 +79,12 @@ function postgresOf(dataDir: string): number[] {
 
 /**
  * Starts `bun run serve` on `dataDir` leading a new process group (a shell's foreground job), sends
- * SIGTERM to the group after `delayMs`, waits until every process of the group has exited, and returns
- * the exit code or signal of `bun run`, what serve printed, and the PostgreSQL processes of `dataDir`
- * still running (stopping them, so the next round starts clean).
+ * SIGTERM to the group after `delayMs` (and again `repeatAfterMs` later, when given, as an impatient
+ * operator or supervisor would), waits until every process of the group has exited, and returns the exit
+ * code or signal of `bun run`, what serve printed, and the PostgreSQL processes of `dataDir` still
+ * running (stopping them, so the next round starts clean).
  */
-async function stopServeAfter(dataDir: string, pgPort: number, delayMs: number): Promise<{ delayMs: number; code: number | string | null; left: number[]; output: string }> {
+async function stopServeAfter(dataDir: string, pgPort: number, delayMs: number, repeatAfterMs?: number): Promise<{ delayMs: number; code: number | string | null; left: number[]; output: string }> {
   const child = spawn(process.execPath, ["run", "serve"], {
     cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"],
     env: {
@@ -100,6 +102,10 @@ async function stopServeAfter(dataDir: string, pgPort: number, delayMs: number):
   const drained = new Promise((resolve) => child.once("close", resolve));
   await Bun.sleep(delayMs);
   signalGroup(group, "SIGTERM");
+  if (repeatAfterMs !== undefined) {
+    await Promise.race([exited, Bun.sleep(repeatAfterMs)]);
+    signalGroup(group, "SIGTERM");
+  }
   const code = await exited;
   // `bun run` may exit before the serve process it started has finished stopping: wait for the whole group.
   await waitUntil(`process group ${group} to exit`, async () => membersOf(group).length === 0, { timeoutMs: 30_000, intervalMs: 50 });
@@ -133,7 +139,8 @@ test("SIGTERM to `bun run serve`'s process group while it initialises a new embe
   dirs.add(dataDir);
   const pgPort = await freePort();
   const rounds = [];
-  for (const delayMs of [400, 900, 1500, 2500]) rounds.push(await stopServeAfter(dataDir, pgPort, delayMs));
+  // Each SIGTERM is repeated after the Ctrl-C repeat window: a stop in progress ignores a repeated SIGTERM.
+  for (const delayMs of [400, 900, 1500, 2500]) rounds.push(await stopServeAfter(dataDir, pgPort, delayMs, REPEAT_WINDOW_MS + 50));
   expect(rounds.filter((r) => r.left.length > 0)).toEqual([]);
   expect(rounds.filter((r) => r.code !== 0 && r.code !== "SIGTERM")).toEqual([]);
   // Whatever a stop interrupted (initdb included), the cluster starts afterwards.
