@@ -18,8 +18,8 @@ try {
 }
 
 // Signals first: a stop must reach us before anything is spawned (the embedded server runs in its own
-// process group, so nothing else would stop it). A second signal (not the duplicate Ctrl-C of
-// `bun run`) exits at once.
+// process group, so nothing else would stop it). A repeated SIGTERM is ignored; a second Ctrl-C (not
+// the duplicate of `bun run`) exits at once (see onStopSignals).
 // (Handlers run at the first await below, once `server` and `startup` exist.)
 const stopping = new AbortController();
 let probeDb: Db | undefined;

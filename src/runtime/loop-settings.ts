@@ -36,9 +36,10 @@ export function readLoopSettings(values: Record<string, unknown>, env: Record<st
 }
 
 /**
- * SIGTERM/SIGINT abort the returned controller (stop claiming, finish in-flight work); a second signal
- * (later than {@link REPEAT_WINDOW_MS} after the first: Ctrl-C under `bun run` arrives twice) exits at
- * once with status 1. Logs `{ <label>: "stopping", signal }`.
+ * SIGTERM/SIGINT abort the returned controller (stop claiming, finish in-flight work); a repeated
+ * SIGTERM is ignored, and a SIGINT later than {@link REPEAT_WINDOW_MS} after the first signal (a second
+ * Ctrl-C: under `bun run` one arrives twice) exits at once with status 1 (see onStopSignals).
+ * Logs `{ <label>: "stopping", signal }`.
  */
 export function abortOnSignals(label: string): AbortController {
   const controller = new AbortController();

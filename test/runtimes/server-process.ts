@@ -47,7 +47,8 @@ export async function startServer(options: ServerOptions): Promise<ServerProcess
   const base = `http://127.0.0.1:${port}`;
   const stop = async (graceMs = 10_000): Promise<number | null> => {
     // SIGTERM to the server itself, once: `timeout` would pass its own SIGTERM to the server *and* its
-    // group, and a second signal means "exit at once" to our entry files. `timeout` then exits with its code.
+    // group, so the server would see two (the Bun, Node and workerd entry files ignore the repeat; Deno's
+    // exits at once). `timeout` then exits with its code.
     const server = child.pid === undefined ? undefined : serverPid(child.pid);
     if (running() && server !== undefined) process.kill(server, "SIGTERM");
     // `timeout` leads its own process group (its pid): SIGKILL the group, grandchildren included.

@@ -29,11 +29,26 @@ test("`onStopSignals()` stops once on the first signal and ignores a repeat with
   expect(h.calls).toEqual(["stop SIGINT"]);
 });
 
-test("`onStopSignals()` exits at once on a signal later than the window, SIGTERM or SIGINT alike", () => {
+test("`onStopSignals()` exits at once on a Ctrl-C later than the window, after SIGINT or SIGTERM alike", () => {
   const h = harness();
   h.send("SIGTERM");
   h.send("SIGINT", REPEAT_WINDOW_MS + 1);
   expect(h.calls).toEqual(["stop SIGTERM", "exit now"]);
+  const twice = harness();
+  twice.send("SIGINT");
+  twice.send("SIGINT", REPEAT_WINDOW_MS + 1);
+  expect(twice.calls).toEqual(["stop SIGINT", "exit now"]);
+});
+
+test("`onStopSignals()` ignores a repeated SIGTERM however late: a stop is already in progress", () => {
+  const h = harness();
+  h.send("SIGTERM");
+  h.send("SIGTERM", REPEAT_WINDOW_MS + 1);
+  h.send("SIGTERM", 10_000);
+  const afterCtrlC = harness();
+  afterCtrlC.send("SIGINT");
+  afterCtrlC.send("SIGTERM", REPEAT_WINDOW_MS + 1);
+  expect([h.calls, afterCtrlC.calls]).toEqual([["stop SIGTERM"], ["stop SIGINT"]]);
 });
 
 const fresh = await freshDatabase();

@@ -39,7 +39,7 @@ async function shutdown(signal: string): Promise<void> {
   await Promise.all([db.end({ timeout: 5 }), probeDb.end({ timeout: 1 })]);
   process.exit(0);
 }
-// A second signal (not the duplicate Ctrl-C of `bun run`) exits at once.
+// A repeated SIGTERM is ignored; a second Ctrl-C (not the duplicate of `bun run`) exits at once.
 onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
 
 try {

@@ -60,5 +60,5 @@ async function shutdown(signal: string): Promise<void> {
   await mf.dispose();
   process.exit(0);
 }
-// A second signal (not the duplicate Ctrl-C of `bun run`) exits at once.
+// A repeated SIGTERM is ignored; a second Ctrl-C (not the duplicate of `bun run`) exits at once.
 onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
