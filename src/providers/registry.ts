@@ -1,5 +1,6 @@
 import { PermanentError } from "../errors.ts";
 import type { Subject, WebhookProvider } from "./provider.ts";
+import { standardWebhooksProvider } from "./standard-webhooks.ts";
 import { stripeProvider } from "./stripe.ts";
 
 /**
@@ -9,6 +10,7 @@ import { stripeProvider } from "./stripe.ts";
  */
 export const providers = {
   stripe: stripeProvider,
+  "standard-webhooks": standardWebhooksProvider,
 } as const satisfies Record<string, WebhookProvider>;
 
 /** A registered provider's name. */
