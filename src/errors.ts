@@ -3,12 +3,12 @@
  * 4xx codes mean "do not retry as is" to a human; Stripe retries any non-2xx anyway.
  */
 export type ErrorCode =
-  | "signature_missing" // 400: no Stripe-Signature header
-  | "signature_malformed" // 400: header without one integer t= and at least one v1=
+  | "signature_missing" // 400: no signature header (Stripe-Signature; webhook-id, -timestamp, -signature)
+  | "signature_malformed" // 400: a signature header the provider cannot parse (Stripe: not one integer t= and a v1=)
   | "signature_mismatch" // 400: no v1 signature matches any secret of the endpoint
   | "timestamp_out_of_tolerance" // 400: t= older or further in the future than the tolerance
   | "invalid_body" // 400: body is not UTF-8
-  | "invalid_event" // 400: signed body is not a Stripe event object
+  | "invalid_event" // 400: signed body is not an event of the endpoint's provider
   | "payload_too_large" // 413
   | "unknown_endpoint" // 404
   | "not_found" // 404

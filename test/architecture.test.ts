@@ -18,6 +18,8 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   bin: ["runtime", "receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   adapter: ["runtime", "receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   runtime: ["receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  // The package's importable core (package.json `exports` "."): Web APIs only, like the receiver.
+  index: ["receiver", "worker", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   receiver: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   worker: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   outbox: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],

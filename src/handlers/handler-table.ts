@@ -53,13 +53,3 @@ export { PermanentError };
 
 /** Event type → handler. Types without an entry are recorded as `ignored`. */
 export type HandlerTable = Readonly<Record<string, Handler>>;
-
-/** `data.object` of a verified provider event (checked to be an object by the verifier). */
-export function dataObject(payload: Record<string, unknown>): Record<string, unknown> {
-  const data = payload?.data as { object?: unknown } | undefined;
-  const object = data?.object;
-  if (typeof object !== "object" || object === null || Array.isArray(object)) {
-    throw new PermanentError("Event has no data.object");
-  }
-  return object as Record<string, unknown>;
-}

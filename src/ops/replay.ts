@@ -1,5 +1,6 @@
 import type { Db, Tx } from "../db/db.ts";
-import { dataObject, type HandlerTable } from "../handlers/handler-table.ts";
+import type { HandlerTable } from "../handlers/handler-table.ts";
+import { subjectOf } from "../providers/registry.ts";
 import type { InboxKey } from "../inbox/inbox.ts";
 
 /** What a replay did: the handler's effect, counted by PostgreSQL for its transaction. */
@@ -42,7 +43,7 @@ export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable 
     const before = await writesSoFar(tx);
     const handler = handlers?.[row.event_type];
     if (handler) {
-      await handler(tx, dataObject(row.payload), { provider: key.provider, endpoint: key.endpoint, eventId: key.eventId, eventType: row.event_type });
+      await handler(tx, subjectOf(key.provider, row.payload).object, { provider: key.provider, endpoint: key.endpoint, eventId: key.eventId, eventType: row.event_type });
     }
     const after = await writesSoFar(tx);
     return {

@@ -12,6 +12,8 @@ export interface VerifiedEvent {
   type: string;
   /** The event object. */
   payload: Record<string, unknown>;
+  /** What the event is about, read from `payload` by its provider's {@link WebhookProvider.subject}. */
+  subject: Subject;
   /** The verified request body, exactly as received. */
   body: string;
   /**
@@ -38,11 +40,37 @@ export interface VerifyInput {
 }
 
 /**
- * One webhook provider (Stripe today; GitHub, Standard Webhooks, Shopify later): its name, used as
- * the inbox's `provider` column, and its verifier. `verify` throws AppError with a 4xx code for
- * anything that must not be recorded; it never touches the database.
+ * What an event is about, as its provider's envelope says: the object handlers apply and the business
+ * key the worker orders a batch's row locks by. Generic code reads events only through this.
+ */
+export interface Subject {
+  /** The object handlers receive (Stripe: `data.object`; Standard Webhooks: `data`). */
+  object: Record<string, unknown>;
+  /**
+   * The business key whose rows the event's handler locks, compared as a string: two batches that
+   * lock in ascending key order cannot deadlock each other. Undefined when the envelope names none
+   * (the worker then orders the row by its event id).
+   */
+  key: string | undefined;
+}
+
+/**
+ * One webhook provider (Stripe, Standard Webhooks; GitHub or Shopify later): its name, used as the
+ * inbox's `provider` column, its verifier and how to read its envelope. Adding one is a file in
+ * src/providers/ and a line in registry.ts.
  */
 export interface WebhookProvider {
   readonly name: string;
+  /**
+   * Checks the signature over the exact body, the timestamp within ±`toleranceSec` (both directions),
+   * and the envelope (subject included); never touches the database.
+   * @throws AppError `signature_missing` | `signature_malformed` | `timestamp_out_of_tolerance` |
+   *   `signature_mismatch` | `invalid_event` for anything that must not be recorded.
+   */
   verify(input: VerifyInput): Promise<VerifiedEvent>;
+  /**
+   * The subject of a stored event `payload` (the whole event as `verify` returned it).
+   * @throws PermanentError when the envelope has no subject (no retry can add one).
+   */
+  subject(payload: Record<string, unknown>): Subject;
 }

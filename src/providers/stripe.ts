@@ -1,7 +1,7 @@
 import Stripe from "stripe";
-import { AppError } from "../errors.ts";
+import { AppError, PermanentError } from "../errors.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
-import type { VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
+import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
 
 // Stripe's webhook helpers need no API key; a client without one only signs and verifies.
 const stripe = new Stripe("sk_unused_for_webhook_verification");
@@ -110,10 +110,10 @@ export async function verifyStripeEvent(input: VerifyInput): Promise<VerifiedEve
 function toVerifiedEvent(event: unknown, body: string): VerifiedEvent {
   const checked = checkEvent(event);
   const copy = jsonbCopy(body);
-  if (!copy) return { id: checked.id, type: checked.type, payload: checked.payload, body };
+  if (!copy) return { ...checked, subject: stripeSubject(checked.payload), body };
   // Only string contents changed: the copy has the same shape (the id pattern allows no escape).
   const clean = checkEvent(JSON.parse(copy.json));
-  return { id: clean.id, type: clean.type, payload: clean.payload, body, sanitized: { ...copy, typeChanged: clean.type !== checked.type } };
+  return { ...clean, subject: stripeSubject(clean.payload), body, sanitized: { ...copy, typeChanged: clean.type !== checked.type } };
 }
 
 function checkEvent(event: unknown): { id: string; type: string; payload: Record<string, unknown> } {
@@ -132,8 +132,27 @@ function checkEvent(event: unknown): { id: string; type: string; payload: Record
   return { id: e.id as string, type: e.type as string, payload: e };
 }
 
-/** The Stripe provider: inbox `provider = 'stripe'`, verified by {@link verifyStripeEvent}. */
-export const stripeProvider: WebhookProvider = { name: "stripe", verify: verifyStripeEvent };
+/**
+ * The subject of a Stripe event (Stripe API reference, "The Event object"): `data.object`, keyed by
+ * the invoice it links to (`invoice`, an id or an expanded invoice, as on an invoice payment or an
+ * older API version's charge), else by its own `id`. Billing handlers lock the invoice, so events of
+ * one invoice (`invoice.paid` on `in_…`, `invoice_payment.paid` on `inpay_…`) share one key and every
+ * batch takes that lock in the same order. An object without a string id has no key.
+ * @throws PermanentError when `data.object` is missing or not an object.
+ */
+export function stripeSubject(payload: Record<string, unknown>): Subject {
+  const object = (payload.data as { object?: unknown } | null | undefined)?.object;
+  if (typeof object !== "object" || object === null || Array.isArray(object)) {
+    throw new PermanentError("Cannot read Stripe event: it has no data.object");
+  }
+  const fields = object as Record<string, unknown>;
+  const invoice = typeof fields.invoice === "object" && fields.invoice !== null ? (fields.invoice as { id?: unknown }).id : fields.invoice;
+  const key = [invoice, fields.id].find((k): k is string => typeof k === "string" && k !== "");
+  return { object: fields, key };
+}
+
+/** The Stripe provider: inbox `provider = 'stripe'`, verified by {@link verifyStripeEvent}, read by {@link stripeSubject}. */
+export const stripeProvider: WebhookProvider = { name: "stripe", verify: verifyStripeEvent, subject: stripeSubject };
 
 /**
  * Builds a `Stripe-Signature` header for `body` as Stripe would send it (`t=…,v1=…`), via Stripe's

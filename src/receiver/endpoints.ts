@@ -3,6 +3,7 @@ import type { EndpointSettings } from "../config.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import type { Mode } from "./receive.ts";
 import { billingHandlers } from "../handlers/billing.ts";
+import type { ProviderName } from "../providers/registry.ts";
 import { stripeProvider } from "../providers/stripe.ts";
 
 /**
@@ -22,7 +23,15 @@ export function stripeEndpoints(settings: readonly (Pick<EndpointSettings, "name
   }));
 }
 
-/** The handler table for rows of a provider and endpoint, for the worker: every Stripe endpoint feeds billing. */
+/**
+ * The handler table each registered provider's rows feed, one line per provider that has handlers
+ * (every Stripe endpoint feeds billing). A provider without a line has its rows parked by the worker.
+ */
+export const handlerTables: Readonly<Partial<Record<ProviderName, HandlerTable>>> = {
+  stripe: billingHandlers,
+};
+
+/** The handler table for rows of `provider` (an inbox row's `provider`), for the worker and replay; undefined when none is registered. */
 export function handlersFor(provider: string): HandlerTable | undefined {
-  return provider === stripeProvider.name ? billingHandlers : undefined;
+  return Object.hasOwn(handlerTables, provider) ? handlerTables[provider as ProviderName] : undefined;
 }

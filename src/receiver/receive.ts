@@ -1,6 +1,6 @@
 import { isDatabaseUnavailable, isDataError, isPermanent, type Db } from "../db/db.ts";
 import { describeError } from "../errors.ts";
-import { dataObject, type HandlerTable } from "../handlers/handler-table.ts";
+import type { HandlerTable } from "../handlers/handler-table.ts";
 import { recordAndApply, recordEvent, recordFailedAttempt, recordUnstorable, type Backoff } from "../inbox/inbox.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
@@ -39,7 +39,7 @@ export async function receiveSync(db: Db, target: ReceiveTarget, event: Verified
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   if (handler?.statement) {
     const context = { ...key, eventType: event.type };
-    const effect = handler.statement(db, dataObject(event.payload), context);
+    const effect = handler.statement(db, event.subject.object, context);
     if (!(await recordAndApply(db, key, event, effect, statementTimeoutMs))) return "duplicate";
     notifierFor(db, OUTBOX_CHANNEL).wake(); // the handler may have written outbox rows
     return "processed";
@@ -49,7 +49,7 @@ export async function receiveSync(db: Db, target: ReceiveTarget, event: Verified
     const inserted = await recordEvent(tx, key, event, handler ? "processed" : "ignored");
     if (!inserted) return "duplicate";
     if (!handler) return "ignored";
-    await handler(tx, dataObject(event.payload), { ...key, eventType: event.type });
+    await handler(tx, event.subject.object, { ...key, eventType: event.type });
     return "processed";
   });
   if (outcome === "processed") notifierFor(db, OUTBOX_CHANNEL).wake();

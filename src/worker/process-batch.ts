@@ -2,6 +2,7 @@ import type { Claim } from "./claim.ts";
 import { cancelAfter, type Db, type Tx } from "../db/db.ts";
 import { claimedStatement, processClaimed, type ProcessOptions, type WorkOutcome } from "./process-claimed.ts";
 import { describeError } from "../errors.ts";
+import { subjectOf } from "../providers/registry.ts";
 
 /** What one row of a batch came to; `error` as {@link processClaimed} reports it. */
 export interface BatchResult {
@@ -16,7 +17,7 @@ export interface BatchResult {
 
 interface Planned {
   claim: Claim;
-  /** Lock-order key: the business object's id (all writes of a billing event touch that invoice). */
+  /** Lock-order key: the business key of the event's subject (its provider's `subject`), else its event id. */
   key: string;
   run: (tx: Tx) => ReturnType<typeof claimedStatement>;
   ignored: boolean;
@@ -26,7 +27,7 @@ interface Planned {
  * Processes several claimed rows in ONE transaction, so they share one commit (one WAL flush instead
  * of one per row): graphile-worker's batched completion, for the inbox. Each row is the same one
  * statement {@link processClaimed} runs (`FOR UPDATE` re-check, handler CTEs, `processed_at`), run in
- * ascending order of the business object's id, so two workers' batches take row locks in the same
+ * ascending order of the business key its provider reads from the event (`Subject.key`), so two workers' batches take row locks in the same
  * order and do not deadlock each other. A row without a
  * one-statement handler (see `statementHandler`), or whose handler refuses it before any SQL is sent,
  * is processed on its own with {@link processClaimed}. Rows of a type with no handler are marked
@@ -82,8 +83,7 @@ function planRow(db: Db, claim: Claim, options: ProcessOptions): Planned | undef
   const table = options.handlersFor(claim.provider, claim.endpoint);
   if (!table || !claim.payload) return undefined;
   const handler = table[claim.eventType];
-  const object = (claim.payload.data as { object?: { id?: unknown } } | undefined)?.object;
-  const key = typeof object?.id === "string" ? object.id : claim.eventId;
+  const key = lockKey(claim, claim.payload);
   if (!handler) return { claim, key, run: (tx) => ignoreStatement(tx, claim), ignored: true };
   const build = handler.statement;
   if (!build) return undefined;
@@ -95,6 +95,15 @@ function planRow(db: Db, claim: Claim, options: ProcessOptions): Planned | undef
     return undefined;
   }
   return { claim, key, run: (tx) => claimedStatement(tx, claim, build, claim.payload), ignored: false };
+}
+
+/** The row's business key for lock ordering; its event id when its envelope names none or cannot be read. */
+function lockKey(claim: Claim, payload: Record<string, unknown>): string {
+  try {
+    return subjectOf(claim.provider, payload).key ?? claim.eventId;
+  } catch {
+    return claim.eventId; // the row is then refused and processed on its own (or ignored)
+  }
 }
 
 /**

@@ -1,8 +1,9 @@
 import { cancelAfter, isPermanent, type Db, type Tx } from "../db/db.ts";
 import type { Claim } from "./claim.ts";
-import { dataObject, type HandlerTable, type StatementBuilder } from "../handlers/handler-table.ts";
+import type { HandlerTable, StatementBuilder } from "../handlers/handler-table.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import { jsonbCopy, type JsonbCopy } from "../providers/jsonb-text.ts";
+import { subjectOf } from "../providers/registry.ts";
 import { describeError, PermanentError } from "../errors.ts";
 
 /** What one claimed row came to. `skipped`: another worker had processed it meanwhile. */
@@ -47,7 +48,7 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
       if (!table) throw new PermanentError(`No handler table for ${claim.provider}/${claim.endpoint}`);
       const stored = storedEvent(row.payload, row.raw_body);
       if (handler) {
-        await handler(tx, dataObject(stored.payload), { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType });
+        await handler(tx, subjectOf(claim.provider, stored.payload).object, { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType });
       }
       const outcome = handler ? "processed" : "ignored";
       await tx`
@@ -114,7 +115,7 @@ export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBui
          and processed_at is null
          and needs_review_at is null
          for update
-    ), ${build(sql, dataObject(stored.payload), context)},
+    ), ${build(sql, subjectOf(claim.provider, stored.payload).object, context)},
     done as (
       update webhook_inbox
          set processed_at = now(),

@@ -2,7 +2,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import postgres from "postgres";
 import { connect, type Db } from "../../src/db/db.ts";
-import { signStripePayload } from "../../src/providers/stripe.ts";
+import { signStripePayload, stripeSubject } from "../../src/providers/stripe.ts";
 import { withDatabase } from "../../src/dev/scratch-database.ts";
 import { TEMPLATE_DB } from "../setup.ts";
 
@@ -74,7 +74,7 @@ export function eventBody(id: string, type: string, object: Record<string, unkno
 /** A VerifiedEvent built from a body (for calling receiveSync directly). */
 export function verified(body: string) {
   const payload = JSON.parse(body) as Record<string, unknown>;
-  return { id: payload.id as string, type: payload.type as string, payload, body };
+  return { id: payload.id as string, type: payload.type as string, payload, subject: stripeSubject(payload), body };
 }
 
 /** A signed webhook request, as Stripe would send it. `timestampSec` defaults to now. */

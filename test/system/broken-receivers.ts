@@ -2,7 +2,7 @@
 // that test/system/broken-receivers.test.ts can show each one losing or doubling an event, next to
 // receiveSync (src/receiver/receive.ts) surviving the same fault. Never import this file from src/.
 import type { Db } from "../../src/db/db.ts";
-import { dataObject, type Handler, type HandlerTable } from "../../src/handlers/handler-table.ts";
+import type { Handler, HandlerTable } from "../../src/handlers/handler-table.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { recordEvent, type InboxKey } from "../../src/inbox/inbox.ts";
 import type { VerifiedEvent } from "../../src/providers/provider.ts";
@@ -19,7 +19,7 @@ export async function receiveRecordFirst(db: Db, target: ReceiveTarget, event: V
   if (!inserted) return "duplicate";
   const handler = target.handlers[event.type];
   if (!handler) return "ignored";
-  await db.begin((tx) => handler(tx, dataObject(event.payload), { ...key, eventType: event.type }));
+  await db.begin((tx) => handler(tx, event.subject.object, { ...key, eventType: event.type }));
   return "processed";
 }
 
@@ -49,7 +49,7 @@ export async function receiveApplyFirst(db: Db, target: ReceiveTarget, event: Ve
   if (seen.length > 0) return "duplicate";
   await hooks.afterCheck?.();
   const handler = target.handlers[event.type];
-  if (handler) await db.begin((tx) => handler(tx, dataObject(event.payload), { ...key, eventType: event.type }));
+  if (handler) await db.begin((tx) => handler(tx, event.subject.object, { ...key, eventType: event.type }));
   await hooks.afterCommit?.();
   await db.begin((tx) => recordEvent(tx, key, event, handler ? "processed" : "ignored"));
   return handler ? "processed" : "ignored";

@@ -1,7 +1,7 @@
 import postgres from "postgres";
-import { dataObject } from "../../handlers/handler-table.ts";
 import { billingHandlers } from "../../handlers/billing.ts";
 import { recordAndApply, recordEvent } from "../../inbox/inbox.ts";
+import { stripeSubject } from "../../providers/stripe.ts";
 import { benchEventBody } from "./payload.ts";
 
 const EVENT = "evt_bench_SENTINEL_0";
@@ -28,13 +28,14 @@ export async function capturedScript(url: string, mode: "sync" | "async"): Promi
   const captured: { text: string; params: unknown[] }[] = [];
   const sql = postgres(url, { max: 1, onnotice: () => {}, debug: (_c, text, params) => captured.push({ text, params: params as unknown[] }) });
   const body = benchEventBody("SENTINEL", 0);
-  const event = { id: EVENT, type: "invoice.paid", payload: JSON.parse(body) as Record<string, unknown>, body };
+  const payload = JSON.parse(body) as Record<string, unknown>;
+  const event = { id: EVENT, type: "invoice.paid", payload, subject: stripeSubject(payload), body };
   const key = { provider: "stripe", endpoint: "bench-capture", eventId: EVENT };
   try {
     await sql.begin(async (tx) => {
       const handler = billingHandlers["invoice.paid"];
       if (mode === "sync" && handler?.statement) {
-        await recordAndApply(tx as unknown as postgres.Sql, key, event, handler.statement(tx, dataObject(event.payload), { ...key, eventType: event.type }));
+        await recordAndApply(tx as unknown as postgres.Sql, key, event, handler.statement(tx, event.subject.object, { ...key, eventType: event.type }));
       } else {
         await recordEvent(tx, key, event, null);
       }
@@ -122,7 +123,7 @@ export async function capturedHandlerStatement(url: string): Promise<{ text: str
   const payload = JSON.parse(body) as Record<string, unknown>;
   try {
     await sql.begin(async (tx) => {
-      await billingHandlers["invoice.paid"]?.(tx, dataObject(payload), { provider: "stripe", endpoint: "bench-peer", eventId: EVENT, eventType: "invoice.paid" });
+      await billingHandlers["invoice.paid"]?.(tx, stripeSubject(payload).object, { provider: "stripe", endpoint: "bench-peer", eventId: EVENT, eventType: "invoice.paid" });
       throw new Rollback();
     });
   } catch (err) {

@@ -2,6 +2,7 @@
 import { writeSync } from "node:fs";
 import { connect, type Db } from "../../../src/db/db.ts";
 import type { VerifiedEvent } from "../../../src/providers/provider.ts";
+import { stripeSubject } from "../../../src/providers/stripe.ts";
 
 /** How long a child that is never killed lives before it exits by itself (status 3). */
 const SELF_EXIT_MS = 30_000;
@@ -17,7 +18,7 @@ export async function childInput(): Promise<{ db: Db; event: VerifiedEvent }> {
   const body = await Bun.stdin.text();
   // Not helpers.ts's verified(): importing helpers.ts would import test/setup.ts and start a server.
   const payload = JSON.parse(body) as Record<string, unknown>;
-  const event = { id: String(payload.id), type: String(payload.type), payload, body };
+  const event = { id: String(payload.id), type: String(payload.type), payload, subject: stripeSubject(payload), body };
   return { db: connect(url, { max: 1, applicationName: "crash-child" }), event };
 }
 

@@ -1,0 +1,16 @@
+// The importable core of webhook-inbox (package.json `exports` "."): what a team's own Bun app (or a
+// Node app through a bundler) needs to receive, apply and work off webhooks in its own process. Web
+// APIs only; loading the sql/ migrations from disk is the separate "webhook-inbox/migrations" entry.
+export { createApp, type App, type AppDeps, type Endpoint } from "./receiver/app.ts";
+export { handlersFor, handlerTables, stripeEndpoints } from "./receiver/endpoints.ts";
+export type { HybridOptions, Mode, Outcome } from "./receiver/receive.ts";
+export { PermanentError, statementHandler, type Handler, type HandlerContext, type HandlerTable, type StatementBuilder } from "./handlers/handler-table.ts";
+export { billingHandlers } from "./handlers/billing.ts";
+export { runWorker, type WorkerOptions } from "./worker/worker.ts";
+export { providerNamed, providers, subjectOf, type ProviderName } from "./providers/registry.ts";
+export type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./providers/provider.ts";
+export { signStripePayload, stripeProvider, stripeSubject } from "./providers/stripe.ts";
+export { standardWebhooksProvider } from "./providers/standard-webhooks.ts";
+export { connect, type ConnectOptions, type Db, type Tx } from "./db/db.ts";
+export { migrate, type Migration } from "./db/migrate.ts";
+export { AppError, type ErrorCode } from "./errors.ts";

@@ -1,0 +1,109 @@
+import { Webhook } from "standardwebhooks";
+import { AppError, PermanentError } from "../errors.ts";
+import { jsonbCopy } from "./jsonb-text.ts";
+import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
+
+// One Webhook per secret: its constructor decodes the base64 key.
+const signers = new Map<string, Webhook>();
+
+/**
+ * Verifies a Standard Webhooks delivery (standardwebhooks.com spec, "Verifying webhook authenticity"):
+ * `webhook-id`, `webhook-timestamp` (integer unix seconds) and `webhook-signature` (space-separated
+ * `v1,<base64>` entries) must be present; the timestamp must be within ±`toleranceSec` of `nowMs`; one
+ * `v1` entry must equal HMAC-SHA256 over `<id>.<timestamp>.<exact body>` with one of the endpoint's
+ * secrets (`whsec_<base64>`), computed by the `standardwebhooks` package's `sign`. Its own `verify` is
+ * not used: it reads the real clock with a fixed 5 min tolerance and takes `parseInt`'s reading of
+ * `12abc` as 12. Then the body must be an event `{ type, data: {…} }`. The event id is `webhook-id`.
+ * @throws AppError `signature_missing` | `signature_malformed` | `timestamp_out_of_tolerance` |
+ *   `signature_mismatch` | `invalid_event`; Error when a secret is not base64 (a configuration fault).
+ */
+export async function verifyStandardWebhook(input: VerifyInput): Promise<VerifiedEvent> {
+  const id = input.headers.get("webhook-id");
+  const timestamp = input.headers.get("webhook-timestamp");
+  const signature = input.headers.get("webhook-signature");
+  if (!id || !timestamp || !signature) {
+    throw new AppError("signature_missing", "Missing Standard Webhooks header: webhook-id, webhook-timestamp and webhook-signature are required");
+  }
+  if (!/^[\x21-\x7e]{1,255}$/.test(id)) throw new AppError("signature_malformed", "Cannot parse webhook-id: expected 1 to 255 printable ASCII characters");
+  if (!/^\d{1,12}$/.test(timestamp)) throw new AppError("signature_malformed", "Cannot parse webhook-timestamp: expected integer unix seconds");
+  const passed = signature.split(" ").filter((s) => s.startsWith("v1,")).map((s) => s.slice(3));
+  if (passed.length === 0) throw new AppError("signature_malformed", "Cannot parse webhook-signature: no v1 signature");
+  const skewSec = Math.floor(input.nowMs / 1000) - Number(timestamp);
+  if (Math.abs(skewSec) > input.toleranceSec) {
+    const direction = skewSec > 0 ? "old" : "in the future";
+    throw new AppError("timestamp_out_of_tolerance", `Cannot verify Standard Webhooks signature: timestamp is ${Math.abs(skewSec)} s ${direction}, tolerance is ${input.toleranceSec} s`);
+  }
+  const signedAt = new Date(Number(timestamp) * 1000);
+  const matches = input.secrets.some((secret) => {
+    const expected = signerFor(secret).sign(id, signedAt, input.body).slice(3);
+    return passed.some((candidate) => sameText(candidate, expected));
+  });
+  if (!matches) {
+    throw new AppError("signature_mismatch", `Cannot verify Standard Webhooks signature: no v1 signature matches any of the endpoint's ${input.secrets.length} secret(s)`);
+  }
+  return toVerifiedEvent(id, input.body);
+}
+
+/**
+ * The subject of a Standard Webhooks event: `data`, keyed by `data.id` when it is a non-empty string.
+ * @throws PermanentError when `data` is missing or not an object.
+ */
+export function standardWebhooksSubject(payload: Record<string, unknown>): Subject {
+  const data = payload.data;
+  if (typeof data !== "object" || data === null || Array.isArray(data)) {
+    throw new PermanentError("Cannot read Standard Webhooks event: it has no data object");
+  }
+  const id = (data as { id?: unknown }).id;
+  return { object: data as Record<string, unknown>, key: typeof id === "string" && id !== "" ? id : undefined };
+}
+
+/** The Standard Webhooks provider: inbox `provider = 'standard-webhooks'`. */
+export const standardWebhooksProvider: WebhookProvider = { name: "standard-webhooks", verify: verifyStandardWebhook, subject: standardWebhooksSubject };
+
+function signerFor(secret: string): Webhook {
+  let signer = signers.get(secret);
+  if (!signer) {
+    try {
+      signer = new Webhook(secret);
+    } catch {
+      throw new Error("Cannot verify Standard Webhooks signature: an endpoint secret is not whsec_ followed by base64");
+    }
+    signers.set(secret, signer);
+  }
+  return signer;
+}
+
+/** Compares two strings in time that depends on their length only (signatures are public-length). */
+function sameText(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
+/** Parses the verified body as an event; reads it from its jsonb-storable copy when it needs one (jsonb-text.ts). */
+function toVerifiedEvent(id: string, body: string): VerifiedEvent {
+  const checked = checkEvent(body);
+  const copy = jsonbCopy(body);
+  if (!copy) return { id, ...checked, body };
+  const clean = checkEvent(copy.json);
+  return { id, ...clean, body, sanitized: { ...copy, typeChanged: clean.type !== checked.type } };
+}
+
+function checkEvent(json: string): { type: string; payload: Record<string, unknown>; subject: Subject } {
+  let event: unknown;
+  try {
+    event = JSON.parse(json);
+  } catch {
+    event = undefined;
+  }
+  const e = event as Record<string, unknown> | undefined;
+  const data = e?.data;
+  const ok =
+    typeof e === "object" && e !== null && !Array.isArray(e) &&
+    typeof e.type === "string" && e.type.length > 0 && e.type.length <= 200 &&
+    typeof data === "object" && data !== null && !Array.isArray(data);
+  if (!ok) throw new AppError("invalid_event", "Signed body is not a Standard Webhooks event: expected a JSON object with type and a data object");
+  const payload = e as Record<string, unknown>;
+  return { type: payload.type as string, payload, subject: standardWebhooksSubject(payload) };
+}
