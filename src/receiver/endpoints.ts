@@ -2,12 +2,13 @@ import type { Endpoint } from "./app.ts";
 import type { EndpointSettings } from "../config.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import type { Mode } from "./receive.ts";
-import { billingHandlers } from "../handlers/billing.ts";
+import { stripeHandlers } from "../handlers/stripe-money.ts";
 import { stripeProvider } from "../providers/stripe.ts";
 
 /**
- * Wires configured Stripe endpoints to the Stripe provider and the billing handler table. The first
- * (`billing`) is also served at `/webhooks/stripe`; every endpoint at `/webhooks/stripe/<name>`.
+ * Wires configured Stripe endpoints to the Stripe provider and its handler table (invoices and money
+ * going out). The first (`billing`) is also served at `/webhooks/stripe`; every endpoint at
+ * `/webhooks/stripe/<name>`.
  * `mode` defaults to sync; `hybridBudgetMs` is the hybrid in-request budget in ms.
  */
 export function stripeEndpoints(settings: readonly (Pick<EndpointSettings, "name" | "secrets"> & { mode?: Mode })[], hybridBudgetMs = 2_000): Endpoint[] {
@@ -15,14 +16,14 @@ export function stripeEndpoints(settings: readonly (Pick<EndpointSettings, "name
     name: s.name,
     provider: stripeProvider,
     secrets: s.secrets,
-    handlers: billingHandlers,
+    handlers: stripeHandlers,
     isDefault: i === 0,
     mode: s.mode ?? "sync",
     hybrid: { budgetMs: hybridBudgetMs, backoff: { baseMs: 1_000, capMs: 600_000 } },
   }));
 }
 
-/** The handler table for rows of a provider and endpoint, for the worker: every Stripe endpoint feeds billing. */
+/** The handler table for rows of a provider and endpoint, for the worker: every Stripe endpoint feeds the Stripe handlers. */
 export function handlersFor(provider: string): HandlerTable | undefined {
-  return provider === stripeProvider.name ? billingHandlers : undefined;
+  return provider === stripeProvider.name ? stripeHandlers : undefined;
 }
