@@ -6,6 +6,7 @@ export { handlersFor, handlerTables, stripeEndpoints } from "./receiver/endpoint
 export type { HybridOptions, Mode, Outcome } from "./receiver/receive.ts";
 export { PermanentError, statementHandler, type Handler, type HandlerContext, type HandlerTable, type StatementBuilder } from "./handlers/handler-table.ts";
 export { billingHandlers } from "./handlers/billing.ts";
+export { stripeHandlers } from "./handlers/stripe-money.ts";
 export { runWorker, type WorkerOptions } from "./worker/worker.ts";
 export { providerNamed, providers, subjectOf, type ProviderName } from "./providers/registry.ts";
 export type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./providers/provider.ts";

@@ -1,4 +1,5 @@
-// Entry file: `bun run billing`: prints invoices, the ledger, the outbox and the inbox by state.
+// Entry file: `bun run billing`: prints invoices, the ledger, net amounts per invoice, the outbox and the
+// inbox by state.
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
 import { connect, type Db } from "../db/db.ts";
@@ -8,7 +9,9 @@ import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 
 const USAGE = `Usage: bun run billing [--limit N | --all]
   prints the newest invoices, ledger entries and outbox rows (20 of each by default, in id order),
-  and the inbox's rows counted per endpoint and state
+  net amounts per invoice, and the inbox's rows counted per endpoint and state
+  ledger kinds: payment (in), refund, dispute_withdrawal, dispute_fee (out), dispute_reinstatement (in);
+  amounts are minor units, always positive: the kind gives the direction
   --limit N   show the N newest rows of each table (N ≥ 1)
   --all       show every row`;
 
@@ -52,9 +55,10 @@ function table(title: string, rows: Record<string, unknown>[], total: number): v
 
 /** The `limit` newest rows of each table (all with --all), shown in id order, with each table's total. */
 async function printTables(db: Db): Promise<void> {
-  const [counts] = await db<{ invoices: number; ledger: number; outbox: number }[]>`
+  const [counts] = await db<{ invoices: number; ledger: number; net: number; outbox: number }[]>`
     select (select count(*) from invoices)::int as invoices,
            (select count(*) from ledger_entries)::int as ledger,
+           (select count(*) from invoice_net)::int as net,
            (select count(*) from outbox)::int as outbox
   `;
   table("invoices", await db`
@@ -62,11 +66,17 @@ async function printTables(db: Db): Promise<void> {
       from (select * from invoices order by created_at desc, id desc limit ${limit}) newest
      order by id
   `, counts?.invoices ?? 0);
-  table("ledger_entries (amounts in minor units)", await db`
-    select invoice_id, kind, amount, currency, event_id
-      from (select * from ledger_entries order by id desc limit ${limit}) newest
+  // invoice_id of a refund or dispute row is derived from the stored links (ledger_entries_linked).
+  table("ledger_entries (amounts in minor units; invoice_id null: not linked yet)", await db`
+    select invoice_id, kind, amount, currency, balance_transaction, source_id, event_id
+      from (select * from ledger_entries_linked order by id desc limit ${limit}) newest
      order by id
   `, counts?.ledger ?? 0);
+  table("net per invoice (minor units; net = paid − refunded − dispute_withdrawn − dispute_fees + dispute_reinstated)", await db`
+    select invoice_id, currency, paid, refunded, dispute_withdrawn, dispute_fees, dispute_reinstated, net
+      from (select * from invoice_net order by invoice_id desc nulls first, currency limit ${limit}) newest
+     order by invoice_id nulls last, currency
+  `, counts?.net ?? 0);
   table("outbox", await db`
     select aggregate_id, event_type, published
       from (select id, aggregate_id, event_type, published_at is not null as published from outbox order by id desc limit ${limit}) newest

@@ -2,13 +2,14 @@ import type { Endpoint } from "./app.ts";
 import type { EndpointSettings } from "../config.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import type { Mode } from "./receive.ts";
-import { billingHandlers } from "../handlers/billing.ts";
+import { stripeHandlers } from "../handlers/stripe-money.ts";
 import type { ProviderName } from "../providers/registry.ts";
 import { stripeProvider } from "../providers/stripe.ts";
 
 /**
- * Wires configured Stripe endpoints to the Stripe provider and the billing handler table. The first
- * (`billing`) is also served at `/webhooks/stripe`; every endpoint at `/webhooks/stripe/<name>`.
+ * Wires configured Stripe endpoints to the Stripe provider and its handler table (invoices and money
+ * going out). The first (`billing`) is also served at `/webhooks/stripe`; every endpoint at
+ * `/webhooks/stripe/<name>`.
  * `mode` defaults to sync; `hybridBudgetMs` is the hybrid in-request budget in ms.
  */
 export function stripeEndpoints(settings: readonly (Pick<EndpointSettings, "name" | "secrets"> & { mode?: Mode })[], hybridBudgetMs = 2_000): Endpoint[] {
@@ -16,7 +17,7 @@ export function stripeEndpoints(settings: readonly (Pick<EndpointSettings, "name
     name: s.name,
     provider: stripeProvider,
     secrets: s.secrets,
-    handlers: billingHandlers,
+    handlers: stripeHandlers,
     isDefault: i === 0,
     mode: s.mode ?? "sync",
     hybrid: { budgetMs: hybridBudgetMs, backoff: { baseMs: 1_000, capMs: 600_000 } },
@@ -25,10 +26,10 @@ export function stripeEndpoints(settings: readonly (Pick<EndpointSettings, "name
 
 /**
  * The handler table each registered provider's rows feed, one line per provider that has handlers
- * (every Stripe endpoint feeds billing). A provider without a line has its rows parked by the worker.
+ * (every Stripe endpoint feeds the Stripe handlers: billing and money going out). A provider without a line has its rows parked by the worker.
  */
 export const handlerTables: Readonly<Partial<Record<ProviderName, HandlerTable>>> = {
-  stripe: billingHandlers,
+  stripe: stripeHandlers,
 };
 
 /** The handler table for rows of `provider` (an inbox row's `provider`), for the worker and replay; undefined when none is registered. */

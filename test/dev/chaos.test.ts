@@ -5,7 +5,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { checkStorm, passed } from "../../src/dev/chaos/check.ts";
 import { generateStorm } from "../../src/dev/chaos/model.ts";
-import { billingHandlers } from "../../src/handlers/billing.ts";
+import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
 import { PermanentError } from "../../src/handlers/handler-table.ts";
 import { receiveSync, recordFallback } from "../../src/receiver/receive.ts";
 import { supervise } from "../../src/dev/chaos/processes.ts";
@@ -42,7 +42,7 @@ describe("bun run chaos", () => {
     const env: Record<string, string | undefined> = { ...process.env };
     delete env.DATABASE_URL; // its own embedded server, so it can restart it
     const child = Bun.spawn(
-      ["bun", "src/dev/bin/chaos.ts", "--json", "--mode", String(mode), "--invoices", "70", "--poison", "1", "--seed", String(seed), "--rate", "90", "--fault-every-ms", "300", "--deadline-ms", "60000"],
+      ["bun", "src/dev/bin/chaos.ts", "--json", "--mode", String(mode), "--invoices", "40", "--poison", "1", "--seed", String(seed), "--rate", "90", "--fault-every-ms", "300", "--deadline-ms", "60000"],
       { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
     );
     const killer = setTimeout(() => child.kill("SIGKILL"), 110_000);
@@ -126,10 +126,10 @@ const db = fresh.db;
 afterAll(() => fresh.drop());
 
 describe("checkStorm()", () => {
-  const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+  const target = { provider: "stripe", endpoint: "billing", handlers: stripeHandlers };
 
   async function applied() {
-    await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+    await db`truncate webhook_inbox, outbox, ledger_entries, invoices, stripe_charges, invoice_payments, refunds, disputes`;
     const storm = generateStorm({ invoices: 12, poison: 1, seed: 5 });
     for (const e of storm.events) {
       await receiveSync(db, target, verified(e.body)).catch((err: unknown) => {
@@ -166,5 +166,24 @@ describe("checkStorm()", () => {
     expect(verdict.doubleBooked[0]).toContain(paid.invoiceId);
     expect(verdict.wrongState).toEqual([`${voided.invoiceId}: open, expected void`]);
     expect(verdict.unprocessed).toBe(1);
+  });
+
+  test("`checkStorm()` reports a refund without its outbox message and a dispute whose reinstatement is missing", async () => {
+    const { storm, acked } = await applied();
+    const refunded = storm.expected.find((e) => e.lifecycle === "refunded");
+    const won = storm.expected.find((e) => e.lifecycle === "disputed_won");
+    if (!refunded || !won) throw new Error("seed 5 should give a refunded and a won disputed invoice");
+    const [refund] = await db<{ balance_transaction: string }[]>`
+      delete from outbox where event_type = 'RefundBooked' and payload ->> 'balance_transaction' = ${`txn_chaos${refunded.invoiceId.slice("in_chaos".length)}r1`}
+      returning payload ->> 'balance_transaction' as balance_transaction
+    `;
+    await db`delete from ledger_entries where kind = 'dispute_reinstatement' and source_id = ${`dp_chaos${won.invoiceId.slice("in_chaos".length)}`}`;
+    const verdict = await checkStorm(db, storm, "billing", acked, []);
+    expect(passed(verdict)).toBe(false);
+    expect(verdict.doubleBooked).toEqual([
+      `txn_chaos${won.invoiceId.slice("in_chaos".length)}dr dispute_reinstatement: an outbox message but no ledger entry`,
+      `${refund?.balance_transaction} refund: 1 ledger entries, 0 outbox rows`,
+    ]);
+    expect(verdict.wrongState).toEqual([expect.stringContaining(`${won.invoiceId}: refunded 0, dispute withdrawn ${won.money.disputeWithdrawn}, fees 1500, reinstated 0`)]);
   });
 });

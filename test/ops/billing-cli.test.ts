@@ -1,7 +1,10 @@
 // The real `bun run billing` (src/bin/billing.ts) as a subprocess against this file's database.
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
-import { freshDatabase } from "../support/helpers.ts";
+import { receiveSync } from "../../src/receiver/receive.ts";
+import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
+import { freshDatabase, verified } from "../support/helpers.ts";
+import { moneyOut } from "../support/money-out.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
@@ -61,5 +64,22 @@ describe("billing CLI", () => {
       expect({ args, code: run.code, stdout: run.stdout }).toEqual({ args, code: 2, stdout: "" });
       expect(run.stderr).toContain("Usage: bun run billing");
     }
+  }, WAITS);
+
+  test("`billing` shows each ledger row's kind and balance transaction, and net amounts per invoice", async () => {
+    await db`truncate invoices, ledger_entries, outbox, webhook_inbox cascade`;
+    for (const event of moneyOut()) await receiveSync(db, { provider: "stripe", endpoint: "billing", handlers: stripeHandlers }, verified(event.body));
+    const run = await billing(["--all"]);
+    expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: "" });
+    const cells = (line: string) => line.split("│").map((c) => c.trim()).filter((c) => c !== "");
+    const lines = run.stdout.split("\n").map(cells);
+    const net = run.stdout.slice(run.stdout.indexOf("net per invoice"), run.stdout.indexOf("\noutbox"));
+    expect(net.split("\n").map(cells).filter((c) => c[1]?.startsWith("in_1Sm"))).toEqual([
+      ["0", "in_1SmA1pLgUG5tbmjcRfA0xRef", "usd", "10000", "4000", "0", "0", "0", "6000"],
+      ["1", "in_1SmA2qLgUG5tbmjcRfB0xDsp", "usd", "20000", "0", "20000", "1500", "20000", "18500"],
+    ]);
+    expect(lines.filter((c) => c[2] === "dispute_fee")).toEqual([
+      ["5", "in_1SmA2qLgUG5tbmjcRfB0xDsp", "dispute_fee", "1500", "usd", "txn_1SmA2qLgUG5tbmjc0DspW", "dp_1SmA2qLgUG5tbmjc0DspB", "evt_1SmB6aLgUG5tbmjc0dpcrea"],
+    ]);
   }, WAITS);
 });

@@ -22,7 +22,7 @@ import { onStopSignals } from "../../runtime/signals.ts";
 
 const USAGE = `Usage: bun run chaos [options]
   --mode sync|async|hybrid   processing mode of the receivers (default sync)
-  --invoices N               invoice lifecycles in the storm (default 100; ~4 events each)
+  --invoices N               invoice lifecycles in the storm (default 100; ~6 events each: invoices, refunds, disputes)
   --poison N                 extra events a handler can never apply; they must end needs-review (default 0)
   --senders N                concurrent Stripe-like senders (default 8)
   --rate N                   deliveries per second over all senders (default 150)

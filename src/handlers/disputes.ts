@@ -1,0 +1,89 @@
+import type { Tx } from "../db/db.ts";
+import { PermanentError } from "../errors.ts";
+import type { HandlerContext } from "./handler-table.ts";
+import { bookMoneyOut, lockMoneyKey, type MoneyOutEntry } from "./money-ledger.ts";
+import { StripeFields } from "./stripe-fields.ts";
+
+type DisputeStatus = "warning_needs_response" | "warning_under_review" | "warning_closed" | "needs_response" | "under_review" | "won" | "lost" | "prevented";
+/** Lifecycle order (Stripe API reference, "The Dispute object", `status`); rank 4 is final. */
+const RANK: Record<DisputeStatus, number> = {
+  warning_needs_response: 0,
+  warning_under_review: 1,
+  needs_response: 2,
+  under_review: 3,
+  warning_closed: 4,
+  won: 4,
+  lost: 4,
+  prevented: 4,
+};
+
+/** A balance transaction listed by a dispute: `amount` < 0 withdrawn, > 0 reinstated; `fee` ≥ 0 charged (minor units). */
+interface DisputeTransaction {
+  id: string;
+  amount: number;
+  fee: number;
+  currency: string;
+}
+
+/** Reads a dispute's listed balance transactions; a bad entry is a PermanentError naming its field. */
+function readTransactions(list: unknown): DisputeTransaction[] {
+  if (!Array.isArray(list)) throw new PermanentError("Cannot apply dispute event: missing or invalid field(s) balance_transactions");
+  return list.map((item, i) => {
+    const f = new StripeFields(typeof item === "object" && item !== null ? item as Record<string, unknown> : {});
+    const txn = { id: f.id("id", "txn_") ?? "", amount: f.amount("amount", true), fee: f.amount("fee", true), currency: f.currency() };
+    f.check(`dispute event: balance_transactions[${i}]`);
+    return txn;
+  }).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+}
+
+/** The ledger entries one balance transaction of a dispute stands for (none for a zero amount and fee). */
+function entriesOf(txn: DisputeTransaction, dispute: { id: string; charge: string; paymentIntent: string | null }): MoneyOutEntry[] {
+  if (txn.fee < 0) throw new PermanentError(`Cannot apply dispute ${dispute.id}: balance transaction ${txn.id} returns a fee (${txn.fee}), which has no ledger kind: not booked (reconcile by hand)`);
+  const base = { currency: txn.currency, balanceTransaction: txn.id, sourceId: dispute.id, charge: dispute.charge, paymentIntent: dispute.paymentIntent };
+  const entries: MoneyOutEntry[] = [];
+  if (txn.amount < 0) entries.push({ ...base, kind: "dispute_withdrawal", amount: -txn.amount });
+  if (txn.amount > 0) entries.push({ ...base, kind: "dispute_reinstatement", amount: txn.amount });
+  if (txn.fee > 0) entries.push({ ...base, kind: "dispute_fee", amount: txn.fee });
+  return entries;
+}
+
+/**
+ * Applies a dispute object (charge.dispute.created, .updated, .closed, .funds_withdrawn,
+ * .funds_reinstated): records its status, which only moves forward (a final status never changes; a
+ * different final status is refused as needs-review), and books every balance transaction it lists,
+ * each once by its txn: a negative amount as `dispute_withdrawal`, a positive one as
+ * `dispute_reinstatement`, a fee as `dispute_fee` (amounts stored positive). Because every event
+ * carries all the dispute's transactions so far, a reinstatement that arrives before its withdrawal
+ * books both. Must be called inside the inbox transaction. Throws PermanentError naming a missing or
+ * mistyped field, or for a returned fee (negative), which has no ledger kind.
+ */
+export async function applyDispute(tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> {
+  const f = new StripeFields(object);
+  const dispute = {
+    id: f.id("id", "dp_") ?? "",
+    charge: f.id("charge", "ch_") ?? "",
+    paymentIntent: f.id("payment_intent", "pi_", true),
+    amount: f.amount("amount"),
+    currency: f.currency(),
+    status: f.oneOf("status", Object.keys(RANK) as DisputeStatus[]),
+  };
+  if (object.object !== undefined && object.object !== "dispute") f.bad.push("object");
+  f.check("dispute event");
+  const entries = readTransactions(object.balance_transactions).flatMap((txn) => entriesOf(txn, dispute));
+  await lockMoneyKey(tx, dispute.id);
+  await tx`
+    insert into disputes (id, charge, payment_intent, amount, currency, status, status_rank)
+    values (${dispute.id}::text, ${dispute.charge}::text, ${dispute.paymentIntent}::text, ${dispute.amount}::bigint,
+            ${dispute.currency}::text, ${dispute.status}::text, ${RANK[dispute.status]}::smallint)
+    on conflict (id) do update
+       set status = excluded.status,
+           status_rank = excluded.status_rank,
+           updated_at = now()
+     where case
+             when disputes.status_rank = 4 and excluded.status_rank = 4 and disputes.status <> excluded.status
+               then webhook_inbox_refuse('Dispute ' || disputes.id || ' closed as ' || disputes.status || ', an event says ' || excluded.status || ': not applied (reconcile by hand)')
+             else excluded.status_rank > disputes.status_rank
+           end
+  `;
+  for (const entry of entries) await bookMoneyOut(tx, entry, context);
+}

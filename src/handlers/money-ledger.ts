@@ -1,0 +1,74 @@
+import type { Tx } from "../db/db.ts";
+import type { HandlerContext } from "./handler-table.ts";
+
+/** A ledger kind for money going out (or coming back after a dispute); amounts are ≥ 0, the kind gives the direction. */
+export type MoneyOutKind = "refund" | "dispute_withdrawal" | "dispute_fee" | "dispute_reinstatement";
+
+/** The outbox message each kind announces, and the aggregate it belongs to. */
+const MESSAGES: Record<MoneyOutKind, { aggregate: string; eventType: string }> = {
+  refund: { aggregate: "Refund", eventType: "RefundBooked" },
+  dispute_withdrawal: { aggregate: "Dispute", eventType: "DisputeFundsWithdrawn" },
+  dispute_fee: { aggregate: "Dispute", eventType: "DisputeFeeBooked" },
+  dispute_reinstatement: { aggregate: "Dispute", eventType: "DisputeFundsReinstated" },
+};
+
+/** One money movement to book: a Stripe balance transaction (txn_…) and what it did. */
+export interface MoneyOutEntry {
+  kind: MoneyOutKind;
+  /** Minor units of `currency`, > 0. */
+  amount: number;
+  currency: string;
+  /** txn_…: with `kind`, the business key. */
+  balanceTransaction: string;
+  /** re_… or dp_…: the refund or dispute that moved the money (the outbox aggregate id). */
+  sourceId: string;
+  charge: string | null;
+  paymentIntent: string | null;
+}
+
+/**
+ * Books `entry` once and, only when this call inserted the ledger row, queues its outbox message
+ * (RefundBooked, DisputeFundsWithdrawn, DisputeFeeBooked or DisputeFundsReinstated) in the same
+ * statement. Must be called inside the inbox transaction. Returns true if it booked the row, false if
+ * (balance_transaction, kind) was already booked with the same amount, currency and source. The same
+ * key booked with another amount, currency or source is money that does not add up: the statement
+ * fails with SQLSTATE 22000 (webhook_inbox_refuse) and the event is parked as needs-review.
+ */
+export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: HandlerContext): Promise<boolean> {
+  const message = MESSAGES[entry.kind];
+  const rows = await tx`
+    with booked as (
+      insert into ledger_entries (kind, amount, currency, balance_transaction, payment_intent, charge, source_id, event_id)
+      values (${entry.kind}::text, ${entry.amount}::bigint, ${entry.currency}::text, ${entry.balanceTransaction}::text,
+              ${entry.paymentIntent}::text, ${entry.charge}::text, ${entry.sourceId}::text, ${context.eventId}::text)
+      on conflict (balance_transaction, kind) do update
+         set amount = ledger_entries.amount
+       -- Never updates: the same movement again is nothing to do; a different one under the same key
+       -- is refused. CASE fixes the evaluation order.
+       where case
+               when ledger_entries.amount <> excluded.amount
+                 or ledger_entries.currency <> excluded.currency
+                 or ledger_entries.source_id <> excluded.source_id
+                 then webhook_inbox_refuse('Money-out event differs from the ' || excluded.kind || ' already booked for balance transaction ' || excluded.balance_transaction || ': not booked (reconcile by hand)')
+               else false
+             end
+      returning kind, amount, currency, balance_transaction, source_id, charge, payment_intent
+    )
+    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
+    select ${message.aggregate}::text, source_id, ${message.eventType}::text,
+           jsonb_build_object('kind', kind, 'amount', amount, 'currency', currency, 'balance_transaction', balance_transaction,
+                              'source_id', source_id, 'charge', charge, 'payment_intent', payment_intent, 'event_id', ${context.eventId}::text)
+      from booked
+    returning id
+  `;
+  return rows.length > 0;
+}
+
+/**
+ * Serializes, until the end of the inbox transaction, every money-out handler working on `key` (a
+ * charge, payment intent or dispute id), so checks that read several rows (refunds against their
+ * charge) see each other's writes. PostgreSQL manual, "Advisory Locks".
+ */
+export async function lockMoneyKey(tx: Tx, key: string): Promise<void> {
+  await tx`select pg_advisory_xact_lock(hashtextextended(${`money-out:${key}`}::text, 0))`;
+}

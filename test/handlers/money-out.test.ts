@@ -1,0 +1,213 @@
+// Money going out (refunds, disputes) through the public seams: signed requests to createApp in each
+// mode, the worker, and receiveSync under fast-check orders, against the money-out fixtures.
+import { afterAll, beforeEach, describe, expect, test } from "bun:test";
+import fc from "fast-check";
+import { createApp } from "../../src/receiver/app.ts";
+import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
+import { receiveSync, type Mode, type ReceiveTarget } from "../../src/receiver/receive.ts";
+import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
+import { runWorker } from "../../src/worker/worker.ts";
+import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
+import { connections, closeAll, eventBody, freshDatabase, SECRET, signedRequest, verified } from "../support/helpers.ts";
+import { MONEY_OUT_END_STATE, moneyOut, moneyOutEvent, moneyOutState, truncateMoney } from "../support/money-out.ts";
+
+const fresh = await freshDatabase();
+const db = fresh.db;
+afterAll(() => fresh.drop());
+beforeEach(() => truncateMoney(db));
+
+const URL_DEFAULT = "http://inbox.test/webhooks/stripe";
+const TARGET: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: stripeHandlers };
+const WAITS = 60_000;
+
+/** Posts `bodies` signed to an app in `mode`, all at once; returns each outcome (status 200 or the failure). */
+async function deliver(mode: Mode, bodies: string[]): Promise<string[]> {
+  const app = createApp({ db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]), log: () => {} });
+  return Promise.all(bodies.map(async (body) => {
+    const response = await app.fetch(await signedRequest(URL_DEFAULT, body));
+    const reply = (await response.json()) as { outcome?: string; error?: string };
+    return response.status === 200 ? reply.outcome ?? "?" : `${response.status} ${reply.error}`;
+  }));
+}
+
+/** Every fixture twice, shuffled by `seed`. */
+function shuffledTwice(seed: number): string[] {
+  const bodies = [...moneyOut(), ...moneyOut()].map((e) => e.body);
+  shuffleInPlace(bodies, mulberry32(seed));
+  return bodies;
+}
+
+/** Runs two workers until no row is left to process, then stops them. */
+async function drainWithWorkers(): Promise<void> {
+  const pools = connections(fresh.url, 2);
+  const controller = new AbortController();
+  const workers = pools.map((pool) => runWorker({ db: pool, handlersFor: () => stripeHandlers, signal: controller.signal, pollMs: 20, backoff: { baseMs: 10, capMs: 50 }, log: () => {} }));
+  try {
+    const deadline = Date.now() + 30_000; // a bound on a stuck run, not a speed assertion
+    for (;;) {
+      const [row] = await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null and needs_review_at is null`;
+      if (row?.n === 0) break;
+      if (Date.now() > deadline) throw new Error(`Cannot drain the inbox: ${row?.n} rows left`);
+      await Bun.sleep(20);
+    }
+  } finally {
+    controller.abort();
+    await Promise.all(workers);
+    await closeAll(pools);
+  }
+}
+
+/** A query's rows as a plain array of records (what toEqual compares). */
+async function rows(strings: TemplateStringsArray, ...values: never[]): Promise<Record<string, unknown>[]> {
+  return [...(await db(strings, ...values))];
+}
+
+/** Receives `bodies` one by one with receiveSync; returns the outcomes. */
+async function receiveInOrder(bodies: string[]): Promise<string[]> {
+  const outcomes: string[] = [];
+  for (const body of bodies) outcomes.push(await receiveSync(db, TARGET, verified(body)));
+  return outcomes;
+}
+
+describe("money going out", () => {
+  test("`createApp()` in sync mode ends in the README's state for the fixtures shuffled, twice, concurrently", async () => {
+    const outcomes = await deliver("sync", shuffledTwice(1));
+    expect(new Set(outcomes)).toEqual(new Set(["processed", "duplicate"]));
+    expect(await moneyOutState(db)).toEqual(MONEY_OUT_END_STATE);
+  }, WAITS);
+
+  test("`createApp()` in async mode with `runWorker()` ends in the README's state for the fixtures shuffled, twice, concurrently", async () => {
+    const outcomes = await deliver("async", shuffledTwice(2));
+    expect(new Set(outcomes)).toEqual(new Set(["queued", "duplicate"]));
+    await drainWithWorkers();
+    expect(await moneyOutState(db)).toEqual(MONEY_OUT_END_STATE);
+  }, WAITS);
+
+  test("`createApp()` in hybrid mode (and the worker for any fallback) ends in the README's state for the fixtures shuffled, twice, concurrently", async () => {
+    const outcomes = await deliver("hybrid", shuffledTwice(3));
+    expect(outcomes.every((o) => ["processed", "duplicate", "queued"].includes(o))).toBe(true);
+    await drainWithWorkers();
+    expect(await moneyOutState(db)).toEqual(MONEY_OUT_END_STATE);
+  }, WAITS);
+
+  test("`receiveSync()` ends in the README's state for any order of the fixtures with duplicates (property)", async () => {
+    const events = moneyOut();
+    const order = fc.tuple(
+      fc.shuffledSubarray(events.map((_, i) => i), { minLength: events.length, maxLength: events.length }),
+      fc.array(fc.tuple(fc.nat(events.length - 1), fc.nat(events.length)), { maxLength: 6 }),
+    ).map(([perm, dups]) => {
+      const out = [...perm];
+      for (const [index, at] of dups) out.splice(at, 0, index);
+      return out;
+    });
+    await fc.assert(fc.asyncProperty(order, async (indexes) => {
+      await truncateMoney(db);
+      await receiveInOrder(indexes.map((i) => events[i]?.body ?? ""));
+      expect(await moneyOutState(db)).toEqual(MONEY_OUT_END_STATE);
+    }), { numRuns: 15, seed: 12 });
+  }, WAITS);
+
+  test("`receiveSync()` books nothing for a refund that fails, in either order", async () => {
+    for (const order of [["11_", "12_"], ["12_", "11_"]]) {
+      await truncateMoney(db);
+      expect(await receiveInOrder(order.map((p) => moneyOutEvent(p).body))).toEqual(["processed", "processed"]);
+      expect(await rows`select id, status, balance_transaction from refunds`).toEqual([{ id: "re_3SmA1pLgUG5tbmjc0Ref3", status: "failed", balance_transaction: null }]);
+      expect(await rows`select kind from ledger_entries`).toEqual([]);
+      expect(await rows`select event_type from outbox`).toEqual([]);
+    }
+  });
+
+  test("`receiveSync()` books a pending refund only once it succeeds, whichever arrives first", async () => {
+    for (const order of [["06_", "07_"], ["07_", "06_"]]) {
+      await truncateMoney(db);
+      await receiveInOrder(order.map((p) => moneyOutEvent(p).body));
+      expect(await rows`select status from refunds`).toEqual([{ status: "succeeded" }]);
+      expect(await rows`select kind, amount::int, balance_transaction from ledger_entries`).toEqual([{ kind: "refund", amount: 2500, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1" }]);
+      expect(await rows`select aggregate_id, event_type from outbox`).toEqual([{ aggregate_id: "re_3SmA1pLgUG5tbmjc0Ref1", event_type: "RefundBooked" }]);
+    }
+  });
+
+  test("`receiveSync()` books a dispute reinstatement that arrives before its withdrawal, each movement once", async () => {
+    await receiveInOrder(["20_", "18_", "17_", "19_"].map((p) => moneyOutEvent(p).body));
+    expect(await rows`select kind, amount::int, balance_transaction from ledger_entries order by kind`).toEqual([
+      { kind: "dispute_fee", amount: 1500, balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspW" },
+      { kind: "dispute_reinstatement", amount: 20000, balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspR" },
+      { kind: "dispute_withdrawal", amount: 20000, balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspW" },
+    ]);
+    expect(await rows`select event_type from outbox order by event_type`).toEqual([
+      { event_type: "DisputeFeeBooked" }, { event_type: "DisputeFundsReinstated" }, { event_type: "DisputeFundsWithdrawn" },
+    ]);
+    expect(await rows`select status from disputes`).toEqual([{ status: "won" }]);
+  });
+
+  test("`receiveSync()` changes no row when every fixture is delivered again", async () => {
+    const bodies = moneyOut().map((e) => e.body);
+    await receiveInOrder(bodies);
+    const snapshot = async () => ({
+      state: await moneyOutState(db),
+      ledger: await db`select * from ledger_entries order by id`,
+      outbox: await db`select * from outbox order by id`,
+      refunds: await db`select * from refunds order by id`,
+      disputes: await db`select * from disputes order by id`,
+      charges: await db`select * from stripe_charges order by id`,
+      payments: await db`select * from invoice_payments order by id`,
+    });
+    const before = await snapshot();
+    expect(await receiveInOrder(bodies)).toEqual(bodies.map(() => "duplicate"));
+    expect(await snapshot()).toEqual(before);
+  });
+});
+
+/** A refund object on the first fixture charge, with `overrides`. */
+function refund(overrides: Record<string, unknown>): Record<string, unknown> {
+  return { id: "re_test_1", object: "refund", amount: 1000, charge: "ch_3SmA1pLgUG5tbmjc0RefA", payment_intent: "pi_3SmA1pLgUG5tbmjc0RefA", currency: "usd", status: "succeeded", balance_transaction: "txn_test_1", ...overrides };
+}
+
+describe("money that does not add up", () => {
+  const parked = async () => (await db`select event_id from webhook_inbox where needs_review_at is not null order by event_id`).map((r) => r.event_id as string);
+
+  test("`createApp()` parks a refund that failed after it succeeded and keeps the booked refund", async () => {
+    const failed = eventBody("evt_refund_failed_late", "refund.failed", refund({ id: "re_3SmA1pLgUG5tbmjc0Ref1", amount: 2500, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1", failure_balance_transaction: "txn_test_failure", status: "failed" }));
+    expect(await deliver("sync", [moneyOutEvent("07_").body])).toEqual(["processed"]);
+    expect(await deliver("sync", [failed])).toEqual(["needs_review"]);
+    expect(await parked()).toEqual(["evt_refund_failed_late"]);
+    expect(await rows`select kind, amount::int from ledger_entries`).toEqual([{ kind: "refund", amount: 2500 }]);
+    expect(await rows`select status from refunds`).toEqual([{ status: "succeeded" }]);
+  });
+
+  test("`createApp()` parks a refund in another currency than its charge, whichever arrives first", async () => {
+    const eur = eventBody("evt_refund_eur", "refund.created", refund({ currency: "eur" }));
+    expect(await deliver("sync", [moneyOutEvent("05_").body])).toEqual(["processed"]);
+    expect(await deliver("sync", [eur])).toEqual(["needs_review"]);
+    expect(await parked()).toEqual(["evt_refund_eur"]);
+    expect(await rows`select kind from ledger_entries`).toEqual([]);
+
+    await truncateMoney(db);
+    expect(await deliver("sync", [eur])).toEqual(["processed"]);
+    expect(await deliver("sync", [moneyOutEvent("05_").body])).toEqual(["needs_review"]);
+    expect(await parked()).toEqual([moneyOutEvent("05_").id]);
+  });
+
+  test("`createApp()` parks a refund that takes the charge's refunds above its amount", async () => {
+    const big = eventBody("evt_refund_big", "refund.created", refund({ id: "re_test_big", amount: 9000, balance_transaction: "txn_test_big" }));
+    expect(await deliver("sync", [moneyOutEvent("05_").body, moneyOutEvent("09_").body])).toEqual(["processed", "processed"]);
+    expect(await deliver("sync", [big])).toEqual(["needs_review"]);
+    expect(await parked()).toEqual(["evt_refund_big"]);
+    expect(await rows`select amount::int from ledger_entries where kind = 'refund'`).toEqual([{ amount: 1500 }]);
+  });
+
+  test("`createApp()` parks a refund whose balance transaction is already booked with another amount", async () => {
+    const other = eventBody("evt_refund_other", "refund.updated", refund({ id: "re_3SmA1pLgUG5tbmjc0Ref2", amount: 1400, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re2" }));
+    expect(await deliver("sync", [moneyOutEvent("09_").body])).toEqual(["processed"]);
+    expect(await deliver("sync", [other])).toEqual(["needs_review"]);
+    expect(await rows`select amount::int from ledger_entries`).toEqual([{ amount: 1500 }]);
+    expect(await rows`select count(*)::int as n from outbox`).toEqual([{ n: 1 }]);
+  });
+
+  test("`createApp()` parks a refund event missing its amount, naming the field", async () => {
+    const bad = eventBody("evt_refund_bad", "refund.created", refund({ amount: undefined }));
+    expect(await deliver("sync", [bad])).toEqual(["needs_review"]);
+    const [row] = await db`select last_error from webhook_inbox where event_id = 'evt_refund_bad'`;
+    expect(row?.last_error).toContain("amount");
+  });
+});
