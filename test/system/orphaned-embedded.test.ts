@@ -18,6 +18,8 @@ afterAll(async () => {
   for (const dir of dirs) {
     const pid = postmasterOf(dir);
     if (pid !== undefined) signal(pid, "SIGQUIT");
+    // A server still exiting writes into its directory: removed only once it is gone.
+    await waitUntil("a left-over postmaster to exit", async () => postmasterOf(dir) === undefined, { timeoutMs: 15_000, intervalMs: 50 }).catch(() => {});
     await rm(dirname(dir), { recursive: true, force: true });
   }
 });
