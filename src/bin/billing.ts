@@ -2,7 +2,8 @@
 // inbox by state.
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
-import { connect, type Db } from "../db/db.ts";
+import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
+import { connect, sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { printableRow } from "../ops/printable.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
@@ -104,7 +105,10 @@ const db = connect(database.url, { max: 1, applicationName: "webhook-inbox billi
 try {
   await printTables(db);
 } catch (err) {
-  console.error(`Cannot read billing tables: ${err instanceof Error ? err.message : String(err)} (run \`bun run migrate\` first?)`);
+  const reason = err instanceof Error ? err.message : String(err);
+  if (isConnectFailure(err)) console.error(cannotConnectMessage(err));
+  else if (sqlState(err) === SQLSTATE.undefinedTable) console.error(`Cannot read billing tables: ${reason} (run \`bun run migrate\` first?)`);
+  else console.error(`Cannot read billing tables: ${reason}`);
   process.exitCode = 1;
 } finally {
   await db.end({ timeout: 5 });

@@ -1,6 +1,7 @@
 // Entry file: `bun run inbox <command>`: the operator's view of the inbox (DATABASE_URL or embedded).
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
+import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
 import { connect, sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { handlersFor } from "../receiver/endpoints.ts";
 import { migrate } from "../db/migrate.ts";
@@ -9,7 +10,7 @@ import { listEvents, showEvent } from "../ops/events.ts";
 import { parseDuration, type RowFilter } from "../ops/filter.ts";
 import { listOutbox } from "../ops/outbox.ts";
 import { printable, printableJson, printableRow } from "../ops/printable.ts";
-import { purge, RetentionTooShortError } from "../ops/purge.ts";
+import { purge } from "../ops/purge.ts";
 import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
 import { resolveReviewed } from "../ops/resolve.ts";
@@ -168,6 +169,7 @@ async function checkSchema(db: Db): Promise<void> {
     // No schema_migrations table yet: nothing applied. Anything else (unreachable, refused login,
     // missing database) is reported as it is, not as a schema problem.
     if (sqlState(err) === SQLSTATE.undefinedTable) return [{ version: 0 }];
+    if (isConnectFailure(err)) throw err;
     throw new Error(`Cannot read the schema version: ${describeError(err)}`);
   });
   if ((row?.version ?? 0) < expected) {
@@ -304,7 +306,7 @@ try {
     console.error(`${err.message}\n\n${USAGE}`);
     code = 2;
   } else {
-    console.error(err instanceof RetentionTooShortError || err instanceof Error ? err.message : String(err));
+    console.error(isConnectFailure(err) ? cannotConnectMessage(err) : err instanceof Error ? err.message : String(err));
     code = 1;
   }
 } finally {

@@ -1,9 +1,24 @@
 // Entry file: `bun run migrate`: applies pending sql/ migrations to DATABASE_URL (or the embedded server).
+// Exit codes: 0 ok, 1 failure, 2 usage error.
+import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
 import { connect } from "../db/db.ts";
 import { migrate } from "../db/migrate.ts";
 import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
 import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
+
+const USAGE = `Usage: bun run migrate
+  applies the pending sql/ migrations to DATABASE_URL (or the embedded server); takes no arguments`;
+
+const args = process.argv.slice(2);
+if (args.length === 1 && (args[0] === "--help" || args[0] === "-h")) {
+  console.log(USAGE);
+  process.exit(0);
+}
+if (args.length) {
+  console.error(`migrate takes no arguments, got ${args.map((a) => `"${a}"`).join(" ")}\n\n${USAGE}`);
+  process.exit(2);
+}
 
 const database = await openDatabase(process.env).catch((err: unknown) => {
   console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
@@ -15,7 +30,7 @@ try {
   const applied = await migrate(db, loadMigrations());
   console.log(applied.length ? `Applied ${applied.join(", ")}` : "Nothing to apply: the schema is current");
 } catch (err) {
-  console.error(err instanceof Error ? err.message : err);
+  console.error(isConnectFailure(err) ? cannotConnectMessage(err) : err instanceof Error ? err.message : err);
   process.exitCode = 1;
 } finally {
   await db.end({ timeout: 5 });

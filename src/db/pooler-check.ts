@@ -1,5 +1,6 @@
 // Start-up check for a transaction pooler nobody told us about. Portable: Web APIs and postgres.js only.
 import postgres from "postgres";
+import { CannotConnectError } from "./connect-failure.ts";
 import { isDatabaseUnavailable, type Pooler } from "./db.ts";
 
 type Client = postgres.ReservedSql;
@@ -17,7 +18,9 @@ type Client = postgres.ReservedSql;
  * backend would have a new pid for an honest reason) or the check did not finish within `timeoutMs`.
  * It can miss a pooler (false) that hands out backends otherwise. PostgreSQL manual, "System Information Functions" (pg_backend_pid); PgBouncer
  * `server_round_robin`.
- * @throws the postgres.js error when the database cannot be reached or refuses the statements.
+ * @throws CannotConnectError (the postgres.js error as `cause`) when the first connection could not be
+ *   opened: unreachable, wrong password, no such database, unknown host, an unknown URL parameter;
+ *   the postgres.js error when the connected database refuses the statements.
  */
 export async function detectTransactionPooler(url: string, rounds = 3, timeoutMs = 10_000): Promise<boolean> {
   let closed = false;
@@ -33,10 +36,15 @@ export async function detectTransactionPooler(url: string, rounds = 3, timeoutMs
     connection: { application_name: "webhook-inbox pooler check" },
   });
   const check = async (): Promise<boolean> => {
-    const first = await sql.reserve();
+    // Any failure before the first statement answered is the connection's, not the check's.
+    const first = await sql.reserve().catch((err: unknown) => Promise.reject(new CannotConnectError(err)));
+    const pid = await backendPid(first).catch((err: unknown) => {
+      first.release();
+      return Promise.reject(new CannotConnectError(err));
+    });
     const second = await sql.reserve();
     try {
-      return await backendsMove(first, second, rounds);
+      return await backendsMove(first, second, rounds, pid);
     } finally {
       first.release();
       second.release();
@@ -57,8 +65,8 @@ export async function detectTransactionPooler(url: string, rounds = 3, timeoutMs
 }
 
 /** Runs the rounds; true as soon as one client's backend changed or both clients shared one. */
-async function backendsMove(first: Client, second: Client, rounds: number): Promise<boolean> {
-  const own = { first: await backendPid(first), second: await backendPid(second) };
+async function backendsMove(first: Client, second: Client, rounds: number, firstPid: number): Promise<boolean> {
+  const own = { first: firstPid, second: await backendPid(second) };
   if (own.first === own.second) return true;
   for (let round = 0; round < rounds; round++) {
     const [holder, other] = round % 2 === 0 ? [first, second] : [second, first];
@@ -91,7 +99,9 @@ function pause(ms: number): Promise<void> {
  * `pooler` is `none` and {@link detectTransactionPooler} sees one, otherwise undefined (also when the
  * database cannot be reached: the command's own connection reports that, and where the pooler goes
  * unseen, `sql.begin`'s commit check keeps an unsaved event from being acknowledged).
- * @throws any other error of the check (e.g. a statement pooler refusing `begin`).
+ * @throws CannotConnectError when the connection failed for another reason (wrong password, no such
+ *   database, unknown host, an unknown URL parameter); any other error of the check (e.g. a
+ *   statement pooler refusing `begin`).
  */
 export async function hiddenPoolerProblem(url: string, pooler: Pooler): Promise<string | undefined> {
   if (pooler === "transaction") return undefined;
@@ -99,7 +109,7 @@ export async function hiddenPoolerProblem(url: string, pooler: Pooler): Promise<
   try {
     found = await detectTransactionPooler(url);
   } catch (err) {
-    if (isDatabaseUnavailable(err)) return undefined;
+    if (isDatabaseUnavailable(err instanceof CannotConnectError ? err.cause : err)) return undefined;
     throw err;
   }
   if (!found) return undefined;

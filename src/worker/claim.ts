@@ -14,7 +14,16 @@ export interface Claim extends InboxKey {
   payload?: Record<string, unknown> | null;
   /** For a row kept without a payload (0006: jsonb refused it), its exact verified body. */
   rawBody?: string | null;
+  /**
+   * Why the row must be parked again instead of applied: its stored event type is not the one sent
+   * (sanitizing replaced a \u0000 or lone surrogate in it by U+FFFD, jsonb-text.ts), so no handler,
+   * and no "ignored" either, fits it. Undefined for every other row.
+   */
+  refusal?: string;
 }
+
+/** The last_error of a row whose type sanitizing changed (the receiver parks it with the same opening words). */
+const TYPE_CHANGED = "Event type holds characters PostgreSQL cannot store: recorded with them replaced, not applied (requeueing cannot fix it: handle it by hand, then bun run inbox resolve)";
 
 /** Options of {@link claimBatch}. */
 export interface ClaimOptions {
@@ -37,7 +46,7 @@ export interface ClaimOptions {
  * without reporting) is parked as needs-review in the same statement rather than claimed.
  */
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
-  const rows = await db<{ claimed: boolean; provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; payload: Record<string, unknown> | null; raw_body: string | null }[]>`
+  const rows = await db<{ claimed: boolean; provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; payload: Record<string, unknown> | null; raw_body: string | null; type_changed: boolean | null }[]>`
     with picked as (
       select provider, endpoint, event_id, attempts
         from webhook_inbox
@@ -65,17 +74,22 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
        where p.attempts < ${options.maxAttempts}
          and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
       returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload,
-                case when w.payload is null then w.raw_body end as raw_body
+                case when w.payload is null then w.raw_body end as raw_body,
+                -- Sanitizing writes U+FFFD (chr(65533)); a row kept from its raw body may have had it done.
+                (w.payload_sanitized is not null or w.payload is null) and strpos(w.event_type, chr(65533)) > 0 as type_changed
     )
     select true as claimed, * from claimed
     union all
-    select false, *, null, null from parked
+    select false, *, null, null, null from parked
   `;
   const parked = rows.filter((r) => !r.claimed);
   if (parked.length > 0) options.onParked?.(parked.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempts: r.attempts })));
   return rows
     .filter((r) => r.claimed)
-    .map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload, rawBody: r.raw_body }));
+    .map((r) => ({
+      provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload, rawBody: r.raw_body,
+      ...(r.type_changed ? { refusal: TYPE_CHANGED } : {}),
+    }));
 }
 
 /**

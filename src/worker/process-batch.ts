@@ -81,7 +81,7 @@ export async function processBatch(db: Db, claims: readonly Claim[], options: Pr
 /** The row's statement, or undefined when it must be processed on its own. */
 function planRow(db: Db, claim: Claim, options: ProcessOptions): Planned | undefined {
   const table = options.handlersFor(claim.provider, claim.endpoint);
-  if (!table || !claim.payload) return undefined;
+  if (!table || !claim.payload || claim.refusal) return undefined;
   const handler = table[claim.eventType];
   const key = lockKey(claim, claim.payload);
   if (!handler) return { claim, key, run: (tx) => ignoreStatement(tx, claim), ignored: true };

@@ -31,6 +31,7 @@ export interface ProcessOptions {
  */
 export async function processClaimed(db: Db, claim: Claim, options: ProcessOptions): Promise<{ outcome: WorkOutcome; error?: string }> {
   try {
+    if (claim.refusal) throw new PermanentError(claim.refusal);
     const table = options.handlersFor(claim.provider, claim.endpoint);
     const handler = table?.[claim.eventType];
     if (handler?.statement) return { outcome: await processInOneStatement(db, claim, handler.statement, options.timeoutMs) };

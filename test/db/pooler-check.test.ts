@@ -1,5 +1,6 @@
 // Direct connections only; through PgBouncer: test/runtimes/pgbouncer.test.ts.
 import { afterAll, expect, test } from "bun:test";
+import { CannotConnectError } from "../../src/db/connect-failure.ts";
 import { detectTransactionPooler, hiddenPoolerProblem } from "../../src/db/pooler-check.ts";
 import { freshDatabase } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
@@ -27,3 +28,19 @@ test("`hiddenPoolerProblem()` finds no problem on a direct connection, an unreac
   expect(await hiddenPoolerProblem("postgres://postgres:postgres@127.0.0.1:1/none", "none")).toBeUndefined();
   expect(await hiddenPoolerProblem("postgres://postgres:postgres@127.0.0.1:1/none", "transaction")).toBeUndefined();
 });
+
+test("`hiddenPoolerProblem()` throws CannotConnectError, saying it cannot connect, for a wrong password, a missing database or an unknown host", async () => {
+  const admin = new URL(fresh.url);
+  const wrongPassword = new URL(admin.href);
+  wrongPassword.password = "wrong-password";
+  const missing = new URL(admin.href);
+  missing.pathname = "/no_such_database";
+  const unknownHost = new URL(admin.href);
+  unknownHost.hostname = "no-such-host.invalid";
+  for (const url of [wrongPassword, missing, unknownHost]) {
+    const error = await hiddenPoolerProblem(url.href, "none").catch((err: unknown) => err);
+    expect(error).toBeInstanceOf(CannotConnectError);
+    expect((error as Error).message).toStartWith("Cannot connect to the database: ");
+    expect((error as Error).message).not.toContain("wrong-password");
+  }
+}, 30_000);

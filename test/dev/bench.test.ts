@@ -4,6 +4,7 @@
 // live in README.md.
 import { afterAll, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
+import { existsSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -132,3 +133,19 @@ test.skipIf(!!pgbenchMissing)("`bun run bench --quick --seconds 1 --backlog 1000
     await own.drop();
   }
 }, 120_000);
+
+test("`bun run bench --only bogus` is a usage error (exit 2, naming the sections) before anything starts or is written; --help prints the usage", async () => {
+  const out = join(tmpdir(), `webhook-inbox-bench-usage-${process.pid}`);
+  const run = (args: string[]) => spawnSync(process.execPath, ["src/dev/bin/bench.ts", ...args], { cwd: join(import.meta.dir, "..", ".."), encoding: "utf8", timeout: 30_000 });
+  for (const args of [["--only", "bogus"], ["--only", "drain,bogus"], ["--bogus"], ["extra"]]) {
+    const bad = run([...args, "--out", out]);
+    expect({ args, code: bad.status }).toEqual({ args, code: 2 });
+    expect(bad.stderr).toContain("Usage: bun run bench");
+    expect(bad.stdout).toBe("");
+  }
+  expect(run(["--only", "bogus"]).stderr).toStartWith('bench: --only takes ceiling, sync, async, drain, duplicates; unknown: "bogus"');
+  expect(existsSync(out)).toBe(false);
+  const help = run(["--help"]);
+  expect({ code: help.status, stderr: help.stderr }).toEqual({ code: 0, stderr: "" });
+  expect(help.stdout).toStartWith("Usage: bun run bench");
+});

@@ -1,7 +1,7 @@
 import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { createApp } from "../../src/receiver/app.ts";
-import { deliver, type EventFile } from "../../src/dev/deliver.ts";
+import { deliver, printableUrl, type EventFile } from "../../src/dev/deliver.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { stripeProvider } from "../../src/providers/stripe.ts";
 import { count, freshDatabase, lifecycle, SECRET } from "../support/helpers.ts";
@@ -189,6 +189,31 @@ describe("deliver()", () => {
     expect(stderr).toContain("Gave up: 3 connection failures in a row");
     expect(stderr).toContain("11 deliveries not sent");
   }, 30_000);
+
+  test("`bun run deliver` never prints the password or user name of --url, on success or when it gives up", async () => {
+    const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
+    const port = listener.port;
+    listener.stop(true);
+    const proc = Bun.spawn([process.execPath, "src/dev/bin/deliver.ts", "test/fixtures/stripe/invoice-lifecycle", "--url", `http://someuser:TOPSECRETPW@127.0.0.1:${port}/webhooks/stripe`, "--secret", SECRET], {
+      cwd: join(import.meta.dir, "..", ".."),
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 20_000, // a bound on a hung run, not a speed assertion
+    });
+    const [stdout, stderr] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
+    expect(proc.exitCode).toBe(1);
+    expect(stderr).toContain(`Gave up: 3 connection failures in a row, no answer from http://***@127.0.0.1:${port}/webhooks/stripe in between`);
+    expect(stdout).toContain(`deliveries to http://***@127.0.0.1:${port}/webhooks/stripe in `);
+    expect(stdout + stderr).not.toContain("TOPSECRETPW");
+    expect(stdout + stderr).not.toContain("someuser");
+  }, 30_000);
+
+  test("`printableUrl()` hides user-info, keeps a URL without it, and shows no part of an unparseable one", () => {
+    expect(printableUrl("http://u:pw@example.test:8080/hook?x=1")).toBe("http://***@example.test:8080/hook?x=1");
+    expect(printableUrl("http://u@example.test/hook")).toBe("http://***@example.test/hook");
+    expect(printableUrl("http://example.test/hook")).toBe("http://example.test/hook");
+    expect(printableUrl("not a url secretpw")).not.toContain("secretpw");
+  });
 
   test("`deliver()` counts a 2xx without a JSON outcome as `2xx`", async () => {
     const receiver = fakeReceiver(() => new Response("ok", { status: 204 }));

@@ -89,6 +89,18 @@ describe("a payment holding characters jsonb refuses", () => {
     expect(await count(db, "ledger_entries")).toBe(0);
   });
 
+  test("`processBatch()` parks a requeued event whose type held \\u0000 again, with a clear error, never settling it as ignored", async () => {
+    const body = eventBody("evt_nul_type_requeued", "invoice.paid\u0000", invoice({ id: "in_nul_type_requeued", status: "paid", amount_paid: 2000 }));
+    expect((await deliver("sync", body)).outcome).toBe("needs_review");
+    expect((await requeue(db, {}, false)).rows).toHaveLength(1);
+    const results = await work();
+    expect(results.map((r) => [r.claim.eventId, r.outcome])).toEqual([["evt_nul_type_requeued", "needs_review"]]);
+    const [row] = await db`select event_type, outcome, processed_at, needs_review_at is not null as parked, last_error from webhook_inbox`;
+    expect(row).toMatchObject({ event_type: "invoice.paid\ufffd", outcome: null, processed_at: null, parked: true });
+    expect(String(row?.last_error)).toContain("Event type holds characters PostgreSQL cannot store");
+    expect(await count(db, "ledger_entries")).toBe(0);
+  });
+
   test("`purge()` drops the raw body of a sanitized payload together with the payload", async () => {
     expect((await deliver("sync", paidWithNul("evt_nul_purged", "in_nul_purged"))).outcome).toBe("processed");
     await db`update webhook_inbox set processed_at = now() - interval '8 days'`;
@@ -113,6 +125,17 @@ describe("rows parked before sanitized copies existed", () => {
       values ('stripe', 'billing', ${eventId}, ${type}, null, ${body}, 1, 'Payload cannot be stored as jsonb (PostgresError 22P05: unsupported Unicode escape sequence); kept as raw_body', now())
     `;
   }
+
+  test("`processBatch()` parks a requeued raw-body-only row whose type held \\u0000, never settling it as ignored", async () => {
+    const body = eventBody("evt_old_nul_type", "invoice.paid\u0000", invoice({ id: "in_old_nul_type", status: "paid", amount_paid: 2000 }));
+    await parkedTheOldWay("evt_old_nul_type", "invoice.paid\ufffd", body);
+    expect((await requeue(db, {}, false)).rows).toHaveLength(1);
+    const results = await work();
+    expect(results.map((r) => [r.claim.eventId, r.outcome])).toEqual([["evt_old_nul_type", "needs_review"]]);
+    const [row] = await db`select outcome, processed_at, needs_review_at is not null as parked, last_error from webhook_inbox`;
+    expect(row).toMatchObject({ outcome: null, processed_at: null, parked: true });
+    expect(String(row?.last_error)).toContain("Event type holds characters PostgreSQL cannot store");
+  });
 
   test("`processBatch()` books a requeued payment whose row holds only its raw body, storing the sanitized copy as its payload", async () => {
     await parkedTheOldWay("evt_old_nul_1", "invoice.paid", paidWithNul("evt_old_nul_1", "in_old_1"));

@@ -1,6 +1,11 @@
 // openDatabase(): the settings every command reads before it touches a database (src/runtime/database.ts).
 import { expect, test } from "bun:test";
+import { existsSync } from "node:fs";
+import { rm } from "node:fs/promises";
+import { createServer } from "node:net";
+import { dirname, join } from "node:path";
 import { openDatabase } from "../../src/runtime/database.ts";
+import { freePort, temporaryDataDir } from "../../src/runtime/embedded-postgres.ts";
 
 test("`openDatabase()` refuses an unreadable DATABASE_URL without quoting it (the password would be in it)", async () => {
   const error = await openDatabase({ DATABASE_URL: "postgres://app:SEC/RET-pw@db.internal/inbox" }).catch((err: unknown) => err as Error);
@@ -22,3 +27,19 @@ test("`openDatabase()` refuses the embedded development server when NODE_ENV=pro
 test("`openDatabase()` refuses an unknown NODE_ENV before any other setting, naming the variable", async () => {
   await expect(openDatabase({ NODE_ENV: "prod", EMBEDDED_PG_PORT: "0" })).rejects.toThrow('NODE_ENV must be production, development or test (or unset), got "prod"');
 });
+
+test("`openDatabase()` says the embedded port is taken by another program, and initialises no cluster", async () => {
+  const port = await freePort();
+  const other = createServer();
+  await new Promise<void>((resolve) => other.listen(port, "127.0.0.1", resolve));
+  const dir = await temporaryDataDir("webhook-inbox-port-taken-");
+  try {
+    const error = await openDatabase({ EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(port) }).catch((err: unknown) => err as Error);
+    expect(error).toBeInstanceOf(Error);
+    expect((error as Error).message).toBe(`Cannot start embedded PostgreSQL: port ${port} on 127.0.0.1 is already in use by another program (set EMBEDDED_PG_PORT to a free port)`);
+    expect(existsSync(join(dir, "PG_VERSION"))).toBe(false);
+  } finally {
+    await new Promise((resolve) => other.close(resolve));
+    await rm(dirname(dir), { recursive: true, force: true });
+  }
+}, 60_000);

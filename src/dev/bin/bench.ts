@@ -22,28 +22,57 @@ import { graphileDrain } from "../bench/graphile-peer.ts";
 import { ensurePgbench, runPgbench } from "../bench/pgbench.ts";
 import { runWorker } from "../../worker/worker.ts";
 
-const { values: o } = parseArgs({
-  options: {
-    quick: { type: "boolean", default: false },
-    runs: { type: "string" },
-    seconds: { type: "string" },
-    backlog: { type: "string" },
-    only: { type: "string" },
-    out: { type: "string" },
-  },
-});
+const SECTIONS = ["ceiling", "sync", "async", "drain", "duplicates"];
+const USAGE = `Usage: bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only SECTIONS] [--out DIR]
+  measures the receiver and the worker against pgbench on a throwaway PostgreSQL and writes
+  DIR/latest.json and DIR/latest.md (default bench-results/)
+  --quick          1 run of 2 s at concurrency 16, a backlog of 5000
+  --runs N         runs per measurement (default 3)
+  --seconds N      seconds per run (default 5)
+  --backlog N      events drained by the worker (default 10000)
+  --only SECTIONS  comma-separated, from ${SECTIONS.join(", ")} (default all)
+  --out DIR        where to write the results (default bench-results/)`;
+
+/** Prints `problem` and the usage to stderr and exits 2 (before any database exists). */
+function usage(problem: string): never {
+  console.error(`bench: ${problem}\n\n${USAGE}`);
+  process.exit(2);
+}
+
+const { values: o } = (() => {
+  try {
+    return parseArgs({
+      options: {
+        quick: { type: "boolean", default: false },
+        runs: { type: "string" },
+        seconds: { type: "string" },
+        backlog: { type: "string" },
+        only: { type: "string" },
+        out: { type: "string" },
+        help: { type: "boolean", short: "h", default: false },
+      },
+    });
+  } catch (err) {
+    usage(err instanceof Error ? err.message : String(err));
+  }
+})();
+if (o.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
 /** `--name`'s value as a positive integer; exits 2 with the reason otherwise (before any database exists). */
 function count(name: string, value: string | undefined, fallback: number): number {
   const n = Number(value ?? fallback);
   if (Number.isInteger(n) && n > 0) return n;
-  console.error(`bench: --${name} must be a positive integer, got ${JSON.stringify(value)}`);
-  process.exit(2);
+  usage(`--${name} must be a positive integer, got ${JSON.stringify(value)}`);
 }
 const runs = count("runs", o.runs, o.quick ? 1 : 3);
 const seconds = count("seconds", o.seconds, o.quick ? 2 : 5);
 const backlog = count("backlog", o.backlog, o.quick ? 5_000 : 10_000);
 const levels = o.quick ? [16] : [1, 4, 16, 64];
-const sections = new Set((o.only ?? "ceiling,sync,async,drain,duplicates").split(","));
+const sections = new Set((o.only ?? SECTIONS.join(",")).split(","));
+const unknown = [...sections].filter((section) => !SECTIONS.includes(section));
+if (unknown.length) usage(`--only takes ${SECTIONS.join(", ")}; unknown: ${unknown.map((u) => `"${u}"`).join(", ")}`);
 const SECRET = "whsec_bench_0123456789abcdefghijklmn";
 const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const bin = (name: string) => join(ROOT, "src", "bin", `${name}.ts`);

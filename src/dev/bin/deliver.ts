@@ -2,7 +2,7 @@
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
-import { deliver, type EventFile } from "../deliver.ts";
+import { deliver, printableUrl, type EventFile } from "../deliver.ts";
 import { DATA_DIR } from "../../runtime/database.ts";
 
 const USAGE = `Usage: bun run deliver <file.json|dir>… [options]
@@ -83,7 +83,7 @@ const ms = Math.round(performance.now() - started);
 
 const failed = summary.failures.length + (summary.gaveUp?.notSent ?? 0);
 const verb = failed === 0 ? "Delivered" : `Could not deliver ${failed} of ${summary.deliveries} deliveries. Sent`;
-console.log(`${verb} ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${url} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`);
+console.log(`${verb} ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${printableUrl(url)} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`);
 for (const [outcome, count] of Object.entries(summary.outcomes).sort()) console.log(`  ${outcome.padEnd(10)} ${count}`);
 for (const [status, count] of Object.entries(summary.retried).sort()) console.log(`  retried after ${status}: ${count}`);
 for (const f of summary.failures) console.error(`  FAILED ${f.name}: last status ${f.status}`);
