@@ -5,7 +5,7 @@
 // PgBouncer missing is one skip naming how to install it, and a failure in CI (.ci/run installs it).
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { spawn } from "node:child_process";
-import { connect, type Db } from "../../src/db/db.ts";
+import { connect, isDatabaseUnavailable, type Db } from "../../src/db/db.ts";
 import type { App } from "../../src/receiver/app.ts";
 import { deliver } from "../../src/dev/deliver.ts";
 import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
@@ -17,6 +17,7 @@ import { adminUrl, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedR
 import { waitUntil } from "../support/wait-until.ts";
 import { expectLifecycleRows } from "./lifecycle-rows.ts";
 import { startPgBouncer, type PgBouncer } from "./pgbouncer.ts";
+import { tcpGate } from "./tcp-gate.ts";
 import { requireBinary } from "../support/support-binary.ts";
 import { ROOT, serverPid } from "./server-process.ts";
 
@@ -202,6 +203,39 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     const saved = new Set((await fresh.db<{ event_id: string }[]>`select event_id from webhook_inbox`).map((r) => r.event_id));
     expect(acknowledged.filter((id) => !saved.has(id))).toEqual([]);
   }, 60_000);
+
+  test("`connect()` behind PgBouncer whose server is down rejects each query with a database-unavailable error and leaves no unhandled rejection", async () => {
+    const gate = await tcpGate(adminUrl());
+    await gate.open();
+    const down = await startPgBouncer(gate.url);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (err: unknown) => void unhandled.push(err);
+    process.on("unhandledRejection", onUnhandled);
+    try {
+      const warm = connect(down.url("postgres"), { max: 1, pooler: "transaction" });
+      await warm`select 1`;
+      await warm.end({ timeout: 1 });
+      await gate.shut();
+      // PgBouncer queues the first query while it connects, then answers new logins with FATAL 08P01
+      // server_login_retry; a fresh pool reads the array types first, which that error fails.
+      const failures: string[] = [];
+      for (let attempt = 0; attempt < 12 && !failures.some((f) => f.includes("server_login_retry")); attempt++) {
+        const db = connect(down.url("postgres"), { max: 1, pooler: "transaction" });
+        const outcome = await within(1_500, "a query", db`select 1`).then(() => "answered", (err: unknown) => `${isDatabaseUnavailable(err) ? "unavailable" : "other"}: ${String(err)}`);
+        if (!outcome.includes("did not settle")) failures.push(outcome);
+        await db.end({ timeout: 0 });
+        await Bun.sleep(300);
+      }
+      await Bun.sleep(500);
+      expect(failures.some((f) => f.startsWith("unavailable: PostgresError: server login has been failing"))).toBe(true);
+      expect(failures.filter((f) => !f.startsWith("unavailable"))).toEqual([]);
+      expect(unhandled.map(String)).toEqual([]);
+    } finally {
+      process.off("unhandledRejection", onUnhandled);
+      await down.stop();
+      await gate.shut();
+    }
+  }, 40_000);
 
   test("`detectTransactionPooler()` sees PgBouncer's transaction pooling and not a direct connection", async () => {
     const fresh = await database();
