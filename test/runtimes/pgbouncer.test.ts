@@ -11,6 +11,7 @@ import { deliver } from "../../src/dev/deliver.ts";
 import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { detectTransactionPooler } from "../../src/db/pooler-check.ts";
+import { DatabaseWaitError, waitForDatabase } from "../../src/db/wait-for-database.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
 import { connectReceiver, loadServerConfig, receiverApp } from "../../src/runtime/receiver.ts";
 import { adminUrl, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, verified } from "../support/helpers.ts";
@@ -26,6 +27,7 @@ type Fresh = Awaited<ReturnType<typeof freshDatabase>>;
 let bouncer: PgBouncer;
 const pools: Db[] = [];
 const databases: Fresh[] = [];
+const stops: (() => Promise<void>)[] = [];
 
 /** A fresh database, dropped in afterAll, and its name. */
 async function database(): Promise<Fresh & { name: string }> {
@@ -46,6 +48,26 @@ function within<T>(ms: number, what: string, promise: Promise<T>): Promise<T> {
   let timer: Timer | undefined;
   const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms)));
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * A PgBouncer whose server has just gone down, and a pool of one connection through it that logged in
+ * while it was up: PgBouncer keeps that client and queues its next query until it gets a server
+ * connection again (query_wait_timeout, 120 s). Both are released in afterAll.
+ */
+async function bouncerWithServerDown(database: string, options: Parameters<typeof connect>[1] = {}): Promise<{ db: Db; down: PgBouncer }> {
+  const gate = await tcpGate(adminUrl());
+  await gate.open();
+  const down = await startPgBouncer(gate.url);
+  stops.push(async () => {
+    await down.stop();
+    await gate.shut();
+  });
+  const db = connect(down.url(database), { max: 1, pooler: "transaction", ...options });
+  pools.push(db);
+  await db`select 1`;
+  await gate.shut();
+  return { db, down };
 }
 
 /**
@@ -80,6 +102,7 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
   // DATABASE waits for a checkpoint: in parallel, and with more than the default 5 s on a busy machine).
   afterAll(async () => {
     await Promise.all(pools.map((db) => db.end({ timeout: 5 }).catch(() => {})));
+    for (const stop of stops) await stop();
     await bouncer?.stop();
     await Promise.all(databases.map((fresh) => fresh.drop().catch(() => {})));
   }, 30_000);
@@ -236,6 +259,38 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
       await gate.shut();
     }
   }, 40_000);
+
+  test("`waitForDatabase()` through PgBouncer whose server is down bounds each attempt and gives up after its limit with one line per attempt", async () => {
+    const { db } = await bouncerWithServerDown("postgres");
+    const lines: string[] = [];
+    const waited = await within(30_000, "waitForDatabase", waitForDatabase(db, { limitMs: 3_000, attemptMs: 1_000, log: (line) => lines.push(line) }).catch((err: unknown) => err));
+    expect(waited).toBeInstanceOf(DatabaseWaitError);
+    expect(String(waited)).toContain("the database did not answer within 3.0 s");
+    expect(String(waited)).toContain("select 1: the database did not answer within 1.0 s");
+    expect(lines.length).toBeGreaterThanOrEqual(1);
+    expect(lines.every((line) => line.startsWith("Waiting for the database: attempt "))).toBe(true);
+  }, 40_000);
+
+  test("`waitForDatabase()` through PgBouncer whose server is down rejects with the reason as soon as it is aborted during an attempt", async () => {
+    const { db } = await bouncerWithServerDown("postgres");
+    const controller = new AbortController();
+    const waiting = waitForDatabase(db, { limitMs: 60_000, attemptMs: 60_000, signal: controller.signal }).catch((err: unknown) => err);
+    await Bun.sleep(500);
+    controller.abort(new Error("stop requested"));
+    expect(String(await within(10_000, "waitForDatabase after abort", waiting))).toBe("Error: stop requested");
+  }, 30_000);
+
+  test.each(["sync", "hybrid", "async"] as const)("`receiverApp()` through PgBouncer whose server is down answers 503 database_unavailable with Retry-After after STATEMENT_TIMEOUT_MS (%s)", async (mode) => {
+    const fresh = await database();
+    const config = loadServerConfig({ DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, STATEMENT_TIMEOUT_MS: "1000" }, "test");
+    const { db } = await bouncerWithServerDown(fresh.name);
+    const app = receiverApp(config, db, { log: () => {} });
+    const body = eventBody(`evt_bouncer_down_${mode}`, "invoice.paid", invoice({ id: `in_bouncer_down_${mode}`, status: "paid", amount_paid: 2000 }));
+    const response = await within(20_000, "a delivery", app.fetch(await signedRequest("http://receiver.test/webhooks/stripe", body)));
+    expect(response.status).toBe(503);
+    expect(response.headers.get("retry-after")).not.toBeNull();
+    expect(((await response.json()) as { error?: string }).error).toBe("database_unavailable");
+  }, 30_000);
 
   test("`detectTransactionPooler()` sees PgBouncer's transaction pooling and not a direct connection", async () => {
     const fresh = await database();
