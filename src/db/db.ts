@@ -98,12 +98,25 @@ export function sqlState(err: unknown): string | undefined {
  */
 export function isDatabaseUnavailable(err: unknown): boolean {
   const state = sqlState(err);
-  if (state) return state.startsWith("08") || state.startsWith("57P") || state === SQLSTATE.tooManyConnections;
+  if (state) return (state.startsWith("08") && !isStartupRefusal(err)) || state.startsWith("57P") || state === SQLSTATE.tooManyConnections;
   const code = (err as { code?: unknown } | null)?.code;
   return (
     typeof code === "string" &&
     ["CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", NO_ANSWER].includes(code)
   );
+}
+
+/**
+ * PgBouncer's refusals of a client login that no wait can fix, all SQLSTATE 08P01 like its transient
+ * ones (server_login_retry, query_wait_timeout, "no more connections allowed", "database … is not
+ * available"): a startup parameter it does not accept (`ignore_startup_parameters`), a database or user
+ * it does not know. PgBouncer documentation, "Configuration"; src/client.c in its sources.
+ */
+const STARTUP_REFUSALS = /unsupported startup parameter|no such database|no such user|unsupported pkt type/i;
+
+/** True for an 08P01 startup refusal from a pooler that retrying cannot fix (see STARTUP_REFUSALS). */
+export function isStartupRefusal(err: unknown): boolean {
+  return sqlState(err) === "08P01" && err instanceof Error && STARTUP_REFUSALS.test(err.message);
 }
 
 /**

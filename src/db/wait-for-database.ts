@@ -75,6 +75,7 @@ export async function waitForDatabase(db: Db, options: WaitForDatabaseOptions): 
 
 function isWorthWaiting(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
+  // isDatabaseUnavailable already leaves out a pooler's permanent 08P01 refusals (isStartupRefusal).
   return isDatabaseUnavailable(err) || (typeof code === "string" && NOT_YET_THERE.includes(code));
 }
 

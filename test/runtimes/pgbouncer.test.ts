@@ -12,9 +12,9 @@ import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { detectTransactionPooler } from "../../src/db/pooler-check.ts";
 import { DatabaseWaitError, waitForDatabase } from "../../src/db/wait-for-database.ts";
-import { receiveSync } from "../../src/receiver/receive.ts";
+import { receiveAsync, receiveSync } from "../../src/receiver/receive.ts";
 import { connectReceiver, loadServerConfig, receiverApp } from "../../src/runtime/receiver.ts";
-import { adminUrl, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, verified } from "../support/helpers.ts";
+import { adminUrl, count, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, verified } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
 import { expectLifecycleRows } from "./lifecycle-rows.ts";
 import { startPgBouncer, type PgBouncer } from "./pgbouncer.ts";
@@ -291,6 +291,57 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     expect(response.headers.get("retry-after")).not.toBeNull();
     expect(((await response.json()) as { error?: string }).error).toBe("database_unavailable");
   }, 30_000);
+
+  test("`waitForDatabase()` fails at once when PgBouncer refuses a startup parameter, naming it", async () => {
+    const { name } = await database();
+    const db = viaBouncer(name, { max: 1, statementTimeoutMs: 5_000 });
+    const lines: string[] = [];
+    const waited = await within(20_000, "waitForDatabase", waitForDatabase(db, { limitMs: 10_000, log: (line) => lines.push(line) }).catch((err: unknown) => err));
+    expect(String(waited)).toBe("DatabaseWaitError: the database refused the connection: unsupported startup parameter: statement_timeout (SQLSTATE 08P01)");
+    expect(lines).toEqual([]);
+  }, 30_000);
+
+  test("`bun run worker` behind PgBouncer in session mode without DATABASE_POOLER starts and drains an async row; in transaction mode it refuses in one line", async () => {
+    const fresh = await database();
+    const session = await startPgBouncer(adminUrl(), { sessionDatabases: [fresh.name] });
+    stops.push(() => session.stop());
+    const body = eventBody("evt_bouncer_session", "invoice.paid", invoice({ id: "in_bouncer_session", status: "paid", amount_paid: 2000 }));
+    expect(await receiveAsync(fresh.db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(body))).toBe("queued");
+    const run = (url: string, whileRunning: (output: () => string) => Promise<void>) => {
+      const env = { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", DATABASE_URL: url, DATABASE_WAIT_MS: "3000" };
+      const worker = spawn("timeout", ["--kill-after=5", "30", process.execPath, "src/bin/worker.ts", "--poll-ms", "100"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      worker.stdout.on("data", (c: Buffer) => (stdout += c.toString("utf8")));
+      worker.stderr.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
+      const exited = new Promise<number | null>((resolve) => worker.once("exit", resolve));
+      return (async () => {
+        try {
+          await whileRunning(() => stdout + stderr);
+        } finally {
+          const pid = worker.pid === undefined ? undefined : serverPid(worker.pid);
+          if (worker.exitCode === null && pid !== undefined) process.kill(pid, "SIGTERM");
+        }
+        return { code: await exited, stdout, stderr: stderr.trim() };
+      })();
+    };
+    const inSession = await run(session.url(fresh.name), async (output) => {
+      await waitUntil("the worker to process the row (or exit)", async () => {
+        const [row] = await fresh.db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null`;
+        return row?.n === 0 || /exit|Cannot start/.test(output());
+      }, { timeoutMs: 20_000, intervalMs: 100 });
+    });
+    expect({ code: inSession.code, stderr: inSession.stderr }).toEqual({ code: 0, stderr: "" });
+    expect(inSession.stdout).toContain('"statement-timeout":"transaction"');
+    expect(await count(fresh.db, "webhook_inbox", "processed_at is null")).toBe(0);
+    const refused = Bun.spawn(["timeout", "--kill-after=5", "30", process.execPath, "src/bin/worker.ts"], {
+      cwd: ROOT, env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", DATABASE_URL: bouncer.url(fresh.name), DATABASE_WAIT_MS: "3000" }, stdout: "pipe", stderr: "pipe",
+    });
+    const [stderr, code] = await Promise.all([new Response(refused.stderr).text(), refused.exited]);
+    expect(code).toBe(1);
+    expect(stderr.trim().split("\n")).toHaveLength(1);
+    expect(stderr).toContain("set DATABASE_POOLER=transaction");
+  }, 60_000);
 
   test("`detectTransactionPooler()` sees PgBouncer's transaction pooling and not a direct connection", async () => {
     const fresh = await database();
