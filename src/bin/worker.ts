@@ -61,7 +61,9 @@ const ready = await openReadyDatabase({
   command: "webhook-inbox worker",
   env: process.env,
   // A server-side bound as well as the worker's own: statements of a worker killed mid-wait end by themselves.
-  connect: (url) => connect(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler, statementTimeoutMs: settings["timeout-ms"] }),
+  // A pooler that refuses the startup parameter (PgBouncer, even in session mode) gets none: transactions
+  // still set it locally, single statements keep the client-side cancel.
+  connect: (url, startupParameters) => connect(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler, statementTimeoutMs: startupParameters ? settings["timeout-ms"] : undefined }),
   signal: controller.signal,
   waitMs,
   pooler,
@@ -72,7 +74,9 @@ if (!ready) {
 }
 const { database, db } = ready;
 
-console.log(JSON.stringify({ worker: "started", database: database.embedded ? "embedded" : "DATABASE_URL", pooler, listen, ...settings, "batch-size": batchSize }));
+// "session": every statement bounded by the server; "transaction": only statements inside transactions.
+const statementTimeout = pooler !== "transaction" && ready.startupParameters ? "session" : "transaction";
+console.log(JSON.stringify({ worker: "started", database: database.embedded ? "embedded" : "DATABASE_URL", pooler, listen, ...settings, "batch-size": batchSize, "statement-timeout": statementTimeout }));
 await runWorker({
   db,
   handlersFor,

@@ -98,12 +98,47 @@ export function sqlState(err: unknown): string | undefined {
  */
 export function isDatabaseUnavailable(err: unknown): boolean {
   const state = sqlState(err);
-  if (state) return state.startsWith("08") || state.startsWith("57P") || state === SQLSTATE.tooManyConnections;
+  if (state) return (state.startsWith("08") && !isStartupRefusal(err)) || state.startsWith("57P") || state === SQLSTATE.tooManyConnections;
   const code = (err as { code?: unknown } | null)?.code;
   return (
     typeof code === "string" &&
-    ["CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT"].includes(code)
+    ["CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", NO_ANSWER].includes(code)
   );
+}
+
+/**
+ * PgBouncer's refusals of a client login that no wait can fix, all SQLSTATE 08P01 like its transient
+ * ones (server_login_retry, query_wait_timeout, "no more connections allowed", "database … is not
+ * available"): a startup parameter it does not accept (`ignore_startup_parameters`), a database or user
+ * it does not know. PgBouncer documentation, "Configuration"; src/client.c in its sources.
+ */
+const STARTUP_REFUSALS = /unsupported startup parameter|no such database|no such user|unsupported pkt type/i;
+
+/** True for an 08P01 startup refusal from a pooler that retrying cannot fix (see STARTUP_REFUSALS). */
+export function isStartupRefusal(err: unknown): boolean {
+  return sqlState(err) === "08P01" && err instanceof Error && STARTUP_REFUSALS.test(err.message);
+}
+
+/**
+ * `code` of the error {@link answerWithin} rejects with: the database (or a pooler in front of it,
+ * which queues a client's query until it gets a server connection) did not answer in time. Counted
+ * as database-unavailable. The statements may still run later: only a 5xx or a retry may follow.
+ */
+export const NO_ANSWER = "DATABASE_NO_ANSWER";
+
+/**
+ * Settles like `work`, or rejects after `ms` with an Error whose `code` is {@link NO_ANSWER} and whose
+ * message names `what` and the bound in seconds. `work` is not stopped: whatever it sends may still
+ * reach PostgreSQL and commit later, so a caller must treat the rejection as "unknown outcome" (a 5xx,
+ * a retry, never a success). Needed where a cancel cannot reach: PgBouncer keeps a client waiting for a
+ * server connection up to `query_wait_timeout` (120 s) and ignores its cancel request meanwhile.
+ */
+export function answerWithin<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const late = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(Object.assign(new Error(`${what}: the database did not answer within ${(ms / 1000).toFixed(1)} s`), { code: NO_ANSWER })), Math.max(0, ms));
+  });
+  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
 
 /**

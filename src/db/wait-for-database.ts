@@ -1,7 +1,7 @@
 // Waiting for PostgreSQL at start-up: a command started while the database restarts (or before its
 // container is up) waits for it instead of dying with a connection error. Portable: postgres.js only.
 import postgres from "postgres";
-import { isDatabaseUnavailable, type Db } from "./db.ts";
+import { answerWithin, isDatabaseUnavailable, NO_ANSWER, type Db } from "./db.ts";
 
 /** Options of {@link waitForDatabase}; times in ms. */
 export interface WaitForDatabaseOptions {
@@ -15,6 +15,11 @@ export interface WaitForDatabaseOptions {
   firstDelayMs?: number;
   /** Longest pause between attempts. Default 5000. */
   maxDelayMs?: number;
+  /**
+   * Longest wait for one attempt's answer, ms, never past the overall limit (but at least 1 s). Default
+   * 5000. A pooler whose server is down keeps the probe waiting (PgBouncer: up to query_wait_timeout).
+   */
+  attemptMs?: number;
   /** Clock, ms. Default `Date.now`. */
   now?: () => number;
 }
@@ -32,9 +37,12 @@ const NOT_YET_THERE = ["ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", 
 
 /**
  * Sends `select 1` on `db` until it answers, pausing 200 ms, 400 ms, … up to 5 s between attempts,
- * for at most `limitMs` in all. Only failures that mean "not reachable yet" are retried: refused or
- * reset connections, timeouts, a server starting up or shutting down (SQLSTATE 57P…), too many
- * connections, an unknown host. Anything else (a wrong password, a missing database) fails at once.
+ * for at most `limitMs` in all. Each attempt waits at most `attemptMs` for its answer (a pooler queues
+ * the probe while its server is down; the probe may still run later, harmlessly). Only failures that
+ * mean "not reachable yet" are retried: refused or reset connections, timeouts, no answer, a server
+ * starting up or shutting down (SQLSTATE 57P…), too many connections, a pooler's transient 08P01
+ * (server_login_retry, query_wait_timeout), an unknown host. Anything else (a wrong password, a missing
+ * database, a startup parameter a pooler refuses) fails at once.
  * Resolves with the number of attempts made.
  * @throws DatabaseWaitError whose one-line message names the last failure by its code or server
  *   message (never the URL, which may hold the password) and the limit; `signal.reason` when aborted.
@@ -46,9 +54,11 @@ export async function waitForDatabase(db: Db, options: WaitForDatabaseOptions): 
   for (let attempt = 1; ; attempt++) {
     options.signal?.throwIfAborted();
     try {
-      await db`select 1`;
+      const bound = Math.min(options.attemptMs ?? 5_000, Math.max(deadline - now(), 1_000));
+      await untilAborted(answerWithin(db`select 1`, bound, "select 1"), options.signal);
       return attempt;
     } catch (err) {
+      options.signal?.throwIfAborted();
       const why = describeFailure(err);
       if (!isWorthWaiting(err)) throw new DatabaseWaitError(`the database refused the connection: ${why}`);
       const left = deadline - now();
@@ -65,6 +75,7 @@ export async function waitForDatabase(db: Db, options: WaitForDatabaseOptions): 
 
 function isWorthWaiting(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
+  // isDatabaseUnavailable already leaves out a pooler's permanent 08P01 refusals (isStartupRefusal).
   return isDatabaseUnavailable(err) || (typeof code === "string" && NOT_YET_THERE.includes(code));
 }
 
@@ -75,7 +86,19 @@ function isWorthWaiting(err: unknown): boolean {
 function describeFailure(err: unknown): string {
   if (err instanceof postgres.PostgresError) return `${err.message} (SQLSTATE ${err.code})`;
   const code = (err as { code?: unknown } | null)?.code;
+  if (code === NO_ANSWER && err instanceof Error) return err.message;
   return typeof code === "string" ? code : err instanceof Error ? err.name : "unknown error";
+}
+
+/** `work`, or `signal.reason` as soon as the signal is aborted (the work itself is not stopped). */
+function untilAborted<T>(work: Promise<T>, signal?: AbortSignal): Promise<T> {
+  if (!signal) return work;
+  let onAbort = () => {};
+  const aborted = new Promise<never>((_, reject) => {
+    onAbort = () => reject(signal.reason);
+    signal.addEventListener("abort", onAbort, { once: true });
+  });
+  return Promise.race([work, aborted]).finally(() => signal.removeEventListener("abort", onAbort));
 }
 
 function seconds(ms: number): string {

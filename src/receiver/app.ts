@@ -1,5 +1,5 @@
 import { Router, type IRequest } from "itty-router";
-import { isDatabaseUnavailable, isDataError, isPermanent, sqlState, type Db } from "../db/db.ts";
+import { answerWithin, isDatabaseUnavailable, isDataError, isPermanent, NO_ANSWER, sqlState, type Db } from "../db/db.ts";
 import { AppError, describeError, errorResponse, PermanentError } from "../errors.ts";
 import type { LogFn } from "../log.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
@@ -66,7 +66,11 @@ export interface AppDeps {
   maxInFlight?: number;
   /** How long a delivery waits for a slot before 503 `overloaded`, ms. Default 2000. */
   queueTimeoutMs?: number;
-  /** Longest a sync delivery's statement may run (lock waits included) before it is cancelled, ms. Default 10000. */
+  /**
+   * Longest a sync delivery's statement may run (lock waits included) before it is cancelled, ms. Default
+   * 10000. Any delivery's database work not answered within this plus 1 s is answered 503 from here:
+   * a pooler may hold it waiting for a server connection, where no cancel reaches it.
+   */
   statementTimeoutMs?: number;
 }
 
@@ -132,6 +136,12 @@ export function createApp(deps: AppDeps): App {
 
   /** Runs the endpoint's mode; a hybrid fallback's cause goes into the log line. */
   function receiveIn(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>): Promise<Outcome> {
+    // Client-side bound past the server-side one, which fires first whenever PostgreSQL runs the statement.
+    // The work may still commit later: the 503 then makes the provider retry, which is a duplicate.
+    return answerWithin(receiveInMode(endpoint, event, entry), (deps.statementTimeoutMs ?? 10_000) + 1_000, `Cannot record ${event.id}`);
+  }
+
+  function receiveInMode(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>): Promise<Outcome> {
     const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
     // A failure no retry can fix is parked as needs-review (200): a 5xx would make the provider retry in vain.
     const parkWhen = (permanent: (err: unknown) => boolean) => (err: unknown): Promise<Outcome> => {
@@ -196,6 +206,7 @@ function toAppError(err: unknown, eventId: unknown): AppError {
     // The event cannot be stored even as raw text: no retry can help, so say so instead of a 5xx loop.
     return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL refuses this event (SQLSTATE ${sqlState(err)})`);
   }
+  if ((err as { code?: unknown } | null)?.code === NO_ANSWER) return new AppError("database_unavailable", `${(err as Error).message}; retry later`);
   if (isDatabaseUnavailable(err)) return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);
 }

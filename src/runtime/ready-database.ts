@@ -3,9 +3,12 @@
 import type { Db, Pooler } from "../db/db.ts";
 import { migrate } from "../db/migrate.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
-import { waitForDatabase } from "../db/wait-for-database.ts";
+import { DatabaseWaitError, waitForDatabase } from "../db/wait-for-database.ts";
 import { openDatabase, type DatabaseHandle } from "./database.ts";
 import { loadMigrations } from "./migrations-fs.ts";
+
+/** PgBouncer's refusal of a startup parameter it does not know (SQLSTATE 08P01). */
+const UNSUPPORTED_PARAMETER = /unsupported startup parameter/;
 
 /** A database that answers and has every migration: the handle, the command's pool, what was applied. */
 export interface ReadyDatabase {
@@ -15,6 +18,8 @@ export interface ReadyDatabase {
   applied: string[];
   /** Migrations the code has (the schema version `/readyz` expects). */
   schemaVersion: number;
+  /** False when a pooler refused the pool's startup parameters and `db` was opened without them. */
+  startupParameters: boolean;
 }
 
 /** Options of {@link openReadyDatabase}. */
@@ -22,8 +27,12 @@ export interface ReadyDatabaseOptions {
   /** Names the command in messages, e.g. `webhook-inbox worker`. */
   command: string;
   env: Record<string, string | undefined>;
-  /** Opens the command's pool on the URL (lazy: nothing is contacted until the first query). */
-  connect: (url: string) => Db;
+  /**
+   * Opens the command's pool on the URL (lazy: nothing is contacted until the first query). Called again
+   * with `startupParameters: false` when a pooler refused a startup parameter the pool sent (PgBouncer
+   * accepts only those in its `ignore_startup_parameters`): that pool must send none beyond the usual.
+   */
+  connect: (url: string, startupParameters: boolean) => Db;
   /** Stop requested (SIGTERM/SIGINT): must be wired before this is called. */
   signal: AbortSignal;
   /** Longest wait for the database to answer, ms (`DATABASE_WAIT_MS`). */
@@ -35,7 +44,7 @@ export interface ReadyDatabaseOptions {
 /**
  * Opens the database ({@link openDatabase}: `DATABASE_URL`, or the embedded server, started here when
  * not running), connects, waits until it answers ({@link waitForDatabase}: one line on stderr per failed
- * attempt, up to `waitMs`), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
+ * attempt, up to `waitMs`; a pooler that refuses a startup parameter gets a second pool without it), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
  * pooler-check.ts), then applies pending migrations. Resolves null when `signal` was aborted
  * meanwhile, once everything it opened is released (an embedded server it started is stopped).
  * On any other failure it prints one line, `Cannot start <command>: <why>`, to stderr (no stack trace,
@@ -51,8 +60,18 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
   };
   try {
     database = await openDatabase(options.env, { signal });
-    db = options.connect(database.url);
-    await waitForDatabase(db, { limitMs: options.waitMs, signal, log: (line) => console.error(line) });
+    let startupParameters = true;
+    db = options.connect(database.url, true);
+    const wait = { limitMs: options.waitMs, signal, log: (line: string) => console.error(line) };
+    try {
+      await waitForDatabase(db, wait);
+    } catch (err) {
+      if (!(err instanceof DatabaseWaitError) || !UNSUPPORTED_PARAMETER.test(err.message)) throw err;
+      await db.end({ timeout: 1 }).catch(() => {});
+      db = options.connect(database.url, false);
+      startupParameters = false;
+      await waitForDatabase(db, wait);
+    }
     // Before the first transaction (the migrations): behind an undeclared transaction pooler, refuse.
     if (!database.embedded) {
       const problem = await hiddenPoolerProblem(database.url, options.pooler);
@@ -61,7 +80,7 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
     const migrations = loadMigrations();
     const applied = await migrate(db, migrations);
     signal.throwIfAborted();
-    return { database, db, applied, schemaVersion: migrations.length };
+    return { database, db, applied, schemaVersion: migrations.length, startupParameters };
   } catch (err) {
     await release();
     if (signal.aborted) return null;

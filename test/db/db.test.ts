@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { cancelAfter, COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../../src/db/db.ts";
+import { answerWithin, cancelAfter, COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, NO_ANSWER, sqlState, SQLSTATE, type Db } from "../../src/db/db.ts";
 import { isPermanent } from "../../src/db/db.ts";
 import { freshDatabase } from "../support/helpers.ts";
 
@@ -147,4 +147,16 @@ test("cancelAfter() cancels a statement still running after its bound, and leave
   await expect(cancelAfter(admin`select pg_sleep(30)`, 100)).rejects.toMatchObject({ code: "57014" });
   expect((await cancelAfter(admin<{ n: number }[]>`select 1 as n`, 10_000))[0]?.n).toBe(1);
   expect((await cancelAfter(admin<{ n: number }[]>`select 2 as n`, undefined))[0]?.n).toBe(2);
+});
+
+test("answerWithin() rejects with a database-unavailable NO_ANSWER error once its bound passes, and passes a quick answer through", async () => {
+  const db = connect(fresh.url, { max: 1 });
+  try {
+    const late = await answerWithin(db`select pg_sleep(2)`, 100, "Cannot record evt_1").catch((err: unknown) => err);
+    expect(late).toMatchObject({ code: NO_ANSWER, message: "Cannot record evt_1: the database did not answer within 0.1 s" });
+    expect(isDatabaseUnavailable(late)).toBe(true);
+    expect((await answerWithin(db<{ n: number }[]>`select 3 as n`, 10_000, "select 3"))[0]?.n).toBe(3);
+  } finally {
+    await db.end({ timeout: 5 });
+  }
 });

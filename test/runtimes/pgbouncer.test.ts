@@ -5,18 +5,20 @@
 // PgBouncer missing is one skip naming how to install it, and a failure in CI (.ci/run installs it).
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { spawn } from "node:child_process";
-import { connect, type Db } from "../../src/db/db.ts";
+import { connect, isDatabaseUnavailable, type Db } from "../../src/db/db.ts";
 import type { App } from "../../src/receiver/app.ts";
 import { deliver } from "../../src/dev/deliver.ts";
 import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { detectTransactionPooler } from "../../src/db/pooler-check.ts";
-import { receiveSync } from "../../src/receiver/receive.ts";
+import { DatabaseWaitError, waitForDatabase } from "../../src/db/wait-for-database.ts";
+import { receiveAsync, receiveSync } from "../../src/receiver/receive.ts";
 import { connectReceiver, loadServerConfig, receiverApp } from "../../src/runtime/receiver.ts";
-import { adminUrl, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, verified } from "../support/helpers.ts";
+import { adminUrl, count, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest, verified } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
 import { expectLifecycleRows } from "./lifecycle-rows.ts";
 import { startPgBouncer, type PgBouncer } from "./pgbouncer.ts";
+import { tcpGate } from "./tcp-gate.ts";
 import { requireBinary } from "../support/support-binary.ts";
 import { ROOT, serverPid } from "./server-process.ts";
 
@@ -25,6 +27,7 @@ type Fresh = Awaited<ReturnType<typeof freshDatabase>>;
 let bouncer: PgBouncer;
 const pools: Db[] = [];
 const databases: Fresh[] = [];
+const stops: (() => Promise<void>)[] = [];
 
 /** A fresh database, dropped in afterAll, and its name. */
 async function database(): Promise<Fresh & { name: string }> {
@@ -45,6 +48,26 @@ function within<T>(ms: number, what: string, promise: Promise<T>): Promise<T> {
   let timer: Timer | undefined;
   const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms)));
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * A PgBouncer whose server has just gone down, and a pool of one connection through it that logged in
+ * while it was up: PgBouncer keeps that client and queues its next query until it gets a server
+ * connection again (query_wait_timeout, 120 s). Both are released in afterAll.
+ */
+async function bouncerWithServerDown(database: string, options: Parameters<typeof connect>[1] = {}): Promise<{ db: Db; down: PgBouncer }> {
+  const gate = await tcpGate(adminUrl());
+  await gate.open();
+  const down = await startPgBouncer(gate.url);
+  stops.push(async () => {
+    await down.stop();
+    await gate.shut();
+  });
+  const db = connect(down.url(database), { max: 1, pooler: "transaction", ...options });
+  pools.push(db);
+  await db`select 1`;
+  await gate.shut();
+  return { db, down };
 }
 
 /**
@@ -79,6 +102,7 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
   // DATABASE waits for a checkpoint: in parallel, and with more than the default 5 s on a busy machine).
   afterAll(async () => {
     await Promise.all(pools.map((db) => db.end({ timeout: 5 }).catch(() => {})));
+    for (const stop of stops) await stop();
     await bouncer?.stop();
     await Promise.all(databases.map((fresh) => fresh.drop().catch(() => {})));
   }, 30_000);
@@ -201,6 +225,122 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     expect(acknowledged.length).toBeGreaterThan(0);
     const saved = new Set((await fresh.db<{ event_id: string }[]>`select event_id from webhook_inbox`).map((r) => r.event_id));
     expect(acknowledged.filter((id) => !saved.has(id))).toEqual([]);
+  }, 60_000);
+
+  test("`connect()` behind PgBouncer whose server is down rejects each query with a database-unavailable error and leaves no unhandled rejection", async () => {
+    const gate = await tcpGate(adminUrl());
+    await gate.open();
+    const down = await startPgBouncer(gate.url);
+    const unhandled: unknown[] = [];
+    const onUnhandled = (err: unknown) => void unhandled.push(err);
+    process.on("unhandledRejection", onUnhandled);
+    try {
+      const warm = connect(down.url("postgres"), { max: 1, pooler: "transaction" });
+      await warm`select 1`;
+      await warm.end({ timeout: 1 });
+      await gate.shut();
+      // PgBouncer queues the first query while it connects, then answers new logins with FATAL 08P01
+      // server_login_retry; a fresh pool reads the array types first, which that error fails.
+      const failures: string[] = [];
+      for (let attempt = 0; attempt < 12 && !failures.some((f) => f.includes("server_login_retry")); attempt++) {
+        const db = connect(down.url("postgres"), { max: 1, pooler: "transaction" });
+        const outcome = await within(1_500, "a query", db`select 1`).then(() => "answered", (err: unknown) => `${isDatabaseUnavailable(err) ? "unavailable" : "other"}: ${String(err)}`);
+        if (!outcome.includes("did not settle")) failures.push(outcome);
+        await db.end({ timeout: 0 });
+        await Bun.sleep(300);
+      }
+      await Bun.sleep(500);
+      expect(failures.some((f) => f.startsWith("unavailable: PostgresError: server login has been failing"))).toBe(true);
+      expect(failures.filter((f) => !f.startsWith("unavailable"))).toEqual([]);
+      expect(unhandled.map(String)).toEqual([]);
+    } finally {
+      process.off("unhandledRejection", onUnhandled);
+      await down.stop();
+      await gate.shut();
+    }
+  }, 40_000);
+
+  test("`waitForDatabase()` through PgBouncer whose server is down bounds each attempt and gives up after its limit with one line per attempt", async () => {
+    const { db } = await bouncerWithServerDown("postgres");
+    const lines: string[] = [];
+    const waited = await within(30_000, "waitForDatabase", waitForDatabase(db, { limitMs: 3_000, attemptMs: 1_000, log: (line) => lines.push(line) }).catch((err: unknown) => err));
+    expect(waited).toBeInstanceOf(DatabaseWaitError);
+    expect(String(waited)).toContain("the database did not answer within 3.0 s");
+    expect(String(waited)).toContain("select 1: the database did not answer within 1.0 s");
+    expect(lines.length).toBeGreaterThanOrEqual(1);
+    expect(lines.every((line) => line.startsWith("Waiting for the database: attempt "))).toBe(true);
+  }, 40_000);
+
+  test("`waitForDatabase()` through PgBouncer whose server is down rejects with the reason as soon as it is aborted during an attempt", async () => {
+    const { db } = await bouncerWithServerDown("postgres");
+    const controller = new AbortController();
+    const waiting = waitForDatabase(db, { limitMs: 60_000, attemptMs: 60_000, signal: controller.signal }).catch((err: unknown) => err);
+    await Bun.sleep(500);
+    controller.abort(new Error("stop requested"));
+    expect(String(await within(10_000, "waitForDatabase after abort", waiting))).toBe("Error: stop requested");
+  }, 30_000);
+
+  test.each(["sync", "hybrid", "async"] as const)("`receiverApp()` through PgBouncer whose server is down answers 503 database_unavailable with Retry-After after STATEMENT_TIMEOUT_MS (%s)", async (mode) => {
+    const fresh = await database();
+    const config = loadServerConfig({ DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, STATEMENT_TIMEOUT_MS: "1000" }, "test");
+    const { db } = await bouncerWithServerDown(fresh.name);
+    const app = receiverApp(config, db, { log: () => {} });
+    const body = eventBody(`evt_bouncer_down_${mode}`, "invoice.paid", invoice({ id: `in_bouncer_down_${mode}`, status: "paid", amount_paid: 2000 }));
+    const response = await within(20_000, "a delivery", app.fetch(await signedRequest("http://receiver.test/webhooks/stripe", body)));
+    expect(response.status).toBe(503);
+    expect(response.headers.get("retry-after")).not.toBeNull();
+    expect(((await response.json()) as { error?: string }).error).toBe("database_unavailable");
+  }, 30_000);
+
+  test("`waitForDatabase()` fails at once when PgBouncer refuses a startup parameter, naming it", async () => {
+    const { name } = await database();
+    const db = viaBouncer(name, { max: 1, statementTimeoutMs: 5_000 });
+    const lines: string[] = [];
+    const waited = await within(20_000, "waitForDatabase", waitForDatabase(db, { limitMs: 10_000, log: (line) => lines.push(line) }).catch((err: unknown) => err));
+    expect(String(waited)).toBe("DatabaseWaitError: the database refused the connection: unsupported startup parameter: statement_timeout (SQLSTATE 08P01)");
+    expect(lines).toEqual([]);
+  }, 30_000);
+
+  test("`bun run worker` behind PgBouncer in session mode without DATABASE_POOLER starts and drains an async row; in transaction mode it refuses in one line", async () => {
+    const fresh = await database();
+    const session = await startPgBouncer(adminUrl(), { sessionDatabases: [fresh.name] });
+    stops.push(() => session.stop());
+    const body = eventBody("evt_bouncer_session", "invoice.paid", invoice({ id: "in_bouncer_session", status: "paid", amount_paid: 2000 }));
+    expect(await receiveAsync(fresh.db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(body))).toBe("queued");
+    const run = (url: string, whileRunning: (output: () => string) => Promise<void>) => {
+      const env = { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", DATABASE_URL: url, DATABASE_WAIT_MS: "3000" };
+      const worker = spawn("timeout", ["--kill-after=5", "30", process.execPath, "src/bin/worker.ts", "--poll-ms", "100"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+      let stdout = "";
+      let stderr = "";
+      worker.stdout.on("data", (c: Buffer) => (stdout += c.toString("utf8")));
+      worker.stderr.on("data", (c: Buffer) => (stderr += c.toString("utf8")));
+      const exited = new Promise<number | null>((resolve) => worker.once("exit", resolve));
+      return (async () => {
+        try {
+          await whileRunning(() => stdout + stderr);
+        } finally {
+          const pid = worker.pid === undefined ? undefined : serverPid(worker.pid);
+          if (worker.exitCode === null && pid !== undefined) process.kill(pid, "SIGTERM");
+        }
+        return { code: await exited, stdout, stderr: stderr.trim() };
+      })();
+    };
+    const inSession = await run(session.url(fresh.name), async (output) => {
+      await waitUntil("the worker to process the row (or exit)", async () => {
+        const [row] = await fresh.db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null`;
+        return row?.n === 0 || /exit|Cannot start/.test(output());
+      }, { timeoutMs: 20_000, intervalMs: 100 });
+    });
+    expect({ code: inSession.code, stderr: inSession.stderr }).toEqual({ code: 0, stderr: "" });
+    expect(inSession.stdout).toContain('"statement-timeout":"transaction"');
+    expect(await count(fresh.db, "webhook_inbox", "processed_at is null")).toBe(0);
+    const refused = Bun.spawn(["timeout", "--kill-after=5", "30", process.execPath, "src/bin/worker.ts"], {
+      cwd: ROOT, env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", DATABASE_URL: bouncer.url(fresh.name), DATABASE_WAIT_MS: "3000" }, stdout: "pipe", stderr: "pipe",
+    });
+    const [stderr, code] = await Promise.all([new Response(refused.stderr).text(), refused.exited]);
+    expect(code).toBe(1);
+    expect(stderr.trim().split("\n")).toHaveLength(1);
+    expect(stderr).toContain("set DATABASE_POOLER=transaction");
   }, 60_000);
 
   test("`detectTransactionPooler()` sees PgBouncer's transaction pooling and not a direct connection", async () => {

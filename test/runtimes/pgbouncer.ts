@@ -27,11 +27,11 @@ export function pgbouncerBinary(): string {
 
 /**
  * Starts PgBouncer with `pool_mode = transaction` in front of the server of `serverUrl` (any database
- * name is passed through: `* = host=… port=…`). Clients authenticate with the server's own user and
+ * name is passed through: `* = host=… port=…`); `sessionDatabases` are served with `pool_mode = session`. Clients authenticate with the server's own user and
  * password (SCRAM, plain password in userlist.txt, which PgBouncer also uses towards the server).
  * PgBouncer refuses to run as root, so as root it runs as `nobody` (`-u`).
  */
-export async function startPgBouncer(serverUrl: string, options: { poolSize?: number } = {}): Promise<PgBouncer> {
+export async function startPgBouncer(serverUrl: string, options: { poolSize?: number; sessionDatabases?: string[] } = {}): Promise<PgBouncer> {
   const binary = pgbouncerBinary();
   const server = new URL(serverUrl);
   const user = decodeURIComponent(server.username);
@@ -43,6 +43,7 @@ export async function startPgBouncer(serverUrl: string, options: { poolSize?: nu
   writeFileSync(join(dir, "userlist.txt"), `${quote(user)} ${quote(password)}\n`, { mode: 0o644 });
   writeFileSync(join(dir, "pgbouncer.ini"), [
     "[databases]",
+    ...(options.sessionDatabases ?? []).map((name) => `${name} = host=${server.hostname} port=${server.port || 5432} pool_mode=session`),
     `* = host=${server.hostname} port=${server.port || 5432}`,
     "[pgbouncer]",
     "listen_addr = 127.0.0.1",
