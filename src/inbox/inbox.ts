@@ -1,5 +1,5 @@
 import type { PendingQuery, Row } from "postgres";
-import { cancelAfter, type Db, type Tx } from "../db/db.ts";
+import { cancelAfter, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
 import { INBOX_CHANNEL } from "./notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 
@@ -74,11 +74,16 @@ export async function recordFailedAttempt(db: Db, key: InboxKey, event: Verified
 
 /**
  * Sync mode in one statement: inserts the inbox row settled as `processed` in a CTE named `inbox`
- * (`on conflict do nothing returning 1`) and runs `effect`, the handler's CTEs gated on
- * `exists (select 1 from inbox)`, in the same statement, which PostgreSQL commits or rolls back as a
- * whole. Returns true when this statement inserted the row (and so applied the effect), false for a
- * duplicate; a concurrent duplicate waits on the unique index exactly as in the multi-statement form.
+ * (`on conflict do nothing returning 1`) and runs `effect`, a statement handler's rendered steps, in
+ * the same statement, which PostgreSQL commits or rolls back as a whole. The final select calls
+ * `webhook_inbox_gate()` (sql/0011): when the insert found the key already recorded, the statement
+ * fails with SQLSTATE WI001 and every step's writes roll back, whether or not the step tested the
+ * gate itself. Returns true when this statement inserted the row (and so applied the effect), false
+ * for a duplicate: WI001, or any other failure of the statement while the key is recorded (a step that
+ * hits a unique violation on a redelivery is a duplicate, not a failure to retry). A concurrent
+ * duplicate waits on the unique index for the first delivery, then conflicts (WI001).
  * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included.
+ * @throws the statement's error when the key is not recorded (nothing of this attempt remains).
  */
 export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: PendingQuery<Row[]>, timeoutMs?: number): Promise<boolean> {
   const query = db<{ inserted: boolean }[]>`
@@ -91,10 +96,26 @@ export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent
       on conflict (provider, endpoint, event_id) do nothing
       returning 1
     ), ${effect}
-    select exists (select 1 from inbox) as inserted
+    select webhook_inbox_gate(exists (select 1 from inbox)) as inserted
   `;
-  const [row] = await cancelAfter(query, timeoutMs);
-  return row?.inserted === true;
+  try {
+    const [row] = await cancelAfter(query, timeoutMs);
+    return row?.inserted === true;
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.nothingToApply) return false;
+    if (await isRecorded(db, key).catch(() => false)) return false;
+    throw err;
+  }
+}
+
+/** True when the inbox holds `key` (in any state). */
+export async function isRecorded(db: Db | Tx, key: InboxKey): Promise<boolean> {
+  const rows = await db`
+    select 1
+      from webhook_inbox
+     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+  `;
+  return rows.length === 1;
 }
 
 /**

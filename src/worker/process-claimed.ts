@@ -1,4 +1,4 @@
-import { cancelAfter, isPermanent, type Db, type Tx } from "../db/db.ts";
+import { cancelAfter, isPermanent, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
 import type { Claim } from "./claim.ts";
 import { dataObject, type HandlerTable, type StatementBuilder } from "../handlers/handler-table.ts";
 import type { Backoff } from "../inbox/inbox.ts";
@@ -74,7 +74,9 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
  * concurrent worker's row lock is waited for, then the row is re-read), the handler's CTEs apply only
  * when it did, and `done` marks it processed. The payload comes with the claim. The timeout cancels
  * the statement from the client (postgres.js `cancel()`, PostgreSQL's cancel request): SQLSTATE 57014
- * like `statement_timeout`. A cancel that races the statement's own completion can at worst cancel the
+ * like `statement_timeout`. `skipped` when the re-check found the row settled (the statement fails with
+ * WI001 and the handler's writes roll back), or when the statement failed and the row is settled
+ * meanwhile (a step's unique violation against the other worker's commit is not a failure). A cancel that races the statement's own completion can at worst cancel the
  * next statement on that connection, which is then recorded as a failed attempt and retried: safe.
  */
 async function processInOneStatement(db: Db, claim: Claim, build: StatementBuilder, timeoutMs: number): Promise<WorkOutcome> {
@@ -89,15 +91,35 @@ async function processInOneStatement(db: Db, claim: Claim, build: StatementBuild
     payload = row.payload;
     rawBody = row.raw_body;
   }
-  const [result] = await cancelAfter(claimedStatement(db, claim, build, payload, rawBody), timeoutMs);
-  return result?.applied ? "processed" : "skipped";
+  try {
+    const [result] = await cancelAfter(claimedStatement(db, claim, build, payload, rawBody), timeoutMs);
+    return result?.applied ? "processed" : "skipped";
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.nothingToApply) return "skipped";
+    if (await isSettled(db, claim).catch(() => false)) return "skipped";
+    throw err;
+  }
+}
+
+/** True when the claimed row is already processed (by another worker whose statement committed first). */
+async function isSettled(db: Db, claim: Claim): Promise<boolean> {
+  const rows = await db`
+    select 1
+      from webhook_inbox
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+       and processed_at is not null
+  `;
+  return rows.length === 1;
 }
 
 /**
  * The one statement that applies a claimed row with a {@link StatementBuilder} handler, on `sql` (the
  * pool, or a transaction when several rows share a commit): `inbox` locks the row `FOR UPDATE` and
- * re-checks it is still unprocessed and unparked, the handler's CTEs apply only when it is, `done` marks
- * it processed. Yields one row `{ applied }`: false when another worker had already finished the row.
+ * re-checks it is still unprocessed and unparked, the handler's steps (`h_<name>` CTEs) run, `done`
+ * marks it processed. Yields one row `{ applied: true }`; when the re-check found nothing (another
+ * worker had already finished the row) the final `webhook_inbox_gate()` fails the statement with
+ * SQLSTATE WI001, so no step's write survives (in a batch, the whole batch rolls back and is redone row
+ * by row).
  * A row kept with only its raw body is applied from its jsonb-storable copy ({@link storedEvent}),
  * which `done` stores as its payload.
  * @throws PermanentError when the row has neither a payload nor a raw body that a copy can fix, or
@@ -124,7 +146,7 @@ export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBui
        where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
          and exists (select 1 from inbox)
     )
-    select exists (select 1 from inbox) as applied
+    select webhook_inbox_gate(exists (select 1 from inbox)) as applied
   `;
 }
 

@@ -1,0 +1,93 @@
+import type { HandlerContext, Step, StepsBuilder, StatementBuilder } from "./handler-table.ts";
+
+/**
+ * A statement handler breaks a rule the framework enforces (a step name that is not a lowercase
+ * identifier, a reference to a missing step, two steps writing one table, a step writing the inbox).
+ * A programming error, deliberately not a PermanentError: the delivery fails with a 5xx, the worker
+ * retries and records it as `last_error`, so it stays visible until the handler is fixed; nothing is
+ * parked as if the event were bad.
+ */
+export class HandlerDefinitionError extends Error {
+  override name = "HandlerDefinitionError";
+}
+
+/** Step names: lowercase identifiers, rendered as `h_<name>` (PostgreSQL's identifier limit is 63 bytes). */
+const STEP_NAME = /^[a-z][a-z0-9_]{0,40}$/;
+
+/** The leading write of a step's SQL: `insert into X`, `update X`, `delete from X`, `merge into X` (X possibly schema-qualified or quoted). */
+const LEADING_WRITE = /^\s*(?:insert\s+into|update(?:\s+only)?|delete\s+from(?:\s+only)?|merge\s+into)\s+((?:"[^"]+"|[a-z_][a-z0-9_$]*)(?:\s*\.\s*(?:"[^"]+"|[a-z_][a-z0-9_$]*))?)/i;
+
+/** The CTE name the framework gives a step. */
+function cteName(step: string): string {
+  return `h_${step}`;
+}
+
+/**
+ * Turns a {@link StepsBuilder} into the {@link StatementBuilder} the receiver and the worker splice
+ * into their statement: each step becomes `h_<name> as (…)`, `step(name)` renders `"h_<name>"`, and
+ * the steps are checked on every build (a few regular expressions over their leading text, no SQL
+ * sent) before anything runs. No steps render as `h__none as (select 1)` (a name no step can take).
+ * @throws HandlerDefinitionError when the steps break a rule, naming `handler`, the steps and the table.
+ */
+export function renderSteps(handler: string, build: StepsBuilder): StatementBuilder {
+  return (sql, object, context: HandlerContext) => {
+    const referenced = new Set<string>();
+    const helpers = {
+      step: (name: string): Step => {
+        referenced.add(name);
+        return sql`${sql(cteName(name))}`;
+      },
+      gate: sql`exists (select 1 from inbox)`,
+    };
+    const steps = Object.entries(build(sql, object, context, helpers));
+    checkSteps(handler, steps, referenced);
+    if (steps.length === 0) return sql`h__none as (select 1)`;
+    let list: Step | undefined;
+    for (const [name, body] of steps) list = list ? sql`${list}, ${sql(cteName(name))} as (${body})` : sql`${sql(cteName(name))} as (${body})`;
+    return list as Step;
+  };
+}
+
+/** Enforces the rules of {@link StepsBuilder} on one build's steps. */
+function checkSteps(handler: string, steps: [string, Step][], referenced: Set<string>): void {
+  const names = new Set(steps.map(([name]) => name));
+  for (const name of [...names, ...referenced]) {
+    if (!STEP_NAME.test(name)) throw new HandlerDefinitionError(`Handler "${handler}": step name "${name}" is not a lowercase identifier (a-z, 0-9, _; at most 41 characters)`);
+  }
+  for (const name of referenced) {
+    if (!names.has(name)) throw new HandlerDefinitionError(`Handler "${handler}": step("${name}") refers to a step it does not return (steps: ${[...names].join(", ") || "none"})`);
+  }
+  const writers = new Map<string, string>();
+  for (const [name, body] of steps) {
+    const table = writtenTable(body);
+    if (table === undefined) continue;
+    if (table === "webhook_inbox") throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes webhook_inbox; the framework settles the inbox row, a handler never writes it`);
+    const first = writers.get(table);
+    if (first !== undefined) {
+      throw new HandlerDefinitionError(`Handler "${handler}": steps "${first}" and "${name}" both write table ${table}; one statement sees one snapshot, so the second cannot see the first's row (an update of a row inserted by another step does nothing). Combine them into one insert … on conflict do update, or write a plain handler`);
+    }
+    writers.set(table, name);
+  }
+}
+
+/**
+ * The table a step writes, read from its leading SQL text (postgres.js keeps a query's template
+ * strings in `strings` and its values in `args`; a step that starts with a nested fragment is read
+ * through it), lowercased, unquoted, without schema; undefined for a read-only step.
+ */
+export function writtenTable(step: Step): string | undefined {
+  let node = step as unknown as { strings?: readonly string[]; args?: readonly unknown[] } | undefined;
+  for (let depth = 0; depth < 4 && node?.strings; depth++) {
+    const head = (node.strings[0] ?? "").replace(/--[^\n]*(\n|$)/g, "\n");
+    if (head.trim() === "" && node.strings.length > 1) {
+      node = node.args?.[0] as typeof node;
+      continue;
+    }
+    const match = LEADING_WRITE.exec(head);
+    if (!match?.[1]) return undefined;
+    const last = match[1].split(".").pop() ?? match[1];
+    const trimmed = last.trim();
+    return trimmed.startsWith('"') ? trimmed.slice(1, -1) : trimmed.toLowerCase();
+  }
+  return undefined;
+}
