@@ -74,6 +74,7 @@ function moveInvoice(target: Status, from: Status[]) {
                amount_due = excluded.amount_due,
                updated_at = now()
          where invoices.status = any(${from}::text[])`}
+        returning id
       `,
     };
   });
@@ -146,6 +147,7 @@ const bookPayment = statementHandler("bookPayment", (sql, object, ctx, { gate, s
       select 'Invoice', invoice_id, 'InvoicePaymentBooked',
              jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
         from ${step("booked")}
+      returning id
     `,
   };
 });

@@ -1,7 +1,7 @@
 import type { PendingQuery, Row } from "postgres";
 import type { Db, Tx } from "../db/db.ts";
 import { PermanentError } from "../errors.ts";
-import { renderSteps } from "./render-steps.ts";
+import { renderSteps, type RenderedSteps } from "./render-steps.ts";
 
 /** What a handler knows about the event it applies, besides `data.object`. */
 export interface HandlerContext {
@@ -51,21 +51,25 @@ export interface StepHelpers {
  * Builds a handler's whole effect as named steps of ONE statement: `{ paid: sql\`insert …\`, booked:
  * sql\`insert … select … from ${step("paid")}\` }`. Step names are lowercase identifiers; the framework
  * renders them as CTEs named `h_<name>`, so they never clash with its own (`inbox`, `done`). Rules the
- * framework enforces: steps write only when the inbox insert (sync) or re-check (worker) found work to
- * do (else the statement fails and rolls back); no two steps write the same table (one snapshot per
- * statement: an update cannot see a row inserted by another step, and does nothing). Validation
+ * framework enforces: a step writes with `insert`, `update`, `delete` or `merge` and ends with a
+ * RETURNING clause (the framework counts the rows it wrote); steps' writes survive only when the inbox
+ * insert (sync) or re-check (worker) found work to do (else the statement fails with WI001 and rolls
+ * back); no two steps write the same table (one snapshot per statement: an update cannot see a row
+ * inserted by another step, and does nothing). Validation
  * happens in JS before any step is built (throw PermanentError there). Values are bound parameters
  * with explicit casts. Returning `{}` applies nothing (the event is still recorded as processed).
  */
 export type StepsBuilder = (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext, helpers: StepHelpers) => Steps;
 
 /**
- * A statement handler's steps rendered as a comma-separated CTE list `h_a as (…), …` (no leading
- * `with`, never empty) that reads the caller's CTE `inbox`. Receive, worker and batch splice it
- * between their `inbox` CTE and their final select, which must call `webhook_inbox_gate()`.
+ * A statement handler's steps rendered for one event (render-steps.ts): `ctes`, the comma-separated
+ * CTE list `h_a as (…), …` (no leading `with`, never empty) that reads the caller's CTE `inbox`, and
+ * `written`, the expression counting the rows they wrote. Receive, worker and batch splice `ctes`
+ * between their `inbox` CTE and their final select, which must be
+ * `select webhook_inbox_gate(exists (select 1 from inbox), ${written})`.
  * @throws HandlerDefinitionError when the steps break a rule (see {@link StepsBuilder}).
  */
-export type StatementBuilder = (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => PendingQuery<Row[]>;
+export type StatementBuilder = (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => RenderedSteps;
 
 /**
  * Makes a {@link Handler} from named steps (see {@link StepsBuilder}): the optional fast path. `name`
@@ -78,7 +82,7 @@ export function statementHandler(name: string, build: StepsBuilder): Handler {
   const statement = renderSteps(name, build);
   const run = async (tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> => {
     await tx`
-      with inbox as (select 1), ${statement(tx, object, context)}
+      with inbox as (select 1), ${statement(tx, object, context).ctes}
       select 1
     `;
   };

@@ -1,4 +1,5 @@
-import type { HandlerContext, Step, StepsBuilder, StatementBuilder } from "./handler-table.ts";
+import type { Db, Tx } from "../db/db.ts";
+import type { HandlerContext, Step, StepsBuilder } from "./handler-table.ts";
 
 /**
  * A statement handler breaks a rule the framework enforces (a step name that is not a lowercase
@@ -22,15 +23,23 @@ function cteName(step: string): string {
   return `h_${step}`;
 }
 
+/** A statement handler's steps rendered for one event: the CTE list, and the count of rows they wrote. */
+export interface RenderedSteps {
+  /** `h_a as (…), h_b as (…)`: never empty. */
+  ctes: Step;
+  /** `(select count(*) from "h_a") + …`: rows the steps inserted, updated or deleted (their RETURNING rows); `0` without steps. */
+  written: Step;
+}
+
 /**
- * Turns a {@link StepsBuilder} into the {@link StatementBuilder} the receiver and the worker splice
- * into their statement: each step becomes `h_<name> as (…)`, `step(name)` renders `"h_<name>"`, and
- * the steps are checked on every build (a few regular expressions over their leading text, no SQL
- * sent) before anything runs. No steps render as `h__none as (select 1)` (a name no step can take).
+ * Turns a {@link StepsBuilder} into what the receiver and the worker splice into their statement:
+ * each step becomes `h_<name> as (…)`, `step(name)` renders `"h_<name>"`, and the steps are checked
+ * on every build (a few regular expressions over their text, no SQL sent) before anything runs. No
+ * steps render as `h__none as (select 1)` (a name no step can take).
  * @throws HandlerDefinitionError when the steps break a rule, naming `handler`, the steps and the table.
  */
-export function renderSteps(handler: string, build: StepsBuilder): StatementBuilder {
-  return (sql, object, context: HandlerContext) => {
+export function renderSteps(handler: string, build: StepsBuilder): (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => RenderedSteps {
+  return (sql, object, context) => {
     const referenced = new Set<string>();
     const helpers = {
       step: (name: string): Step => {
@@ -40,16 +49,18 @@ export function renderSteps(handler: string, build: StepsBuilder): StatementBuil
       gate: sql`exists (select 1 from inbox)`,
     };
     const steps = Object.entries(build(sql, object, context, helpers));
-    checkSteps(handler, steps, referenced);
-    if (steps.length === 0) return sql`h__none as (select 1)`;
-    let list: Step | undefined;
-    for (const [name, body] of steps) list = list ? sql`${list}, ${sql(cteName(name))} as (${body})` : sql`${sql(cteName(name))} as (${body})`;
-    return list as Step;
+    const writing = checkSteps(handler, steps, referenced);
+    if (steps.length === 0) return { ctes: sql`h__none as (select 1)`, written: sql`0` };
+    let ctes: Step | undefined;
+    for (const [name, body] of steps) ctes = ctes ? sql`${ctes}, ${sql(cteName(name))} as (${body})` : sql`${sql(cteName(name))} as (${body})`;
+    let written: Step = sql`0`;
+    for (const name of writing) written = sql`${written} + (select count(*) from ${sql(cteName(name))})`;
+    return { ctes: ctes as Step, written };
   };
 }
 
-/** Enforces the rules of {@link StepsBuilder} on one build's steps. */
-function checkSteps(handler: string, steps: [string, Step][], referenced: Set<string>): void {
+/** Enforces the rules of {@link StepsBuilder} on one build's steps; returns the names of the steps that write. */
+function checkSteps(handler: string, steps: [string, Step][], referenced: Set<string>): string[] {
   const names = new Set(steps.map(([name]) => name));
   for (const name of [...names, ...referenced]) {
     if (!STEP_NAME.test(name)) throw new HandlerDefinitionError(`Handler "${handler}": step name "${name}" is not a lowercase identifier (a-z, 0-9, _; at most 41 characters)`);
@@ -61,6 +72,9 @@ function checkSteps(handler: string, steps: [string, Step][], referenced: Set<st
   for (const [name, body] of steps) {
     const table = writtenTable(body);
     if (table === undefined) continue;
+    if (!/\breturning\b/i.test(stepText(body))) {
+      throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes table ${table} without a RETURNING clause; the framework counts the rows each step writes to roll back a duplicate's writes (add e.g. \`returning 1\`)`);
+    }
     if (table === "webhook_inbox") throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes webhook_inbox; the framework settles the inbox row, a handler never writes it`);
     const first = writers.get(table);
     if (first !== undefined) {
@@ -68,6 +82,15 @@ function checkSteps(handler: string, steps: [string, Step][], referenced: Set<st
     }
     writers.set(table, name);
   }
+  return [...writers.values()];
+}
+
+/** A step's SQL text without its values or comments, nested fragments included. */
+function stepText(step: Step): string {
+  const node = step as unknown as { strings?: readonly string[]; args?: readonly unknown[] };
+  if (!node.strings) return "";
+  const nested = (node.args ?? []).map((arg) => (typeof arg === "object" && arg !== null && "strings" in arg ? stepText(arg as unknown as Step) : " "));
+  return node.strings.map((s, i) => s.replace(/--[^\n]*(\n|$)/g, "\n") + (nested[i] ?? "")).join("");
 }
 
 /**

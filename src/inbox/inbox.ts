@@ -1,7 +1,7 @@
-import type { PendingQuery, Row } from "postgres";
 import { cancelAfter, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
 import { INBOX_CHANNEL } from "./notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
+import type { RenderedSteps } from "../handlers/render-steps.ts";
 
 /** The inbox's idempotency key: primary key of `webhook_inbox`. */
 export interface InboxKey {
@@ -76,16 +76,17 @@ export async function recordFailedAttempt(db: Db, key: InboxKey, event: Verified
  * Sync mode in one statement: inserts the inbox row settled as `processed` in a CTE named `inbox`
  * (`on conflict do nothing returning 1`) and runs `effect`, a statement handler's rendered steps, in
  * the same statement, which PostgreSQL commits or rolls back as a whole. The final select calls
- * `webhook_inbox_gate()` (sql/0011): when the insert found the key already recorded, the statement
- * fails with SQLSTATE WI001 and every step's writes roll back, whether or not the step tested the
- * gate itself. Returns true when this statement inserted the row (and so applied the effect), false
- * for a duplicate: WI001, or any other failure of the statement while the key is recorded (a step that
- * hits a unique violation on a redelivery is a duplicate, not a failure to retry). A concurrent
- * duplicate waits on the unique index for the first delivery, then conflicts (WI001).
+ * `webhook_inbox_gate()` (sql/0011) with the rows the steps wrote: when the insert found the key
+ * already recorded and a step wrote anyway (it did not test the gate), the statement fails with
+ * SQLSTATE WI001 and every step's writes roll back. Returns true when this statement inserted the row
+ * (and so applied the effect), false for a duplicate: the gate's false, WI001, or any other failure of
+ * the statement while the key is recorded (a step that hits a unique violation on a redelivery is a
+ * duplicate, not a failure to retry). A concurrent duplicate waits on the unique index for the first
+ * delivery, then conflicts.
  * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included.
  * @throws the statement's error when the key is not recorded (nothing of this attempt remains).
  */
-export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: PendingQuery<Row[]>, timeoutMs?: number): Promise<boolean> {
+export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: RenderedSteps, timeoutMs?: number): Promise<boolean> {
   const query = db<{ inserted: boolean }[]>`
     with inbox as (
       insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
@@ -95,8 +96,8 @@ export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent
       )
       on conflict (provider, endpoint, event_id) do nothing
       returning 1
-    ), ${effect}
-    select webhook_inbox_gate(exists (select 1 from inbox)) as inserted
+    ), ${effect.ctes}
+    select webhook_inbox_gate(exists (select 1 from inbox), ${effect.written}) as inserted
   `;
   try {
     const [row] = await cancelAfter(query, timeoutMs);

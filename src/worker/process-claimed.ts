@@ -74,9 +74,9 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
  * concurrent worker's row lock is waited for, then the row is re-read), the handler's CTEs apply only
  * when it did, and `done` marks it processed. The payload comes with the claim. The timeout cancels
  * the statement from the client (postgres.js `cancel()`, PostgreSQL's cancel request): SQLSTATE 57014
- * like `statement_timeout`. `skipped` when the re-check found the row settled (the statement fails with
- * WI001 and the handler's writes roll back), or when the statement failed and the row is settled
- * meanwhile (a step's unique violation against the other worker's commit is not a failure). A cancel that races the statement's own completion can at worst cancel the
+ * like `statement_timeout`. `skipped` when the re-check found the row settled (if a step wrote anyway,
+ * the statement fails with WI001 and its writes roll back), or when the statement failed and the row is
+ * settled meanwhile (a step's unique violation against the other worker's commit is not a failure). A cancel that races the statement's own completion can at worst cancel the
  * next statement on that connection, which is then recorded as a failed attempt and retried: safe.
  */
 async function processInOneStatement(db: Db, claim: Claim, build: StatementBuilder, timeoutMs: number): Promise<WorkOutcome> {
@@ -116,10 +116,10 @@ async function isSettled(db: Db, claim: Claim): Promise<boolean> {
  * The one statement that applies a claimed row with a {@link StatementBuilder} handler, on `sql` (the
  * pool, or a transaction when several rows share a commit): `inbox` locks the row `FOR UPDATE` and
  * re-checks it is still unprocessed and unparked, the handler's steps (`h_<name>` CTEs) run, `done`
- * marks it processed. Yields one row `{ applied: true }`; when the re-check found nothing (another
- * worker had already finished the row) the final `webhook_inbox_gate()` fails the statement with
- * SQLSTATE WI001, so no step's write survives (in a batch, the whole batch rolls back and is redone row
- * by row).
+ * marks it processed. Yields one row `{ applied }`: false when another worker had already finished the
+ * row and no step wrote; if a step wrote anyway (it did not test the gate), the final
+ * `webhook_inbox_gate()` fails the statement with SQLSTATE WI001 so no write survives (in a batch, the
+ * whole batch then rolls back and is redone row by row).
  * A row kept with only its raw body is applied from its jsonb-storable copy ({@link storedEvent}),
  * which `done` stores as its payload.
  * @throws PermanentError when the row has neither a payload nor a raw body that a copy can fix, or
@@ -128,6 +128,7 @@ async function isSettled(db: Db, claim: Claim): Promise<boolean> {
 export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBuilder, payload: Record<string, unknown> | null | undefined, rawBody?: string | null) {
   const stored = storedEvent(payload, rawBody);
   const context = { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType };
+  const steps = build(sql, dataObject(stored.payload), context);
   return sql<{ applied: boolean }[]>`
     with inbox as (
       select 1
@@ -136,7 +137,7 @@ export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBui
          and processed_at is null
          and needs_review_at is null
          for update
-    ), ${build(sql, dataObject(stored.payload), context)},
+    ), ${steps.ctes},
     done as (
       update webhook_inbox
          set processed_at = now(),
@@ -146,7 +147,7 @@ export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBui
        where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
          and exists (select 1 from inbox)
     )
-    select webhook_inbox_gate(exists (select 1 from inbox)) as applied
+    select webhook_inbox_gate(exists (select 1 from inbox), ${steps.written}) as applied
   `;
 }
 

@@ -22,27 +22,32 @@ beforeEach(async () => {
 
 /** Writes one `marks` row per application and never tests the gate: the framework must keep it to one. */
 const ungated = statementHandler("ungated", (sql, _object, ctx) => ({
-  marked: sql`insert into marks (event_id, note) values (${ctx.eventId}::text, 'ungated')`,
+  marked: sql`insert into marks (event_id, note) values (${ctx.eventId}::text, 'ungated') returning 1`,
 }));
 
 /** A plain insert with no `on conflict`: a redelivery that reaches it hits the primary key (23505). */
 const strictInsert = statementHandler("strictInsert", (sql, object) => ({
-  created: sql`insert into things (id, state) values (${String(object.id)}::text, 'new')`,
+  created: sql`insert into things (id, state) values (${String(object.id)}::text, 'new') returning id`,
 }));
 
 /** Steps named like the framework's own CTEs, one reading the other. */
 const clashing = statementHandler("clashing", (sql, _object, ctx, { step }) => ({
   done: sql`insert into marks (event_id, note) values (${ctx.eventId}::text, 'done') returning event_id`,
-  inbox: sql`insert into things (id, state) select event_id, 'inbox' from ${step("done")}`,
+  inbox: sql`insert into things (id, state) select event_id, 'inbox' from ${step("done")} returning id`,
 }));
 
 /** Inserts a row, then updates it in a second step: the update cannot see the insert (one snapshot). */
 const insertThenUpdate = statementHandler("insertThenUpdate", (sql, object) => ({
-  created: sql`insert into things (id, state) values (${String(object.id)}::text, 'new')`,
-  settled: sql`update things set state = 'settled' where id = ${String(object.id)}::text`,
+  created: sql`insert into things (id, state) values (${String(object.id)}::text, 'new') returning id`,
+  settled: sql`update things set state = 'settled' where id = ${String(object.id)}::text returning id`,
 }));
 
-const HANDLERS: HandlerTable = { "thing.ungated": ungated, "thing.strict": strictInsert, "thing.clashing": clashing, "thing.twice": insertThenUpdate };
+/** Writes without RETURNING: the framework could not count its rows. */
+const unreturning = statementHandler("unreturning", (sql, _object, ctx) => ({
+  marked: sql`insert into marks (event_id, note) values (${ctx.eventId}::text, 'unreturning')`,
+}));
+
+const HANDLERS: HandlerTable = { "thing.ungated": ungated, "thing.strict": strictInsert, "thing.clashing": clashing, "thing.twice": insertThenUpdate, "thing.unreturning": unreturning };
 const TARGET: ReceiveTarget = { provider: "stripe", endpoint: "hazards", handlers: HANDLERS };
 const OPTIONS: ProcessOptions = { handlersFor: () => HANDLERS, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 60_000, capMs: 600_000 } };
 
@@ -110,6 +115,24 @@ describe("statementHandler()", () => {
     expect(err).not.toBeInstanceOf(PermanentError);
     expect(await count(db, "webhook_inbox")).toBe(0);
     expect(await count(db, "things")).toBe(0);
+  });
+
+  test("`receiveSync()` refuses a step that writes without RETURNING, naming the handler and the step, and records nothing", async () => {
+    await expect(receiveSync(db, TARGET, verified(body("evt_h_unret", "thing.unreturning")))).rejects.toThrow('Handler "unreturning": step "marked" writes table marks without a RETURNING clause');
+    expect(await count(db, "webhook_inbox")).toBe(0);
+  });
+
+  test("`processClaimed()` of a row another worker settled, whose steps test the gate, is skipped without an error", async () => {
+    const gated = statementHandler("gated", (sql, _object, ctx, { gate }) => ({
+      marked: sql`insert into marks (event_id, note) select ${ctx.eventId}::text, 'gated' where ${gate} returning 1`,
+    }));
+    const options = { ...OPTIONS, handlersFor: () => ({ "thing.gated": gated }) };
+    expect(await receiveAsync(db, { ...TARGET, handlers: { "thing.gated": gated } }, verified(body("evt_h_gated", "thing.gated")))).toBe("queued");
+    const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 10 });
+    if (!claim) throw new Error("evt_h_gated was not claimed");
+    expect(await processClaimed(db, claim, options)).toEqual({ outcome: "processed" });
+    expect(await processClaimed(db, claim, options)).toEqual({ outcome: "skipped" });
+    expect(await count(db, "marks")).toBe(1);
   });
 
   test("`processClaimed()` fails (retried, not parked) a row whose handler writes one table in two steps", async () => {
