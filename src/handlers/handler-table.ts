@@ -52,7 +52,7 @@ export interface StepHelpers {
  * sql\`insert … select … from ${step("paid")}\` }`. Step names are lowercase identifiers; the framework
  * renders them as CTEs named `h_<name>`, so they never clash with its own (`inbox`, `done`). Rules the
  * framework enforces: a step writes with `insert`, `update`, `delete` or `merge` and ends with a
- * RETURNING clause (the framework counts the rows it wrote); steps' writes survive only when the inbox
+ * RETURNING clause (the framework reads it to see whether the step wrote); steps' writes survive only when the inbox
  * insert (sync) or re-check (worker) found work to do (else the statement fails with WI001 and rolls
  * back); no two steps write the same table (one snapshot per statement: an update cannot see a row
  * inserted by another step, and does nothing). Validation
@@ -64,9 +64,10 @@ export type StepsBuilder = (sql: Db | Tx, object: Record<string, unknown>, conte
 /**
  * A statement handler's steps rendered for one event (render-steps.ts): `ctes`, the comma-separated
  * CTE list `h_a as (…), …` (no leading `with`, never empty) that reads the caller's CTE `inbox`, and
- * `written`, the expression counting the rows they wrote. Receive, worker and batch splice `ctes`
- * between their `inbox` CTE and their final select, which must be
- * `select webhook_inbox_gate(exists (select 1 from inbox), ${written})`.
+ * `wrote`, the expression "a step wrote a row". Receive, worker and batch splice `ctes` between their
+ * `inbox` CTE and their final select, which must be the gate of sql/0011:
+ * `case when exists (select 1 from inbox) then true when not (${wrote}) then false else
+ * webhook_inbox_ungated() end`.
  * @throws HandlerDefinitionError when the steps break a rule (see {@link StepsBuilder}).
  */
 export type StatementBuilder = (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => RenderedSteps;

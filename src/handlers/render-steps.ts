@@ -27,8 +27,12 @@ function cteName(step: string): string {
 export interface RenderedSteps {
   /** `h_a as (…), h_b as (…)`: never empty. */
   ctes: Step;
-  /** `(select count(*) from "h_a") + …`: rows the steps inserted, updated or deleted (their RETURNING rows); `0` without steps. */
-  written: Step;
+  /**
+   * `false or exists (select 1 from "h_a") or …`: true when a step inserted, updated or deleted a row
+   * (returned one). Sound although `exists` stops at the first row: a step that returned none has run
+   * to completion; one that returned a row has written.
+   */
+  wrote: Step;
 }
 
 /**
@@ -39,6 +43,11 @@ export interface RenderedSteps {
  * @throws HandlerDefinitionError when the steps break a rule, naming `handler`, the steps and the table.
  */
 export function renderSteps(handler: string, build: StepsBuilder): (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => RenderedSteps {
+  // Step names with their templates already checked: the checks read only template text, so a build
+  // of a known shape skips them (a few pointer comparisons on the sync path instead).
+  const checked: { names: string[]; templates: readonly (readonly string[])[]; writing: string[] }[] = [];
+  const knownShape = (steps: [string, Step][]) =>
+    checked.find((shape) => shape.names.length === steps.length && steps.every(([name, body], i) => shape.names[i] === name && shape.templates[i] === templateOf(body)));
   return (sql, object, context) => {
     const referenced = new Set<string>();
     const helpers = {
@@ -49,13 +58,19 @@ export function renderSteps(handler: string, build: StepsBuilder): (sql: Db | Tx
       gate: sql`exists (select 1 from inbox)`,
     };
     const steps = Object.entries(build(sql, object, context, helpers));
-    const writing = checkSteps(handler, steps, referenced);
-    if (steps.length === 0) return { ctes: sql`h__none as (select 1)`, written: sql`0` };
+    let writing = knownShape(steps)?.writing;
+    for (const name of referenced) if (writing && !steps.some(([n]) => n === name)) writing = undefined;
+    if (!writing) {
+      writing = checkSteps(handler, steps, referenced);
+      const templates = steps.map(([, body]) => templateOf(body));
+      if (checked.length < 16 && steps.every(([, body]) => isTemplateFact(body))) checked.push({ names: steps.map(([n]) => n), templates: templates as (readonly string[])[], writing });
+    }
+    if (steps.length === 0) return { ctes: sql`h__none as (select 1)`, wrote: sql`false` };
     let ctes: Step | undefined;
     for (const [name, body] of steps) ctes = ctes ? sql`${ctes}, ${sql(cteName(name))} as (${body})` : sql`${sql(cteName(name))} as (${body})`;
-    let written: Step = sql`0`;
-    for (const name of writing) written = sql`${written} + (select count(*) from ${sql(cteName(name))})`;
-    return { ctes: ctes as Step, written };
+    let wrote: Step = sql`false`;
+    for (const name of writing) wrote = sql`${wrote} or exists (select 1 from ${sql(cteName(name))})`;
+    return { ctes: ctes as Step, wrote };
   };
 }
 
@@ -70,10 +85,10 @@ function checkSteps(handler: string, steps: [string, Step][], referenced: Set<st
   }
   const writers = new Map<string, string>();
   for (const [name, body] of steps) {
-    const table = writtenTable(body);
+    const { table, returning } = factsOf(body);
     if (table === undefined) continue;
-    if (!/\breturning\b/i.test(stepText(body))) {
-      throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes table ${table} without a RETURNING clause; the framework counts the rows each step writes to roll back a duplicate's writes (add e.g. \`returning 1\`)`);
+    if (!returning) {
+      throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes table ${table} without a RETURNING clause; the framework reads a step's RETURNING rows to see whether a duplicate wrote (add e.g. \`returning 1\`)`);
     }
     if (table === "webhook_inbox") throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes webhook_inbox; the framework settles the inbox row, a handler never writes it`);
     const first = writers.get(table);
@@ -83,6 +98,42 @@ function checkSteps(handler: string, steps: [string, Step][], referenced: Set<st
     writers.set(table, name);
   }
   return [...writers.values()];
+}
+
+/** What the rules need to know of one step: the table it writes (undefined: read-only) and whether it has RETURNING. */
+interface StepFacts {
+  table: string | undefined;
+  returning: boolean;
+}
+
+/**
+ * Facts per template: a step written at one place in the code always has the same template strings
+ * array (the same object, ECMAScript "GetTemplateObject"), so what its own text says is read once;
+ * facts that depend on a nested fragment (a blank head, RETURNING only in a nested part) are read on
+ * every build. Keeps the checks off the sync path's cost.
+ */
+const factsByTemplate = new WeakMap<readonly string[], StepFacts>();
+
+/** The template strings array of a step (its identity names the place in the code that wrote it). */
+function templateOf(step: Step): readonly string[] | undefined {
+  return (step as unknown as { strings?: readonly string[] }).strings;
+}
+
+/** True when the step's facts were read from its own template (so they hold for every build of it). */
+function isTemplateFact(step: Step): boolean {
+  const strings = templateOf(step);
+  return strings !== undefined && factsByTemplate.has(strings);
+}
+
+function factsOf(step: Step): StepFacts {
+  const strings = (step as unknown as { strings?: readonly string[] }).strings;
+  const known = strings && factsByTemplate.get(strings);
+  if (known) return known;
+  const facts = { table: writtenTable(step), returning: /\breturning\b/i.test(stepText(step)) };
+  const ownHead = (strings?.[0] ?? "").replace(/--[^\n]*(\n|$)/g, "\n").trim() !== "";
+  const ownReturning = strings !== undefined && /\breturning\b/i.test(strings.join(" ").replace(/--[^\n]*(\n|$)/g, "\n"));
+  if (strings && ownHead && (facts.table === undefined || ownReturning)) factsByTemplate.set(strings, facts);
+  return facts;
 }
 
 /** A step's SQL text without its values or comments, nested fragments included. */

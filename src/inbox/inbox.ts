@@ -1,7 +1,7 @@
 import { cancelAfter, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
 import { INBOX_CHANNEL } from "./notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
-import type { RenderedSteps } from "../handlers/render-steps.ts";
+import type { PendingQuery, Row } from "postgres";
 
 /** The inbox's idempotency key: primary key of `webhook_inbox`. */
 export interface InboxKey {
@@ -73,10 +73,20 @@ export async function recordFailedAttempt(db: Db, key: InboxKey, event: Verified
 }
 
 /**
+ * A statement handler's effect as the inbox statement splices it (the shape of handlers' rendered
+ * steps): `ctes`, a non-empty CTE list that may read `inbox`; `wrote`, a boolean expression, true when
+ * one of those CTEs wrote a row.
+ */
+export interface StatementEffect {
+  ctes: PendingQuery<Row[]>;
+  wrote: PendingQuery<Row[]>;
+}
+
+/**
  * Sync mode in one statement: inserts the inbox row settled as `processed` in a CTE named `inbox`
  * (`on conflict do nothing returning 1`) and runs `effect`, a statement handler's rendered steps, in
- * the same statement, which PostgreSQL commits or rolls back as a whole. The final select calls
- * `webhook_inbox_gate()` (sql/0011) with the rows the steps wrote: when the insert found the key
+ * the same statement, which PostgreSQL commits or rolls back as a whole. The final select is the gate
+ * of sql/0011, given whether the steps wrote: when the insert found the key
  * already recorded and a step wrote anyway (it did not test the gate), the statement fails with
  * SQLSTATE WI001 and every step's writes roll back. Returns true when this statement inserted the row
  * (and so applied the effect), false for a duplicate: the gate's false, WI001, or any other failure of
@@ -86,7 +96,7 @@ export async function recordFailedAttempt(db: Db, key: InboxKey, event: Verified
  * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included.
  * @throws the statement's error when the key is not recorded (nothing of this attempt remains).
  */
-export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: RenderedSteps, timeoutMs?: number): Promise<boolean> {
+export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: StatementEffect, timeoutMs?: number): Promise<boolean> {
   const query = db<{ inserted: boolean }[]>`
     with inbox as (
       insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
@@ -97,7 +107,11 @@ export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent
       on conflict (provider, endpoint, event_id) do nothing
       returning 1
     ), ${effect.ctes}
-    select webhook_inbox_gate(exists (select 1 from inbox), ${effect.written}) as inserted
+    select case
+             when exists (select 1 from inbox) then true
+             when not (${effect.wrote}) then false
+             else webhook_inbox_ungated()
+           end as inserted
   `;
   try {
     const [row] = await cancelAfter(query, timeoutMs);

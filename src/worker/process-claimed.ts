@@ -117,8 +117,8 @@ async function isSettled(db: Db, claim: Claim): Promise<boolean> {
  * pool, or a transaction when several rows share a commit): `inbox` locks the row `FOR UPDATE` and
  * re-checks it is still unprocessed and unparked, the handler's steps (`h_<name>` CTEs) run, `done`
  * marks it processed. Yields one row `{ applied }`: false when another worker had already finished the
- * row and no step wrote; if a step wrote anyway (it did not test the gate), the final
- * `webhook_inbox_gate()` fails the statement with SQLSTATE WI001 so no write survives (in a batch, the
+ * row and no step wrote; if a step wrote anyway (it did not test the gate), the final select (the
+ * gate of sql/0011) fails the statement with SQLSTATE WI001 so no write survives (in a batch, the
  * whole batch then rolls back and is redone row by row).
  * A row kept with only its raw body is applied from its jsonb-storable copy ({@link storedEvent}),
  * which `done` stores as its payload.
@@ -147,7 +147,11 @@ export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBui
        where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
          and exists (select 1 from inbox)
     )
-    select webhook_inbox_gate(exists (select 1 from inbox), ${steps.written}) as applied
+    select case
+             when exists (select 1 from inbox) then true
+             when not (${steps.wrote}) then false
+             else webhook_inbox_ungated()
+           end as applied
   `;
 }
 
