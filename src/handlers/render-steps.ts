@@ -23,7 +23,7 @@ function cteName(step: string): string {
   return `h_${step}`;
 }
 
-/** A statement handler's steps rendered for one event: the CTE list, and the count of rows they wrote. */
+/** A statement handler's steps rendered for one event: the CTE list, and whether they wrote. */
 export interface RenderedSteps {
   /** `h_a as (…), h_b as (…)`: never empty. */
   ctes: Step;
@@ -38,8 +38,8 @@ export interface RenderedSteps {
 /**
  * Turns a {@link StepsBuilder} into what the receiver and the worker splice into their statement:
  * each step becomes `h_<name> as (…)`, `step(name)` renders `"h_<name>"`, and the steps are checked
- * on every build (a few regular expressions over their text, no SQL sent) before anything runs. No
- * steps render as `h__none as (select 1)` (a name no step can take).
+ * (a few regular expressions over their text, no SQL sent) before anything runs, at the first build
+ * of each shape. No steps render as `h__none as (select 1)` (a name no step can take).
  * @throws HandlerDefinitionError when the steps break a rule, naming `handler`, the steps and the table.
  */
 export function renderSteps(handler: string, build: StepsBuilder): (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => RenderedSteps {
