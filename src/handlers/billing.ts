@@ -1,4 +1,4 @@
-import { PermanentError, statementHandler, type HandlerTable } from "./handler-table.ts";
+import { PermanentError, statementHandler, type HandlerTable, type Steps } from "./handler-table.ts";
 
 /** The fields of a Stripe invoice object that billing uses (Stripe API reference, "The Invoice object"). */
 interface InvoiceFields {
@@ -61,21 +61,22 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
  * draft → open → (uncollectible →) paid | void.
  */
 function moveInvoice(target: Status, from: Status[]) {
-  return statementHandler((sql, object) => {
+  return statementHandler(`moveInvoice(${target})`, (sql, object, _context, { gate }) => {
     const inv = readInvoice(object);
-    return sql`
-      moved as (
+    return {
+      moved: sql`
         insert into invoices (id, customer_id, status, currency, amount_due)
         select ${inv.id}::text, ${inv.customer}::text, ${target}::text, ${inv.currency}::text, ${inv.amountDue}::bigint
-         where exists (select 1 from inbox)
+         where ${gate}
         ${from.length === 0 ? sql`on conflict (id) do nothing` : sql`
         on conflict (id) do update
            set status = excluded.status,
                amount_due = excluded.amount_due,
                updated_at = now()
          where invoices.status = any(${from}::text[])`}
-      )
-    `;
+        returning id
+      `,
+    };
   });
 }
 
@@ -93,12 +94,12 @@ function moveInvoice(target: Status, from: Status[]) {
  * discounted) moves to paid and books no ledger row. Seed §5.2 (`_apply_invoice_paid`, whose "void: do not
  * book, hand to reconciliation" this makes visible), with its status re-read folded into RETURNING.
  */
-const bookPayment = statementHandler((sql, object, ctx) => {
+const bookPayment = statementHandler("bookPayment", (sql, object, ctx, { gate, step }): Steps => {
   const inv = readInvoice(object);
   // A payment event for an invoice that is not fully paid yet (a partial payment, API 2025-03-31 and
   // later) moves nothing and books nothing: the one `payment` entry is booked, with the total
   // amount_paid, by the event that carries the invoice as `paid`.
-  if (inv.status !== "paid") return sql`partial as (select 1)`;
+  if (inv.status !== "paid") return {};
   // Money that does not add up is never booked as is, nor dropped: refused, so the event is parked.
   // An overpayment Stripe reports as such (amount_overpaid, credited to the customer's balance) is money
   // that moved: booked as amount_paid. Any other excess is an anomaly.
@@ -106,11 +107,11 @@ const bookPayment = statementHandler((sql, object, ctx) => {
     throw new PermanentError("Cannot book payment: amount_paid above amount_due on a paid invoice without a matching amount_overpaid: not booked (reconcile by hand)");
   }
   if (inv.amountPaid === 0 && inv.amountDue > 0) throw new PermanentError("Cannot book payment: amount_paid 0 on a paid invoice with amount_due above 0: not booked (reconcile by hand)");
-  return sql`
-    paid as (
+  return {
+    paid: sql`
       insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
       select ${inv.id}::text, ${inv.customer}::text, 'paid', ${inv.currency}::text, ${inv.amountDue}::bigint, ${inv.amountPaid}::bigint, now()
-       where exists (select 1 from inbox)
+       where ${gate}
       on conflict (id) do update
          set status = 'paid',
              amount_due = excluded.amount_due,
@@ -131,27 +132,31 @@ const bookPayment = statementHandler((sql, object, ctx) => {
                else invoices.status in ('draft', 'open', 'uncollectible')
              end
       returning id, amount_paid, currency
-    ), booked as (
-      -- A fully discounted invoice (amount_due 0, amount_paid 0) is paid with no money moved: no ledger row.
+    `,
+    // A fully discounted invoice (amount_due 0, amount_paid 0) is paid with no money moved: no ledger row.
+    booked: sql`
       insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
       select id, 'payment', amount_paid, currency, ${ctx.eventId}::text
-        from paid
+        from ${step("paid")}
        where amount_paid > 0
       on conflict (invoice_id, kind) do nothing
       returning invoice_id, amount, currency
-    ), announced as (
+    `,
+    announced: sql`
       insert into outbox (aggregate_type, aggregate_id, event_type, payload)
       select 'Invoice', invoice_id, 'InvoicePaymentBooked',
              jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
-        from booked
-    )
-  `;
+        from ${step("booked")}
+      returning id
+    `,
+  };
 });
 
 /**
  * The billing handler table (Stripe invoice lifecycle), shared by the receiver and the worker. Every
  * handler is a {@link statementHandler}: in sync mode it runs in the same statement as the inbox
- * insert. `invoice.paid` and `invoice.payment_succeeded` are two Event objects for one payment: both
+ * insert. Its steps still test `gate` themselves although the framework rolls back a duplicate's
+ * writes: a duplicate then takes no row lock and writes nothing before it is refused. `invoice.paid` and `invoice.payment_succeeded` are two Event objects for one payment: both
  * map to {@link bookPayment}, which books it once. Order is never decided by `created` (Stripe docs,
  * "Event ordering"); each handler is a monotonic transition.
  */

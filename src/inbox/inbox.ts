@@ -1,7 +1,7 @@
-import type { PendingQuery, Row } from "postgres";
-import { cancelAfter, type Db, type Tx } from "../db/db.ts";
+import { cancelAfter, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
 import { INBOX_CHANNEL } from "./notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
+import type { PendingQuery, Row } from "postgres";
 
 /** The inbox's idempotency key: primary key of `webhook_inbox`. */
 export interface InboxKey {
@@ -73,14 +73,30 @@ export async function recordFailedAttempt(db: Db, key: InboxKey, event: Verified
 }
 
 /**
- * Sync mode in one statement: inserts the inbox row settled as `processed` in a CTE named `inbox`
- * (`on conflict do nothing returning 1`) and runs `effect`, the handler's CTEs gated on
- * `exists (select 1 from inbox)`, in the same statement, which PostgreSQL commits or rolls back as a
- * whole. Returns true when this statement inserted the row (and so applied the effect), false for a
- * duplicate; a concurrent duplicate waits on the unique index exactly as in the multi-statement form.
- * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included.
+ * A statement handler's effect as the inbox statement splices it (the shape of handlers' rendered
+ * steps): `ctes`, a non-empty CTE list that may read `inbox`; `wrote`, a boolean expression, true when
+ * one of those CTEs wrote a row.
  */
-export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: PendingQuery<Row[]>, timeoutMs?: number): Promise<boolean> {
+export interface StatementEffect {
+  ctes: PendingQuery<Row[]>;
+  wrote: PendingQuery<Row[]>;
+}
+
+/**
+ * Sync mode in one statement: inserts the inbox row settled as `processed` in a CTE named `inbox`
+ * (`on conflict do nothing returning 1`) and runs `effect`, a statement handler's rendered steps, in
+ * the same statement, which PostgreSQL commits or rolls back as a whole. The final select is the gate
+ * of sql/0011, given whether the steps wrote: when the insert found the key
+ * already recorded and a step wrote anyway (it did not test the gate), the statement fails with
+ * SQLSTATE WI001 and every step's writes roll back. Returns true when this statement inserted the row
+ * (and so applied the effect), false for a duplicate: the gate's false, WI001, or any other failure of
+ * the statement while the key is recorded (a step that hits a unique violation on a redelivery is a
+ * duplicate, not a failure to retry). A concurrent duplicate waits on the unique index for the first
+ * delivery, then conflicts.
+ * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included.
+ * @throws the statement's error when the key is not recorded (nothing of this attempt remains).
+ */
+export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: StatementEffect, timeoutMs?: number): Promise<boolean> {
   const query = db<{ inserted: boolean }[]>`
     with inbox as (
       insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
@@ -90,11 +106,31 @@ export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent
       )
       on conflict (provider, endpoint, event_id) do nothing
       returning 1
-    ), ${effect}
-    select exists (select 1 from inbox) as inserted
+    ), ${effect.ctes}
+    select case
+             when exists (select 1 from inbox) then true
+             when not (${effect.wrote}) then false
+             else webhook_inbox_ungated()
+           end as inserted
   `;
-  const [row] = await cancelAfter(query, timeoutMs);
-  return row?.inserted === true;
+  try {
+    const [row] = await cancelAfter(query, timeoutMs);
+    return row?.inserted === true;
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.nothingToApply) return false;
+    if (await isRecorded(db, key).catch(() => false)) return false;
+    throw err;
+  }
+}
+
+/** True when the inbox holds `key` (in any state). */
+export async function isRecorded(db: Db | Tx, key: InboxKey): Promise<boolean> {
+  const rows = await db`
+    select 1
+      from webhook_inbox
+     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+  `;
+  return rows.length === 1;
 }
 
 /**

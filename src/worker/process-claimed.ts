@@ -1,4 +1,4 @@
-import { cancelAfter, isPermanent, type Db, type Tx } from "../db/db.ts";
+import { cancelAfter, isPermanent, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
 import type { Claim } from "./claim.ts";
 import type { HandlerTable, StatementBuilder } from "../handlers/handler-table.ts";
 import type { Backoff } from "../inbox/inbox.ts";
@@ -76,7 +76,9 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
  * concurrent worker's row lock is waited for, then the row is re-read), the handler's CTEs apply only
  * when it did, and `done` marks it processed. The payload comes with the claim. The timeout cancels
  * the statement from the client (postgres.js `cancel()`, PostgreSQL's cancel request): SQLSTATE 57014
- * like `statement_timeout`. A cancel that races the statement's own completion can at worst cancel the
+ * like `statement_timeout`. `skipped` when the re-check found the row settled (if a step wrote anyway,
+ * the statement fails with WI001 and its writes roll back), or when the statement failed and the row is
+ * settled meanwhile (a step's unique violation against the other worker's commit is not a failure). A cancel that races the statement's own completion can at worst cancel the
  * next statement on that connection, which is then recorded as a failed attempt and retried: safe.
  */
 async function processInOneStatement(db: Db, claim: Claim, build: StatementBuilder, timeoutMs: number): Promise<WorkOutcome> {
@@ -91,15 +93,35 @@ async function processInOneStatement(db: Db, claim: Claim, build: StatementBuild
     payload = row.payload;
     rawBody = row.raw_body;
   }
-  const [result] = await cancelAfter(claimedStatement(db, claim, build, payload, rawBody), timeoutMs);
-  return result?.applied ? "processed" : "skipped";
+  try {
+    const [result] = await cancelAfter(claimedStatement(db, claim, build, payload, rawBody), timeoutMs);
+    return result?.applied ? "processed" : "skipped";
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.nothingToApply) return "skipped";
+    if (await isSettled(db, claim).catch(() => false)) return "skipped";
+    throw err;
+  }
+}
+
+/** True when the claimed row is already processed (by another worker whose statement committed first). */
+async function isSettled(db: Db, claim: Claim): Promise<boolean> {
+  const rows = await db`
+    select 1
+      from webhook_inbox
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+       and processed_at is not null
+  `;
+  return rows.length === 1;
 }
 
 /**
  * The one statement that applies a claimed row with a {@link StatementBuilder} handler, on `sql` (the
  * pool, or a transaction when several rows share a commit): `inbox` locks the row `FOR UPDATE` and
- * re-checks it is still unprocessed and unparked, the handler's CTEs apply only when it is, `done` marks
- * it processed. Yields one row `{ applied }`: false when another worker had already finished the row.
+ * re-checks it is still unprocessed and unparked, the handler's steps (`h_<name>` CTEs) run, `done`
+ * marks it processed. Yields one row `{ applied }`: false when another worker had already finished the
+ * row and no step wrote; if a step wrote anyway (it did not test the gate), the final select (the
+ * gate of sql/0011) fails the statement with SQLSTATE WI001 so no write survives (in a batch, the
+ * whole batch then rolls back and is redone row by row).
  * A row kept with only its raw body is applied from its jsonb-storable copy ({@link storedEvent}),
  * which `done` stores as its payload.
  * @throws PermanentError when the row has neither a payload nor a raw body that a copy can fix, or
@@ -108,6 +130,7 @@ async function processInOneStatement(db: Db, claim: Claim, build: StatementBuild
 export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBuilder, payload: Record<string, unknown> | null | undefined, rawBody?: string | null) {
   const stored = storedEvent(payload, rawBody);
   const context = { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType };
+  const steps = build(sql, subjectOf(claim.provider, stored.payload).object, context);
   return sql<{ applied: boolean }[]>`
     with inbox as (
       select 1
@@ -116,7 +139,7 @@ export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBui
          and processed_at is null
          and needs_review_at is null
          for update
-    ), ${build(sql, subjectOf(claim.provider, stored.payload).object, context)},
+    ), ${steps.ctes},
     done as (
       update webhook_inbox
          set processed_at = now(),
@@ -126,7 +149,11 @@ export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBui
        where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
          and exists (select 1 from inbox)
     )
-    select exists (select 1 from inbox) as applied
+    select case
+             when exists (select 1 from inbox) then true
+             when not (${steps.wrote}) then false
+             else webhook_inbox_ungated()
+           end as applied
   `;
 }
 

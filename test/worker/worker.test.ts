@@ -455,13 +455,13 @@ describe("receiveAsync() and receiveHybrid()", () => {
   test("`receiveHybrid()` runs a statement handler as one statement with the inbox insert, outside any transaction", async () => {
     const { eventId, body } = paidEvent();
     const handles: string[] = [];
-    const statement = bookPayment.statement;
-    if (!statement) throw new Error("invoice.paid is expected to be a statement handler");
+    const steps = bookPayment.steps;
+    if (!steps) throw new Error("invoice.paid is expected to be a statement handler");
     const watched: HandlerTable = {
-      "invoice.paid": statementHandler((sql, object, context) => {
+      "invoice.paid": statementHandler("watched", (sql, object, context, helpers) => {
         // The pool has `begin`; a transaction handle has not.
         handles.push("begin" in sql ? "pool" : "transaction");
-        return statement(sql, object, context);
+        return steps(sql, object, context, helpers);
       }),
     };
     expect(await receiveHybrid(db, { ...TARGET, handlers: watched }, verified(body), { budgetMs: 2_000, backoff: BACKOFF })).toBe("processed");

@@ -1,0 +1,167 @@
+import type { Db, Tx } from "../db/db.ts";
+import type { HandlerContext, Step, StepsBuilder } from "./handler-table.ts";
+
+/**
+ * A statement handler breaks a rule the framework enforces (a step name that is not a lowercase
+ * identifier, a reference to a missing step, two steps writing one table, a step writing the inbox).
+ * A programming error, deliberately not a PermanentError: the delivery fails with a 5xx, the worker
+ * retries and records it as `last_error`, so it stays visible until the handler is fixed; nothing is
+ * parked as if the event were bad.
+ */
+export class HandlerDefinitionError extends Error {
+  override name = "HandlerDefinitionError";
+}
+
+/** Step names: lowercase identifiers, rendered as `h_<name>` (PostgreSQL's identifier limit is 63 bytes). */
+const STEP_NAME = /^[a-z][a-z0-9_]{0,40}$/;
+
+/** The leading write of a step's SQL: `insert into X`, `update X`, `delete from X`, `merge into X` (X possibly schema-qualified or quoted). */
+const LEADING_WRITE = /^\s*(?:insert\s+into|update(?:\s+only)?|delete\s+from(?:\s+only)?|merge\s+into)\s+((?:"[^"]+"|[a-z_][a-z0-9_$]*)(?:\s*\.\s*(?:"[^"]+"|[a-z_][a-z0-9_$]*))?)/i;
+
+/** The CTE name the framework gives a step. */
+function cteName(step: string): string {
+  return `h_${step}`;
+}
+
+/** A statement handler's steps rendered for one event: the CTE list, and whether they wrote. */
+export interface RenderedSteps {
+  /** `h_a as (…), h_b as (…)`: never empty. */
+  ctes: Step;
+  /**
+   * `false or exists (select 1 from "h_a") or …`: true when a step inserted, updated or deleted a row
+   * (returned one). Sound although `exists` stops at the first row: a step that returned none has run
+   * to completion; one that returned a row has written.
+   */
+  wrote: Step;
+}
+
+/**
+ * Turns a {@link StepsBuilder} into what the receiver and the worker splice into their statement:
+ * each step becomes `h_<name> as (…)`, `step(name)` renders `"h_<name>"`, and the steps are checked
+ * (a few regular expressions over their text, no SQL sent) before anything runs, at the first build
+ * of each shape. No steps render as `h__none as (select 1)` (a name no step can take).
+ * @throws HandlerDefinitionError when the steps break a rule, naming `handler`, the steps and the table.
+ */
+export function renderSteps(handler: string, build: StepsBuilder): (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => RenderedSteps {
+  // Step names with their templates already checked: the checks read only template text, so a build
+  // of a known shape skips them (a few pointer comparisons on the sync path instead).
+  const checked: { names: string[]; templates: readonly (readonly string[])[]; writing: string[] }[] = [];
+  const knownShape = (steps: [string, Step][]) =>
+    checked.find((shape) => shape.names.length === steps.length && steps.every(([name, body], i) => shape.names[i] === name && shape.templates[i] === templateOf(body)));
+  return (sql, object, context) => {
+    const referenced = new Set<string>();
+    const helpers = {
+      step: (name: string): Step => {
+        referenced.add(name);
+        return sql`${sql(cteName(name))}`;
+      },
+      gate: sql`exists (select 1 from inbox)`,
+    };
+    const steps = Object.entries(build(sql, object, context, helpers));
+    let writing = knownShape(steps)?.writing;
+    for (const name of referenced) if (writing && !steps.some(([n]) => n === name)) writing = undefined;
+    if (!writing) {
+      writing = checkSteps(handler, steps, referenced);
+      const templates = steps.map(([, body]) => templateOf(body));
+      if (checked.length < 16 && steps.every(([, body]) => isTemplateFact(body))) checked.push({ names: steps.map(([n]) => n), templates: templates as (readonly string[])[], writing });
+    }
+    if (steps.length === 0) return { ctes: sql`h__none as (select 1)`, wrote: sql`false` };
+    let ctes: Step | undefined;
+    for (const [name, body] of steps) ctes = ctes ? sql`${ctes}, ${sql(cteName(name))} as (${body})` : sql`${sql(cteName(name))} as (${body})`;
+    let wrote: Step = sql`false`;
+    for (const name of writing) wrote = sql`${wrote} or exists (select 1 from ${sql(cteName(name))})`;
+    return { ctes: ctes as Step, wrote };
+  };
+}
+
+/** Enforces the rules of {@link StepsBuilder} on one build's steps; returns the names of the steps that write. */
+function checkSteps(handler: string, steps: [string, Step][], referenced: Set<string>): string[] {
+  const names = new Set(steps.map(([name]) => name));
+  for (const name of [...names, ...referenced]) {
+    if (!STEP_NAME.test(name)) throw new HandlerDefinitionError(`Handler "${handler}": step name "${name}" is not a lowercase identifier (a-z, 0-9, _; at most 41 characters)`);
+  }
+  for (const name of referenced) {
+    if (!names.has(name)) throw new HandlerDefinitionError(`Handler "${handler}": step("${name}") refers to a step it does not return (steps: ${[...names].join(", ") || "none"})`);
+  }
+  const writers = new Map<string, string>();
+  for (const [name, body] of steps) {
+    const { table, returning } = factsOf(body);
+    if (table === undefined) continue;
+    if (!returning) {
+      throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes table ${table} without a RETURNING clause; the framework reads a step's RETURNING rows to see whether a duplicate wrote (add e.g. \`returning 1\`)`);
+    }
+    if (table === "webhook_inbox") throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes webhook_inbox; the framework settles the inbox row, a handler never writes it`);
+    const first = writers.get(table);
+    if (first !== undefined) {
+      throw new HandlerDefinitionError(`Handler "${handler}": steps "${first}" and "${name}" both write table ${table}; one statement sees one snapshot, so the second cannot see the first's row (an update of a row inserted by another step does nothing). Combine them into one insert … on conflict do update, or write a plain handler`);
+    }
+    writers.set(table, name);
+  }
+  return [...writers.values()];
+}
+
+/** What the rules need to know of one step: the table it writes (undefined: read-only) and whether it has RETURNING. */
+interface StepFacts {
+  table: string | undefined;
+  returning: boolean;
+}
+
+/**
+ * Facts per template: a step written at one place in the code always has the same template strings
+ * array (the same object, ECMAScript "GetTemplateObject"), so what its own text says is read once;
+ * facts that depend on a nested fragment (a blank head, RETURNING only in a nested part) are read on
+ * every build. Keeps the checks off the sync path's cost.
+ */
+const factsByTemplate = new WeakMap<readonly string[], StepFacts>();
+
+/** The template strings array of a step (its identity names the place in the code that wrote it). */
+function templateOf(step: Step): readonly string[] | undefined {
+  return (step as unknown as { strings?: readonly string[] }).strings;
+}
+
+/** True when the step's facts were read from its own template (so they hold for every build of it). */
+function isTemplateFact(step: Step): boolean {
+  const strings = templateOf(step);
+  return strings !== undefined && factsByTemplate.has(strings);
+}
+
+function factsOf(step: Step): StepFacts {
+  const strings = (step as unknown as { strings?: readonly string[] }).strings;
+  const known = strings && factsByTemplate.get(strings);
+  if (known) return known;
+  const facts = { table: writtenTable(step), returning: /\breturning\b/i.test(stepText(step)) };
+  const ownHead = (strings?.[0] ?? "").replace(/--[^\n]*(\n|$)/g, "\n").trim() !== "";
+  const ownReturning = strings !== undefined && /\breturning\b/i.test(strings.join(" ").replace(/--[^\n]*(\n|$)/g, "\n"));
+  if (strings && ownHead && (facts.table === undefined || ownReturning)) factsByTemplate.set(strings, facts);
+  return facts;
+}
+
+/** A step's SQL text without its values or comments, nested fragments included. */
+function stepText(step: Step): string {
+  const node = step as unknown as { strings?: readonly string[]; args?: readonly unknown[] };
+  if (!node.strings) return "";
+  const nested = (node.args ?? []).map((arg) => (typeof arg === "object" && arg !== null && "strings" in arg ? stepText(arg as unknown as Step) : " "));
+  return node.strings.map((s, i) => s.replace(/--[^\n]*(\n|$)/g, "\n") + (nested[i] ?? "")).join("");
+}
+
+/**
+ * The table a step writes, read from its leading SQL text (postgres.js keeps a query's template
+ * strings in `strings` and its values in `args`; a step that starts with a nested fragment is read
+ * through it), lowercased, unquoted, without schema; undefined for a read-only step.
+ */
+export function writtenTable(step: Step): string | undefined {
+  let node = step as unknown as { strings?: readonly string[]; args?: readonly unknown[] } | undefined;
+  for (let depth = 0; depth < 4 && node?.strings; depth++) {
+    const head = (node.strings[0] ?? "").replace(/--[^\n]*(\n|$)/g, "\n");
+    if (head.trim() === "" && node.strings.length > 1) {
+      node = node.args?.[0] as typeof node;
+      continue;
+    }
+    const match = LEADING_WRITE.exec(head);
+    if (!match?.[1]) return undefined;
+    const last = match[1].split(".").pop() ?? match[1];
+    const trimmed = last.trim();
+    return trimmed.startsWith('"') ? trimmed.slice(1, -1) : trimmed.toLowerCase();
+  }
+  return undefined;
+}
