@@ -18,7 +18,7 @@ test("`createApp()` imported as webhook-inbox serves one signed Stripe event and
 });
 
 test("`webhook-inbox` exports the handler helpers, the worker, the providers and the migrations loader", () => {
-  const table: HandlerTable = { "x.y": statementHandler((sql) => sql`noop as (select 1)`) };
+  const table: HandlerTable = { "x.y": statementHandler("noop", (sql) => ({ noop: sql`select 1` })) };
   expect(typeof table["x.y"]?.statement).toBe("function");
   expect(handlers.statementHandler).toBe(statementHandler);
   expect(handlers.PermanentError).toBe(PermanentError);

@@ -25,7 +25,7 @@ export const SQLSTATE = {
   undefinedTable: "42P01",
   /** "prepared statement … does not exist": a statement cached on another server connection (transaction pooler). */
   invalidSqlStatementName: "26000",
-  /** Raised by `webhook_inbox_ungated()` (sql/0011): a one-statement handler found nothing to apply (a duplicate, or a row already settled) but one of its steps wrote. */
+  /** Raised by `webhook_inbox_ungated()` (sql/0012): a one-statement handler found nothing to apply (a duplicate, or a row already settled) but one of its steps wrote. */
   nothingToApply: "WI001",
 } as const;
 

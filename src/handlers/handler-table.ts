@@ -65,7 +65,7 @@ export type StepsBuilder = (sql: Db | Tx, object: Record<string, unknown>, conte
  * A statement handler's steps rendered for one event (render-steps.ts): `ctes`, the comma-separated
  * CTE list `h_a as (…), …` (no leading `with`, never empty) that reads the caller's CTE `inbox`, and
  * `wrote`, the expression "a step wrote a row". Receive, worker and batch splice `ctes` between their
- * `inbox` CTE and their final select, which must be the gate of sql/0011:
+ * `inbox` CTE and their final select, which must be the gate of sql/0012:
  * `case when exists (select 1 from inbox) then true when not (${wrote}) then false else
  * webhook_inbox_ungated() end`.
  * @throws HandlerDefinitionError when the steps break a rule (see {@link StepsBuilder}).

@@ -86,7 +86,7 @@ export interface StatementEffect {
  * Sync mode in one statement: inserts the inbox row settled as `processed` in a CTE named `inbox`
  * (`on conflict do nothing returning 1`) and runs `effect`, a statement handler's rendered steps, in
  * the same statement, which PostgreSQL commits or rolls back as a whole. The final select is the gate
- * of sql/0011, given whether the steps wrote: when the insert found the key
+ * of sql/0012, given whether the steps wrote: when the insert found the key
  * already recorded and a step wrote anyway (it did not test the gate), the statement fails with
  * SQLSTATE WI001 and every step's writes roll back. Returns true when this statement inserted the row
  * (and so applied the effect), false for a duplicate: the gate's false, WI001, or any other failure of

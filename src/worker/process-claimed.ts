@@ -120,7 +120,7 @@ async function isSettled(db: Db, claim: Claim): Promise<boolean> {
  * re-checks it is still unprocessed and unparked, the handler's steps (`h_<name>` CTEs) run, `done`
  * marks it processed. Yields one row `{ applied }`: false when another worker had already finished the
  * row and no step wrote; if a step wrote anyway (it did not test the gate), the final select (the
- * gate of sql/0011) fails the statement with SQLSTATE WI001 so no write survives (in a batch, the
+ * gate of sql/0012) fails the statement with SQLSTATE WI001 so no write survives (in a batch, the
  * whole batch then rolls back and is redone row by row).
  * A row kept with only its raw body is applied from its jsonb-storable copy ({@link storedEvent}),
  * which `done` stores as its payload.
