@@ -89,8 +89,8 @@ function moveInvoice(target: Status, from: Status[]) {
  * or in another currency than the invoice's, or of another amount than the one already booked for it,
  * is refused (SQLSTATE 22000: parked as needs-review), never booked and never acknowledged as
  * processed; so is, before any SQL (PermanentError), a paid invoice whose amount_paid is above its
- * amount_due by other than its `amount_overpaid` (an overpayment Stripe reports is booked in full), or 0
- * while amount_due is not. A paid invoice with amount_due and amount_paid 0 (fully
+ * amount_due by other than its `amount_overpaid` (an overpayment Stripe reports is booked in full), or
+ * below its amount_due (0 included: forgiven, or paid partly outside Stripe). A paid invoice with amount_due and amount_paid 0 (fully
  * discounted) moves to paid and books no ledger row. Seed §5.2 (`_apply_invoice_paid`, whose "void: do not
  * book, hand to reconciliation" this makes visible), with its status re-read folded into RETURNING.
  */
@@ -107,6 +107,9 @@ const bookPayment = statementHandler("bookPayment", (sql, object, ctx, { gate, s
     throw new PermanentError("Cannot book payment: amount_paid above amount_due on a paid invoice without a matching amount_overpaid: not booked (reconcile by hand)");
   }
   if (inv.amountPaid === 0 && inv.amountDue > 0) throw new PermanentError("Cannot book payment: amount_paid 0 on a paid invoice with amount_due above 0: not booked (reconcile by hand)");
+  // Paid for less than it owes (forgiven, or paid partly outside Stripe): money that does not add up
+  // is shown to an operator, never booked as the payment of the whole invoice.
+  if (inv.amountPaid < inv.amountDue) throw new PermanentError("Cannot book payment: amount_paid below amount_due on a paid invoice (forgiven or paid partly outside Stripe?): not booked (reconcile by hand)");
   return {
     paid: sql`
       insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
