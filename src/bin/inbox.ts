@@ -75,7 +75,7 @@ const [command, ...args] = positionals;
 /**
  * What each command accepts: its options (besides --json and --help) and how many positional
  * arguments. Anything else is a usage error rather than silently ignored: `requeue evt_X` without
- * --id would otherwise match every needs-review row (a fresh review found exactly that).
+ * --id would otherwise match every needs-review row.
  */
 const FILTER = ["type", "endpoint", "since", "id", "error"];
 const ACCEPTS: Record<string, { options: string[]; positionals: [min: number, max: number] }> = {

@@ -1,6 +1,6 @@
 /**
- * A ~1.5 KB Stripe `invoice.paid` event body for benchmarks (issue #6 compares against pgbench with a
- * payload of that size). `run` and `n` make the event and invoice ids unique, so every delivery books
+ * A ~1.5 KB Stripe `invoice.paid` event body for benchmarks (the pgbench ceilings use a payload of
+ * that size). `run` and `n` make the event and invoice ids unique, so every delivery books
  * one payment. Pretty-printed like Stripe's bodies ("key": value), which also keeps pgbench from
  * reading `:word` as one of its variables when the same text is inlined in its script.
  */

@@ -81,7 +81,7 @@ const say = (line: string) => console.log(line);
 
 // The database: a throwaway embedded PostgreSQL 18 with default durability, or a scratch database
 // created on DATABASE_URL's server and dropped at the end. Never the database DATABASE_URL names: the
-// bench truncates its tables between sections (a fresh review lost a whole inbox that way).
+// bench truncates its tables between sections, which would destroy an inbox's dedup keys.
 let embedded: EmbeddedServer | undefined;
 let dataDir: string | undefined;
 let url: string;

@@ -24,7 +24,7 @@ export interface Verdict {
 }
 
 /**
- * Checks the database against the storm's model (issue #5's invariants): every acknowledged event is
+ * Checks the database against the storm's model (the inbox's invariants): every acknowledged event is
  * in the inbox; each invoice's status equals the model's; exactly one `payment` ledger entry of the
  * right amount for each invoice that ends paid and none otherwise; exactly one outbox row per ledger
  * entry; no unprocessed rows; needs-review rows only for injected poison events. Money out: exactly one
