@@ -4,6 +4,7 @@ import { onStopSignals, REPEAT_WINDOW_MS } from "./signals.ts";
 
 /** The numeric flags of a claim loop, in ms except `concurrency` and `max-attempts`. */
 export const LOOP_FLAGS = ["concurrency", "lease-ms", "timeout-ms", "max-attempts", "poll-ms", "backoff-base-ms", "backoff-cap-ms"] as const;
+/** The claim-loop settings by flag name (ms or counts, as each flag says), read from flags and env. */
 export type LoopSettings = Record<(typeof LOOP_FLAGS)[number], number>;
 
 const DEFAULTS: LoopSettings = {

@@ -39,6 +39,7 @@ export interface WriteBackOptions {
 
 const SAFE_PART = /^[A-Za-z0-9_-]+$/;
 const OPERATION = /^[a-z0-9]+(?:[-.][a-z0-9]+)*$/;
+/** Longest Idempotency-Key Stripe accepts, in characters (Stripe API reference, "Idempotent requests"). */
 export const MAX_KEY_LENGTH = 255;
 
 /**
