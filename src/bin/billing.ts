@@ -3,10 +3,9 @@
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
 import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
-import { connect, sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { printableRow } from "../ops/printable.ts";
-import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
-import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
+import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
 
 const USAGE = `Usage: bun run billing [--limit N | --all]
   prints the newest invoices, ledger entries and outbox rows (20 of each by default, in id order),
@@ -96,12 +95,7 @@ async function printTables(db: Db): Promise<void> {
   `).map(printableRow));
 }
 
-const database = await openDatabase(process.env).catch((err: unknown) => {
-  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
-  process.exit(1);
-});
-await refuseHiddenPooler(database, poolerFromEnv(process.env));
-const db = connect(database.url, { max: 1, applicationName: "webhook-inbox billing", pooler: poolerFromEnv(process.env) });
+const { database, db } = await openCommandDatabase(process.env, "webhook-inbox billing", 1);
 try {
   await printTables(db);
 } catch (err) {

@@ -2,7 +2,7 @@
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
 import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
-import { connect, sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { handlersFor } from "../receiver/endpoints.ts";
 import { migrate } from "../db/migrate.ts";
 import { requeueOutbox } from "../outbox/requeue.ts";
@@ -16,8 +16,7 @@ import { requeue } from "../ops/requeue.ts";
 import { resolveReviewed } from "../ops/resolve.ts";
 import { inboxStatus } from "../ops/status.ts";
 import { describeError } from "../errors.ts";
-import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
-import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
+import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
@@ -293,12 +292,7 @@ if (problem) {
 }
 
 let code: number;
-const database = await openDatabase(process.env).catch((err: unknown) => {
-  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
-  process.exit(1);
-});
-await refuseHiddenPooler(database, poolerFromEnv(process.env));
-const db = connect(database.url, { max: 2, applicationName: "webhook-inbox inbox", pooler: poolerFromEnv(process.env) });
+const { database, db } = await openCommandDatabase(process.env, "webhook-inbox inbox", 2);
 try {
   code = await run(db);
 } catch (err) {

@@ -1,10 +1,8 @@
 // Entry file: `bun run migrate`: applies pending sql/ migrations to DATABASE_URL (or the embedded server).
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
-import { connect } from "../db/db.ts";
 import { migrate } from "../db/migrate.ts";
-import { openDatabase, poolerFromEnv } from "../runtime/database.ts";
-import { refuseHiddenPooler } from "../runtime/refuse-hidden-pooler.ts";
+import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
 import { loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run migrate
@@ -20,12 +18,7 @@ if (args.length) {
   process.exit(2);
 }
 
-const database = await openDatabase(process.env).catch((err: unknown) => {
-  console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`); // never quotes DATABASE_URL
-  process.exit(1);
-});
-await refuseHiddenPooler(database, poolerFromEnv(process.env));
-const db = connect(database.url, { max: 1, applicationName: "webhook-inbox migrate", pooler: poolerFromEnv(process.env) });
+const { database, db } = await openCommandDatabase(process.env, "webhook-inbox migrate", 1);
 try {
   const applied = await migrate(db, loadMigrations());
   console.log(applied.length ? `Applied ${applied.join(", ")}` : "Nothing to apply: the schema is current");

@@ -5,6 +5,9 @@ import type { LogFn } from "../log.ts";
 import { createBodyBudget } from "../receiver/body-budget.ts";
 import { ConfigError, loadConfig, PRODUCTION_NEEDS_DATABASE_URL, type Config } from "../config.ts";
 import { connect, type Db } from "../db/db.ts";
+import { migrate, type Migration } from "../db/migrate.ts";
+import { hiddenPoolerProblem } from "../db/pooler-check.ts";
+import { waitForDatabase } from "../db/wait-for-database.ts";
 import { stripeEndpoints } from "../receiver/endpoints.ts";
 
 /** A configuration whose database is given (every runtime but `bun run serve` needs `DATABASE_URL`). */
@@ -73,4 +76,19 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
     statementTimeoutMs: config.statementTimeoutMs,
     metricsToken: config.metricsToken,
   });
+}
+
+/**
+ * Brings the receiver's database to ready for the Node and Deno entry files: waits until it answers
+ * ({@link waitForDatabase}, up to `config.databaseWaitMs`, one `log` line per failed attempt), refuses
+ * a transaction pooler `DATABASE_POOLER` does not declare (before the migrations, the first
+ * transaction), then applies pending `migrations`. Returns the names it applied.
+ * @throws Error naming DATABASE_POOLER behind an undeclared pooler; the wait's error past its limit or
+ *   on `signal`; the migration's error.
+ */
+export async function prepareReceiverDatabase(db: Db, config: ServerConfig, migrations: readonly Migration[], signal: AbortSignal, log: (line: string) => void): Promise<string[]> {
+  await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal, log });
+  const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler);
+  if (poolerProblem !== undefined) throw new Error(poolerProblem);
+  return migrate(db, migrations);
 }

@@ -1,7 +1,8 @@
 // Edge file: the start-up refusal of a command whose DATABASE_URL leads to an undeclared transaction pooler.
-import type { Pooler } from "../db/db.ts";
+import { connect, type Db, type Pooler } from "../db/db.ts";
 import { CannotConnectError } from "../db/connect-failure.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
+import { openDatabase, poolerFromEnv, type DatabaseHandle } from "./database.ts";
 
 /**
  * Checks `database.url` for a transaction pooler when `pooler` (DATABASE_POOLER) is not `transaction`
@@ -23,4 +24,20 @@ export async function refuseHiddenPooler(database: { url: string; embedded?: boo
   if (problem === undefined) return;
   console.error(problem);
   process.exit(1);
+}
+
+/**
+ * The database of a one-shot command (`inbox`, `billing`, `migrate`): {@link openDatabase} (prints
+ * `Cannot open the database: <why>` and exits 1 on failure, never quoting DATABASE_URL), then
+ * {@link refuseHiddenPooler}, then a pool of `max` connections named `applicationName` with the
+ * `DATABASE_POOLER` setting of `env`.
+ */
+export async function openCommandDatabase(env: Record<string, string | undefined>, applicationName: string, max: number): Promise<{ database: DatabaseHandle; db: Db }> {
+  const database = await openDatabase(env).catch((err: unknown) => {
+    console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`);
+    process.exit(1);
+  });
+  const pooler = poolerFromEnv(env);
+  await refuseHiddenPooler(database, pooler);
+  return { database, db: connect(database.url, { max, applicationName, pooler }) };
 }

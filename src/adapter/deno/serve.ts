@@ -1,12 +1,9 @@
 // Entry file for Deno 2: `deno run --allow-net --allow-env --allow-read --allow-sys src/adapter/deno/serve.ts`.
 // npm packages come from node_modules (bun install), so Deno needs no registry of its own.
 import { ConfigError } from "../../config.ts";
-import { migrate } from "../../db/migrate.ts";
-import { hiddenPoolerProblem } from "../../db/pooler-check.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
-import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
+import { connectProbes, connectReceiver, loadServerConfig, prepareReceiverDatabase, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
 import { createStartingApp } from "../../receiver/starting-app.ts";
-import { waitForDatabase } from "../../db/wait-for-database.ts";
 
 /** The part of the Deno namespace this file uses (the project typechecks with bun-types). */
 declare const Deno: {
@@ -49,12 +46,8 @@ Deno.addSignalListener("SIGTERM", () => void shutdown("SIGTERM"));
 Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
 
 try {
-  await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal: stopping.signal, log: (line) => console.error(line) });
-  // Before the first transaction (the migrations): behind an undeclared transaction pooler, refuse.
-  const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler);
-  if (poolerProblem !== undefined) throw new Error(poolerProblem);
   const migrations = loadMigrations();
-  const applied = await migrate(db, migrations);
+  const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line));
   starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
   console.log(`webhook-inbox (Deno) listening on ${base}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
 } catch (err) {

@@ -3,13 +3,10 @@
 import { createServer } from "node:http";
 import { createRequestListener } from "@remix-run/node-fetch-server";
 import { ConfigError } from "../../config.ts";
-import { migrate } from "../../db/migrate.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
-import { connectProbes, connectReceiver, loadServerConfig, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
-import { hiddenPoolerProblem } from "../../db/pooler-check.ts";
+import { connectProbes, connectReceiver, loadServerConfig, prepareReceiverDatabase, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 import { createStartingApp } from "../../receiver/starting-app.ts";
-import { waitForDatabase } from "../../db/wait-for-database.ts";
 
 let config: ServerConfig;
 try {
@@ -43,12 +40,8 @@ async function shutdown(signal: string): Promise<void> {
 onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
 
 try {
-  await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal: stopping.signal, log: (line) => console.error(line) });
-  // Before the first transaction (the migrations): behind an undeclared transaction pooler, refuse.
-  const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler);
-  if (poolerProblem !== undefined) throw new Error(poolerProblem);
   const migrations = loadMigrations();
-  const applied = await migrate(db, migrations);
+  const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line));
   starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
   console.log(`webhook-inbox (Node.js ${process.version}) listening on ${await listening}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
 } catch (err) {
