@@ -141,8 +141,8 @@ async function limitOf(tx: Tx, refund: DueRefund): Promise<RefundLimit | null> {
 
 /**
  * Books every refund of `charge` or `paymentIntent` (a refund names either or both; a charge links its
- * payment intent) whose money moved (a balance transaction, status not failed or canceled) and that
- * is not booked yet, in refund id order, each checked first against what is known: its charge
+ * payment intent) whose money moved (a balance transaction recorded, whatever its status since) and
+ * that is not booked yet, in refund id order, each checked first against what is known: its charge
  * (amount, currency) if recorded, else the invoice payments of its payment intent. A refund neither
  * is known for stays recorded and unbooked: the charge or invoice payment event that arrives later
  * calls this and books it then, so no order books unchecked money. A refund in another currency, or
@@ -157,8 +157,9 @@ export async function settleRefunds(tx: Tx, charge: string | null, paymentIntent
      where (r.charge = ${charge}::text
             or r.payment_intent = ${paymentIntent}::text
             or r.charge in (select c.id from stripe_charges c where c.payment_intent = ${paymentIntent}::text))
+       -- A recorded balance transaction came from an event where money moved (a failed or canceled one
+       -- carrying it is refused), so a later failed status without one does not unbook it in any order.
        and r.balance_transaction is not null
-       and r.status not in ('failed', 'canceled')
        and r.amount > 0
        and not exists (select 1 from ledger_entries l where l.kind = 'refund' and l.source_id = r.id)
      order by r.id

@@ -134,6 +134,16 @@ describe("money going out", () => {
     }
   });
 
+  test("`receiveSync()` books a refund whose money moved once its charge arrives, even after a failed event without a balance transaction", async () => {
+    const failed = eventBody("evt_refund_failed_plain", "refund.failed", { ...JSON.parse(moneyOutEvent("09_").body).data.object, status: "failed", balance_transaction: null });
+    for (const order of [[moneyOutEvent("09_").body, failed, moneyOutEvent("05_").body], [moneyOutEvent("05_").body, moneyOutEvent("09_").body, failed]]) {
+      await truncateMoney(db);
+      expect(await receiveInOrder(order)).toEqual(["processed", "processed", "processed"]);
+      expect(await rows`select kind, amount::int, balance_transaction from ledger_entries`).toEqual([{ kind: "refund", amount: 1500, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re2" }]);
+      expect(await rows`select status from refunds`).toEqual([{ status: "failed" }]);
+    }
+  });
+
   test("`receiveSync()` books a dispute reinstatement that arrives before its withdrawal, each movement once", async () => {
     await receiveInOrder(["20_", "18_", "17_", "19_"].map((p) => moneyOutEvent(p).body));
     expect(await rows`select kind, amount::int, balance_transaction from ledger_entries order by kind`).toEqual([
