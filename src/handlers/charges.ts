@@ -1,7 +1,7 @@
 import type { Tx } from "../db/db.ts";
 import type { HandlerContext } from "./handler-table.ts";
-import { lockMoneyKey } from "./money-ledger.ts";
-import { applyRefund, checkChargeAddsUp } from "./refunds.ts";
+import { lockMoneyKeys } from "./money-ledger.ts";
+import { applyRefund, settleRefunds } from "./refunds.ts";
 import { StripeFields } from "./stripe-fields.ts";
 
 /**
@@ -9,9 +9,10 @@ import { StripeFields } from "./stripe-fields.ts";
  * payment intent link that lets refunds reach their invoice, and the amount and currency its refunds
  * are checked against. Insert-if-absent; a payment intent learnt later fills a missing one, never
  * replaces it. A charge that lists its refunds (`refunds.data`, expanded in older API versions) applies
- * each like a refund event. Then refuses (PermanentError) refunds already booked that do not add up
- * with it. Books no money: the payment is booked from its invoice (billing.ts). Must be called inside
- * the inbox transaction. Stripe API reference, "The Charge object".
+ * each like a refund event. Then books the refunds of the charge that waited for it and fit, and
+ * refuses (PermanentError) any that do not add up with it ({@link settleRefunds}). Books no payment:
+ * the payment is booked from its invoice (billing.ts). Must be called inside the inbox transaction.
+ * Stripe API reference, "The Charge object".
  */
 export async function recordCharge(tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> {
   const f = new StripeFields(object);
@@ -25,7 +26,7 @@ export async function recordCharge(tx: Tx, object: Record<string, unknown>, cont
   const listed = (object.refunds as { data?: unknown } | null | undefined)?.data;
   if (listed !== undefined && !Array.isArray(listed)) f.bad.push("refunds");
   f.check("charge event");
-  await lockMoneyKey(tx, charge.id);
+  await lockMoneyKeys(tx, charge.id, charge.paymentIntent);
   await tx`
     insert into stripe_charges (id, payment_intent, amount, currency, event_id)
     values (${charge.id}::text, ${charge.paymentIntent}::text, ${charge.amount}::bigint, ${charge.currency}::text, ${context.eventId}::text)
@@ -37,5 +38,5 @@ export async function recordCharge(tx: Tx, object: Record<string, unknown>, cont
   for (const refund of (listed ?? []) as Record<string, unknown>[]) {
     await applyRefund(tx, typeof refund === "object" && refund !== null ? refund : {}, context);
   }
-  await checkChargeAddsUp(tx, charge.id);
+  await settleRefunds(tx, charge.id, charge.paymentIntent, context);
 }

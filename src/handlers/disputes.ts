@@ -54,8 +54,9 @@ function entriesOf(txn: DisputeTransaction, dispute: { id: string; charge: strin
  * each once by its txn: a negative amount as `dispute_withdrawal`, a positive one as
  * `dispute_reinstatement`, a fee as `dispute_fee` (amounts stored positive). Because every event
  * carries all the dispute's transactions so far, a reinstatement that arrives before its withdrawal
- * books both. Must be called inside the inbox transaction. Throws PermanentError naming a missing or
- * mistyped field, or for a returned fee (negative), which has no ledger kind.
+ * books both. Then refuses movements that do not add up with the dispute ({@link checkDisputeAddsUp}).
+ * Must be called inside the inbox transaction. Throws PermanentError naming a missing or mistyped
+ * field, for a returned fee (negative), which has no ledger kind, or from that check.
  */
 export async function applyDispute(tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> {
   const f = new StripeFields(object);
@@ -86,4 +87,32 @@ export async function applyDispute(tx: Tx, object: Record<string, unknown>, cont
            end
   `;
   for (const entry of entries) await bookMoneyOut(tx, entry, context);
+  await checkDisputeAddsUp(tx, dispute.id);
+}
+
+/**
+ * Refuses (PermanentError) when the movements booked for dispute `id` do not add up: withdrawals in the
+ * dispute's currency above its amount, or reinstatements above the withdrawals in their currency (a
+ * balance transaction in the account's settlement currency cannot be compared with the dispute's
+ * amount, but what comes back never exceeds what left). Caller holds {@link lockMoneyKey} on the dispute.
+ */
+async function checkDisputeAddsUp(tx: Tx, id: string): Promise<void> {
+  const rows = await tx<{ currency: string; withdrawn: string; reinstated: string; amount: string; dispute_currency: string }[]>`
+    select l.currency,
+           coalesce(sum(l.amount) filter (where l.kind = 'dispute_withdrawal'), 0)::text as withdrawn,
+           coalesce(sum(l.amount) filter (where l.kind = 'dispute_reinstatement'), 0)::text as reinstated,
+           d.amount::text as amount, d.currency as dispute_currency
+      from disputes d
+      join ledger_entries l on l.source_id = d.id and l.kind in ('dispute_withdrawal', 'dispute_reinstatement')
+     where d.id = ${id}
+     group by l.currency, d.amount, d.currency
+  `;
+  for (const row of rows) {
+    if (row.currency === row.dispute_currency && Number(row.withdrawn) > Number(row.amount)) {
+      throw new PermanentError(`Cannot apply dispute ${id}: withdrawals total ${row.withdrawn}, above the dispute's ${row.amount} ${row.currency}: not booked (reconcile by hand)`);
+    }
+    if (Number(row.reinstated) > Number(row.withdrawn)) {
+      throw new PermanentError(`Cannot apply dispute ${id}: reinstatements total ${row.reinstated}, above the withdrawals' ${row.withdrawn} ${row.currency}: not booked (reconcile by hand)`);
+    }
+  }
 }

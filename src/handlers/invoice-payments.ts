@@ -1,5 +1,7 @@
 import type { Tx } from "../db/db.ts";
 import type { HandlerContext } from "./handler-table.ts";
+import { lockMoneyKeys } from "./money-ledger.ts";
+import { settleRefunds } from "./refunds.ts";
 import { StripeFields } from "./stripe-fields.ts";
 
 /**
@@ -7,8 +9,10 @@ import { StripeFields } from "./stripe-fields.ts";
  * Payment object"): `payment` is `{ type: "payment_intent", payment_intent }` or `{ type: "charge",
  * charge }`, each a string id or an expanded object. Insert-if-absent by the invoice payment id; the
  * link is read by the view ledger_entries_linked, so refunds and disputes booked before it arrived are
- * linked too. Books no money: the payment is booked from its invoice (billing.ts). Must be called
- * inside the inbox transaction. Throws PermanentError naming a missing or mistyped field.
+ * linked too. Books no payment (the payment is booked from its invoice, billing.ts); books the refunds
+ * of the payment that waited for it and fit, and refuses (PermanentError) any that do not
+ * ({@link settleRefunds}). Must be called inside the inbox transaction. Throws PermanentError naming a
+ * missing or mistyped field.
  */
 export async function recordInvoicePayment(tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> {
   const f = new StripeFields(object);
@@ -25,10 +29,12 @@ export async function recordInvoicePayment(tx: Tx, object: Record<string, unknow
   if (object.object !== undefined && object.object !== "invoice_payment") f.bad.push("object");
   if (p.bad.length > 0 || (row.paymentIntent === null && row.charge === null)) f.bad.push("payment");
   f.check("invoice payment event");
+  await lockMoneyKeys(tx, row.charge, row.paymentIntent);
   await tx`
     insert into invoice_payments (id, invoice_id, payment_intent, charge, amount_paid, currency, event_id)
     values (${row.id}::text, ${row.invoice}::text, ${row.paymentIntent}::text, ${row.charge}::text,
             ${row.amountPaid}::bigint, ${row.currency}::text, ${context.eventId}::text)
     on conflict (id) do nothing
   `;
+  await settleRefunds(tx, row.charge, row.paymentIntent, context);
 }

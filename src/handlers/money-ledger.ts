@@ -72,3 +72,13 @@ export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: Handle
 export async function lockMoneyKey(tx: Tx, key: string): Promise<void> {
   await tx`select pg_advisory_xact_lock(hashtextextended(${`money-out:${key}`}::text, 0))`;
 }
+
+/**
+ * Takes {@link lockMoneyKey} on a charge, then on a payment intent (either may be null), always in
+ * that order so two handlers never wait on each other. Refunds, charges and invoice payments take it,
+ * so a refund and the charge or invoice payment it is checked against see each other's writes.
+ */
+export async function lockMoneyKeys(tx: Tx, charge: string | null, paymentIntent: string | null): Promise<void> {
+  if (charge !== null) await lockMoneyKey(tx, charge);
+  if (paymentIntent !== null) await lockMoneyKey(tx, paymentIntent);
+}

@@ -69,6 +69,13 @@ async function receiveInOrder(bodies: string[]): Promise<string[]> {
   return outcomes;
 }
 
+/** Posts `bodies` signed to a sync-mode app one after the other; returns each outcome. */
+async function deliverInOrder(bodies: string[]): Promise<string[]> {
+  const outcomes: string[] = [];
+  for (const body of bodies) outcomes.push(...(await deliver("sync", [body])));
+  return outcomes;
+}
+
 describe("money going out", () => {
   test("`createApp()` in sync mode ends in the README's state for the fixtures shuffled, twice, concurrently", async () => {
     const outcomes = await deliver("sync", shuffledTwice(1));
@@ -118,12 +125,22 @@ describe("money going out", () => {
   });
 
   test("`receiveSync()` books a pending refund only once it succeeds, whichever arrives first", async () => {
-    for (const order of [["06_", "07_"], ["07_", "06_"]]) {
+    for (const order of [["05_", "06_", "07_"], ["07_", "06_", "05_"]]) {
       await truncateMoney(db);
       await receiveInOrder(order.map((p) => moneyOutEvent(p).body));
       expect(await rows`select status from refunds`).toEqual([{ status: "succeeded" }]);
       expect(await rows`select kind, amount::int, balance_transaction from ledger_entries`).toEqual([{ kind: "refund", amount: 2500, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1" }]);
       expect(await rows`select aggregate_id, event_type from outbox`).toEqual([{ aggregate_id: "re_3SmA1pLgUG5tbmjc0Ref1", event_type: "RefundBooked" }]);
+    }
+  });
+
+  test("`receiveSync()` books a refund whose money moved once its charge arrives, even after a failed event without a balance transaction", async () => {
+    const failed = eventBody("evt_refund_failed_plain", "refund.failed", { ...JSON.parse(moneyOutEvent("09_").body).data.object, status: "failed", balance_transaction: null });
+    for (const order of [[moneyOutEvent("09_").body, failed, moneyOutEvent("05_").body], [moneyOutEvent("05_").body, moneyOutEvent("09_").body, failed]]) {
+      await truncateMoney(db);
+      expect(await receiveInOrder(order)).toEqual(["processed", "processed", "processed"]);
+      expect(await rows`select kind, amount::int, balance_transaction from ledger_entries`).toEqual([{ kind: "refund", amount: 1500, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re2" }]);
+      expect(await rows`select status from refunds`).toEqual([{ status: "failed" }]);
     }
   });
 
@@ -168,7 +185,7 @@ describe("money that does not add up", () => {
 
   test("`createApp()` parks a refund that failed after it succeeded and keeps the booked refund", async () => {
     const failed = eventBody("evt_refund_failed_late", "refund.failed", refund({ id: "re_3SmA1pLgUG5tbmjc0Ref1", amount: 2500, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1", failure_balance_transaction: "txn_test_failure", status: "failed" }));
-    expect(await deliver("sync", [moneyOutEvent("07_").body])).toEqual(["processed"]);
+    expect(await deliverInOrder([moneyOutEvent("05_").body, moneyOutEvent("07_").body])).toEqual(["processed", "processed"]);
     expect(await deliver("sync", [failed])).toEqual(["needs_review"]);
     expect(await parked()).toEqual(["evt_refund_failed_late"]);
     expect(await rows`select kind, amount::int from ledger_entries`).toEqual([{ kind: "refund", amount: 2500 }]);
@@ -198,10 +215,81 @@ describe("money that does not add up", () => {
 
   test("`createApp()` parks a refund whose balance transaction is already booked with another amount", async () => {
     const other = eventBody("evt_refund_other", "refund.updated", refund({ id: "re_3SmA1pLgUG5tbmjc0Ref2", amount: 1400, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re2" }));
-    expect(await deliver("sync", [moneyOutEvent("09_").body])).toEqual(["processed"]);
+    expect(await deliverInOrder([moneyOutEvent("05_").body, moneyOutEvent("09_").body])).toEqual(["processed", "processed"]);
     expect(await deliver("sync", [other])).toEqual(["needs_review"]);
     expect(await rows`select amount::int from ledger_entries`).toEqual([{ amount: 1500 }]);
     expect(await rows`select count(*)::int as n from outbox`).toEqual([{ n: 1 }]);
+  });
+
+  test("`createApp()` parks a second balance transaction for a refund already booked, keeping one refund row", async () => {
+    const again = eventBody("evt_refund_other_txn", "refund.updated", refund({ id: "re_3SmA1pLgUG5tbmjc0Ref2", amount: 1500, balance_transaction: "txn_V10other" }));
+    expect(await deliver("sync", [moneyOutEvent("05_").body, moneyOutEvent("09_").body])).toEqual(["processed", "processed"]);
+    expect(await deliver("sync", [again])).toEqual(["needs_review"]);
+    expect(await parked()).toEqual(["evt_refund_other_txn"]);
+    expect(await rows`select amount::int, balance_transaction from ledger_entries where kind = 'refund'`).toEqual([{ amount: 1500, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re2" }]);
+    expect(await rows`select count(*)::int as n from outbox`).toEqual([{ n: 1 }]);
+  });
+
+  test("`createApp()` books a refund whose charge and invoice payment are unknown only once one arrives, and parks an over-refund whichever arrives first", async () => {
+    const over = eventBody("evt_refund_over_inv2", "refund.created", refund({ id: "re_test_over", amount: 25000, charge: "ch_3SmA2qLgUG5tbmjc0DspB", payment_intent: "pi_3SmA2qLgUG5tbmjc0DspB", balance_transaction: "txn_test_over" }));
+    expect(await deliverInOrder([over])).toEqual(["processed"]);
+    expect(await rows`select kind from ledger_entries`).toEqual([]);
+    expect(await rows`select event_type from outbox`).toEqual([]);
+    expect(await deliverInOrder([moneyOutEvent("15_").body])).toEqual(["needs_review"]);
+    expect(await parked()).toEqual([moneyOutEvent("15_").id]);
+    expect(await rows`select kind from ledger_entries`).toEqual([]);
+
+    await truncateMoney(db);
+    expect(await deliverInOrder([moneyOutEvent("15_").body, over])).toEqual(["processed", "needs_review"]);
+    expect(await parked()).toEqual(["evt_refund_over_inv2"]);
+    expect(await rows`select kind from ledger_entries`).toEqual([]);
+    expect(await rows`select event_type from outbox`).toEqual([]);
+  });
+
+  test("`createApp()` parks either the over-refund or its invoice payment when both arrive at once, and books nothing", async () => {
+    const over = eventBody("evt_refund_over_race", "refund.created", refund({ id: "re_test_race", amount: 25000, charge: "ch_3SmA2qLgUG5tbmjc0DspB", payment_intent: "pi_3SmA2qLgUG5tbmjc0DspB", balance_transaction: "txn_test_race" }));
+    for (let round = 0; round < 5; round++) {
+      await truncateMoney(db);
+      expect((await deliver("sync", [over, moneyOutEvent("15_").body])).sort()).toEqual(["needs_review", "processed"]);
+      expect(await rows`select kind from ledger_entries`).toEqual([]);
+      expect(await rows`select event_type from outbox`).toEqual([]);
+    }
+  });
+
+  test("`createApp()` parks a refund in another currency than its invoice payment when the charge is unknown, whichever arrives first", async () => {
+    const eur = eventBody("evt_refund_eur_inv2", "refund.created", refund({ id: "re_test_eur", amount: 500, currency: "eur", charge: "ch_3SmA2qLgUG5tbmjc0DspB", payment_intent: "pi_3SmA2qLgUG5tbmjc0DspB", balance_transaction: "txn_test_eur" }));
+    expect(await deliverInOrder([moneyOutEvent("15_").body, eur])).toEqual(["processed", "needs_review"]);
+    expect(await rows`select kind from ledger_entries`).toEqual([]);
+    await truncateMoney(db);
+    expect(await deliverInOrder([eur, moneyOutEvent("15_").body])).toEqual(["processed", "needs_review"]);
+    expect(await rows`select kind from ledger_entries`).toEqual([]);
+  });
+
+  test("`createApp()` books a refund that fits its invoice payment once the payment arrives, with the charge still unknown", async () => {
+    const fits = eventBody("evt_refund_fits_inv2", "refund.created", refund({ id: "re_test_fits", amount: 5000, charge: "ch_3SmA2qLgUG5tbmjc0DspB", payment_intent: "pi_3SmA2qLgUG5tbmjc0DspB", balance_transaction: "txn_test_fits" }));
+    expect(await deliverInOrder([fits, moneyOutEvent("15_").body])).toEqual(["processed", "processed"]);
+    expect(await rows`select kind, amount::int from ledger_entries`).toEqual([{ kind: "refund", amount: 5000 }]);
+    expect(await rows`select aggregate_id, event_type from outbox`).toEqual([{ aggregate_id: "re_test_fits", event_type: "RefundBooked" }]);
+  });
+
+  test("`createApp()` parks dispute withdrawals above the dispute's amount", async () => {
+    const dispute = JSON.parse(moneyOutEvent("18_").body).data.object as Record<string, unknown>;
+    const [first] = dispute.balance_transactions as Record<string, unknown>[];
+    const second = { ...first, id: "txn_test_second_withdrawal", amount: -20000, fee: 1500, net: -21500 };
+    const twice = eventBody("evt_dispute_twice", "charge.dispute.funds_withdrawn", { ...dispute, balance_transactions: [first, second] });
+    expect(await deliverInOrder([moneyOutEvent("18_").body, twice])).toEqual(["processed", "needs_review"]);
+    expect(await rows`select kind, amount::int from ledger_entries order by kind`).toEqual([
+      { kind: "dispute_fee", amount: 1500 }, { kind: "dispute_withdrawal", amount: 20000 },
+    ]);
+  });
+
+  test("`createApp()` parks dispute reinstatements above the withdrawals", async () => {
+    const dispute = JSON.parse(moneyOutEvent("18_").body).data.object as Record<string, unknown>;
+    const [first] = dispute.balance_transactions as Record<string, unknown>[];
+    const back = { ...first, id: "txn_test_reinstated_twice", amount: 40000, fee: 0, net: 40000 };
+    const tooMuch = eventBody("evt_dispute_reinstated_twice", "charge.dispute.funds_reinstated", { ...dispute, balance_transactions: [first, back] });
+    expect(await deliverInOrder([tooMuch])).toEqual(["needs_review"]);
+    expect(await rows`select kind from ledger_entries`).toEqual([]);
   });
 
   test("`createApp()` parks a refund event missing its amount, naming the field", async () => {
