@@ -13,5 +13,6 @@ export type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./pro
 export { signStripePayload, stripeProvider, stripeSubject } from "./providers/stripe.ts";
 export { standardWebhooksProvider } from "./providers/standard-webhooks.ts";
 export { connect, type ConnectOptions, type Db, type Tx } from "./db/db.ts";
+export { assertPatchedPostgres } from "./db/patched-postgres.ts";
 export { migrate, type Migration } from "./db/migrate.ts";
 export { AppError, type ErrorCode } from "./errors.ts";

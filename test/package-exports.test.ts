@@ -1,7 +1,7 @@
 // The package as a team's own app imports it: by its name, through package.json `exports`
 // (self-reference), not by paths into src/.
 import { afterAll, expect, test } from "bun:test";
-import { createApp, PermanentError, runWorker, statementHandler, stripeEndpoints, stripeProvider, providerNamed, type HandlerTable } from "webhook-inbox";
+import { assertPatchedPostgres, createApp, handlersFor, PermanentError, runWorker, statementHandler, stripeEndpoints, stripeHandlers, stripeProvider, providerNamed, type HandlerTable } from "webhook-inbox";
 import * as handlers from "webhook-inbox/handlers";
 import { loadMigrations } from "webhook-inbox/migrations";
 import { fixture, freshDatabase, SECRET, signedRequest } from "./support/helpers.ts";
@@ -17,6 +17,14 @@ test("`createApp()` imported as webhook-inbox serves one signed Stripe event and
   expect(await fresh.db`select provider, event_id, outcome from webhook_inbox`).toEqual([{ provider: "stripe", event_id: "evt_1SkB1aLgUG5tbmjc0created", outcome: "processed" }] as never);
 });
 
+test("`stripeEndpoints()` and `handlersFor()` serve one Stripe handler table, money going out included", () => {
+  const [endpoint] = stripeEndpoints([{ name: "billing", secrets: [SECRET] }]);
+  expect(endpoint?.handlers).toBe(handlersFor("stripe") as HandlerTable);
+  expect(endpoint?.handlers).toBe(stripeHandlers);
+  expect(typeof stripeHandlers["refund.created"]).toBe("function");
+  expect(typeof stripeHandlers["invoice.paid"]).toBe("function");
+});
+
 test("`webhook-inbox` exports the handler helpers, the worker, the providers and the migrations loader", () => {
   const table: HandlerTable = { "x.y": statementHandler("noop", (sql) => ({ noop: sql`select 1` })) };
   expect(typeof table["x.y"]?.statement).toBe("function");
@@ -25,4 +33,29 @@ test("`webhook-inbox` exports the handler helpers, the worker, the providers and
   expect(typeof runWorker).toBe("function");
   expect(providerNamed("stripe")).toBe(stripeProvider);
   expect(loadMigrations().length).toBeGreaterThan(9);
+});
+
+test("`assertPatchedPostgres()` passes for the postgres.js this package loads (patched by patchedDependencies)", () => {
+  expect(() => assertPatchedPostgres()).not.toThrow();
+});
+
+test("`assertPatchedPostgres()` throws for an unpatched postgres.js, naming the patch and the patchedDependencies entry to add", () => {
+  function Postgres(a: unknown, b: unknown) {
+    return [a, b];
+  }
+  expect(() => assertPatchedPostgres(Postgres)).toThrow('"patchedDependencies": { "postgres@3.4.9": "patches/postgres@3.4.9.patch" }');
+  expect(() => assertPatchedPostgres({ default: Postgres })).toThrow("unpatched");
+});
+
+test("`bun pm pack` packs src, sql, patches and README.md, and never .data, test or bench-results", () => {
+  const packed = Bun.spawnSync(["bun", "pm", "pack", "--dry-run"], { cwd: `${import.meta.dir}/..`, stdout: "pipe", stderr: "pipe" });
+  const files = `${packed.stdout.toString()}${packed.stderr.toString()}`
+    .split("\n")
+    .map((line) => /^packed \S+ (.+)$/.exec(line.trim())?.[1])
+    .filter((file): file is string => file !== undefined);
+  expect(files).toContain("src/index.ts");
+  expect(files).toContain("sql/0001_inbox.sql");
+  expect(files).toContain("patches/postgres@3.4.9.patch");
+  expect(files).toContain("README.md");
+  expect(files.filter((file) => /^(\.data|test|bench-results|node_modules)\//.test(file) || file === "bun.lock")).toEqual([]);
 });

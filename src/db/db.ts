@@ -1,5 +1,6 @@
 import postgres from "postgres";
 import { PermanentError } from "../errors.ts";
+import { assertPatchedPostgres } from "./patched-postgres.ts";
 
 /** The connection pool (postgres.js `Sql`). Use it only outside transactions. */
 export type Db = postgres.Sql;
@@ -70,8 +71,10 @@ export interface ConnectOptions {
  * Opens a postgres.js pool. Connections are lazy: nothing is contacted until the first query.
  * Reconnect backoff is bounded (≤ 1 s) so a short database restart is a short outage, not ~20 s
  * of 5xx (postgres.js's default backoff grows with attempts).
+ * @throws Error when the postgres.js loaded is not the patched one ({@link assertPatchedPostgres}).
  */
 export function connect(url: string, options: ConnectOptions = {}): Db {
+  assertPatchedPostgres();
   return postgres(url, {
     max: options.max ?? 10,
     connect_timeout: options.connectTimeoutSec ?? 5,

@@ -51,8 +51,9 @@ export interface StepHelpers {
  * Builds a handler's whole effect as named steps of ONE statement: `{ paid: sql\`insert …\`, booked:
  * sql\`insert … select … from ${step("paid")}\` }`. Step names are lowercase identifiers; the framework
  * renders them as CTEs named `h_<name>`, so they never clash with its own (`inbox`, `done`). Rules the
- * framework enforces: a step writes with `insert`, `update`, `delete` or `merge` and ends with a
- * RETURNING clause (the framework reads it to see whether the step wrote); steps' writes survive only when the inbox
+ * framework enforces: a step starts (after comments, whitespace and `(`) with `select`, `values`,
+ * `insert into`, `update`, `delete from` or `merge into`, a write naming its table literally (anything
+ * else, its own `with` included, is refused); a write ends with a RETURNING clause (the framework reads it to see whether the step wrote); steps' writes survive only when the inbox
  * insert (sync) or re-check (worker) found work to do (else the statement fails with WI001 and rolls
  * back); no two steps write the same table (one snapshot per statement: an update cannot see a row
  * inserted by another step, and does nothing). Validation

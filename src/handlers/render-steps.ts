@@ -1,9 +1,11 @@
 import type { Db, Tx } from "../db/db.ts";
 import type { HandlerContext, Step, StepsBuilder } from "./handler-table.ts";
+import { classifyHead, sqlSkeleton, type StepKind } from "./step-sql.ts";
 
 /**
  * A statement handler breaks a rule the framework enforces (a step name that is not a lowercase
- * identifier, a reference to a missing step, two steps writing one table, a step writing the inbox).
+ * identifier, a reference to a missing step, a step whose SQL cannot be classified as a read or a write
+ * of a literal table, two steps writing one table, a step writing the inbox).
  * A programming error, deliberately not a PermanentError: the delivery fails with a 5xx, the worker
  * retries and records it as `last_error`, so it stays visible until the handler is fixed; nothing is
  * parked as if the event were bad.
@@ -14,9 +16,6 @@ export class HandlerDefinitionError extends Error {
 
 /** Step names: lowercase identifiers, rendered as `h_<name>` (PostgreSQL's identifier limit is 63 bytes). */
 const STEP_NAME = /^[a-z][a-z0-9_]{0,40}$/;
-
-/** The leading write of a step's SQL: `insert into X`, `update X`, `delete from X`, `merge into X` (X possibly schema-qualified or quoted). */
-const LEADING_WRITE = /^\s*(?:insert\s+into|update(?:\s+only)?|delete\s+from(?:\s+only)?|merge\s+into)\s+((?:"[^"]+"|[a-z_][a-z0-9_$]*)(?:\s*\.\s*(?:"[^"]+"|[a-z_][a-z0-9_$]*))?)/i;
 
 /** The CTE name the framework gives a step. */
 function cteName(step: string): string {
@@ -85,8 +84,10 @@ function checkSteps(handler: string, steps: [string, Step][], referenced: Set<st
   }
   const writers = new Map<string, string>();
   for (const [name, body] of steps) {
-    const { table, returning } = factsOf(body);
-    if (table === undefined) continue;
+    const { kind, returning } = factsOf(body);
+    if (kind.kind === "refused") throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" ${kind.reason}`);
+    if (kind.kind === "read") continue;
+    const table = kind.table;
     if (!returning) {
       throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes table ${table} without a RETURNING clause; the framework reads a step's RETURNING rows to see whether a duplicate wrote (add e.g. \`returning 1\`)`);
     }
@@ -100,9 +101,9 @@ function checkSteps(handler: string, steps: [string, Step][], referenced: Set<st
   return [...writers.values()];
 }
 
-/** What the rules need to know of one step: the table it writes (undefined: read-only) and whether it has RETURNING. */
+/** What the rules need to know of one step: how it begins (a read, a write of a table, refused) and whether it has RETURNING. */
 interface StepFacts {
-  table: string | undefined;
+  kind: StepKind;
   returning: boolean;
 }
 
@@ -126,42 +127,46 @@ function isTemplateFact(step: Step): boolean {
 }
 
 function factsOf(step: Step): StepFacts {
-  const strings = (step as unknown as { strings?: readonly string[] }).strings;
+  const strings = templateOf(step);
   const known = strings && factsByTemplate.get(strings);
   if (known) return known;
-  const facts = { table: writtenTable(step), returning: /\breturning\b/i.test(stepText(step)) };
-  const ownHead = (strings?.[0] ?? "").replace(/--[^\n]*(\n|$)/g, "\n").trim() !== "";
-  const ownReturning = strings !== undefined && /\breturning\b/i.test(strings.join(" ").replace(/--[^\n]*(\n|$)/g, "\n"));
-  if (strings && ownHead && (facts.table === undefined || ownReturning)) factsByTemplate.set(strings, facts);
+  const facts = { kind: stepKind(step), returning: /\breturning\b/i.test(stepText(step)) };
+  const ownHead = sqlSkeleton(strings?.[0] ?? "").replace(/[\s(]+/g, "") !== "";
+  const ownReturning = strings !== undefined && /\breturning\b/i.test(sqlSkeleton(strings.join(" ")));
+  if (strings && ownHead && (facts.kind.kind !== "write" || ownReturning)) factsByTemplate.set(strings, facts);
   return facts;
 }
 
-/** A step's SQL text without its values or comments, nested fragments included. */
+/** A step's SQL text without its values, comments or literals ({@link sqlSkeleton}), nested fragments included. */
 function stepText(step: Step): string {
   const node = step as unknown as { strings?: readonly string[]; args?: readonly unknown[] };
   if (!node.strings) return "";
-  const nested = (node.args ?? []).map((arg) => (typeof arg === "object" && arg !== null && "strings" in arg ? stepText(arg as unknown as Step) : " "));
-  return node.strings.map((s, i) => s.replace(/--[^\n]*(\n|$)/g, "\n") + (nested[i] ?? "")).join("");
+  const nested = (node.args ?? []).map((arg) => (isFragment(arg) ? stepText(arg as Step) : " "));
+  return sqlSkeleton(node.strings.map((s, i) => s + (nested[i] ?? "")).join(""));
+}
+
+/** True for a nested postgres.js query fragment (it has template strings), false for a bound value. */
+function isFragment(arg: unknown): boolean {
+  return typeof arg === "object" && arg !== null && "strings" in arg;
 }
 
 /**
- * The table a step writes, read from its leading SQL text (postgres.js keeps a query's template
- * strings in `strings` and its values in `args`; a step that starts with a nested fragment is read
- * through it), lowercased, unquoted, without schema; undefined for a read-only step.
+ * How a step begins ({@link classifyHead}), read from its leading SQL text (postgres.js keeps a
+ * query's template strings in `strings` and its values in `args`). A step whose own text before its
+ * first value is only whitespace, comments or `(` is read through the nested fragment that follows,
+ * the prefix kept (so `(${fragment})` and `/* c *\/ ${fragment}` classify as the fragment does); a step
+ * that starts with a bound value, or is no template query at all, is refused.
  */
-export function writtenTable(step: Step): string | undefined {
+export function stepKind(step: Step): StepKind {
   let node = step as unknown as { strings?: readonly string[]; args?: readonly unknown[] } | undefined;
-  for (let depth = 0; depth < 4 && node?.strings; depth++) {
-    const head = (node.strings[0] ?? "").replace(/--[^\n]*(\n|$)/g, "\n");
-    if (head.trim() === "" && node.strings.length > 1) {
-      node = node.args?.[0] as typeof node;
-      continue;
-    }
-    const match = LEADING_WRITE.exec(head);
-    if (!match?.[1]) return undefined;
-    const last = match[1].split(".").pop() ?? match[1];
-    const trimmed = last.trim();
-    return trimmed.startsWith('"') ? trimmed.slice(1, -1) : trimmed.toLowerCase();
+  let prefix = "";
+  for (let depth = 0; depth < 8; depth++) {
+    if (!node?.strings) break;
+    const head = prefix + sqlSkeleton(node.strings[0] ?? "");
+    if (head.replace(/[\s(]+/g, "") !== "" || node.strings.length === 1) return classifyHead(head);
+    if (!isFragment(node.args?.[0])) return { kind: "refused", reason: "starts with a bound value, not SQL text" };
+    prefix = head;
+    node = node.args?.[0] as typeof node;
   }
-  return undefined;
+  return { kind: "refused", reason: "is not a sql`…` template (or nests fragments more than 8 deep before any SQL text)" };
 }

@@ -10,6 +10,7 @@ import { readBody } from "./request-body.ts";
 import { createBodyBudget, type BodyBudget } from "./body-budget.ts";
 import { createLimiter } from "./limiter.ts";
 import { createMetrics, type Metrics } from "./metrics.ts";
+import { assertPatchedPostgres } from "../db/patched-postgres.ts";
 import { createProbes, RETRY_AFTER_SEC } from "./probes.ts";
 
 /** One configured webhook endpoint: a provider, its secrets and the handler table it feeds. */
@@ -88,8 +89,10 @@ export interface App {
  * retries). A signed event that no retry can apply (a PermanentError or a data error) is recorded as
  * needs-review and answered 200 `needs_review`, visible to operators. Nothing is acknowledged before
  * its transaction committed.
+ * @throws Error when the postgres.js loaded is not the patched one ({@link assertPatchedPostgres}).
  */
 export function createApp(deps: AppDeps): App {
+  assertPatchedPostgres();
   const now = deps.now ?? Date.now;
   const log = deps.log ?? ((line) => console.log(JSON.stringify(line)));
   const toleranceSec = deps.toleranceSec ?? 300;

@@ -6,6 +6,7 @@ import { notifierFor, OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import { processBatch } from "./process-batch.ts";
 import { createWakeUp } from "../loop/wake-up.ts";
 import { describeError } from "../errors.ts";
+import { assertPatchedPostgres } from "../db/patched-postgres.ts";
 
 /** Settings of {@link runWorker}; times in ms (the shared ones in {@link LoopOptions}). */
 export interface WorkerOptions extends LoopOptions {
@@ -27,9 +28,10 @@ export interface WorkerOptions extends LoopOptions {
  * aborts and in-flight rows finished. Database errors while claiming are logged and retried after
  * the poll interval (capped at 1 s); they never end the loop.
  * @throws Error when `timeoutMs >= leaseMs` (a row could outlive its lease while still running), or
- *   when `batchSize` is not a whole number ≥ 1.
+ *   when `batchSize` is not a whole number ≥ 1, or when the postgres.js loaded is unpatched ({@link assertPatchedPostgres}).
  */
 export async function runWorker(options: WorkerOptions): Promise<void> {
+  assertPatchedPostgres();
   const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(options, "Worker");
 
   // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.

@@ -4,7 +4,7 @@
 // safe by the framework, in sync mode and in the worker.
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import type { Db } from "../../src/db/db.ts";
-import { PermanentError, statementHandler, type HandlerTable } from "../../src/handlers/handler-table.ts";
+import { PermanentError, statementHandler, type HandlerTable, type Step } from "../../src/handlers/handler-table.ts";
 import { HandlerDefinitionError } from "../../src/handlers/render-steps.ts";
 import { claimBatch } from "../../src/worker/claim.ts";
 import { processClaimed, type ProcessOptions } from "../../src/worker/process-claimed.ts";
@@ -23,6 +23,12 @@ beforeEach(async () => {
 /** Writes one `marks` row per application and never tests the gate: the framework must keep it to one. */
 const ungated = statementHandler("ungated", (sql, _object, ctx) => ({
   marked: sql`insert into marks (event_id, note) values (${ctx.eventId}::text, 'ungated') returning 1`,
+}));
+
+/** {@link ungated} behind a nested block comment, a quoted table and odd spacing: the same write. */
+const commentedUngated = statementHandler("commentedUngated", (sql, _object, ctx) => ({
+  marked: sql`/* audit /* nested */ */
+    INSERT   INTO public."marks" (event_id, note) values (${ctx.eventId}::text, 'commented') RETURNING 1`,
 }));
 
 /** A plain insert with no `on conflict`: a redelivery that reaches it hits the primary key (23505). */
@@ -47,7 +53,7 @@ const unreturning = statementHandler("unreturning", (sql, _object, ctx) => ({
   marked: sql`insert into marks (event_id, note) values (${ctx.eventId}::text, 'unreturning')`,
 }));
 
-const HANDLERS: HandlerTable = { "thing.ungated": ungated, "thing.strict": strictInsert, "thing.clashing": clashing, "thing.twice": insertThenUpdate, "thing.unreturning": unreturning };
+const HANDLERS: HandlerTable = { "thing.ungated": ungated, "thing.strict": strictInsert, "thing.clashing": clashing, "thing.twice": insertThenUpdate, "thing.unreturning": unreturning, "thing.commented": commentedUngated };
 const TARGET: ReceiveTarget = { provider: "stripe", endpoint: "hazards", handlers: HANDLERS };
 const OPTIONS: ProcessOptions = { handlersFor: () => HANDLERS, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 60_000, capMs: 600_000 } };
 
@@ -66,6 +72,13 @@ async function processTwice(eventId: string, type: string): Promise<string[]> {
 describe("statementHandler()", () => {
   test("`receiveSync()` of a redelivered event whose step skips the gate writes once and answers duplicate", async () => {
     const sent = body("evt_h_gate", "thing.ungated");
+    expect(await receiveSync(db, TARGET, verified(sent))).toBe("processed");
+    expect(await receiveSync(db, TARGET, verified(sent))).toBe("duplicate");
+    expect(await count(db, "marks")).toBe(1);
+  });
+
+  test("`receiveSync()` of a redelivered event whose step hides its write behind a block comment writes once and answers duplicate", async () => {
+    const sent = body("evt_h_gate_comment", "thing.commented");
     expect(await receiveSync(db, TARGET, verified(sent))).toBe("processed");
     expect(await receiveSync(db, TARGET, verified(sent))).toBe("duplicate");
     expect(await count(db, "marks")).toBe(1);
@@ -144,4 +157,69 @@ describe("statementHandler()", () => {
     expect(result.error).toContain('steps "created" and "settled" both write table things');
     expect(await count(db, "things")).toBe(0);
   });
+});
+
+describe("statementHandler() step classification", () => {
+  const context = { provider: "stripe", endpoint: "hazards", eventId: "evt_shape", eventType: "thing.shape" };
+  /** Renders a handler whose first step is `shape` and whose second plainly writes `marks`: the two-writers rule must name marks. */
+  const renderWithSecondWriter = (shape: (sql: Db) => Step) =>
+    statementHandler("shapes", (sql) => ({ first: shape(sql as Db), second: sql`insert into marks (event_id) values ('x') returning 1` })).statement?.(db, {}, context);
+  const writesOfMarks: [string, (sql: Db) => Step][] = [
+    ["a leading block comment", (sql) => sql`/* audit */ insert into marks (event_id) values ('a') returning 1`],
+    ["a nested block comment", (sql) => sql`/* a /* b */ insert into x */ insert into marks (event_id) values ('a') returning 1`],
+    ["a line comment and newlines", (sql) => sql`
+      -- audit
+      insert into marks (event_id) values ('a') returning 1`],
+    ["a comment between the keywords", (sql) => sql`insert /* x */ into marks (event_id) values ('a') returning 1`],
+    ["upper case", (sql) => sql`INSERT INTO MARKS (event_id) values ('a') RETURNING 1`],
+    ["a quoted table", (sql) => sql`insert into "marks" (event_id) values ('a') returning 1`],
+    ["a schema-qualified table", (sql) => sql`insert into public . marks (event_id) values ('a') returning 1`],
+    ["a quoted schema-qualified table", (sql) => sql`update "public"."marks" set note = 'n' returning 1`],
+    ["update only", (sql) => sql`update only marks set note = 'n' returning 1`],
+    ["delete from", (sql) => sql`delete from marks where event_id = 'a' returning 1`],
+    ["merge into", (sql) => sql`merge into marks m using (select 'a' as id) s on m.event_id = s.id when matched then do nothing returning 1`],
+    ["a column list right after the table", (sql) => sql`insert into marks(event_id) values ('a') returning 1`],
+    ["a comment before a nested fragment", (sql) => sql`/* c */ ${sql`insert into marks (event_id) values ('a') returning 1`}`],
+  ];
+  for (const [shape, build] of writesOfMarks) {
+    test(`\`statement()\` sees the write of marks behind ${shape}`, () => {
+      expect(() => renderWithSecondWriter(build)).toThrow('steps "first" and "second" both write table marks');
+    });
+  }
+
+  test("`statement()` sees RETURNING only outside comments and string literals", () => {
+    const handler = statementHandler("fakeReturning", (sql) => ({ marked: sql`insert into marks (event_id, note) values ('a', 'returning') -- returning 1` }));
+    expect(() => handler.statement?.(db, {}, context)).toThrow('step "marked" writes table marks without a RETURNING clause');
+  });
+
+  test("`statement()` reads a select whose text mentions insert in a literal or comment as a read", () => {
+    const handler = statementHandler("reads", (sql) => ({
+      a: sql`/* insert into marks */ select 'insert into marks' as t`,
+      b: sql`(values (1))`,
+      c: sql`insert into marks (event_id) values ('a') returning 1`,
+    }));
+    expect(handler.statement?.(db, {}, context)).toBeDefined();
+  });
+
+  const refused: [string, (sql: Db) => Step, string][] = [
+    ["its own WITH", (sql) => sql`with x as (insert into marks (event_id) values ('a') returning 1) select * from x`, "starts with its own WITH"],
+    ["an unknown first word", (sql) => sql`table marks`, 'starts with "table marks"'],
+    ["a table given as an identifier value", (sql) => sql`insert into ${sql("marks")} (event_id) values ('a') returning 1`, "whose table is not written literally"],
+    ["a bound value", (sql) => sql`${"x"}`, "starts with a bound value"],
+    ["only a comment", (sql) => sql`/* nothing */`, "starts with"],
+  ];
+  for (const [shape, build, message] of refused) {
+    test(`\`statement()\` refuses a step that starts with ${shape}, as a HandlerDefinitionError naming handler and step`, () => {
+      const handler = statementHandler("refused", (sql) => ({ odd: build(sql as Db) }));
+      let err: unknown;
+      try {
+        handler.statement?.(db, {}, context);
+      } catch (e) {
+        err = e;
+      }
+      expect(err).toBeInstanceOf(HandlerDefinitionError);
+      expect(String(err)).toContain('Handler "refused": step "odd" ');
+      expect(String(err)).toContain(message);
+    });
+  }
 });

@@ -1,5 +1,5 @@
 import { readdirSync, readFileSync } from "node:fs";
-import { join } from "node:path";
+import { isAbsolute, join } from "node:path";
 import postgres from "postgres";
 import { connect, type Db } from "../../src/db/db.ts";
 import { signStripePayload, stripeSubject } from "../../src/providers/stripe.ts";
@@ -58,7 +58,23 @@ export function fixture(name: string): string {
 
 /** All lifecycle fixtures as `{ name, body }`, in file order. */
 export function lifecycle(): { name: string; body: string }[] {
-  return readdirSync(LIFECYCLE_DIR).filter((f) => f.endsWith(".json")).sort().map((name) => ({ name, body: fixture(name) }));
+  return readFixtures(LIFECYCLE_DIR);
+}
+
+/** The fixtures folder of this repository: test/fixtures/. */
+export const FIXTURES_DIR = join(import.meta.dir, "..", "fixtures");
+
+/**
+ * Every `.json` file of a fixtures folder as `{ name, body }` (name: the file name; body: its exact
+ * bytes as UTF-8 text), in name order. `dir` is relative to test/fixtures/ (e.g.
+ * "stripe/invoice-lifecycle") or absolute.
+ * @throws Error when the folder holds no `.json` file (an empty set would make a contract pass vacuously), or cannot be read.
+ */
+export function readFixtures(dir: string): { name: string; body: string }[] {
+  const folder = isAbsolute(dir) ? dir : join(FIXTURES_DIR, dir);
+  const names = readdirSync(folder).filter((f) => f.endsWith(".json")).sort();
+  if (names.length === 0) throw new Error(`No .json fixtures in ${folder}`);
+  return names.map((name) => ({ name, body: readFileSync(join(folder, name), "utf8") }));
 }
 
 /** A Stripe invoice object with sensible defaults (amounts in minor units). */

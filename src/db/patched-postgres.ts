@@ -1,0 +1,35 @@
+import postgres from "postgres";
+
+/**
+ * Text only patches/postgres@3.4.9.patch puts into postgres.js's `Postgres` function (its `sql.begin`
+ * checks COMMIT's command tag). The patch is applied whole, so its presence vouches for the
+ * connection fixes in the same patch too.
+ */
+const PATCH_MARKER = "COMMIT_ROLLED_BACK";
+
+/** Factories already found patched: the check reads the function's source once. */
+const patched = new WeakSet<object>();
+
+/**
+ * Throws unless `factory` (default: the postgres.js this package imports) carries
+ * patches/postgres@3.4.9.patch, found by the marker text in its source (Function.prototype.toString,
+ * ECMAScript: the source text of a function defined in source). Package managers apply
+ * `patchedDependencies` only to the root project, so an app that installs webhook-inbox gets an
+ * unpatched postgres.js unless its own package.json carries the same entry; without it a COMMIT that
+ * PostgreSQL answered with ROLLBACK would be taken as saved. Called by connect(), createApp() and
+ * runWorker(); costs one string search per process.
+ * @throws Error naming the fix: copy the patch and add the `patchedDependencies` entry, then reinstall.
+ */
+export function assertPatchedPostgres(factory: unknown = postgres): void {
+  if (typeof factory === "function" && patched.has(factory)) return;
+  if (typeof factory === "function" && Function.prototype.toString.call(factory).includes(PATCH_MARKER)) {
+    patched.add(factory);
+    return;
+  }
+  throw new Error(
+    "webhook-inbox needs postgres.js 3.4.9 with patches/postgres@3.4.9.patch, and the postgres.js loaded here is unpatched " +
+      "(package managers apply patchedDependencies only to the root project). Copy node_modules/webhook-inbox/patches/postgres@3.4.9.patch " +
+      'into your project\'s patches/, add "patchedDependencies": { "postgres@3.4.9": "patches/postgres@3.4.9.patch" } to your package.json, ' +
+      "and run `bun install` again. Without it a COMMIT that PostgreSQL answered with ROLLBACK is taken as saved.",
+  );
+}
