@@ -116,15 +116,22 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     }
     const secrets = raw.split(",").map((s) => s.trim());
     secrets.forEach((s, i) => {
-      if (!SECRET.test(s)) problems.push(`${variable} value ${i + 1} of ${secrets.length} is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)`);
+      if (!SECRET.test(s))
+        problems.push(
+          `${variable} value ${i + 1} of ${secrets.length} is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)`,
+        );
     });
     endpoints.push({ name, secrets, source: variable, mode });
   };
   readSecrets("billing", "STRIPE_WEBHOOK_SECRET");
   const seen = new Set(["billing"]);
-  for (const name of (env.STRIPE_ENDPOINTS ?? "").split(",").map((s) => s.trim()).filter(Boolean)) {
+  for (const name of (env.STRIPE_ENDPOINTS ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)) {
     // A secret pasted here by mistake must not be echoed: name the entry by position when it looks like one.
-    const shown = /^whsec_/i.test(name) || name.length > 63 ? `number ${seen.size} (not shown: it looks like a secret or is too long)` : `"${name}"`;
+    const shown =
+      /^whsec_/i.test(name) || name.length > 63 ? `number ${seen.size} (not shown: it looks like a secret or is too long)` : `"${name}"`;
     if (!ENDPOINT_NAME.test(name)) problems.push(`STRIPE_ENDPOINTS entry ${shown} must match ${ENDPOINT_NAME.source}`);
     else if (seen.has(name)) problems.push(`STRIPE_ENDPOINTS names "${name}" twice`);
     else readSecrets(name, `STRIPE_WEBHOOK_SECRET_${name.toUpperCase().replaceAll("-", "_")}`);
@@ -147,7 +154,9 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     endpoints,
   };
   if (config.maxInflightBodyBytes < config.maxBodyBytes) {
-    problems.push(`MAX_INFLIGHT_BODY_BYTES (${config.maxInflightBodyBytes}) must be at least MAX_BODY_BYTES (${config.maxBodyBytes}), or no body of the largest size could ever be read`);
+    problems.push(
+      `MAX_INFLIGHT_BODY_BYTES (${config.maxInflightBodyBytes}) must be at least MAX_BODY_BYTES (${config.maxBodyBytes}), or no body of the largest size could ever be read`,
+    );
   }
   if (config.metricsToken !== undefined && config.metricsToken.length < 16) problems.push("METRICS_TOKEN must be at least 16 characters");
   if (problems.length > 0) throw new ConfigError(problems);
@@ -155,7 +164,8 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
 }
 
 /** Why `NODE_ENV=production` cannot use the embedded server (shared by config and every command). */
-export const PRODUCTION_NEEDS_DATABASE_URL = "DATABASE_URL is required when NODE_ENV=production: the embedded PostgreSQL (postgres/postgres on 127.0.0.1, data in .data/) is for local development only";
+export const PRODUCTION_NEEDS_DATABASE_URL =
+  "DATABASE_URL is required when NODE_ENV=production: the embedded PostgreSQL (postgres/postgres on 127.0.0.1, data in .data/) is for local development only";
 
 /**
  * What is wrong with `NODE_ENV`, or undefined: it must be unset (or empty), `production`, `development`

@@ -4,7 +4,14 @@
 export { createApp, type App, type AppDeps, type Endpoint } from "./receiver/app.ts";
 export { handlersFor, handlerTables, stripeEndpoints } from "./receiver/endpoints.ts";
 export type { HybridOptions, Mode, Outcome } from "./receiver/receive.ts";
-export { PermanentError, statementHandler, type Handler, type HandlerContext, type HandlerTable, type StatementBuilder } from "./handlers/handler-table.ts";
+export {
+  PermanentError,
+  statementHandler,
+  type Handler,
+  type HandlerContext,
+  type HandlerTable,
+  type StatementBuilder,
+} from "./handlers/handler-table.ts";
 export { billingHandlers } from "./handlers/billing.ts";
 export { stripeHandlers } from "./handlers/stripe-money.ts";
 export { runWorker, type WorkerOptions } from "./worker/worker.ts";

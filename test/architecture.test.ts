@@ -15,8 +15,38 @@ const ROOT = join(import.meta.dir, "..");
  * dev (bench, chaos, the delivery tool) may import anything and nothing may import it.
  */
 export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
-  bin: ["runtime", "receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
-  adapter: ["runtime", "receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  bin: [
+    "runtime",
+    "receiver",
+    "worker",
+    "outbox",
+    "ops",
+    "writeback",
+    "handlers",
+    "providers",
+    "inbox",
+    "loop",
+    "db",
+    "config",
+    "errors",
+    "log",
+  ],
+  adapter: [
+    "runtime",
+    "receiver",
+    "worker",
+    "outbox",
+    "ops",
+    "writeback",
+    "handlers",
+    "providers",
+    "inbox",
+    "loop",
+    "db",
+    "config",
+    "errors",
+    "log",
+  ],
   runtime: ["receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   // The package's importable core (package.json `exports` "."): Web APIs only, like the receiver.
   index: ["receiver", "worker", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
@@ -76,7 +106,9 @@ export function scan(path: string, text: string): SourceFile {
   const pattern = /(?:\bfrom\s*|\bimport\s*\(\s*|\bimport\s+)(["'`])([^"'`]+)\1/g;
   for (const m of code.matchAll(pattern)) {
     const specifier = m[2]!;
-    imports.push(specifier.startsWith(".") ? { specifier, target: posix.normalize(posix.join(posix.dirname(path), specifier)) } : { specifier });
+    imports.push(
+      specifier.startsWith(".") ? { specifier, target: posix.normalize(posix.join(posix.dirname(path), specifier)) } : { specifier },
+    );
   }
   const globals = [...new Set([...code.matchAll(/(?<![\w.$])(Bun|process|Deno)\s*(?:\.|\[)/g)].map((m) => m[1]!))];
   return { path, imports, globals };
@@ -99,7 +131,9 @@ export function violations(files: readonly SourceFile[], allowed = ALLOWED, edge
     for (const imp of file.imports) {
       if (imp.target === undefined) {
         if (!edge.has(from) && /^(node:|bun:|bun$)/.test(imp.specifier)) {
-          found.push(`${file.path} → ${imp.specifier}: src/${from} uses Web APIs only; node: and bun: modules belong in bin/, adapter/, runtime/ or dev/`);
+          found.push(
+            `${file.path} → ${imp.specifier}: src/${from} uses Web APIs only; node: and bun: modules belong in bin/, adapter/, runtime/ or dev/`,
+          );
         }
         continue;
       }
@@ -148,10 +182,16 @@ test("`violations()` reports each kind of broken rule as file → imported file:
     scan("src/worker/worker.ts", `import { describeError } from "../receiver/receive.ts";\nimport type { X } from "../db/db.ts";`),
     scan("src/receiver/app.ts", `export { deliver } from "../dev/deliver.ts";`),
     scan("src/db/db.ts", `const m = await import("../handlers/handler-table.ts");`),
-    scan("src/providers/stripe.ts", `import { createHmac } from "node:crypto";\nimport "bun:sqlite";\n// process.env in a comment is fine\nconst port = process.env.PORT;\nBun.serve({});`),
+    scan(
+      "src/providers/stripe.ts",
+      `import { createHmac } from "node:crypto";\nimport "bun:sqlite";\n// process.env in a comment is fine\nconst port = process.env.PORT;\nBun.serve({});`,
+    ),
     scan("src/errors.ts", `import type { LogFn } from "./log.ts";`),
     scan("src/newfolder/thing.ts", `import { x } from "../db/db.ts";`),
-    scan("src/runtime/signals.ts", `import { on } from "node:events";\nprocess.on("SIGTERM", () => {});\nimport { serve } from "../bin/serve.ts";`),
+    scan(
+      "src/runtime/signals.ts",
+      `import { on } from "node:events";\nprocess.on("SIGTERM", () => {});\nimport { serve } from "../bin/serve.ts";`,
+    ),
   ];
   expect(violations(files)).toEqual([
     "src/worker/worker.ts → src/receiver/receive.ts: src/worker may import only handlers, providers, inbox, loop, db, config, errors, log",
@@ -169,9 +209,15 @@ test("`violations()` reports each kind of broken rule as file → imported file:
 
 test("`violations()` lets dev/ import anything, and same-folder and downward imports pass", () => {
   const files = [
-    scan("src/dev/bin/chaos.ts", `import { runWorker } from "../../worker/worker.ts";\nimport { x } from "../random.ts";\nimport { spawn } from "node:child_process";\nprocess.exit(0);`),
+    scan(
+      "src/dev/bin/chaos.ts",
+      `import { runWorker } from "../../worker/worker.ts";\nimport { x } from "../random.ts";\nimport { spawn } from "node:child_process";\nprocess.exit(0);`,
+    ),
     scan("src/bin/serve.ts", `import { startReceiver } from "../runtime/receiver.ts";`),
-    scan("src/receiver/app.ts", `import { readBody } from "./request-body.ts";\nimport { AppError } from "../errors.ts";\nimport { Router } from "itty-router";`),
+    scan(
+      "src/receiver/app.ts",
+      `import { readBody } from "./request-body.ts";\nimport { AppError } from "../errors.ts";\nimport { Router } from "itty-router";`,
+    ),
   ];
   expect(violations(files)).toEqual([]);
 });

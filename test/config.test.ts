@@ -74,15 +74,23 @@ describe("loadConfig()", () => {
   });
 
   test("`loadConfig()` reads DATABASE_POOLER=transaction and refuses other poolers", () => {
-    expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_URL: DB_URL, DATABASE_POOLER: "transaction" }).databasePooler).toBe("transaction");
+    expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_URL: DB_URL, DATABASE_POOLER: "transaction" }).databasePooler).toBe(
+      "transaction",
+    );
     expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "none" }).databasePooler).toBe("none");
     expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "" }).databasePooler).toBe("none");
-    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "statement" }).problems).toEqual(['DATABASE_POOLER must be none or transaction, got "statement"']);
+    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_POOLER: "statement" }).problems).toEqual([
+      'DATABASE_POOLER must be none or transaction, got "statement"',
+    ]);
   });
 
   test("`loadConfig()` refuses a DATABASE_WAIT_MS that is not a whole number of ms", () => {
-    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_WAIT_MS: "5s" }).problems).toEqual(['DATABASE_WAIT_MS must be a whole number of milliseconds ≥ 0, got "5s"']);
-    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_WAIT_MS: "-1" }).problems).toEqual(['DATABASE_WAIT_MS must be a whole number of milliseconds ≥ 0, got "-1"']);
+    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_WAIT_MS: "5s" }).problems).toEqual([
+      'DATABASE_WAIT_MS must be a whole number of milliseconds ≥ 0, got "5s"',
+    ]);
+    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, DATABASE_WAIT_MS: "-1" }).problems).toEqual([
+      'DATABASE_WAIT_MS must be a whole number of milliseconds ≥ 0, got "-1"',
+    ]);
   });
 
   test("`loadConfig()` treats empty strings as unset", () => {
@@ -138,12 +146,16 @@ describe("loadConfig()", () => {
     ["with a space inside", "whsec_abcdefgh ijklmnopqrstuvwx"],
   ])("`loadConfig()` refuses a STRIPE_WEBHOOK_SECRET that is %s", (_label, secret) => {
     const err = configError({ STRIPE_WEBHOOK_SECRET: secret });
-    expect(err.problems).toEqual(["STRIPE_WEBHOOK_SECRET value 1 of 1 is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)"]);
+    expect(err.problems).toEqual([
+      "STRIPE_WEBHOOK_SECRET value 1 of 1 is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)",
+    ]);
   });
 
   test("`loadConfig()` names the bad value of a rotating secret by position", () => {
     const err = configError({ STRIPE_WEBHOOK_SECRET: `${SECRET},whsec_bad` });
-    expect(err.problems).toEqual(["STRIPE_WEBHOOK_SECRET value 2 of 2 is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)"]);
+    expect(err.problems).toEqual([
+      "STRIPE_WEBHOOK_SECRET value 2 of 2 is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)",
+    ]);
   });
 
   test("`loadConfig()` requires STRIPE_WEBHOOK_SECRET with DATABASE_URL and names the variable", () => {
@@ -175,7 +187,11 @@ describe("loadConfig()", () => {
   });
 
   test("`loadConfig()` refuses a name repeated in STRIPE_ENDPOINTS, billing included", () => {
-    const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_ENDPOINTS: "analytics,billing,analytics", STRIPE_WEBHOOK_SECRET_ANALYTICS: OTHER_SECRET });
+    const err = configError({
+      STRIPE_WEBHOOK_SECRET: SECRET,
+      STRIPE_ENDPOINTS: "analytics,billing,analytics",
+      STRIPE_WEBHOOK_SECRET_ANALYTICS: OTHER_SECRET,
+    });
     expect(err.problems).toEqual(['STRIPE_ENDPOINTS names "billing" twice', 'STRIPE_ENDPOINTS names "analytics" twice']);
   });
 
@@ -206,27 +222,36 @@ describe("loadConfig()", () => {
       "whsec_tiny",
       "whsec_has space in it 0123456789",
     ];
-    const err = configError({
-      DATABASE_URL: "mysql://admin:hunter2-db-password@db.internal/inbox",
-      STRIPE_WEBHOOK_SECRET: `${secrets[0]},${secrets[1]}`,
-      STRIPE_ENDPOINTS: "analytics,ops",
-      STRIPE_WEBHOOK_SECRET_ANALYTICS: secrets[2],
-      STRIPE_WEBHOOK_SECRET_OPS: secrets[3],
-    }, DEV_SECRET);
+    const err = configError(
+      {
+        DATABASE_URL: "mysql://admin:hunter2-db-password@db.internal/inbox",
+        STRIPE_WEBHOOK_SECRET: `${secrets[0]},${secrets[1]}`,
+        STRIPE_ENDPOINTS: "analytics,ops",
+        STRIPE_WEBHOOK_SECRET_ANALYTICS: secrets[2],
+        STRIPE_WEBHOOK_SECRET_OPS: secrets[3],
+      },
+      DEV_SECRET,
+    );
     expect(err.problems).toHaveLength(4);
     const text = `${err.message}\n${err.problems.join("\n")}\n${String(err)}`;
     for (const value of [...secrets, "hunter2-db-password", DEV_SECRET]) expect(text).not.toContain(value);
   });
 
   test("`loadConfig()` refuses a DATABASE_URL postgres.js cannot read (an unencoded / or a bad % in the password) without quoting it", () => {
-    for (const url of ["postgres://app:SEC/RET-pw@db.internal:5432/inbox", "postgres://app:hun%zzter2@db.internal/inbox", "postgres://user:p@ss#word@127.0.0.1:5432/db"]) {
+    for (const url of [
+      "postgres://app:SEC/RET-pw@db.internal:5432/inbox",
+      "postgres://app:hun%zzter2@db.internal/inbox",
+      "postgres://user:p@ss#word@127.0.0.1:5432/db",
+    ]) {
       const err = configError({ DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET });
       expect(err.problems).toHaveLength(1);
       expect(err.problems[0]).toStartWith("DATABASE_URL ");
       expect(err.problems[0]).toContain("(value not shown)");
       for (const piece of ["RET-pw", "hun%zz", "ss#", "@ss", "ENOTFOUND"]) expect(String(err)).not.toContain(piece);
     }
-    expect(() => loadConfig({ DATABASE_URL: "postgres://app:SEC%2FRET-pw@db.internal:5432/inbox", STRIPE_WEBHOOK_SECRET: SECRET })).not.toThrow();
+    expect(() =>
+      loadConfig({ DATABASE_URL: "postgres://app:SEC%2FRET-pw@db.internal:5432/inbox", STRIPE_WEBHOOK_SECRET: SECRET }),
+    ).not.toThrow();
   });
 
   test("`loadConfig()` with NODE_ENV=production and no settings names both DATABASE_URL and STRIPE_WEBHOOK_SECRET", () => {
@@ -239,15 +264,20 @@ describe("loadConfig()", () => {
 
   test("`loadConfig()` refuses an unknown NODE_ENV naming the variable, and accepts production, development, test or unset", () => {
     for (const value of ["prod", "Production", "staging"]) {
-      expect(configError({ NODE_ENV: value, STRIPE_WEBHOOK_SECRET: SECRET }).problems).toEqual([`NODE_ENV must be production, development or test (or unset), got "${value}"`]);
+      expect(configError({ NODE_ENV: value, STRIPE_WEBHOOK_SECRET: SECRET }).problems).toEqual([
+        `NODE_ENV must be production, development or test (or unset), got "${value}"`,
+      ]);
     }
-    for (const value of ["development", "test", "", undefined]) expect(loadConfig({ NODE_ENV: value }, DEV_SECRET).endpoints[0]?.source).toBe("generated");
+    for (const value of ["development", "test", "", undefined])
+      expect(loadConfig({ NODE_ENV: value }, DEV_SECRET).endpoints[0]?.source).toBe("generated");
     expect(loadConfig({ NODE_ENV: "production", DATABASE_URL: DB_URL, STRIPE_WEBHOOK_SECRET: SECRET }).databaseUrl).toBe(DB_URL);
   });
 
   test("`loadConfig()` does not echo a STRIPE_ENDPOINTS entry that looks like a secret pasted there by mistake", () => {
     const err = configError({ STRIPE_ENDPOINTS: "ops,whsec_leakedSecretValue1234567" });
-    expect(err.problems).toContain("STRIPE_ENDPOINTS entry number 2 (not shown: it looks like a secret or is too long) must match ^[a-z][a-z0-9-]{0,62}$");
+    expect(err.problems).toContain(
+      "STRIPE_ENDPOINTS entry number 2 (not shown: it looks like a secret or is too long) must match ^[a-z][a-z0-9-]{0,62}$",
+    );
     expect(String(err) + err.problems.join("\n")).not.toContain("leakedSecretValue");
   });
 });

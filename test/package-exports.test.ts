@@ -1,7 +1,19 @@
 // The package as a team's own app imports it: by its name, through package.json `exports`
 // (self-reference), not by paths into src/.
 import { afterAll, expect, test } from "bun:test";
-import { assertPatchedPostgres, createApp, handlersFor, PermanentError, runWorker, statementHandler, stripeEndpoints, stripeHandlers, stripeProvider, providerNamed, type HandlerTable } from "webhook-inbox";
+import {
+  assertPatchedPostgres,
+  createApp,
+  handlersFor,
+  PermanentError,
+  runWorker,
+  statementHandler,
+  stripeEndpoints,
+  stripeHandlers,
+  stripeProvider,
+  providerNamed,
+  type HandlerTable,
+} from "webhook-inbox";
 import * as handlers from "webhook-inbox/handlers";
 import { loadMigrations } from "webhook-inbox/migrations";
 import { fixture, freshDatabase, SECRET, signedRequest } from "./support/helpers.ts";
@@ -14,7 +26,9 @@ test("`createApp()` imported as webhook-inbox serves one signed Stripe event and
   const body = fixture("01_invoice.created_evt_1SkB1aLgUG5tbmjc0created.json");
   const res = await app.fetch(await signedRequest("http://app.test/webhooks/stripe", body));
   expect(await res.json()).toEqual({ outcome: "processed", event_id: "evt_1SkB1aLgUG5tbmjc0created" });
-  expect(await fresh.db`select provider, event_id, outcome from webhook_inbox`).toEqual([{ provider: "stripe", event_id: "evt_1SkB1aLgUG5tbmjc0created", outcome: "processed" }] as never);
+  expect(await fresh.db`select provider, event_id, outcome from webhook_inbox`).toEqual([
+    { provider: "stripe", event_id: "evt_1SkB1aLgUG5tbmjc0created", outcome: "processed" },
+  ] as never);
 });
 
 test("`stripeEndpoints()` and `handlersFor()` serve one Stripe handler table, money going out included", () => {

@@ -61,29 +61,47 @@ async function printTables(db: Db): Promise<void> {
            (select count(*) from invoice_net)::int as net,
            (select count(*) from outbox)::int as outbox
   `;
-  table("invoices", await db`
+  table(
+    "invoices",
+    await db`
     select id, status, currency, amount_due, amount_paid
       from (select * from invoices order by created_at desc, id desc limit ${limit}) newest
      order by id
-  `, counts?.invoices ?? 0);
+  `,
+    counts?.invoices ?? 0,
+  );
   // invoice_id of a refund or dispute row is derived from the stored links (ledger_entries_linked).
-  table("ledger_entries (amounts in minor units; invoice_id null: not linked yet)", await db`
+  table(
+    "ledger_entries (amounts in minor units; invoice_id null: not linked yet)",
+    await db`
     select invoice_id, kind, amount, currency, balance_transaction, source_id, event_id
       from (select * from ledger_entries_linked order by id desc limit ${limit}) newest
      order by id
-  `, counts?.ledger ?? 0);
-  table("net per invoice (minor units; net = paid − refunded − dispute_withdrawn − dispute_fees + dispute_reinstated)", await db`
+  `,
+    counts?.ledger ?? 0,
+  );
+  table(
+    "net per invoice (minor units; net = paid − refunded − dispute_withdrawn − dispute_fees + dispute_reinstated)",
+    await db`
     select invoice_id, currency, paid, refunded, dispute_withdrawn, dispute_fees, dispute_reinstated, net
       from (select * from invoice_net order by invoice_id desc nulls first, currency limit ${limit}) newest
      order by invoice_id nulls last, currency
-  `, counts?.net ?? 0);
-  table("outbox", await db`
+  `,
+    counts?.net ?? 0,
+  );
+  table(
+    "outbox",
+    await db`
     select aggregate_id, event_type, published
       from (select id, aggregate_id, event_type, published_at is not null as published from outbox order by id desc limit ${limit}) newest
      order by id
-  `, counts?.outbox ?? 0);
+  `,
+    counts?.outbox ?? 0,
+  );
   console.log("webhook_inbox");
-  console.table((await db`
+  console.table(
+    (
+      await db`
     select endpoint,
            case when processed_at is not null then outcome
                 when needs_review_at is not null then 'needs_review'
@@ -92,7 +110,9 @@ async function printTables(db: Db): Promise<void> {
       from webhook_inbox
      group by 1, 2
      order by 1, 2
-  `).map(printableRow));
+  `
+    ).map(printableRow),
+  );
 }
 
 const { database, db } = await openCommandDatabase(process.env, "webhook-inbox billing", 1);
@@ -101,7 +121,8 @@ try {
 } catch (err) {
   const reason = err instanceof Error ? err.message : String(err);
   if (isConnectFailure(err)) console.error(cannotConnectMessage(err));
-  else if (sqlState(err) === SQLSTATE.undefinedTable) console.error(`Cannot read billing tables: ${reason} (run \`bun run migrate\` first?)`);
+  else if (sqlState(err) === SQLSTATE.undefinedTable)
+    console.error(`Cannot read billing tables: ${reason} (run \`bun run migrate\` first?)`);
   else console.error(`Cannot read billing tables: ${reason}`);
   process.exitCode = 1;
 } finally {

@@ -50,7 +50,8 @@ if (parsed.values.help) {
 const problems: string[] = [];
 const settings = readLoopSettings(parsed.values, process.env, "OUTBOX", problems);
 const orderedEnv = process.env.OUTBOX_ORDERED;
-if (orderedEnv !== undefined && !["true", "false", ""].includes(orderedEnv)) problems.push(`OUTBOX_ORDERED must be true or false, got "${orderedEnv}"`);
+if (orderedEnv !== undefined && !["true", "false", ""].includes(orderedEnv))
+  problems.push(`OUTBOX_ORDERED must be true or false, got "${orderedEnv}"`);
 const ordered = parsed.values.ordered || orderedEnv === "true";
 const waitMs = readDatabaseWaitMs(process.env, problems);
 const sinkUrl = process.env.OUTBOX_SINK_URL;
@@ -84,9 +85,15 @@ if (!ready) {
 }
 const { database, db } = ready;
 
-console.log(JSON.stringify({
-  dispatcher: "started", database: database.embedded ? "embedded" : "DATABASE_URL", sink: new URL(sinkUrl as string).origin, ordered, ...settings,
-}));
+console.log(
+  JSON.stringify({
+    dispatcher: "started",
+    database: database.embedded ? "embedded" : "DATABASE_URL",
+    sink: new URL(sinkUrl as string).origin,
+    ordered,
+    ...settings,
+  }),
+);
 await runDispatcher({
   db,
   send,

@@ -37,7 +37,11 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
 
 class UsageError extends Error {}
 
-const { values: opts, positionals, tokens } = (() => {
+const {
+  values: opts,
+  positionals,
+  tokens,
+} = (() => {
   try {
     return parseArgs({
       allowPositionals: true,
@@ -99,7 +103,8 @@ function usageProblem(): string | undefined {
   if (foreign.length) return `${command} does not take ${foreign.map((n) => `--${n}`).join(", ")}`;
   const [min, max] = accepts.positionals;
   if (args.length < min || args.length > max) {
-    if (max === 0) return `${command} takes no arguments, got ${args.map((a) => `"${a}"`).join(" ")}${/^evt_/.test(args[0] ?? "") ? ` (an event id goes in --id ${args[0]})` : ""}`;
+    if (max === 0)
+      return `${command} takes no arguments, got ${args.map((a) => `"${a}"`).join(" ")}${/^evt_/.test(args[0] ?? "") ? ` (an event id goes in --id ${args[0]})` : ""}`;
     return `${command} takes ${min === max ? `exactly ${min}` : `at least ${min}`} argument(s), got ${args.length}`;
   }
   return undefined;
@@ -148,12 +153,20 @@ function filter(): RowFilter {
   if (opts.since) {
     // An ISO 8601 date or date-time (2026-11-30, 2026-11-30T12:00:00Z); JavaScript's Date would also read "5" as a date.
     const iso = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/.test(opts.since) && realDate(opts.since);
-    since = /^\d+(ms|s|m|h|d)$/.test(opts.since) ? new Date(Date.now() - duration("since", opts.since)) : iso ? new Date(opts.since) : new Date(Number.NaN);
+    since = /^\d+(ms|s|m|h|d)$/.test(opts.since)
+      ? new Date(Date.now() - duration("since", opts.since))
+      : iso
+        ? new Date(opts.since)
+        : new Date(Number.NaN);
     if (Number.isNaN(since.getTime())) throw new UsageError(`--since must be a duration (2h) or an ISO time, got "${opts.since}"`);
   }
   return {
     state: opts["needs-review"] ? "needs_review" : opts.unprocessed ? "unprocessed" : undefined,
-    eventType: opts.type, endpoint: opts.endpoint, since, eventId: opts.id, error: opts.error,
+    eventType: opts.type,
+    endpoint: opts.endpoint,
+    since,
+    eventId: opts.id,
+    error: opts.error,
   };
 }
 
@@ -172,7 +185,9 @@ async function checkSchema(db: Db): Promise<void> {
     throw new Error(`Cannot read the schema version: ${describeError(err)}`);
   });
   if ((row?.version ?? 0) < expected) {
-    throw new Error(`Database schema is at migration ${row?.version ?? 0}, this code needs ${expected}: run \`bun run inbox migrate\` first`);
+    throw new Error(
+      `Database schema is at migration ${row?.version ?? 0}, this code needs ${expected}: run \`bun run inbox migrate\` first`,
+    );
   }
 }
 
@@ -181,18 +196,49 @@ async function run(db: Db): Promise<number> {
   switch (command) {
     case "status": {
       const s = await inboxStatus(db);
-      if (opts.json) return print(s), 0;
+      if (opts.json) return (print(s), 0);
       console.log("backlog (unprocessed rows wait for a worker; needs-review rows wait for an operator)");
-      print(s, s.backlog.map((b) => ({ endpoint: b.endpoint, unprocessed: b.unprocessed, oldest_age_s: Math.round(b.oldestUnprocessedAgeSec), needs_review: b.needsReview })));
+      print(
+        s,
+        s.backlog.map((b) => ({
+          endpoint: b.endpoint,
+          unprocessed: b.unprocessed,
+          oldest_age_s: Math.round(b.oldestUnprocessedAgeSec),
+          needs_review: b.needsReview,
+        })),
+      );
       console.log("outbox (pending rows wait for `bun run dispatch`; needs-review rows wait for an operator)");
       print(s, [{ pending: s.outbox.pending, oldest_age_s: Math.round(s.outbox.oldestPendingAgeSec), needs_review: s.outbox.needsReview }]);
       console.log(`arrivals over the last ${s.windowSec / 60} min`);
-      print(s, s.arrivals.map((a) => ({ endpoint: a.endpoint, type: a.eventType, received: a.received, processed: a.processed, ignored: a.ignored, resolved: a.resolved, unprocessed: a.unprocessed, needs_review: a.needsReview })));
+      print(
+        s,
+        s.arrivals.map((a) => ({
+          endpoint: a.endpoint,
+          type: a.eventType,
+          received: a.received,
+          processed: a.processed,
+          ignored: a.ignored,
+          resolved: a.resolved,
+          unprocessed: a.unprocessed,
+          needs_review: a.needsReview,
+        })),
+      );
       return 0;
     }
     case "list": {
       const rows = await listEvents(db, filter(), wholeNumber("limit", opts.limit));
-      print(rows, rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, state: r.state, attempts: r.attempts, received_at: r.receivedAt, last_error: r.lastError ?? "" })));
+      print(
+        rows,
+        rows.map((r) => ({
+          event_id: r.eventId,
+          endpoint: r.endpoint,
+          type: r.eventType,
+          state: r.state,
+          attempts: r.attempts,
+          received_at: r.receivedAt,
+          last_error: r.lastError ?? "",
+        })),
+      );
       return 0;
     }
     case "show": {
@@ -201,33 +247,59 @@ async function run(db: Db): Promise<number> {
         console.error(`No inbox row for ${args[0]}`);
         return 1;
       }
-      print(rows, rows.map((r) => ({
-        event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, state: r.state, attempts: r.attempts, received_at: r.receivedAt,
-        processed_at: r.processedAt ?? "", needs_review_at: r.needsReviewAt ?? "", last_error: r.lastError ?? "", payload_dropped: r.payloadDropped,
-      })));
+      print(
+        rows,
+        rows.map((r) => ({
+          event_id: r.eventId,
+          endpoint: r.endpoint,
+          type: r.eventType,
+          state: r.state,
+          attempts: r.attempts,
+          received_at: r.receivedAt,
+          processed_at: r.processedAt ?? "",
+          needs_review_at: r.needsReviewAt ?? "",
+          last_error: r.lastError ?? "",
+          payload_dropped: r.payloadDropped,
+        })),
+      );
       if (opts.json || !opts.payload) return 0;
       for (const r of rows) {
         // The whole payload as indented JSON (escaped like --json), or the exact raw body jsonb could not hold.
-        console.log(`payload at endpoint ${printable(r.endpoint)}${r.rawBody === undefined ? "" : " (raw body: jsonb could not hold it)"}:`);
+        console.log(
+          `payload at endpoint ${printable(r.endpoint)}${r.rawBody === undefined ? "" : " (raw body: jsonb could not hold it)"}:`,
+        );
         console.log(r.rawBody === undefined ? printableJson(r.payload) : printable(r.rawBody));
       }
       return 0;
     }
     case "requeue": {
       const result = await requeue(db, filter(), opts["dry-run"]);
-      if (opts.json) return print(result), 0;
+      if (opts.json) return (print(result), 0);
       console.log(`${result.dryRun ? "Would requeue" : "Requeued"} ${result.rows.length} needs-review row(s)`);
-      print(result, result.rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, attempts_before: r.attempts, last_error: r.lastError ?? "" })));
+      print(
+        result,
+        result.rows.map((r) => ({
+          event_id: r.eventId,
+          endpoint: r.endpoint,
+          type: r.eventType,
+          attempts_before: r.attempts,
+          last_error: r.lastError ?? "",
+        })),
+      );
       return 0;
     }
     case "resolve": {
       const f = filter();
-      if (!f.eventId && !f.eventType && !f.error) throw new UsageError("resolve needs --id, --type or --error: it never closes every needs-review row at once");
+      if (!f.eventId && !f.eventType && !f.error)
+        throw new UsageError("resolve needs --id, --type or --error: it never closes every needs-review row at once");
       if (!opts.note?.trim()) throw new UsageError("resolve needs --note TEXT: what was done about the event (kept on the row)");
       const result = await resolveReviewed(db, f, opts.note, opts["dry-run"]);
-      if (opts.json) return print(result), 0;
+      if (opts.json) return (print(result), 0);
       console.log(`${result.dryRun ? "Would resolve" : "Resolved"} ${result.rows.length} needs-review row(s)`);
-      print(result, result.rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, last_error: r.lastError ?? "" })));
+      print(
+        result,
+        result.rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, last_error: r.lastError ?? "" })),
+      );
       return 0;
     }
     case "replay": {
@@ -236,12 +308,17 @@ async function run(db: Db): Promise<number> {
       const candidates = rows.filter((r) => r.provider === opts.provider && (!opts.endpoint || r.endpoint === opts.endpoint));
       const [row] = candidates;
       if (!row) throw new Error(`Cannot replay ${eventId}: no inbox row${opts.endpoint ? ` at endpoint ${opts.endpoint}` : ""}`);
-      if (candidates.length > 1) throw new UsageError(`${eventId} was received by several endpoints (${candidates.map((r) => r.endpoint).join(", ")}): pass --endpoint`);
+      if (candidates.length > 1)
+        throw new UsageError(
+          `${eventId} was received by several endpoints (${candidates.map((r) => r.endpoint).join(", ")}): pass --endpoint`,
+        );
       const result = await replayEvent(db, { provider: row.provider, endpoint: row.endpoint, eventId }, handlersFor(row.provider));
-      if (opts.json) return print(result), 0;
-      console.log(result.handled
-        ? `Replayed ${printable(eventId)} (${printable(result.eventType)}) at ${printable(`${row.provider}/${row.endpoint}`)}: ${result.inserted} row(s) inserted, ${result.updated} updated, ${result.deleted} deleted`
-        : `Nothing to replay: ${printable(eventId)} (${printable(result.eventType)}) has no handler`);
+      if (opts.json) return (print(result), 0);
+      console.log(
+        result.handled
+          ? `Replayed ${printable(eventId)} (${printable(result.eventType)}) at ${printable(`${row.provider}/${row.endpoint}`)}: ${result.inserted} row(s) inserted, ${result.updated} updated, ${result.deleted} deleted`
+          : `Nothing to replay: ${printable(eventId)} (${printable(result.eventType)}) has no handler`,
+      );
       return 0;
     }
     case "purge": {
@@ -252,15 +329,30 @@ async function run(db: Db): Promise<number> {
         dryRun: opts["dry-run"],
         batchSize: wholeNumber("batch", opts.batch),
       });
-      if (opts.json) return print(result), 0;
-      console.log(`${result.dryRun ? "Would delete" : "Deleted"} ${result.deleted} processed row(s) older than ${opts["older-than"]}` +
-        (opts["payloads-older-than"] ? `; ${result.dryRun ? "would drop" : "dropped"} ${result.payloadsDropped} payload(s) older than ${opts["payloads-older-than"]}` : ""));
+      if (opts.json) return (print(result), 0);
+      console.log(
+        `${result.dryRun ? "Would delete" : "Deleted"} ${result.deleted} processed row(s) older than ${opts["older-than"]}` +
+          (opts["payloads-older-than"]
+            ? `; ${result.dryRun ? "would drop" : "dropped"} ${result.payloadsDropped} payload(s) older than ${opts["payloads-older-than"]}`
+            : ""),
+      );
       if (result.forceRequired) console.log(`The real run needs --force: ${result.forceRequired}`);
       return 0;
     }
     case "outbox": {
       const rows = await listOutbox(db, { needsReview: opts["needs-review"] }, wholeNumber("limit", opts.limit));
-      print(rows, rows.map((r) => ({ id: r.id, aggregate: `${r.aggregateType}/${r.aggregateId}`, type: r.eventType, state: r.state, attempts: r.attempts, created_at: r.createdAt, last_error: r.lastError ?? "" })));
+      print(
+        rows,
+        rows.map((r) => ({
+          id: r.id,
+          aggregate: `${r.aggregateType}/${r.aggregateId}`,
+          type: r.eventType,
+          state: r.state,
+          attempts: r.attempts,
+          created_at: r.createdAt,
+          last_error: r.lastError ?? "",
+        })),
+      );
       return 0;
     }
     case "outbox-requeue": {
@@ -270,8 +362,10 @@ async function run(db: Db): Promise<number> {
         ? (await listOutbox(db, { needsReview: true, ids: args }, args.length)).map((r) => r.id)
         : await requeueOutbox(db, args);
       const skipped = args.filter((id) => !ids.includes(id));
-      if (opts.json) return print({ dryRun: opts["dry-run"], requeued: ids, notParked: skipped }), 0;
-      console.log(`${opts["dry-run"] ? "Would requeue" : "Requeued"} ${ids.length} needs-review outbox row(s)${ids.length ? `: ${ids.join(", ")}` : ""}`);
+      if (opts.json) return (print({ dryRun: opts["dry-run"], requeued: ids, notParked: skipped }), 0);
+      console.log(
+        `${opts["dry-run"] ? "Would requeue" : "Requeued"} ${ids.length} needs-review outbox row(s)${ids.length ? `: ${ids.join(", ")}` : ""}`,
+      );
       if (skipped.length) console.log(`Not parked (published, pending or unknown), left alone: ${skipped.join(", ")}`);
       return 0;
     }

@@ -23,7 +23,10 @@ try {
 // (Handlers run at the first await below, once `server` and `startup` exist.)
 const stopping = new AbortController();
 let probeDb: Db | undefined;
-onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
+onStopSignals(
+  (signal) => void shutdown(signal),
+  () => process.exit(1),
+);
 
 // Listen before the database answers: /healthz 200, /readyz and deliveries 503 meanwhile.
 const starting = createStartingApp();
@@ -37,7 +40,9 @@ try {
     maxRequestBodySize: config.maxBodyBytes * 2,
   });
 } catch (err) {
-  console.error(`Cannot start webhook-inbox: listening on ${config.host}:${config.port} (is the port taken? set PORT): ${err instanceof Error ? err.message : String(err)}`);
+  console.error(
+    `Cannot start webhook-inbox: listening on ${config.host}:${config.port} (is the port taken? set PORT): ${err instanceof Error ? err.message : String(err)}`,
+  );
   process.exit(1);
 }
 const base = `http://${config.host}:${server.port}`;
@@ -56,12 +61,18 @@ if (ready) {
   const { database, db, applied, schemaVersion } = ready;
   probeDb = connectProbes(database.url, config, "webhook-inbox serve");
   starting.ready(receiverApp(config, db, { schemaVersion, probeDb }));
-  console.log(`webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`);
+  console.log(
+    `webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`,
+  );
   for (const e of config.endpoints) {
-    console.log(`  endpoint ${e.name} (${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`);
+    console.log(
+      `  endpoint ${e.name} (${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`,
+    );
   }
   if (database.embedded) {
-    console.log(`  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"} (not for production: set DATABASE_URL)`);
+    console.log(
+      `  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"} (not for production: set DATABASE_URL)`,
+    );
   }
   if (config.endpoints[0]?.source === "generated") {
     console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");

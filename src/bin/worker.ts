@@ -45,7 +45,8 @@ const problems: string[] = [];
 const settings = readLoopSettings(parsed.values, process.env, "WORKER", problems);
 const rawBatch = parsed.values["batch-size"] ?? process.env.WORKER_BATCH_SIZE ?? "8";
 const batchSize = Number(rawBatch);
-if (!/^\d+$/.test(rawBatch) || !Number.isSafeInteger(batchSize) || batchSize < 1) problems.push(`--batch-size (WORKER_BATCH_SIZE) must be a whole number ≥ 1, got "${rawBatch}"`);
+if (!/^\d+$/.test(rawBatch) || !Number.isSafeInteger(batchSize) || batchSize < 1)
+  problems.push(`--batch-size (WORKER_BATCH_SIZE) must be a whole number ≥ 1, got "${rawBatch}"`);
 const waitMs = readDatabaseWaitMs(process.env, problems);
 if (problems[0]) usageError(problems.join("\n"));
 const poolerProblems: string[] = [];
@@ -63,7 +64,13 @@ const ready = await openReadyDatabase({
   // A server-side bound as well as the worker's own: statements of a worker killed mid-wait end by themselves.
   // A pooler that refuses the startup parameter (PgBouncer, even in session mode) gets none: transactions
   // still set it locally, single statements keep the client-side cancel.
-  connect: (url, startupParameters) => connect(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler, statementTimeoutMs: startupParameters ? settings["timeout-ms"] : undefined }),
+  connect: (url, startupParameters) =>
+    connect(url, {
+      max: settings.concurrency + 1,
+      applicationName: "webhook-inbox worker",
+      pooler,
+      statementTimeoutMs: startupParameters ? settings["timeout-ms"] : undefined,
+    }),
   signal: controller.signal,
   waitMs,
   pooler,
@@ -76,7 +83,17 @@ const { database, db } = ready;
 
 // "session": every statement bounded by the server; "transaction": only statements inside transactions.
 const statementTimeout = pooler !== "transaction" && ready.startupParameters ? "session" : "transaction";
-console.log(JSON.stringify({ worker: "started", database: database.embedded ? "embedded" : "DATABASE_URL", pooler, listen, ...settings, "batch-size": batchSize, "statement-timeout": statementTimeout }));
+console.log(
+  JSON.stringify({
+    worker: "started",
+    database: database.embedded ? "embedded" : "DATABASE_URL",
+    pooler,
+    listen,
+    ...settings,
+    "batch-size": batchSize,
+    "statement-timeout": statementTimeout,
+  }),
+);
 await runWorker({
   db,
   handlersFor,

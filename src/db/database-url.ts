@@ -43,7 +43,10 @@ export function databaseUrlProblem(url: string): string | undefined {
     return `DATABASE_URL has a % that does not start a valid escape in the user name or password ${NOT_SHOWN}: write % as %25`;
   }
   const hosts = authority.slice(at + 1);
-  return hostsProblem(hosts) ?? wholeUrlProblem(`${scheme[0]}${userInfo === undefined ? "" : `${userInfo}@`}${hosts.split(",")[0]}${rest.slice(authority.length)}`);
+  return (
+    hostsProblem(hosts) ??
+    wholeUrlProblem(`${scheme[0]}${userInfo === undefined ? "" : `${userInfo}@`}${hosts.split(",")[0]}${rest.slice(authority.length)}`)
+  );
 }
 
 function hostsProblem(hosts: string): string | undefined {

@@ -85,7 +85,9 @@ export function connect(url: string, options: ConnectOptions = {}): Db {
     onnotice: () => {},
     connection: {
       application_name: options.applicationName ?? "webhook-inbox",
-      ...(options.statementTimeoutMs !== undefined && options.pooler !== "transaction" ? { statement_timeout: options.statementTimeoutMs } : {}),
+      ...(options.statementTimeoutMs !== undefined && options.pooler !== "transaction"
+        ? { statement_timeout: options.statementTimeoutMs }
+        : {}),
     },
   });
 }
@@ -107,7 +109,17 @@ export function isDatabaseUnavailable(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   return (
     typeof code === "string" &&
-    ["CONNECTION_CLOSED", "CONNECTION_ENDED", "CONNECTION_DESTROYED", "CONNECT_TIMEOUT", "ECONNREFUSED", "ECONNRESET", "EPIPE", "ETIMEDOUT", NO_ANSWER].includes(code)
+    [
+      "CONNECTION_CLOSED",
+      "CONNECTION_ENDED",
+      "CONNECTION_DESTROYED",
+      "CONNECT_TIMEOUT",
+      "ECONNREFUSED",
+      "ECONNRESET",
+      "EPIPE",
+      "ETIMEDOUT",
+      NO_ANSWER,
+    ].includes(code)
   );
 }
 
@@ -141,7 +153,11 @@ export const NO_ANSWER = "DATABASE_NO_ANSWER";
 export function answerWithin<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
   let timer: ReturnType<typeof setTimeout> | undefined;
   const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(Object.assign(new Error(`${what}: the database did not answer within ${(ms / 1000).toFixed(1)} s`), { code: NO_ANSWER })), Math.max(0, ms));
+    timer = setTimeout(
+      () =>
+        reject(Object.assign(new Error(`${what}: the database did not answer within ${(ms / 1000).toFixed(1)} s`), { code: NO_ANSWER })),
+      Math.max(0, ms),
+    );
   });
   return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }

@@ -42,8 +42,10 @@ export async function migrate(db: Db, migrations: readonly Migration[]): Promise
     `;
     for (const row of applied) {
       const file = files[row.version - 1];
-      if (!file) throw new Error(`Cannot migrate: database has migration ${row.name}, which is not in sql/ (code older than the database?)`);
-      if (sums[row.version - 1] !== row.checksum) throw new Error(`Cannot migrate: ${file.name} changed after it was applied; add a new migration instead`);
+      if (!file)
+        throw new Error(`Cannot migrate: database has migration ${row.name}, which is not in sql/ (code older than the database?)`);
+      if (sums[row.version - 1] !== row.checksum)
+        throw new Error(`Cannot migrate: ${file.name} changed after it was applied; add a new migration instead`);
     }
     const pending = files.slice(applied.length);
     for (const m of pending) {

@@ -63,10 +63,14 @@ export async function waitForDatabase(db: Db, options: WaitForDatabaseOptions): 
       if (!isWorthWaiting(err)) throw new DatabaseWaitError(`the database refused the connection: ${why}`);
       const left = deadline - now();
       if (left <= 0) {
-        throw new DatabaseWaitError(`the database did not answer within ${seconds(options.limitMs)} (${attempt} attempt${attempt === 1 ? "" : "s"}, last: ${why}); DATABASE_WAIT_MS sets how long to wait`);
+        throw new DatabaseWaitError(
+          `the database did not answer within ${seconds(options.limitMs)} (${attempt} attempt${attempt === 1 ? "" : "s"}, last: ${why}); DATABASE_WAIT_MS sets how long to wait`,
+        );
       }
       const pause = Math.min(delay, left);
-      options.log?.(`Waiting for the database: attempt ${attempt} failed (${why}); next in ${seconds(pause)}, giving up ${seconds(left)} from now`);
+      options.log?.(
+        `Waiting for the database: attempt ${attempt} failed (${why}); next in ${seconds(pause)}, giving up ${seconds(left)} from now`,
+      );
       await sleep(pause, options.signal);
       delay = Math.min(delay * 2, options.maxDelayMs ?? 5_000);
     }

@@ -85,12 +85,18 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
     let text: string;
     try {
       const signature = await signStripePayload(event.body, options.secret, Math.floor(Date.now() / 1000));
-      response = await send(new Request(options.url, {
-        method: "POST",
-        headers: { "content-type": "application/json; charset=utf-8", "stripe-signature": signature, "user-agent": "webhook-inbox-deliver" },
-        body: event.body,
-        signal: AbortSignal.timeout(timeoutMs),
-      }));
+      response = await send(
+        new Request(options.url, {
+          method: "POST",
+          headers: {
+            "content-type": "application/json; charset=utf-8",
+            "stripe-signature": signature,
+            "user-agent": "webhook-inbox-deliver",
+          },
+          body: event.body,
+          signal: AbortSignal.timeout(timeoutMs),
+        }),
+      );
       text = await response.text();
     } catch {
       if (++connectionFailuresInARow >= giveUpAfter) gaveUp = true;
@@ -130,7 +136,10 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
   });
   await Promise.all(runners);
   if (gaveUp) {
-    summary.gaveUp = { reason: `${giveUpAfter} connection failures in a row, no answer from ${printableUrl(options.url)} in between`, notSent: queue.length - next };
+    summary.gaveUp = {
+      reason: `${giveUpAfter} connection failures in a row, no answer from ${printableUrl(options.url)} in between`,
+      notSent: queue.length - next,
+    };
   }
   return summary;
 }

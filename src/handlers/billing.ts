@@ -27,9 +27,8 @@ const STATUSES: readonly Status[] = ["draft", "open", "uncollectible", "paid", "
  * (never the value). `customer` may be a string id or an expanded object with an id.
  */
 export function readInvoice(object: Record<string, unknown>): InvoiceFields {
-  const customer = typeof object.customer === "object" && object.customer !== null
-    ? (object.customer as { id?: unknown }).id
-    : object.customer;
+  const customer =
+    typeof object.customer === "object" && object.customer !== null ? (object.customer as { id?: unknown }).id : object.customer;
   const fields = {
     status: object.status,
     id: object.id,
@@ -68,12 +67,16 @@ function moveInvoice(target: Status, from: Status[]) {
         insert into invoices (id, customer_id, status, currency, amount_due)
         select ${inv.id}::text, ${inv.customer}::text, ${target}::text, ${inv.currency}::text, ${inv.amountDue}::bigint
          where ${gate}
-        ${from.length === 0 ? sql`on conflict (id) do nothing` : sql`
+        ${
+          from.length === 0
+            ? sql`on conflict (id) do nothing`
+            : sql`
         on conflict (id) do update
            set status = excluded.status,
                amount_due = excluded.amount_due,
                updated_at = now()
-         where invoices.status = any(${from}::text[])`}
+         where invoices.status = any(${from}::text[])`
+        }
         returning id
       `,
     };
@@ -104,12 +107,20 @@ const bookPayment = statementHandler("bookPayment", (sql, object, ctx, { gate, s
   // An overpayment Stripe reports as such (amount_overpaid, credited to the customer's balance) is money
   // that moved: booked as amount_paid. Any other excess is an anomaly.
   if (inv.amountPaid > inv.amountDue && inv.amountPaid - inv.amountDue !== inv.amountOverpaid) {
-    throw new PermanentError("Cannot book payment: amount_paid above amount_due on a paid invoice without a matching amount_overpaid: not booked (reconcile by hand)");
+    throw new PermanentError(
+      "Cannot book payment: amount_paid above amount_due on a paid invoice without a matching amount_overpaid: not booked (reconcile by hand)",
+    );
   }
-  if (inv.amountPaid === 0 && inv.amountDue > 0) throw new PermanentError("Cannot book payment: amount_paid 0 on a paid invoice with amount_due above 0: not booked (reconcile by hand)");
+  if (inv.amountPaid === 0 && inv.amountDue > 0)
+    throw new PermanentError(
+      "Cannot book payment: amount_paid 0 on a paid invoice with amount_due above 0: not booked (reconcile by hand)",
+    );
   // Paid for less than it owes (forgiven, or paid partly outside Stripe): money that does not add up
   // is shown to an operator, never booked as the payment of the whole invoice.
-  if (inv.amountPaid < inv.amountDue) throw new PermanentError("Cannot book payment: amount_paid below amount_due on a paid invoice (forgiven or paid partly outside Stripe?): not booked (reconcile by hand)");
+  if (inv.amountPaid < inv.amountDue)
+    throw new PermanentError(
+      "Cannot book payment: amount_paid below amount_due on a paid invoice (forgiven or paid partly outside Stripe?): not booked (reconcile by hand)",
+    );
   return {
     paid: sql`
       insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)

@@ -4,7 +4,8 @@ import type { HandlerContext } from "./handler-table.ts";
 import { bookMoneyOut, lockMoneyKey, type MoneyOutEntry } from "./money-ledger.ts";
 import { StripeFields } from "./stripe-fields.ts";
 
-type DisputeStatus = "warning_needs_response" | "warning_under_review" | "warning_closed" | "needs_response" | "under_review" | "won" | "lost" | "prevented";
+type DisputeStatus =
+  "warning_needs_response" | "warning_under_review" | "warning_closed" | "needs_response" | "under_review" | "won" | "lost" | "prevented";
 /** Lifecycle order (Stripe API reference, "The Dispute object", `status`); rank 4 is final. */
 const RANK: Record<DisputeStatus, number> = {
   warning_needs_response: 0,
@@ -28,18 +29,29 @@ interface DisputeTransaction {
 /** Reads a dispute's listed balance transactions; a bad entry is a PermanentError naming its field. */
 function readTransactions(list: unknown): DisputeTransaction[] {
   if (!Array.isArray(list)) throw new PermanentError("Cannot apply dispute event: missing or invalid field(s) balance_transactions");
-  return list.map((item, i) => {
-    const f = new StripeFields(typeof item === "object" && item !== null ? item as Record<string, unknown> : {});
-    const txn = { id: f.id("id", "txn_") ?? "", amount: f.amount("amount", true), fee: f.amount("fee", true), currency: f.currency() };
-    f.check(`dispute event: balance_transactions[${i}]`);
-    return txn;
-  }).sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+  return list
+    .map((item, i) => {
+      const f = new StripeFields(typeof item === "object" && item !== null ? (item as Record<string, unknown>) : {});
+      const txn = { id: f.id("id", "txn_") ?? "", amount: f.amount("amount", true), fee: f.amount("fee", true), currency: f.currency() };
+      f.check(`dispute event: balance_transactions[${i}]`);
+      return txn;
+    })
+    .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
 /** The ledger entries one balance transaction of a dispute stands for (none for a zero amount and fee). */
 function entriesOf(txn: DisputeTransaction, dispute: { id: string; charge: string; paymentIntent: string | null }): MoneyOutEntry[] {
-  if (txn.fee < 0) throw new PermanentError(`Cannot apply dispute ${dispute.id}: balance transaction ${txn.id} returns a fee (${txn.fee}), which has no ledger kind: not booked (reconcile by hand)`);
-  const base = { currency: txn.currency, balanceTransaction: txn.id, sourceId: dispute.id, charge: dispute.charge, paymentIntent: dispute.paymentIntent };
+  if (txn.fee < 0)
+    throw new PermanentError(
+      `Cannot apply dispute ${dispute.id}: balance transaction ${txn.id} returns a fee (${txn.fee}), which has no ledger kind: not booked (reconcile by hand)`,
+    );
+  const base = {
+    currency: txn.currency,
+    balanceTransaction: txn.id,
+    sourceId: dispute.id,
+    charge: dispute.charge,
+    paymentIntent: dispute.paymentIntent,
+  };
   const entries: MoneyOutEntry[] = [];
   if (txn.amount < 0) entries.push({ ...base, kind: "dispute_withdrawal", amount: -txn.amount });
   if (txn.amount > 0) entries.push({ ...base, kind: "dispute_reinstatement", amount: txn.amount });
@@ -109,10 +121,14 @@ async function checkDisputeAddsUp(tx: Tx, id: string): Promise<void> {
   `;
   for (const row of rows) {
     if (row.currency === row.dispute_currency && Number(row.withdrawn) > Number(row.amount)) {
-      throw new PermanentError(`Cannot apply dispute ${id}: withdrawals total ${row.withdrawn}, above the dispute's ${row.amount} ${row.currency}: not booked (reconcile by hand)`);
+      throw new PermanentError(
+        `Cannot apply dispute ${id}: withdrawals total ${row.withdrawn}, above the dispute's ${row.amount} ${row.currency}: not booked (reconcile by hand)`,
+      );
     }
     if (Number(row.reinstated) > Number(row.withdrawn)) {
-      throw new PermanentError(`Cannot apply dispute ${id}: reinstatements total ${row.reinstated}, above the withdrawals' ${row.withdrawn} ${row.currency}: not booked (reconcile by hand)`);
+      throw new PermanentError(
+        `Cannot apply dispute ${id}: reinstatements total ${row.reinstated}, above the withdrawals' ${row.withdrawn} ${row.currency}: not booked (reconcile by hand)`,
+      );
     }
   }
 }

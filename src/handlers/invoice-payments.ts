@@ -16,7 +16,7 @@ import { StripeFields } from "./stripe-fields.ts";
  */
 export async function recordInvoicePayment(tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> {
   const f = new StripeFields(object);
-  const payment = typeof object.payment === "object" && object.payment !== null ? object.payment as Record<string, unknown> : {};
+  const payment = typeof object.payment === "object" && object.payment !== null ? (object.payment as Record<string, unknown>) : {};
   const p = new StripeFields(payment);
   const row = {
     id: f.id("id", "inpay_") ?? "",

@@ -58,7 +58,9 @@ export async function applyRefund(tx: Tx, object: Record<string, unknown>, conte
   await lockMoneyKeys(tx, refund.charge, refund.paymentIntent);
   const ended = refund.status === "failed" || refund.status === "canceled";
   if (ended && (refund.balanceTransaction !== null || refund.failureBalanceTransaction !== null)) {
-    throw new PermanentError(`Cannot apply refund ${refund.id}: it is ${refund.status} after money moved (balance transaction ${refund.failureBalanceTransaction ?? refund.balanceTransaction}): not booked (reconcile by hand)`);
+    throw new PermanentError(
+      `Cannot apply refund ${refund.id}: it is ${refund.status} after money moved (balance transaction ${refund.failureBalanceTransaction ?? refund.balanceTransaction}): not booked (reconcile by hand)`,
+    );
   }
   // Money moved but nothing names the movement: it cannot be booked once, and must not be dropped.
   if (refund.status === "succeeded" && refund.balanceTransaction === null && refund.amount > 0) {
@@ -68,12 +70,16 @@ export async function applyRefund(tx: Tx, object: Record<string, unknown>, conte
     select amount::text, currency, balance_transaction from refunds where id = ${refund.id}
   `;
   if (known !== undefined) {
-    const other = Number(known.amount) !== refund.amount || known.currency !== refund.currency
-      ? `${refund.amount} ${refund.currency} where ${known.amount} ${known.currency} is recorded`
-      : known.balance_transaction !== null && refund.balanceTransaction !== null && known.balance_transaction !== refund.balanceTransaction
-        ? `balance transaction ${refund.balanceTransaction} where ${known.balance_transaction} is recorded`
-        : null;
-    if (other !== null) throw new PermanentError(`Cannot apply refund ${refund.id}: the event says ${other}: not booked (reconcile by hand)`);
+    const other =
+      Number(known.amount) !== refund.amount || known.currency !== refund.currency
+        ? `${refund.amount} ${refund.currency} where ${known.amount} ${known.currency} is recorded`
+        : known.balance_transaction !== null &&
+            refund.balanceTransaction !== null &&
+            known.balance_transaction !== refund.balanceTransaction
+          ? `balance transaction ${refund.balanceTransaction} where ${known.balance_transaction} is recorded`
+          : null;
+    if (other !== null)
+      throw new PermanentError(`Cannot apply refund ${refund.id}: the event says ${other}: not booked (reconcile by hand)`);
   }
   await tx`
     insert into refunds (id, charge, payment_intent, amount, currency, status, status_rank, balance_transaction)
@@ -120,7 +126,8 @@ async function limitOf(tx: Tx, refund: DueRefund): Promise<RefundLimit | null> {
         from stripe_charges c
        where c.id = ${refund.charge}
     `;
-    if (charge !== undefined) return { what: `charge ${refund.charge}`, amount: Number(charge.amount), currency: charge.currency, booked: Number(charge.booked) };
+    if (charge !== undefined)
+      return { what: `charge ${refund.charge}`, amount: Number(charge.amount), currency: charge.currency, booked: Number(charge.booked) };
   }
   const [paid] = await tx<{ amount: string | null; currency: string | null; booked: string }[]>`
     select sum(ip.amount_paid)::text as amount,
@@ -136,7 +143,12 @@ async function limitOf(tx: Tx, refund: DueRefund): Promise<RefundLimit | null> {
         or ip.charge = ${refund.charge}::text
   `;
   if (paid?.amount == null) return null;
-  return { what: `the invoice payment of ${refund.payment_intent ?? refund.charge}`, amount: Number(paid.amount), currency: paid.currency, booked: Number(paid.booked) };
+  return {
+    what: `the invoice payment of ${refund.payment_intent ?? refund.charge}`,
+    amount: Number(paid.amount),
+    currency: paid.currency,
+    booked: Number(paid.booked),
+  };
 }
 
 /**
@@ -168,20 +180,28 @@ export async function settleRefunds(tx: Tx, charge: string | null, paymentIntent
     const limit = await limitOf(tx, refund);
     if (limit === null) continue;
     if (limit.currency !== refund.currency) {
-      throw new PermanentError(`Cannot book refund ${refund.id}: ${refund.currency}, but ${limit.what} is in ${limit.currency ?? "several currencies"}: not booked (reconcile by hand)`);
+      throw new PermanentError(
+        `Cannot book refund ${refund.id}: ${refund.currency}, but ${limit.what} is in ${limit.currency ?? "several currencies"}: not booked (reconcile by hand)`,
+      );
     }
     if (limit.booked + Number(refund.amount) > limit.amount) {
-      throw new PermanentError(`Cannot book refund ${refund.id}: refunds would total ${limit.booked + Number(refund.amount)}, above ${limit.what}'s ${limit.amount} ${limit.currency}: not booked (reconcile by hand)`);
+      throw new PermanentError(
+        `Cannot book refund ${refund.id}: refunds would total ${limit.booked + Number(refund.amount)}, above ${limit.what}'s ${limit.amount} ${limit.currency}: not booked (reconcile by hand)`,
+      );
     }
-    await bookMoneyOut(tx, {
-      kind: "refund",
-      amount: Number(refund.amount),
-      currency: refund.currency,
-      balanceTransaction: refund.balance_transaction,
-      sourceId: refund.id,
-      charge: refund.charge,
-      paymentIntent: refund.payment_intent,
-    }, context);
+    await bookMoneyOut(
+      tx,
+      {
+        kind: "refund",
+        amount: Number(refund.amount),
+        currency: refund.currency,
+        balanceTransaction: refund.balance_transaction,
+        sourceId: refund.id,
+        charge: refund.charge,
+        paymentIntent: refund.payment_intent,
+      },
+      context,
+    );
   }
   if (charge !== null) await checkChargeAddsUp(tx, charge);
 }
@@ -204,6 +224,12 @@ export async function checkChargeAddsUp(tx: Tx, charge: string): Promise<void> {
      where c.id = ${charge}
      group by c.id
   `;
-  if (row?.other_currency) throw new PermanentError(`Cannot book refunds of charge ${charge}: a refund is in another currency than the charge's (${row.currency}): not booked (reconcile by hand)`);
-  if (row?.over) throw new PermanentError(`Cannot book refunds of charge ${charge}: refunds total ${row.refunded}, above the charge's ${row.amount} ${row.currency}: not booked (reconcile by hand)`);
+  if (row?.other_currency)
+    throw new PermanentError(
+      `Cannot book refunds of charge ${charge}: a refund is in another currency than the charge's (${row.currency}): not booked (reconcile by hand)`,
+    );
+  if (row?.over)
+    throw new PermanentError(
+      `Cannot book refunds of charge ${charge}: refunds total ${row.refunded}, above the charge's ${row.amount} ${row.currency}: not booked (reconcile by hand)`,
+    );
 }

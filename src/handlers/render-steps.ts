@@ -41,12 +41,19 @@ export interface RenderedSteps {
  * of each shape. No steps render as `h__none as (select 1)` (a name no step can take).
  * @throws HandlerDefinitionError when the steps break a rule, naming `handler`, the steps and the table.
  */
-export function renderSteps(handler: string, build: StepsBuilder): (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => RenderedSteps {
+export function renderSteps(
+  handler: string,
+  build: StepsBuilder,
+): (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => RenderedSteps {
   // Step names with their templates already checked: the checks read only template text, so a build
   // of a known shape skips them (a few pointer comparisons on the sync path instead).
   const checked: { names: string[]; templates: readonly (readonly string[])[]; writing: string[] }[] = [];
   const knownShape = (steps: [string, Step][]) =>
-    checked.find((shape) => shape.names.length === steps.length && steps.every(([name, body], i) => shape.names[i] === name && shape.templates[i] === templateOf(body)));
+    checked.find(
+      (shape) =>
+        shape.names.length === steps.length &&
+        steps.every(([name, body], i) => shape.names[i] === name && shape.templates[i] === templateOf(body)),
+    );
   return (sql, object, context) => {
     const referenced = new Set<string>();
     const helpers = {
@@ -62,11 +69,13 @@ export function renderSteps(handler: string, build: StepsBuilder): (sql: Db | Tx
     if (!writing) {
       writing = checkSteps(handler, steps, referenced);
       const templates = steps.map(([, body]) => templateOf(body));
-      if (checked.length < 16 && steps.every(([, body]) => isTemplateFact(body))) checked.push({ names: steps.map(([n]) => n), templates: templates as (readonly string[])[], writing });
+      if (checked.length < 16 && steps.every(([, body]) => isTemplateFact(body)))
+        checked.push({ names: steps.map(([n]) => n), templates: templates as (readonly string[])[], writing });
     }
     if (steps.length === 0) return { ctes: sql`h__none as (select 1)`, wrote: sql`false` };
     let ctes: Step | undefined;
-    for (const [name, body] of steps) ctes = ctes ? sql`${ctes}, ${sql(cteName(name))} as (${body})` : sql`${sql(cteName(name))} as (${body})`;
+    for (const [name, body] of steps)
+      ctes = ctes ? sql`${ctes}, ${sql(cteName(name))} as (${body})` : sql`${sql(cteName(name))} as (${body})`;
     let wrote: Step = sql`false`;
     for (const name of writing) wrote = sql`${wrote} or exists (select 1 from ${sql(cteName(name))})`;
     return { ctes: ctes as Step, wrote };
@@ -77,10 +86,16 @@ export function renderSteps(handler: string, build: StepsBuilder): (sql: Db | Tx
 function checkSteps(handler: string, steps: [string, Step][], referenced: Set<string>): string[] {
   const names = new Set(steps.map(([name]) => name));
   for (const name of [...names, ...referenced]) {
-    if (!STEP_NAME.test(name)) throw new HandlerDefinitionError(`Handler "${handler}": step name "${name}" is not a lowercase identifier (a-z, 0-9, _; at most 41 characters)`);
+    if (!STEP_NAME.test(name))
+      throw new HandlerDefinitionError(
+        `Handler "${handler}": step name "${name}" is not a lowercase identifier (a-z, 0-9, _; at most 41 characters)`,
+      );
   }
   for (const name of referenced) {
-    if (!names.has(name)) throw new HandlerDefinitionError(`Handler "${handler}": step("${name}") refers to a step it does not return (steps: ${[...names].join(", ") || "none"})`);
+    if (!names.has(name))
+      throw new HandlerDefinitionError(
+        `Handler "${handler}": step("${name}") refers to a step it does not return (steps: ${[...names].join(", ") || "none"})`,
+      );
   }
   const writers = new Map<string, string>();
   for (const [name, body] of steps) {
@@ -89,12 +104,19 @@ function checkSteps(handler: string, steps: [string, Step][], referenced: Set<st
     if (kind.kind === "read") continue;
     const table = kind.table;
     if (!returning) {
-      throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes table ${table} without a RETURNING clause; the framework reads a step's RETURNING rows to see whether a duplicate wrote (add e.g. \`returning 1\`)`);
+      throw new HandlerDefinitionError(
+        `Handler "${handler}": step "${name}" writes table ${table} without a RETURNING clause; the framework reads a step's RETURNING rows to see whether a duplicate wrote (add e.g. \`returning 1\`)`,
+      );
     }
-    if (table === "webhook_inbox") throw new HandlerDefinitionError(`Handler "${handler}": step "${name}" writes webhook_inbox; the framework settles the inbox row, a handler never writes it`);
+    if (table === "webhook_inbox")
+      throw new HandlerDefinitionError(
+        `Handler "${handler}": step "${name}" writes webhook_inbox; the framework settles the inbox row, a handler never writes it`,
+      );
     const first = writers.get(table);
     if (first !== undefined) {
-      throw new HandlerDefinitionError(`Handler "${handler}": steps "${first}" and "${name}" both write table ${table}; one statement sees one snapshot, so the second cannot see the first's row (an update of a row inserted by another step does nothing). Combine them into one insert … on conflict do update, or write a plain handler`);
+      throw new HandlerDefinitionError(
+        `Handler "${handler}": steps "${first}" and "${name}" both write table ${table}; one statement sees one snapshot, so the second cannot see the first's row (an update of a row inserted by another step does nothing). Combine them into one insert … on conflict do update, or write a plain handler`,
+      );
     }
     writers.set(table, name);
   }

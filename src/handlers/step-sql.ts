@@ -98,12 +98,24 @@ export function classifyHead(head: string): StepKind {
   const write = WRITES[word];
   if (write === undefined) {
     const shown = JSON.stringify(text.slice(0, 30));
-    if (word === "with") return { kind: "refused", reason: "starts with its own WITH (a CTE inside it could write unseen); make each of its CTEs a step of its own and read it with step(name)" };
-    return { kind: "refused", reason: `starts with ${shown}, not select, values, insert into, update, delete from or merge into (after comments)` };
+    if (word === "with")
+      return {
+        kind: "refused",
+        reason:
+          "starts with its own WITH (a CTE inside it could write unseen); make each of its CTEs a step of its own and read it with step(name)",
+      };
+    return {
+      kind: "refused",
+      reason: `starts with ${shown}, not select, values, insert into, update, delete from or merge into (after comments)`,
+    };
   }
   const afterKeyword = write.exec(text);
   const target = afterKeyword && TARGET.exec(text.slice(afterKeyword[0].length));
-  if (!target?.[1]) return { kind: "refused", reason: `is a ${word} whose table is not written literally after "${word}" (a table the rules cannot read cannot be checked)` };
+  if (!target?.[1])
+    return {
+      kind: "refused",
+      reason: `is a ${word} whose table is not written literally after "${word}" (a table the rules cannot read cannot be checked)`,
+    };
   const last = splitName(target[1]).pop() as string;
   return { kind: "write", table: last.startsWith('"') ? last.slice(1, -1).replaceAll('""', '"') : last.toLowerCase() };
 }

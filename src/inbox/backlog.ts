@@ -38,7 +38,13 @@ export async function readBacklog(db: Db | Tx): Promise<Backlog[]> {
      group by provider, endpoint
      order by provider, endpoint
   `;
-  return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, unprocessed: r.unprocessed, oldestUnprocessedAgeSec: r.oldest, needsReview: r.needs_review }));
+  return rows.map((r) => ({
+    provider: r.provider,
+    endpoint: r.endpoint,
+    unprocessed: r.unprocessed,
+    oldestUnprocessedAgeSec: r.oldest,
+    needsReview: r.needs_review,
+  }));
 }
 
 /**

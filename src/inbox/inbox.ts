@@ -58,7 +58,14 @@ export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEve
  * already exists (a concurrent delivery recorded it meanwhile: a duplicate).
  * @throws the database error when it cannot be written (the caller must then answer 5xx).
  */
-export async function recordFailedAttempt(db: Db, key: InboxKey, event: VerifiedEvent, error: string, permanent: boolean, backoff: Backoff): Promise<boolean> {
+export async function recordFailedAttempt(
+  db: Db,
+  key: InboxKey,
+  event: VerifiedEvent,
+  error: string,
+  permanent: boolean,
+  backoff: Backoff,
+): Promise<boolean> {
   const rows = await db`
     insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, attempts, last_error, available_at, needs_review_at)
     values (
@@ -96,7 +103,13 @@ export interface StatementEffect {
  * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included.
  * @throws the statement's error when the key is not recorded (nothing of this attempt remains).
  */
-export async function recordAndApply(db: Db, key: InboxKey, event: VerifiedEvent, effect: StatementEffect, timeoutMs?: number): Promise<boolean> {
+export async function recordAndApply(
+  db: Db,
+  key: InboxKey,
+  event: VerifiedEvent,
+  effect: StatementEffect,
+  timeoutMs?: number,
+): Promise<boolean> {
   const query = db<{ inserted: boolean }[]>`
     with inbox as (
       insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)

@@ -34,10 +34,18 @@ interface Row {
 
 function summarize(r: Row): EventSummary {
   return {
-    provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, state: r.state,
-    attempts: r.attempts, receivedAt: r.received_at.toISOString(), availableAt: r.available_at.toISOString(),
-    processedAt: r.processed_at?.toISOString() ?? null, needsReviewAt: r.needs_review_at?.toISOString() ?? null,
-    lastError: r.last_error, payloadDropped: r.payload_dropped_at !== null,
+    provider: r.provider,
+    endpoint: r.endpoint,
+    eventId: r.event_id,
+    eventType: r.event_type,
+    state: r.state,
+    attempts: r.attempts,
+    receivedAt: r.received_at.toISOString(),
+    availableAt: r.available_at.toISOString(),
+    processedAt: r.processed_at?.toISOString() ?? null,
+    needsReviewAt: r.needs_review_at?.toISOString() ?? null,
+    lastError: r.last_error,
+    payloadDropped: r.payload_dropped_at !== null,
   };
 }
 
@@ -61,7 +69,11 @@ export async function listEvents(db: Db, filter: RowFilter, limit = 50): Promise
  * `rawBody`: the exact verified body as text. Empty when the
  * id is unknown.
  */
-export async function showEvent(db: Db, eventId: string, withPayload = false): Promise<(EventSummary & { payload?: unknown; rawBody?: string })[]> {
+export async function showEvent(
+  db: Db,
+  eventId: string,
+  withPayload = false,
+): Promise<(EventSummary & { payload?: unknown; rawBody?: string })[]> {
   const rows = await db<(Row & { payload: unknown; raw_body: string | null })[]>`
     select s.provider, s.endpoint, s.event_id, s.event_type, s.state, s.attempts, s.received_at, s.available_at,
            s.processed_at, s.needs_review_at, s.last_error, s.payload_dropped_at,

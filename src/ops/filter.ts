@@ -42,7 +42,8 @@ export function whereRows(db: Db, f: RowFilter) {
  */
 export function parseDuration(text: string): number {
   const match = /^(\d+)(ms|s|m|h|d)$/.exec(text.trim());
-  if (!match?.[1] || !match[2] || Number(match[1]) === 0) throw new Error(`Cannot read duration "${text}": use a positive whole number with ms, s, m, h or d (e.g. 30d)`);
+  if (!match?.[1] || !match[2] || Number(match[1]) === 0)
+    throw new Error(`Cannot read duration "${text}": use a positive whole number with ms, s, m, h or d (e.g. 30d)`);
   const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as "ms" | "s" | "m" | "h" | "d"];
   const ms = Number(match[1]) * unit;
   if (ms > MAX_DURATION_MS) throw new Error(`Cannot read duration "${text}": longer than 100 years`);

@@ -31,10 +31,20 @@ export interface OutboxFilter {
  * systems. Throws postgres.js errors only (an id that is not a whole number is SQLSTATE 22P02).
  */
 export async function listOutbox(db: Db, filter: OutboxFilter = {}, limit = 50): Promise<OutboxSummary[]> {
-  const rows = await db<{
-    id: string; aggregate_type: string; aggregate_id: string; event_type: string; parked: boolean; attempts: number;
-    created_at: Date; available_at: Date; needs_review_at: Date | null; last_error: string | null;
-  }[]>`
+  const rows = await db<
+    {
+      id: string;
+      aggregate_type: string;
+      aggregate_id: string;
+      event_type: string;
+      parked: boolean;
+      attempts: number;
+      created_at: Date;
+      available_at: Date;
+      needs_review_at: Date | null;
+      last_error: string | null;
+    }[]
+  >`
     select id::text as id, aggregate_type, aggregate_id, event_type, needs_review_at is not null as parked,
            attempts, created_at, available_at, needs_review_at, last_error
       from outbox
@@ -45,8 +55,15 @@ export async function listOutbox(db: Db, filter: OutboxFilter = {}, limit = 50):
      limit ${limit}
   `;
   return rows.map((r) => ({
-    id: r.id, aggregateType: r.aggregate_type, aggregateId: r.aggregate_id, eventType: r.event_type,
-    state: r.parked ? "needs_review" : "pending", attempts: r.attempts, createdAt: r.created_at.toISOString(),
-    availableAt: r.available_at.toISOString(), needsReviewAt: r.needs_review_at?.toISOString() ?? null, lastError: r.last_error,
+    id: r.id,
+    aggregateType: r.aggregate_type,
+    aggregateId: r.aggregate_id,
+    eventType: r.event_type,
+    state: r.parked ? "needs_review" : "pending",
+    attempts: r.attempts,
+    createdAt: r.created_at.toISOString(),
+    availableAt: r.available_at.toISOString(),
+    needsReviewAt: r.needs_review_at?.toISOString() ?? null,
+    lastError: r.last_error,
   }));
 }

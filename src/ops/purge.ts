@@ -49,9 +49,10 @@ export class RetentionTooShortError extends Error {
 export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult> {
   const horizonMs = options.horizonMs ?? STRIPE_RETRY_HORIZON_MS;
   const minimum = horizonMs + RETENTION_MARGIN_MS;
-  const tooShort = options.olderThanMs < minimum && !options.force
-    ? `a retention of ${days(options.olderThanMs)} is shorter than the provider's retry horizon of ${days(horizonMs)} plus a ${days(RETENTION_MARGIN_MS)} margin (${days(minimum)}); a redelivery after that would be processed again`
-    : undefined;
+  const tooShort =
+    options.olderThanMs < minimum && !options.force
+      ? `a retention of ${days(options.olderThanMs)} is shorter than the provider's retry horizon of ${days(horizonMs)} plus a ${days(RETENTION_MARGIN_MS)} margin (${days(minimum)}); a redelivery after that would be processed again`
+      : undefined;
   if (tooShort && !options.dryRun) throw new RetentionTooShortError(`Cannot purge: ${tooShort}. Use --force to override.`);
   const batch = options.batchSize ?? 1000;
   const result: PurgeResult = { dryRun: options.dryRun ?? false, deleted: 0, payloadsDropped: 0 };
@@ -66,7 +67,11 @@ export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult>
         from webhook_inbox
        where processed_at is not null
     `;
-    const counted = { ...result, deleted: row?.deleted ?? 0, payloadsDropped: options.payloadsOlderThanMs === undefined ? 0 : (row?.dropped ?? 0) };
+    const counted = {
+      ...result,
+      deleted: row?.deleted ?? 0,
+      payloadsDropped: options.payloadsOlderThanMs === undefined ? 0 : (row?.dropped ?? 0),
+    };
     return tooShort ? { ...counted, forceRequired: tooShort } : counted;
   }
   for (;;) {

@@ -26,7 +26,16 @@ export interface ReplayResult {
  */
 export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable | undefined): Promise<ReplayResult> {
   return db.begin(async (tx) => {
-    const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null; processed_at: Date | null; parked: boolean; outcome: string | null; resolution_note: string | null }[]>`
+    const [row] = await tx<
+      {
+        event_type: string;
+        payload: Record<string, unknown> | null;
+        processed_at: Date | null;
+        parked: boolean;
+        outcome: string | null;
+        resolution_note: string | null;
+      }[]
+    >`
       select event_type, payload, processed_at, needs_review_at is not null as parked, outcome, resolution_note
         from webhook_inbox
        where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
@@ -34,16 +43,25 @@ export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable 
     `;
     const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
     if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
-    if (!row.processed_at && row.parked) throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
+    if (!row.processed_at && row.parked)
+      throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
     if (!row.processed_at) throw new Error(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
-    if (row.outcome === "resolved") throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.resolution_note}"); running its handler would override that`);
+    if (row.outcome === "resolved")
+      throw new Error(
+        `Cannot replay ${name}: an operator resolved it by hand ("${row.resolution_note}"); running its handler would override that`,
+      );
     if (!row.payload) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
     // Pending statistics of earlier transactions on this connection may not be flushed yet
     // (PostgreSQL ≥ 15 flushes them at most once a second), so count the difference.
     const before = await writesSoFar(tx);
     const handler = handlers?.[row.event_type];
     if (handler) {
-      await handler(tx, subjectOf(key.provider, row.payload).object, { provider: key.provider, endpoint: key.endpoint, eventId: key.eventId, eventType: row.event_type });
+      await handler(tx, subjectOf(key.provider, row.payload).object, {
+        provider: key.provider,
+        endpoint: key.endpoint,
+        eventId: key.eventId,
+        eventType: row.event_type,
+      });
     }
     const after = await writesSoFar(tx);
     return {

@@ -44,6 +44,13 @@ export async function requeue(db: Db, filter: RowFilter, dryRun: boolean): Promi
       `;
   return {
     dryRun,
-    rows: rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempts: r.attempts, lastError: r.last_error })),
+    rows: rows.map((r) => ({
+      provider: r.provider,
+      endpoint: r.endpoint,
+      eventId: r.event_id,
+      eventType: r.event_type,
+      attempts: r.attempts,
+      lastError: r.last_error,
+    })),
   };
 }

@@ -47,6 +47,12 @@ export async function resolveReviewed(db: Db, filter: RowFilter, note: string, d
       `;
   return {
     dryRun,
-    rows: rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, lastError: r.last_error })),
+    rows: rows.map((r) => ({
+      provider: r.provider,
+      endpoint: r.endpoint,
+      eventId: r.event_id,
+      eventType: r.event_type,
+      lastError: r.last_error,
+    })),
   };
 }

@@ -26,7 +26,19 @@ export interface InboxStatus {
 
 /** The inbox and outbox backlogs plus arrivals per endpoint and event type over the last `windowSec` seconds (default 3600). */
 export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus> {
-  const arrivals = await db<{ provider: string; endpoint: string; event_type: string; received: number; processed: number; ignored: number; resolved: number; unprocessed: number; needs_review: number }[]>`
+  const arrivals = await db<
+    {
+      provider: string;
+      endpoint: string;
+      event_type: string;
+      received: number;
+      processed: number;
+      ignored: number;
+      resolved: number;
+      unprocessed: number;
+      needs_review: number;
+    }[]
+  >`
     select provider, endpoint, event_type,
            count(*)::int as received,
            count(*) filter (where state = 'processed')::int as processed,
@@ -44,8 +56,15 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
     outbox: await readOutboxBacklog(db),
     windowSec,
     arrivals: arrivals.map((r) => ({
-      provider: r.provider, endpoint: r.endpoint, eventType: r.event_type, received: r.received,
-      processed: r.processed, ignored: r.ignored, resolved: r.resolved, unprocessed: r.unprocessed, needsReview: r.needs_review,
+      provider: r.provider,
+      endpoint: r.endpoint,
+      eventType: r.event_type,
+      received: r.received,
+      processed: r.processed,
+      ignored: r.ignored,
+      resolved: r.resolved,
+      unprocessed: r.unprocessed,
+      needsReview: r.needs_review,
     })),
   };
 }

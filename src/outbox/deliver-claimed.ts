@@ -42,7 +42,11 @@ export class DeliveryTimeoutError extends Error {
  * and the error text on failure; never throws for sink errors. A failure to reach the database is
  * thrown (the lease then expires and the row is claimed again: delivered twice, same message id).
  */
-export async function deliverClaimed(db: Db, message: OutboxMessage, options: DeliverOptions): Promise<{ outcome: DeliveryOutcome; error?: string }> {
+export async function deliverClaimed(
+  db: Db,
+  message: OutboxMessage,
+  options: DeliverOptions,
+): Promise<{ outcome: DeliveryOutcome; error?: string }> {
   try {
     await sendWithTimeout(message, options.send, options.timeoutMs);
   } catch (err) {

@@ -33,21 +33,30 @@ export interface DispatcherOptions extends LoopOptions {
  */
 export async function runDispatcher(options: DispatcherOptions): Promise<void> {
   const ordered = options.ordered ?? false;
-  const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(options, "Dispatcher");
+  const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(
+    options,
+    "Dispatcher",
+  );
 
   // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);
-  const listener = !listen ? undefined : await db.listen(OUTBOX_CHANNEL, nudge).catch((err) => {
-    log({ dispatcher: "listen_failed", error: describeError(err) });
-    return undefined;
-  });
+  const listener = !listen
+    ? undefined
+    : await db.listen(OUTBOX_CHANNEL, nudge).catch((err) => {
+        log({ dispatcher: "listen_failed", error: describeError(err) });
+        return undefined;
+      });
 
   const inFlight = new Set<Promise<void>>();
   async function work(message: OutboxMessage): Promise<void> {
     const started = Date.now();
     const line = {
-      outbox_id: message.id, message_id: message.messageId, type: message.eventType,
-      aggregate: `${message.aggregateType}/${message.aggregateId}`, attempt: message.attempt, token: message.token.toString(),
+      outbox_id: message.id,
+      message_id: message.messageId,
+      type: message.eventType,
+      aggregate: `${message.aggregateType}/${message.aggregateId}`,
+      attempt: message.attempt,
+      token: message.token.toString(),
     };
     try {
       const result = await deliverClaimed(db, message, { send: options.send, timeoutMs, maxAttempts, backoff });

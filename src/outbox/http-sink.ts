@@ -43,7 +43,8 @@ export function webhookBody(message: OutboxMessage): string {
 export function httpSink(options: HttpSinkOptions): SendFn {
   const url = URL.canParse(options.url) ? new URL(options.url) : undefined;
   if (!url) throw new Error("Cannot use sink URL: it is not an absolute URL");
-  if (url.protocol !== "http:" && url.protocol !== "https:") throw new Error(`Cannot use sink URL: protocol must be http or https, got ${url.protocol}`);
+  if (url.protocol !== "http:" && url.protocol !== "https:")
+    throw new Error(`Cannot use sink URL: protocol must be http or https, got ${url.protocol}`);
   const signer = signerFor(options.secret);
   const now = options.now ?? Date.now;
   const doFetch = options.fetch ?? fetch;

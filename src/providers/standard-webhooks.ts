@@ -22,16 +22,27 @@ export async function verifyStandardWebhook(input: VerifyInput): Promise<Verifie
   const timestamp = input.headers.get("webhook-timestamp");
   const signature = input.headers.get("webhook-signature");
   if (!id || !timestamp || !signature) {
-    throw new AppError("signature_missing", "Missing Standard Webhooks header: webhook-id, webhook-timestamp and webhook-signature are required");
+    throw new AppError(
+      "signature_missing",
+      "Missing Standard Webhooks header: webhook-id, webhook-timestamp and webhook-signature are required",
+    );
   }
-  if (!/^[\x21-\x7e]{1,255}$/.test(id)) throw new AppError("signature_malformed", "Cannot parse webhook-id: expected 1 to 255 printable ASCII characters");
-  if (!/^\d{1,12}$/.test(timestamp)) throw new AppError("signature_malformed", "Cannot parse webhook-timestamp: expected integer unix seconds");
-  const passed = signature.split(" ").filter((s) => s.startsWith("v1,")).map((s) => s.slice(3));
+  if (!/^[\x21-\x7e]{1,255}$/.test(id))
+    throw new AppError("signature_malformed", "Cannot parse webhook-id: expected 1 to 255 printable ASCII characters");
+  if (!/^\d{1,12}$/.test(timestamp))
+    throw new AppError("signature_malformed", "Cannot parse webhook-timestamp: expected integer unix seconds");
+  const passed = signature
+    .split(" ")
+    .filter((s) => s.startsWith("v1,"))
+    .map((s) => s.slice(3));
   if (passed.length === 0) throw new AppError("signature_malformed", "Cannot parse webhook-signature: no v1 signature");
   const skewSec = Math.floor(input.nowMs / 1000) - Number(timestamp);
   if (Math.abs(skewSec) > input.toleranceSec) {
     const direction = skewSec > 0 ? "old" : "in the future";
-    throw new AppError("timestamp_out_of_tolerance", `Cannot verify Standard Webhooks signature: timestamp is ${Math.abs(skewSec)} s ${direction}, tolerance is ${input.toleranceSec} s`);
+    throw new AppError(
+      "timestamp_out_of_tolerance",
+      `Cannot verify Standard Webhooks signature: timestamp is ${Math.abs(skewSec)} s ${direction}, tolerance is ${input.toleranceSec} s`,
+    );
   }
   const signedAt = new Date(Number(timestamp) * 1000);
   const matches = input.secrets.some((secret) => {
@@ -39,7 +50,10 @@ export async function verifyStandardWebhook(input: VerifyInput): Promise<Verifie
     return passed.some((candidate) => sameText(candidate, expected));
   });
   if (!matches) {
-    throw new AppError("signature_mismatch", `Cannot verify Standard Webhooks signature: no v1 signature matches any of the endpoint's ${input.secrets.length} secret(s)`);
+    throw new AppError(
+      "signature_mismatch",
+      `Cannot verify Standard Webhooks signature: no v1 signature matches any of the endpoint's ${input.secrets.length} secret(s)`,
+    );
   }
   return toVerifiedEvent(id, input.body);
 }
@@ -58,7 +72,11 @@ export function standardWebhooksSubject(payload: Record<string, unknown>): Subje
 }
 
 /** The Standard Webhooks provider: inbox `provider = 'standard-webhooks'`. */
-export const standardWebhooksProvider: WebhookProvider = { name: "standard-webhooks", verify: verifyStandardWebhook, subject: standardWebhooksSubject };
+export const standardWebhooksProvider: WebhookProvider = {
+  name: "standard-webhooks",
+  verify: verifyStandardWebhook,
+  subject: standardWebhooksSubject,
+};
 
 function signerFor(secret: string): Webhook {
   let signer = signers.get(secret);
@@ -100,10 +118,17 @@ function checkEvent(json: string): { type: string; payload: Record<string, unkno
   const e = event as Record<string, unknown> | undefined;
   const data = e?.data;
   const ok =
-    typeof e === "object" && e !== null && !Array.isArray(e) &&
-    typeof e.type === "string" && e.type.length > 0 && e.type.length <= 200 &&
-    typeof data === "object" && data !== null && !Array.isArray(data);
-  if (!ok) throw new AppError("invalid_event", "Signed body is not a Standard Webhooks event: expected a JSON object with type and a data object");
+    typeof e === "object" &&
+    e !== null &&
+    !Array.isArray(e) &&
+    typeof e.type === "string" &&
+    e.type.length > 0 &&
+    e.type.length <= 200 &&
+    typeof data === "object" &&
+    data !== null &&
+    !Array.isArray(data);
+  if (!ok)
+    throw new AppError("invalid_event", "Signed body is not a Standard Webhooks event: expected a JSON object with type and a data object");
   const payload = e as Record<string, unknown>;
   return { type: payload.type as string, payload, subject: standardWebhooksSubject(payload) };
 }

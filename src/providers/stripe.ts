@@ -97,7 +97,10 @@ export async function verifyStripeEvent(input: VerifyInput): Promise<VerifiedEve
     }
   }
   if (event === undefined) {
-    throw new AppError("signature_mismatch", `Cannot verify Stripe signature: no v1 signature matches any of the endpoint's ${input.secrets.length} secret(s)`);
+    throw new AppError(
+      "signature_mismatch",
+      `Cannot verify Stripe signature: no v1 signature matches any of the endpoint's ${input.secrets.length} secret(s)`,
+    );
   }
   return toVerifiedEvent(event, input.body);
 }
@@ -120,12 +123,20 @@ function checkEvent(event: unknown): { id: string; type: string; payload: Record
   const e = event as Record<string, unknown> | null;
   const data = e?.data as Record<string, unknown> | null | undefined;
   const ok =
-    typeof e === "object" && e !== null && !Array.isArray(e) &&
+    typeof e === "object" &&
+    e !== null &&
+    !Array.isArray(e) &&
     e.object === "event" &&
-    typeof e.id === "string" && /^evt_[A-Za-z0-9_]{1,250}$/.test(e.id) &&
-    typeof e.type === "string" && e.type.length > 0 && e.type.length <= 200 &&
-    typeof data === "object" && data !== null &&
-    typeof data.object === "object" && data.object !== null && !Array.isArray(data.object);
+    typeof e.id === "string" &&
+    /^evt_[A-Za-z0-9_]{1,250}$/.test(e.id) &&
+    typeof e.type === "string" &&
+    e.type.length > 0 &&
+    e.type.length <= 200 &&
+    typeof data === "object" &&
+    data !== null &&
+    typeof data.object === "object" &&
+    data.object !== null &&
+    !Array.isArray(data.object);
   if (!ok) {
     throw new AppError("invalid_event", 'Signed body is not a Stripe event: expected object "event" with id evt_…, type and data.object');
   }

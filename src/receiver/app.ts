@@ -4,7 +4,16 @@ import { AppError, describeError, errorResponse, PermanentError } from "../error
 import type { LogFn } from "../log.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import type { WebhookProvider } from "../providers/provider.ts";
-import { receiveAsync, receiveHybrid, receiveSync, recordFallback, type HybridOptions, type Mode, type Outcome, type ReceiveTarget } from "./receive.ts";
+import {
+  receiveAsync,
+  receiveHybrid,
+  receiveSync,
+  recordFallback,
+  type HybridOptions,
+  type Mode,
+  type Outcome,
+  type ReceiveTarget,
+} from "./receive.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 import { readBody } from "./request-body.ts";
 import { createBodyBudget, type BodyBudget } from "./body-budget.ts";
@@ -33,7 +42,6 @@ export interface Endpoint {
 export const DEFAULT_INFLIGHT_BODY_BYTES = 32 * 1024 * 1024;
 
 const DEFAULT_HYBRID: HybridOptions = { budgetMs: 2_000, backoff: { baseMs: 1_000, capMs: 600_000 } };
-
 
 /** Dependencies of {@link createApp}. */
 export interface AppDeps {
@@ -117,14 +125,24 @@ export function createApp(deps: AppDeps): App {
     try {
       if (!endpoint) throw new AppError("unknown_endpoint", `Unknown webhook endpoint: ${new URL(request.url).pathname}`);
       const body = await readBody(request, maxBodyBytes, hold);
-      const event = await endpoint.provider.verify({ body, headers: request.headers, secrets: endpoint.secrets, toleranceSec, nowMs: now() });
+      const event = await endpoint.provider.verify({
+        body,
+        headers: request.headers,
+        secrets: endpoint.secrets,
+        toleranceSec,
+        nowMs: now(),
+      });
       Object.assign(entry, { event_id: event.id, type: event.type });
       const outcome = limiter ? await limiter.run(() => receiveIn(endpoint, event, entry)) : await receiveIn(endpoint, event, entry);
       entry.outcome = outcome;
       response = Response.json({ outcome, event_id: event.id });
     } catch (err) {
       const appError = toAppError(err, entry.event_id);
-      Object.assign(entry, { outcome: "rejected", error: appError.code, detail: err instanceof AppError ? err.message : describeError(err) });
+      Object.assign(entry, {
+        outcome: "rejected",
+        error: appError.code,
+        detail: err instanceof AppError ? err.message : describeError(err),
+      });
       response = errorResponse(appError, appError.status === 503 ? { "retry-after": RETRY_AFTER_SEC } : {});
     } finally {
       hold.release();
@@ -132,7 +150,13 @@ export function createApp(deps: AppDeps): App {
     const durationMs = now() - started;
     log({ ...entry, status: response.status, duration_ms: durationMs });
     if (endpoint) {
-      metrics.observe({ provider: endpoint.provider.name, endpoint: endpoint.name, outcome: String(entry.outcome), reason: entry.error as string | undefined, durationSec: durationMs / 1000 });
+      metrics.observe({
+        provider: endpoint.provider.name,
+        endpoint: endpoint.name,
+        outcome: String(entry.outcome),
+        reason: entry.error as string | undefined,
+        durationSec: durationMs / 1000,
+      });
     }
     return response;
   }
@@ -147,14 +171,20 @@ export function createApp(deps: AppDeps): App {
   function receiveInMode(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>): Promise<Outcome> {
     const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
     // A failure no retry can fix is parked as needs-review (200): a 5xx would make the provider retry in vain.
-    const parkWhen = (permanent: (err: unknown) => boolean) => (err: unknown): Promise<Outcome> => {
-      if (!permanent(err)) throw err;
-      entry.fallback = describeError(err);
-      return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
-    };
+    const parkWhen =
+      (permanent: (err: unknown) => boolean) =>
+      (err: unknown): Promise<Outcome> => {
+        if (!permanent(err)) throw err;
+        entry.fallback = describeError(err);
+        return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
+      };
     if (event.sanitized?.typeChanged) {
       // No handler can be chosen for a type that is not the one sent: keep it, with its raw body, for an operator.
-      return parkWhen(() => true)(new PermanentError(`Event type holds characters PostgreSQL cannot store (${event.sanitized.replaced}): recorded with them replaced, not applied`));
+      return parkWhen(() => true)(
+        new PermanentError(
+          `Event type holds characters PostgreSQL cannot store (${event.sanitized.replaced}): recorded with them replaced, not applied`,
+        ),
+      );
     }
     switch (endpoint.mode ?? "sync") {
       case "sync":
@@ -178,7 +208,9 @@ export function createApp(deps: AppDeps): App {
     .head("/readyz", probes.readyz)
     .get("/metrics", probes.metrics)
     .head("/metrics", probes.metrics)
-    .all("/webhooks/:provider/:endpoint?", () => errorResponse(new AppError("method_not_allowed", "Webhooks are delivered with POST"), { allow: "POST" }))
+    .all("/webhooks/:provider/:endpoint?", () =>
+      errorResponse(new AppError("method_not_allowed", "Webhooks are delivered with POST"), { allow: "POST" }),
+    )
     .all("/healthz", wrongMethod)
     .all("/readyz", wrongMethod)
     .all("/metrics", wrongMethod)
@@ -209,7 +241,9 @@ function toAppError(err: unknown, eventId: unknown): AppError {
     // The event cannot be stored even as raw text: no retry can help, so say so instead of a 5xx loop.
     return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL refuses this event (SQLSTATE ${sqlState(err)})`);
   }
-  if ((err as { code?: unknown } | null)?.code === NO_ANSWER) return new AppError("database_unavailable", `${(err as Error).message}; retry later`);
-  if (isDatabaseUnavailable(err)) return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
+  if ((err as { code?: unknown } | null)?.code === NO_ANSWER)
+    return new AppError("database_unavailable", `${(err as Error).message}; retry later`);
+  if (isDatabaseUnavailable(err))
+    return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);
 }

@@ -40,7 +40,10 @@ export function createBodyBudget(limit: number): BodyBudget {
       return {
         take(bytes) {
           if (inUse + bytes > limit) {
-            throw new AppError("overloaded", `Receiver is at capacity: ${inUse} bytes of request bodies in flight, ${bytes} more would pass the limit of ${limit}; retry later`);
+            throw new AppError(
+              "overloaded",
+              `Receiver is at capacity: ${inUse} bytes of request bodies in flight, ${bytes} more would pass the limit of ${limit}; retry later`,
+            );
           }
           inUse += bytes;
           held += bytes;

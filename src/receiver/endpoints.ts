@@ -22,7 +22,10 @@ export const handlerTables = {
  * `/webhooks/stripe/<name>`.
  * `mode` defaults to sync; `hybridBudgetMs` is the hybrid in-request budget in ms.
  */
-export function stripeEndpoints(settings: readonly (Pick<EndpointSettings, "name" | "secrets"> & { mode?: Mode })[], hybridBudgetMs = 2_000): Endpoint[] {
+export function stripeEndpoints(
+  settings: readonly (Pick<EndpointSettings, "name" | "secrets"> & { mode?: Mode })[],
+  hybridBudgetMs = 2_000,
+): Endpoint[] {
   return settings.map((s, i) => ({
     name: s.name,
     provider: stripeProvider,
@@ -33,7 +36,6 @@ export function stripeEndpoints(settings: readonly (Pick<EndpointSettings, "name
     hybrid: { budgetMs: hybridBudgetMs, backoff: { baseMs: 1_000, capMs: 600_000 } },
   }));
 }
-
 
 /** The handler table for rows of `provider` (an inbox row's `provider`), for the worker and replay; undefined when none is registered. */
 export function handlersFor(provider: string): HandlerTable | undefined {

@@ -40,7 +40,12 @@ export function createLimiter(max: number, queueTimeoutMs: number): Limiter {
         grant: resolve,
         timer: setTimeout(() => {
           queue.splice(queue.indexOf(waiter), 1);
-          reject(new AppError("overloaded", `Receiver is at capacity (${max} deliveries in progress, none finished within ${queueTimeoutMs} ms); retry later`));
+          reject(
+            new AppError(
+              "overloaded",
+              `Receiver is at capacity (${max} deliveries in progress, none finished within ${queueTimeoutMs} ms); retry later`,
+            ),
+          );
         }, queueTimeoutMs),
       };
       queue.push(waiter);

@@ -106,11 +106,20 @@ export function createMetrics(): Metrics {
         for (const [key, b] of rows) out.push(`${name}{${key}} ${pick(b)}`);
       };
       gauge("webhook_inbox_unprocessed", "Rows waiting for a worker (not needs-review).", (b) => b.unprocessed);
-      gauge("webhook_inbox_oldest_unprocessed_age_seconds", "Age of the oldest row waiting for a worker, seconds.", (b) => b.oldestUnprocessedAgeSec);
+      gauge(
+        "webhook_inbox_oldest_unprocessed_age_seconds",
+        "Age of the oldest row waiting for a worker, seconds.",
+        (b) => b.oldestUnprocessedAgeSec,
+      );
       gauge("webhook_inbox_needs_review", "Rows parked for an operator (dead letter).", (b) => b.needsReview);
-      const single = (name: string, help: string, value: number) => out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name} ${value}`);
+      const single = (name: string, help: string, value: number) =>
+        out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`, `${name} ${value}`);
       single("webhook_outbox_pending", "Outbox rows not yet published (not needs-review).", backlog.outbox.pending);
-      single("webhook_outbox_oldest_pending_age_seconds", "Age of the oldest pending outbox row, seconds.", backlog.outbox.oldestPendingAgeSec);
+      single(
+        "webhook_outbox_oldest_pending_age_seconds",
+        "Age of the oldest pending outbox row, seconds.",
+        backlog.outbox.oldestPendingAgeSec,
+      );
       single("webhook_outbox_needs_review", "Outbox rows parked for an operator (dead letter).", backlog.outbox.needsReview);
     }
     return `${out.join("\n")}\n`;
@@ -120,5 +129,7 @@ export function createMetrics(): Metrics {
 }
 
 function labels(values: Record<string, string>): string {
-  return Object.entries(values).map(([k, v]) => `${k}="${v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")}"`).join(",");
+  return Object.entries(values)
+    .map(([k, v]) => `${k}="${v.replace(/\\/g, "\\\\").replace(/"/g, '\\"').replace(/\n/g, "\\n")}"`)
+    .join(",");
 }

@@ -27,20 +27,31 @@ const PROBE_TIMEOUT_MS = 2_000;
 export function createProbes(deps: ProbeDeps) {
   async function readyz(): Promise<Response> {
     try {
-      const [row] = await withTimeout(deps.db<{ version: number | null }[]>`select max(version)::int as version from schema_migrations`.execute(), PROBE_TIMEOUT_MS);
+      const [row] = await withTimeout(
+        deps.db<{ version: number | null }[]>`select max(version)::int as version from schema_migrations`.execute(),
+        PROBE_TIMEOUT_MS,
+      );
       const version = row?.version ?? 0;
       if (deps.schemaVersion !== undefined && version < deps.schemaVersion) {
-        return Response.json({ status: "migrations_pending", schema_version: version, expected: deps.schemaVersion }, { status: 503, headers: { "retry-after": RETRY_AFTER_SEC } });
+        return Response.json(
+          { status: "migrations_pending", schema_version: version, expected: deps.schemaVersion },
+          { status: 503, headers: { "retry-after": RETRY_AFTER_SEC } },
+        );
       }
       return Response.json({ status: "ready", schema_version: version });
     } catch {
-      return errorResponse(new AppError("database_unavailable", "Database is not reachable or not migrated"), { "retry-after": RETRY_AFTER_SEC });
+      return errorResponse(new AppError("database_unavailable", "Database is not reachable or not migrated"), {
+        "retry-after": RETRY_AFTER_SEC,
+      });
     }
   }
 
   async function metrics(request: Request): Promise<Response> {
     if (deps.metricsToken !== undefined && !sameText(request.headers.get("authorization") ?? "", `Bearer ${deps.metricsToken}`)) {
-      return Response.json({ error: "unauthorized", message: "GET /metrics needs Authorization: Bearer <METRICS_TOKEN>" }, { status: 401, headers: { "www-authenticate": "Bearer" } });
+      return Response.json(
+        { error: "unauthorized", message: "GET /metrics needs Authorization: Bearer <METRICS_TOKEN>" },
+        { status: 401, headers: { "www-authenticate": "Bearer" } },
+      );
     }
     // A server-side bound just under the client's: a read blocked on a lock (a migration, VACUUM FULL)
     // is cancelled by PostgreSQL and frees the probe connection, so /readyz does not queue behind it.
@@ -49,7 +60,9 @@ export function createProbes(deps: ProbeDeps) {
       return { inbox: await readBacklog(tx), outbox: await readOutboxBacklog(tx) };
     });
     const backlog = await withTimeout(read, PROBE_TIMEOUT_MS).catch(() => null);
-    return new Response(deps.metrics.render(backlog, deps.endpoints), { headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" } });
+    return new Response(deps.metrics.render(backlog, deps.endpoints), {
+      headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
+    });
   }
 
   return {

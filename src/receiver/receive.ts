@@ -89,7 +89,13 @@ export interface HybridOptions {
  * written either, this throws: the caller answers 5xx and nothing was acknowledged.
  * `onFallback` receives the error that caused the fallback (for logging).
  */
-export async function receiveHybrid(db: Db, target: ReceiveTarget, event: VerifiedEvent, options: HybridOptions, onFallback?: (err: unknown) => void): Promise<Outcome> {
+export async function receiveHybrid(
+  db: Db,
+  target: ReceiveTarget,
+  event: VerifiedEvent,
+  options: HybridOptions,
+  onFallback?: (err: unknown) => void,
+): Promise<Outcome> {
   const started = Date.now();
   try {
     return await receiveSync(db, withDeadline(target, started, options.budgetMs), event, options.budgetMs);
@@ -109,7 +115,13 @@ export async function receiveHybrid(db: Db, target: ReceiveTarget, event: Verifi
  * for days); hybrid mode for every handler failure.
  * @throws the database error when the row cannot be written: the caller must answer 5xx.
  */
-export async function recordFallback(db: Db, target: ReceiveTarget, event: VerifiedEvent, err: unknown, backoff: Backoff): Promise<Outcome> {
+export async function recordFallback(
+  db: Db,
+  target: ReceiveTarget,
+  event: VerifiedEvent,
+  err: unknown,
+  backoff: Backoff,
+): Promise<Outcome> {
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   const permanent = isPermanent(err);
   let recorded: boolean;
@@ -132,11 +144,16 @@ export async function recordFallback(db: Db, target: ReceiveTarget, event: Verif
  */
 function withDeadline(target: ReceiveTarget, started: number, budgetMs: number): ReceiveTarget {
   const handlers = Object.fromEntries(
-    Object.entries(target.handlers).map(([type, handler]) => [type, handler.statement ? handler : async (...args: Parameters<typeof handler>) => {
-      await handler(...args);
-      const elapsed = Date.now() - started;
-      if (elapsed > budgetMs) throw new Error(`Time budget exceeded: ${elapsed} ms, budget ${budgetMs} ms`);
-    }]),
+    Object.entries(target.handlers).map(([type, handler]) => [
+      type,
+      handler.statement
+        ? handler
+        : async (...args: Parameters<typeof handler>) => {
+            await handler(...args);
+            const elapsed = Date.now() - started;
+            if (elapsed > budgetMs) throw new Error(`Time budget exceeded: ${elapsed} ms, budget ${budgetMs} ms`);
+          },
+    ]),
   );
   return { ...target, handlers };
 }

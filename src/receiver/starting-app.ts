@@ -27,7 +27,13 @@ export function createStartingApp(): StartingApp {
       const response =
         path === "/healthz" && (request.method === "GET" || request.method === "HEAD")
           ? Response.json({ status: "ok" })
-          : errorResponse(new AppError("database_unavailable", "Starting: waiting for the database and its migrations; nothing was recorded, retry later"), { "retry-after": RETRY_AFTER_SEC });
+          : errorResponse(
+              new AppError(
+                "database_unavailable",
+                "Starting: waiting for the database and its migrations; nothing was recorded, retry later",
+              ),
+              { "retry-after": RETRY_AFTER_SEC },
+            );
       return request.method === "HEAD" ? new Response(null, { status: response.status, headers: response.headers }) : response;
     },
   };

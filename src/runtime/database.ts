@@ -31,7 +31,10 @@ export interface DatabaseHandle {
  *   test, or `NODE_ENV=production` comes without `DATABASE_URL`; `options.signal.reason` when stopped
  *   while the embedded server started.
  */
-export async function openDatabase(env: Record<string, string | undefined>, options: { signal?: AbortSignal } = {}): Promise<DatabaseHandle> {
+export async function openDatabase(
+  env: Record<string, string | undefined>,
+  options: { signal?: AbortSignal } = {},
+): Promise<DatabaseHandle> {
   const envProblem = nodeEnvProblem(env);
   if (envProblem) throw new Error(envProblem);
   if (env.DATABASE_URL) {

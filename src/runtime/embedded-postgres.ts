@@ -82,7 +82,8 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   if (created !== undefined) await chmod(dirname(dir), 0o755);
   const signal = options.signal;
   // initdb may be killed by the same Ctrl-C (it shares our process group): report the stop, not its failure.
-  if (!existsSync(join(dir, "PG_VERSION"))) await pg.initialise().catch((err: unknown) => Promise.reject(signal?.aborted ? signal.reason : err));
+  if (!existsSync(join(dir, "PG_VERSION")))
+    await pg.initialise().catch((err: unknown) => Promise.reject(signal?.aborted ? signal.reason : err));
   signal?.throwIfAborted();
   try {
     await pg.start();

@@ -3,12 +3,26 @@
 import { onStopSignals, REPEAT_WINDOW_MS } from "./signals.ts";
 
 /** The numeric flags of a claim loop, in ms except `concurrency` and `max-attempts`. */
-export const LOOP_FLAGS = ["concurrency", "lease-ms", "timeout-ms", "max-attempts", "poll-ms", "backoff-base-ms", "backoff-cap-ms"] as const;
+export const LOOP_FLAGS = [
+  "concurrency",
+  "lease-ms",
+  "timeout-ms",
+  "max-attempts",
+  "poll-ms",
+  "backoff-base-ms",
+  "backoff-cap-ms",
+] as const;
 /** The claim-loop settings by flag name (ms or counts, as each flag says), read from flags and env. */
 export type LoopSettings = Record<(typeof LOOP_FLAGS)[number], number>;
 
 const DEFAULTS: LoopSettings = {
-  concurrency: 4, "lease-ms": 60_000, "timeout-ms": 30_000, "max-attempts": 10, "poll-ms": 5_000, "backoff-base-ms": 1_000, "backoff-cap-ms": 600_000,
+  concurrency: 4,
+  "lease-ms": 60_000,
+  "timeout-ms": 30_000,
+  "max-attempts": 10,
+  "poll-ms": 5_000,
+  "backoff-base-ms": 1_000,
+  "backoff-cap-ms": 600_000,
 };
 
 /** `parseArgs` option specs for {@link LOOP_FLAGS}. */
@@ -19,7 +33,12 @@ export const loopFlagSpecs = Object.fromEntries(LOOP_FLAGS.map((n) => [n, { type
  * else its default. Appends a problem naming the flag and the variable for anything that is not a whole
  * number ≥ 1, and one when the timeout is not shorter than the lease.
  */
-export function readLoopSettings(values: Record<string, unknown>, env: Record<string, string | undefined>, envPrefix: string, problems: string[]): LoopSettings {
+export function readLoopSettings(
+  values: Record<string, unknown>,
+  env: Record<string, string | undefined>,
+  envPrefix: string,
+  problems: string[],
+): LoopSettings {
   const settings = { ...DEFAULTS };
   for (const name of LOOP_FLAGS) {
     const envName = `${envPrefix}_${name.toUpperCase().replaceAll("-", "_")}`;

@@ -86,7 +86,13 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
  * @throws Error naming DATABASE_POOLER behind an undeclared pooler; the wait's error past its limit or
  *   on `signal`; the migration's error.
  */
-export async function prepareReceiverDatabase(db: Db, config: ServerConfig, migrations: readonly Migration[], signal: AbortSignal, log: (line: string) => void): Promise<string[]> {
+export async function prepareReceiverDatabase(
+  db: Db,
+  config: ServerConfig,
+  migrations: readonly Migration[],
+  signal: AbortSignal,
+  log: (line: string) => void,
+): Promise<string[]> {
   await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal, log });
   const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler);
   if (poolerProblem !== undefined) throw new Error(poolerProblem);

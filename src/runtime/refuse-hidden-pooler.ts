@@ -19,7 +19,8 @@ export async function refuseHiddenPooler(database: { url: string; embedded?: boo
     problem = await hiddenPoolerProblem(database.url, pooler);
   } catch (err) {
     if (err instanceof CannotConnectError) problem = err.message;
-    else problem = `Cannot check DATABASE_URL for a transaction pooler (set DATABASE_POOLER=transaction if there is one): ${err instanceof Error ? err.message : String(err)}`;
+    else
+      problem = `Cannot check DATABASE_URL for a transaction pooler (set DATABASE_POOLER=transaction if there is one): ${err instanceof Error ? err.message : String(err)}`;
   }
   if (problem === undefined) return;
   console.error(problem);
@@ -32,7 +33,11 @@ export async function refuseHiddenPooler(database: { url: string; embedded?: boo
  * {@link refuseHiddenPooler}, then a pool of `max` connections named `applicationName` with the
  * `DATABASE_POOLER` setting of `env`.
  */
-export async function openCommandDatabase(env: Record<string, string | undefined>, applicationName: string, max: number): Promise<{ database: DatabaseHandle; db: Db }> {
+export async function openCommandDatabase(
+  env: Record<string, string | undefined>,
+  applicationName: string,
+  max: number,
+): Promise<{ database: DatabaseHandle; db: Db }> {
   const database = await openDatabase(env).catch((err: unknown) => {
     console.error(`Cannot open the database: ${err instanceof Error ? err.message : String(err)}`);
     process.exit(1);

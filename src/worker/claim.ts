@@ -23,7 +23,8 @@ export interface Claim extends InboxKey {
 }
 
 /** The last_error of a row whose type sanitizing changed (the receiver parks it with the same opening words). */
-const TYPE_CHANGED = "Event type holds characters PostgreSQL cannot store: recorded with them replaced, not applied (requeueing cannot fix it: handle it by hand, then bun run inbox resolve)";
+const TYPE_CHANGED =
+  "Event type holds characters PostgreSQL cannot store: recorded with them replaced, not applied (requeueing cannot fix it: handle it by hand, then bun run inbox resolve)";
 
 /** Options of {@link claimBatch}. */
 export interface ClaimOptions {
@@ -46,7 +47,19 @@ export interface ClaimOptions {
  * without reporting) is parked as needs-review in the same statement rather than claimed.
  */
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
-  const rows = await db<{ claimed: boolean; provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; payload: Record<string, unknown> | null; raw_body: string | null; type_changed: boolean | null }[]>`
+  const rows = await db<
+    {
+      claimed: boolean;
+      provider: string;
+      endpoint: string;
+      event_id: string;
+      event_type: string;
+      attempts: number;
+      payload: Record<string, unknown> | null;
+      raw_body: string | null;
+      type_changed: boolean | null;
+    }[]
+  >`
     with picked as (
       select provider, endpoint, event_id, attempts
         from webhook_inbox
@@ -83,11 +96,26 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
     select false, *, null, null, null from parked
   `;
   const parked = rows.filter((r) => !r.claimed);
-  if (parked.length > 0) options.onParked?.(parked.map((r) => ({ provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempts: r.attempts })));
+  if (parked.length > 0)
+    options.onParked?.(
+      parked.map((r) => ({
+        provider: r.provider,
+        endpoint: r.endpoint,
+        eventId: r.event_id,
+        eventType: r.event_type,
+        attempts: r.attempts,
+      })),
+    );
   return rows
     .filter((r) => r.claimed)
     .map((r) => ({
-      provider: r.provider, endpoint: r.endpoint, eventId: r.event_id, eventType: r.event_type, attempt: r.attempts, payload: r.payload, rawBody: r.raw_body,
+      provider: r.provider,
+      endpoint: r.endpoint,
+      eventId: r.event_id,
+      eventType: r.event_type,
+      attempt: r.attempts,
+      payload: r.payload,
+      rawBody: r.raw_body,
       ...(r.type_changed ? { refusal: TYPE_CHANGED } : {}),
     }));
 }

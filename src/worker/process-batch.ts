@@ -72,7 +72,10 @@ export async function processBatch(db: Db, claims: readonly Claim[], options: Pr
   const alone: { claim: Claim; batchError?: string }[] = [...redo, ...single.map((claim) => ({ claim }))];
   for (const [i, { claim, batchError }] of alone.entries()) {
     const share = Math.max(1, Math.floor((deadline - Date.now()) / (alone.length - i)));
-    const result = await processClaimed(db, claim, { ...options, timeoutMs: share }).catch((err: unknown) => ({ outcome: "failed" as const, error: describeError(err) }));
+    const result = await processClaimed(db, claim, { ...options, timeoutMs: share }).catch((err: unknown) => ({
+      outcome: "failed" as const,
+      error: describeError(err),
+    }));
     results.push({ claim, ...result, batched: false, ...(batchError ? { batchError } : {}) });
   }
   return results;

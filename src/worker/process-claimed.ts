@@ -49,7 +49,12 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
       if (!table) throw new PermanentError(`No handler table for ${claim.provider}/${claim.endpoint}`);
       const stored = storedEvent(row.payload, row.raw_body);
       if (handler) {
-        await handler(tx, subjectOf(claim.provider, stored.payload).object, { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType });
+        await handler(tx, subjectOf(claim.provider, stored.payload).object, {
+          provider: claim.provider,
+          endpoint: claim.endpoint,
+          eventId: claim.eventId,
+          eventType: claim.eventType,
+        });
       }
       const outcome = handler ? "processed" : "ignored";
       await tx`
@@ -127,7 +132,13 @@ async function isSettled(db: Db, claim: Claim): Promise<boolean> {
  * @throws PermanentError when the row has neither a payload nor a raw body that a copy can fix, or
  *   the handler's validation refuses the event (thrown before anything is sent).
  */
-export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBuilder, payload: Record<string, unknown> | null | undefined, rawBody?: string | null) {
+export function claimedStatement(
+  sql: Db | Tx,
+  claim: Claim,
+  build: StatementBuilder,
+  payload: Record<string, unknown> | null | undefined,
+  rawBody?: string | null,
+) {
   const stored = storedEvent(payload, rawBody);
   const context = { provider: claim.provider, endpoint: claim.endpoint, eventId: claim.eventId, eventType: claim.eventType };
   const steps = build(sql, subjectOf(claim.provider, stored.payload).object, context);
@@ -164,10 +175,16 @@ export function claimedStatement(sql: Db | Tx, claim: Claim, build: StatementBui
  * @throws PermanentError when there is no payload and no copy can fix the raw body (a number beyond
  *   numeric's range, nesting too deep: no retry helps; an operator resolves it).
  */
-export function storedEvent(payload: Record<string, unknown> | null | undefined, rawBody: string | null | undefined): { payload: Record<string, unknown>; copy?: JsonbCopy } {
+export function storedEvent(
+  payload: Record<string, unknown> | null | undefined,
+  rawBody: string | null | undefined,
+): { payload: Record<string, unknown>; copy?: JsonbCopy } {
   if (payload) return { payload };
   const copy = rawBody ? jsonbCopy(rawBody) : undefined;
-  if (!copy) throw new PermanentError("Cannot process: the event has no jsonb payload and its raw body holds no \\u0000 or lone surrogate to replace (a number out of range or nesting too deep?); resolve it by hand");
+  if (!copy)
+    throw new PermanentError(
+      "Cannot process: the event has no jsonb payload and its raw body holds no \\u0000 or lone surrogate to replace (a number out of range or nesting too deep?); resolve it by hand",
+    );
   return { payload: JSON.parse(copy.json) as Record<string, unknown>, copy };
 }
 
@@ -183,7 +200,13 @@ function writeCopy(sql: Db | Tx, copy: JsonbCopy | undefined) {
  * and still carries this claim's attempt number (the fencing token), so it never disturbs a row
  * another worker finished or re-claimed. Returns true when the row is now needs-review.
  */
-export async function recordFailure(db: Db, claim: Claim, error: string, permanent: boolean, options: Pick<ProcessOptions, "maxAttempts" | "backoff">): Promise<boolean> {
+export async function recordFailure(
+  db: Db,
+  claim: Claim,
+  error: string,
+  permanent: boolean,
+  options: Pick<ProcessOptions, "maxAttempts" | "backoff">,
+): Promise<boolean> {
   const [row] = await db<{ parked: boolean }[]>`
     update webhook_inbox
        set last_error = ${error},

@@ -36,10 +36,12 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
 
   // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);
-  const listener = !listen ? undefined : await db.listen(NOTIFY_CHANNEL, nudge).catch((err) => {
-    log({ worker: "listen_failed", error: describeError(err) });
-    return undefined;
-  });
+  const listener = !listen
+    ? undefined
+    : await db.listen(NOTIFY_CHANNEL, nudge).catch((err) => {
+        log({ worker: "listen_failed", error: describeError(err) });
+        return undefined;
+      });
 
   const batchSize = options.batchSize ?? 8;
   if (!Number.isSafeInteger(batchSize) || batchSize < 1) throw new Error(`Worker batchSize must be a whole number ≥ 1, got ${batchSize}`);
@@ -52,7 +54,13 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
       const results = await processBatch(db, claims, { handlersFor: options.handlersFor, timeoutMs, maxAttempts, backoff });
       if (results.some((r) => r.outcome === "processed")) outbox.wake(); // their handlers may have written outbox rows
       for (const r of results) {
-        log({ ...line(r.claim), outcome: r.outcome, ...(r.error ? { error: r.error } : {}), ...(r.batchError ? { batch_error: r.batchError } : {}), duration_ms: Date.now() - started });
+        log({
+          ...line(r.claim),
+          outcome: r.outcome,
+          ...(r.error ? { error: r.error } : {}),
+          ...(r.batchError ? { batch_error: r.batchError } : {}),
+          duration_ms: Date.now() - started,
+        });
       }
     } catch (err) {
       // Not expected (processBatch reports failures as outcomes): the leases expire and the rows are claimed again.
@@ -77,7 +85,15 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     }
   };
   const parkedLog = (rows: { eventId: string; endpoint: string; eventType: string; attempts: number }[]) => {
-    for (const r of rows) log({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, attempt: r.attempts, outcome: "needs_review", error: "attempt limit reached with no outcome recorded" });
+    for (const r of rows)
+      log({
+        event_id: r.eventId,
+        endpoint: r.endpoint,
+        type: r.eventType,
+        attempt: r.attempts,
+        outcome: "needs_review",
+        error: "attempt limit reached with no outcome recorded",
+      });
   };
 
   const round = concurrency * batchSize;

@@ -50,10 +50,13 @@ export const MAX_KEY_LENGTH = 255;
  * @throws PermanentError naming the part that is empty, unsafe, or makes the key longer than 255.
  */
 export function writeBackKey(eventId: string, operation: string): string {
-  if (!SAFE_PART.test(eventId)) throw new PermanentError("Cannot derive a write-back key: the event id is empty or has characters other than letters, digits, _ and -");
-  if (!OPERATION.test(operation)) throw new PermanentError(`Cannot derive a write-back key: operation "${operation}" is not a lowercase kebab-case constant`);
+  if (!SAFE_PART.test(eventId))
+    throw new PermanentError("Cannot derive a write-back key: the event id is empty or has characters other than letters, digits, _ and -");
+  if (!OPERATION.test(operation))
+    throw new PermanentError(`Cannot derive a write-back key: operation "${operation}" is not a lowercase kebab-case constant`);
   const key = `webhook:${eventId}:${operation}`;
-  if (key.length > MAX_KEY_LENGTH) throw new PermanentError(`Cannot derive a write-back key: ${key.length} characters, the limit is ${MAX_KEY_LENGTH}`);
+  if (key.length > MAX_KEY_LENGTH)
+    throw new PermanentError(`Cannot derive a write-back key: ${key.length} characters, the limit is ${MAX_KEY_LENGTH}`);
   return key;
 }
 
@@ -64,7 +67,9 @@ export function writeBackKey(eventId: string, operation: string): string {
  */
 export class WriteBackInDoubtError extends PermanentError {
   constructor(key: string, ageMs: number) {
-    super(`Cannot repeat write-back ${key}: started ${Math.round(ageMs / 3_600_000)} h ago without a recorded result, and the provider may have forgotten its idempotency key`);
+    super(
+      `Cannot repeat write-back ${key}: started ${Math.round(ageMs / 3_600_000)} h ago without a recorded result, and the provider may have forgotten its idempotency key`,
+    );
     this.name = "WriteBackInDoubtError";
   }
 }
@@ -92,14 +97,20 @@ interface Row {
  * @throws whatever `call` throws (nothing is recorded then; a retry calls again with the same key),
  *   PermanentError for an unusable key, WriteBackInDoubtError, or a database error.
  */
-export async function writeBackOnce(db: Db, spec: WriteBackSpec, call: (idempotencyKey: string) => Promise<WriteBackResult>, options: WriteBackOptions = {}): Promise<WriteBack> {
+export async function writeBackOnce(
+  db: Db,
+  spec: WriteBackSpec,
+  call: (idempotencyKey: string) => Promise<WriteBackResult>,
+  options: WriteBackOptions = {},
+): Promise<WriteBack> {
   const key = writeBackKey(spec.eventId, spec.operation);
   const inDoubtAfterMs = options.inDoubtAfterMs ?? 23 * 3_600_000;
   const started = await startWriteBack(db, spec, key);
   if (started.result_id !== null) return { key, resultId: started.result_id, details: started.result ?? {}, called: false };
   if (started.age_ms > inDoubtAfterMs) throw new WriteBackInDoubtError(key, started.age_ms);
   const result = await call(key);
-  if (typeof result?.id !== "string" || result.id === "") throw new Error(`Cannot record write-back ${key}: the call returned no object id`);
+  if (typeof result?.id !== "string" || result.id === "")
+    throw new Error(`Cannot record write-back ${key}: the call returned no object id`);
   const recorded = await completeWriteBack(db, spec.provider, key, result);
   return { key, resultId: recorded.result_id ?? result.id, details: recorded.result ?? {}, called: true };
 }

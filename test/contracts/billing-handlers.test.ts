@@ -15,9 +15,13 @@ async function signStripe(body: string, secret: string, timestampSec: number): P
 /** Invoices, ledger entries and outbox messages, without timestamps, generated ids or the booking event's id (paid and payment_succeeded race for it). */
 async function billingState(db: Db): Promise<unknown> {
   return {
-    invoices: [...(await db`select id, customer_id, status, currency, amount_due::int, amount_paid::int, paid_at is not null as has_paid_at from invoices order by id`)],
+    invoices: [
+      ...(await db`select id, customer_id, status, currency, amount_due::int, amount_paid::int, paid_at is not null as has_paid_at from invoices order by id`),
+    ],
     ledger: [...(await db`select invoice_id, kind, amount::int, currency from ledger_entries order by invoice_id, kind`)],
-    outbox: [...(await db`select aggregate_type, aggregate_id, event_type, payload - 'event_id' as payload from outbox order by aggregate_id, event_type`)],
+    outbox: [
+      ...(await db`select aggregate_type, aggregate_id, event_type, payload - 'event_id' as payload from outbox order by aggregate_id, event_type`),
+    ],
   };
 }
 
@@ -34,17 +38,51 @@ handlerTableSuite({
   endState: billingState,
   expected: {
     invoices: [
-      { id: PAID_1, customer_id: expect.any(String), status: "paid", currency: "usd", amount_due: 2000, amount_paid: 2000, has_paid_at: true },
-      { id: VOID_2, customer_id: expect.any(String), status: "void", currency: "usd", amount_due: 4999, amount_paid: 0, has_paid_at: false },
-      { id: PAID_3, customer_id: expect.any(String), status: "paid", currency: "usd", amount_due: 129900, amount_paid: 129900, has_paid_at: true },
+      {
+        id: PAID_1,
+        customer_id: expect.any(String),
+        status: "paid",
+        currency: "usd",
+        amount_due: 2000,
+        amount_paid: 2000,
+        has_paid_at: true,
+      },
+      {
+        id: VOID_2,
+        customer_id: expect.any(String),
+        status: "void",
+        currency: "usd",
+        amount_due: 4999,
+        amount_paid: 0,
+        has_paid_at: false,
+      },
+      {
+        id: PAID_3,
+        customer_id: expect.any(String),
+        status: "paid",
+        currency: "usd",
+        amount_due: 129900,
+        amount_paid: 129900,
+        has_paid_at: true,
+      },
     ],
     ledger: [
       { invoice_id: PAID_1, kind: "payment", amount: 2000, currency: "usd" },
       { invoice_id: PAID_3, kind: "payment", amount: 129900, currency: "usd" },
     ],
     outbox: [
-      { aggregate_type: "Invoice", aggregate_id: PAID_1, event_type: "InvoicePaymentBooked", payload: { invoice_id: PAID_1, amount: 2000, currency: "usd" } },
-      { aggregate_type: "Invoice", aggregate_id: PAID_3, event_type: "InvoicePaymentBooked", payload: { invoice_id: PAID_3, amount: 129900, currency: "usd" } },
+      {
+        aggregate_type: "Invoice",
+        aggregate_id: PAID_1,
+        event_type: "InvoicePaymentBooked",
+        payload: { invoice_id: PAID_1, amount: 2000, currency: "usd" },
+      },
+      {
+        aggregate_type: "Invoice",
+        aggregate_id: PAID_3,
+        event_type: "InvoicePaymentBooked",
+        payload: { invoice_id: PAID_3, amount: 129900, currency: "usd" },
+      },
     ],
   },
 });
@@ -57,7 +95,10 @@ const recovered = [
   ["evt_contract_r3", "invoice.marked_uncollectible", { status: "uncollectible" }],
   ["evt_contract_r4", "invoice.paid", { status: "paid", amount_paid: 3100 }],
   ["evt_contract_r5", "invoice.payment_succeeded", { status: "paid", amount_paid: 3100 }],
-].map(([id, type, fields]) => ({ name: `${id}.json`, body: eventBody(id as string, type as string, invoice({ id: RECOVERED, amount_due: 3100, ...(fields as object) })) }));
+].map(([id, type, fields]) => ({
+  name: `${id}.json`,
+  body: eventBody(id as string, type as string, invoice({ id: RECOVERED, amount_due: 3100, ...(fields as object) })),
+}));
 
 handlerTableSuite({
   name: "billing: an uncollectible invoice paid after all",
@@ -67,9 +108,18 @@ handlerTableSuite({
   events: recovered,
   endState: billingState,
   expected: {
-    invoices: [{ id: RECOVERED, customer_id: "cus_test_1", status: "paid", currency: "usd", amount_due: 3100, amount_paid: 3100, has_paid_at: true }],
+    invoices: [
+      { id: RECOVERED, customer_id: "cus_test_1", status: "paid", currency: "usd", amount_due: 3100, amount_paid: 3100, has_paid_at: true },
+    ],
     ledger: [{ invoice_id: RECOVERED, kind: "payment", amount: 3100, currency: "usd" }],
-    outbox: [{ aggregate_type: "Invoice", aggregate_id: RECOVERED, event_type: "InvoicePaymentBooked", payload: { invoice_id: RECOVERED, amount: 3100, currency: "usd" } }],
+    outbox: [
+      {
+        aggregate_type: "Invoice",
+        aggregate_id: RECOVERED,
+        event_type: "InvoicePaymentBooked",
+        payload: { invoice_id: RECOVERED, amount: 3100, currency: "usd" },
+      },
+    ],
   },
 });
 

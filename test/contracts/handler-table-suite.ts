@@ -94,7 +94,10 @@ export function handlerTableSuite(contract: HandlerTableContract): void {
       await fc.assert(
         fc.asyncProperty(scenario, async ({ mode, order }) => {
           await emptyTables(fresh.db);
-          await modeRun(fresh.db).apply(mode, order.map((i) => events[i] as VerifiedEvent));
+          await modeRun(fresh.db).apply(
+            mode,
+            order.map((i) => events[i] as VerifiedEvent),
+          );
           expect(await contract.endState(fresh.db)).toEqual(contract.expected);
         }),
         { numRuns: PROPERTY_RUNS },
@@ -111,7 +114,11 @@ export function handlerTableSuite(contract: HandlerTableContract): void {
 export function everyHandlerRunTest(name: string, handlers: HandlerTable, sets: readonly (readonly { body: string }[])[]): void {
   test(`handler table contract: every handler of ${name} runs in a fixture set`, () => {
     const types = new Set(sets.flat().map((e) => (JSON.parse(e.body) as { type?: unknown }).type));
-    expect(Object.keys(handlers).filter((type) => !types.has(type)).sort()).toEqual([]);
+    expect(
+      Object.keys(handlers)
+        .filter((type) => !types.has(type))
+        .sort(),
+    ).toEqual([]);
   });
 }
 
@@ -131,7 +138,10 @@ class ModeRunner {
   private claims: Claim[] = [];
   private readonly options: ProcessOptions;
 
-  constructor(private readonly db: Db, private readonly target: ReceiveTarget) {
+  constructor(
+    private readonly db: Db,
+    private readonly target: ReceiveTarget,
+  ) {
     this.options = { handlersFor: () => target.handlers, timeoutMs: TIMEOUT_MS, maxAttempts: 10, backoff: BACKOFF };
   }
 
@@ -159,7 +169,12 @@ class ModeRunner {
     const outcomes: Outcome[] = [];
     for (const event of events) {
       if (mode === "sync") outcomes.push(await receiveSync(this.db, this.target, event));
-      else if (mode === "hybrid") outcomes.push(await receiveHybrid(this.db, this.target, event, { budgetMs: TIMEOUT_MS, backoff: BACKOFF }, (err) => { throw err; }));
+      else if (mode === "hybrid")
+        outcomes.push(
+          await receiveHybrid(this.db, this.target, event, { budgetMs: TIMEOUT_MS, backoff: BACKOFF }, (err) => {
+            throw err;
+          }),
+        );
       else outcomes.push(await receiveAsync(this.db, this.target, event));
     }
     return outcomes;
@@ -168,9 +183,10 @@ class ModeRunner {
   /** Claims every queued row and processes it alone (`worker`) or all in one batch (`batch`); every row must settle. */
   private async work(mode: "worker" | "batch"): Promise<void> {
     this.claims = await claimBatch(this.db, { limit: 1_000, leaseMs: 60_000, maxAttempts: 10 });
-    const outcomes = mode === "worker"
-      ? await Promise.all(this.claims.map(async (c) => (await processClaimed(this.db, c, this.options)).outcome))
-      : (await processBatch(this.db, this.claims, this.options)).map((r) => r.outcome);
+    const outcomes =
+      mode === "worker"
+        ? await Promise.all(this.claims.map(async (c) => (await processClaimed(this.db, c, this.options)).outcome))
+        : (await processBatch(this.db, this.claims, this.options)).map((r) => r.outcome);
     expect(outcomes.filter((o) => o !== "processed" && o !== "ignored")).toEqual([]);
   }
 

@@ -34,10 +34,17 @@ const TOLERANCE_SEC = 300;
 /** Registers the provider contract tests for `options.provider` in the calling test file. */
 export function providerContractSuite(options: ProviderSuiteOptions): void {
   const { provider, sign, secrets, sample } = options;
-  const verify = async (body: string, headers: Record<string, string>, endpointSecrets: readonly string[] = [secrets[0]]): Promise<VerifiedEvent> =>
+  const verify = async (
+    body: string,
+    headers: Record<string, string>,
+    endpointSecrets: readonly string[] = [secrets[0]],
+  ): Promise<VerifiedEvent> =>
     provider.verify({ body, headers: new Headers(headers), secrets: endpointSecrets, toleranceSec: TOLERANCE_SEC, nowMs: NOW_MS });
   const refused = async (run: Promise<unknown>, code: ErrorCode): Promise<void> => {
-    const err = await run.then(() => undefined, (e: unknown) => e);
+    const err = await run.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
     expect(err).toBeInstanceOf(AppError);
     expect({ code: (err as AppError).code, status: (err as AppError).status }).toEqual({ code, status: 400 });
   };
@@ -49,7 +56,12 @@ export function providerContractSuite(options: ProviderSuiteOptions): void {
 
     test("`verify()` returns the event's id, type, payload, subject and exact body for a valid signature", async () => {
       const event = await verify(sample.body, await sign(sample.body, secrets[0], NOW_SEC));
-      expect({ id: event.id, type: event.type, subject: event.subject, body: event.body }).toEqual({ id: sample.id, type: sample.type, subject: sample.subject, body: sample.body });
+      expect({ id: event.id, type: event.type, subject: event.subject, body: event.body }).toEqual({
+        id: sample.id,
+        type: sample.type,
+        subject: sample.subject,
+        body: sample.body,
+      });
       expect(provider.subject(event.payload)).toEqual(sample.subject);
     });
 

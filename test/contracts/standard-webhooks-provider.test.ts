@@ -36,14 +36,26 @@ providerContractSuite({
     { ...headers, "webhook-signature": headers["webhook-signature"]!.replace("v1,", "v2,") },
     { ...headers, "webhook-id": "msg with spaces" },
   ],
-  notEvents: [JSON.stringify({ type: "x" }), JSON.stringify({ type: "x", data: [1] }), JSON.stringify({ data: {} }), JSON.stringify("text"), "not json"],
+  notEvents: [
+    JSON.stringify({ type: "x" }),
+    JSON.stringify({ type: "x", data: [1] }),
+    JSON.stringify({ data: {} }),
+    JSON.stringify("text"),
+    "not json",
+  ],
   withoutSubject: { type: "subscription.renewed", data: null },
 });
 
 test("`verifyStandardWebhook()` accepts a matching v1 entry among others in webhook-signature, as the spec allows", async () => {
   const headers = signHeaders(body, SECRETS[1], 1_764_461_520);
   headers["webhook-signature"] = `v1a,c2lnbmVk v1,${btoa("not the signature")} ${headers["webhook-signature"]}`;
-  const event = await standardWebhooksProvider.verify({ body, headers: new Headers(headers), secrets: SECRETS, toleranceSec: 300, nowMs: 1_764_461_520_000 });
+  const event = await standardWebhooksProvider.verify({
+    body,
+    headers: new Headers(headers),
+    secrets: SECRETS,
+    toleranceSec: 300,
+    nowMs: 1_764_461_520_000,
+  });
   expect({ id: event.id, key: event.subject.key }).toEqual({ id: MSG_ID, key: "sub_suite_1" });
 });
 
@@ -79,7 +91,13 @@ test("`createApp()` records a Standard Webhooks event under provider standard-we
   expect(await res.json()).toEqual({ outcome: "processed", event_id: "msg_sync_1" });
   expect((await deliver("sync", "msg_sync_1")).status).toBe(200);
   expect(await db`select provider, endpoint, event_id, event_type, outcome from webhook_inbox`).toEqual([
-    { provider: "standard-webhooks", endpoint: "renewals", event_id: "msg_sync_1", event_type: "subscription.renewed", outcome: "processed" },
+    {
+      provider: "standard-webhooks",
+      endpoint: "renewals",
+      event_id: "msg_sync_1",
+      event_type: "subscription.renewed",
+      outcome: "processed",
+    },
   ] as never);
   expect(await db`select id, customer_id from invoices`).toEqual([{ id: "sub_suite_1", customer_id: "standard-webhooks" }] as never);
 });
@@ -93,8 +111,17 @@ test("`processBatch()` applies queued Standard Webhooks rows through the registr
     values ('acme', 'renewals', 'acme_1', 'subscription.renewed', ${JSON.stringify({ type: "subscription.renewed", data: { id: "sub_acme" } })}::text::jsonb)
   `;
   const claims = await claimBatch(db, { limit: 10, leaseMs: 60_000, maxAttempts: 10 });
-  const results = await processBatch(db, claims, { handlersFor: () => renewals, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 1_000, capMs: 1_000 } });
-  expect(Object.fromEntries(results.map((r) => [r.claim.eventId, r.outcome]))).toEqual({ msg_async_1: "processed", msg_async_2: "processed", acme_1: "needs_review" });
+  const results = await processBatch(db, claims, {
+    handlersFor: () => renewals,
+    timeoutMs: 5_000,
+    maxAttempts: 10,
+    backoff: { baseMs: 1_000, capMs: 1_000 },
+  });
+  expect(Object.fromEntries(results.map((r) => [r.claim.eventId, r.outcome]))).toEqual({
+    msg_async_1: "processed",
+    msg_async_2: "processed",
+    acme_1: "needs_review",
+  });
   expect((await db`select id from invoices order by id`).map((r) => r.id)).toEqual(["sub_suite_1", "sub_suite_2"]);
   const [acme] = await db`select last_error from webhook_inbox where provider = 'acme'`;
   expect(String(acme?.last_error)).toContain('no provider named "acme"');

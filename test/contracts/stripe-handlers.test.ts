@@ -64,7 +64,10 @@ const recovered = [
   ["evt_contract_s3", "invoice.marked_uncollectible", { status: "uncollectible" }],
   ["evt_contract_s4", "invoice.paid", { status: "paid", amount_paid: 3100 }],
   ["evt_contract_s5", "invoice.payment_succeeded", { status: "paid", amount_paid: 3100 }],
-].map(([id, type, fields]) => ({ name: `${id}.json`, body: eventBody(id as string, type as string, invoice({ id: RECOVERED, amount_due: 3100, ...(fields as object) })) }));
+].map(([id, type, fields]) => ({
+  name: `${id}.json`,
+  body: eventBody(id as string, type as string, invoice({ id: RECOVERED, amount_due: 3100, ...(fields as object) })),
+}));
 
 handlerTableSuite({
   name: "stripe: an uncollectible invoice paid after all",
@@ -72,8 +75,14 @@ handlerTableSuite({
   provider: stripeProvider,
   sign: signStripe,
   events: recovered,
-  endState: async (db) => [...(await db`select id, status, amount_paid::int from invoices order by id`), ...(await db`select invoice_id, kind, amount::int from ledger_entries order by id`)],
-  expected: [{ id: RECOVERED, status: "paid", amount_paid: 3100 }, { invoice_id: RECOVERED, kind: "payment", amount: 3100 }],
+  endState: async (db) => [
+    ...(await db`select id, status, amount_paid::int from invoices order by id`),
+    ...(await db`select invoice_id, kind, amount::int from ledger_entries order by id`),
+  ],
+  expected: [
+    { id: RECOVERED, status: "paid", amount_paid: 3100 },
+    { invoice_id: RECOVERED, kind: "payment", amount: 3100 },
+  ],
 });
 
 everyHandlerRunTest("stripe", stripeHandlers, [lifecycle(), moneyOut(), siblings, recovered]);

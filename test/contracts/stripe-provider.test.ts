@@ -7,8 +7,26 @@ import { providerContractSuite } from "./provider-suite.ts";
 const stripe = new Stripe("sk_test_unused");
 const cryptoProvider = Stripe.createSubtleCryptoProvider();
 
-const payment = { id: "inpay_1SuiteA", object: "invoice_payment", invoice: "in_1SuiteA", amount_paid: 2000, currency: "usd", status: "paid" };
-const body = JSON.stringify({ id: "evt_1SuiteA", object: "event", api_version: "2025-09-30.clover", created: 1764461520, type: "invoice_payment.paid", data: { object: payment } }, null, 2);
+const payment = {
+  id: "inpay_1SuiteA",
+  object: "invoice_payment",
+  invoice: "in_1SuiteA",
+  amount_paid: 2000,
+  currency: "usd",
+  status: "paid",
+};
+const body = JSON.stringify(
+  {
+    id: "evt_1SuiteA",
+    object: "event",
+    api_version: "2025-09-30.clover",
+    created: 1764461520,
+    type: "invoice_payment.paid",
+    data: { object: payment },
+  },
+  null,
+  2,
+);
 
 providerContractSuite({
   provider: stripeProvider,
@@ -21,11 +39,7 @@ providerContractSuite({
   malformed: (headers) => {
     const signature = headers["stripe-signature"]!;
     const v1 = signature.split(",").find((part) => part.startsWith("v1="))!;
-    return [
-      { "stripe-signature": v1 },
-      { "stripe-signature": `t=12ab,${v1}` },
-      { "stripe-signature": signature.split(",")[0]! },
-    ];
+    return [{ "stripe-signature": v1 }, { "stripe-signature": `t=12ab,${v1}` }, { "stripe-signature": signature.split(",")[0]! }];
   },
   notEvents: [
     JSON.stringify({ object: "list", data: [] }),

@@ -8,7 +8,13 @@ import { databaseUrlProblem } from "../../src/config.ts";
 /** What postgres.js would connect with, read from its parsed options (nothing connects or resolves). */
 function postgresReads(url: string): { user: string; pass: string; host: string[]; port: number[]; database: string } {
   const sql = postgres(url, { onnotice: () => {} });
-  const { user, pass, host, port, database } = sql.options as unknown as { user: string; pass: string | null; host: string[]; port: number[]; database: string };
+  const { user, pass, host, port, database } = sql.options as unknown as {
+    user: string;
+    pass: string | null;
+    host: string[];
+    port: number[];
+    database: string;
+  };
   void sql.end();
   return { user, pass: pass ?? "", host, port, database };
 }
@@ -46,7 +52,7 @@ describe("databaseUrlProblem()", () => {
     ["no host after the user-info", "postgres://app:QXJZKW@/inbox", "QXJZKW"],
     ["a password where the host should be", "postgres://app:QXJZKW/inbox", "QXJZKW"],
     ["a port above 65535", "postgres://app:QXJZKW@db.internal:70000/inbox", "QXJZKW"],
-    ["an IPv6 host, which postgres.js 3.4.9 reads as \"[\"", "postgres://app:QXJZKW@[::1]:5432/inbox", "QXJZKW"],
+    ['an IPv6 host, which postgres.js 3.4.9 reads as "["', "postgres://app:QXJZKW@[::1]:5432/inbox", "QXJZKW"],
     ["an IPv6 host among several", "postgres://app:QXJZKW@h1:5432,[::1]:5432/inbox", "QXJZKW"],
     ["another scheme", "mysql://app:QXJZKW@db.internal/inbox", "QXJZKW"],
     ["no scheme", "app:QXJZKW@db.internal/inbox", "QXJZKW"],
@@ -65,13 +71,41 @@ describe("databaseUrlProblem()", () => {
 
   test.each([
     ["no user-info", "postgres://db.internal/inbox", { user: undefined, pass: "", host: ["db.internal"], port: [5432], database: "inbox" }],
-    ["a user without a password", "postgres://app@db.internal:6432/inbox", { user: "app", pass: "", host: ["db.internal"], port: [6432], database: "inbox" }],
-    ["postgresql:// and no path", "postgresql://app:pw@127.0.0.1", { user: "app", pass: "pw", host: ["127.0.0.1"], port: [5432], database: "app" }],
-    ["a percent-encoded @ # / ? : % in the password", "postgres://app:p%40ss%23w%2Fo%3Fr%3Ad%25@db.internal:5432/inbox", { user: "app", pass: "p@ss#w/o?r:d%", host: ["db.internal"], port: [5432], database: "inbox" }],
-    ["a percent-encoded @ in the user name", "postgres://me%40corp:pw@db.internal/inbox", { user: "me@corp", pass: "pw", host: ["db.internal"], port: [5432], database: "inbox" }],
-    ["several hosts", "postgres://app:pw@h1:5432,h2:5433/inbox?target_session_attrs=read-write", { user: "app", pass: "pw", host: ["h1", "h2"], port: [5432, 5433], database: "inbox" }],
-    ["a query string", "postgres://app:pw@db.internal/inbox?sslmode=require&application_name=x", { user: "app", pass: "pw", host: ["db.internal"], port: [5432], database: "inbox" }],
-    ["a space and unreserved marks in the password", "postgres://app:pa ss!*'()~-_.@db.internal/inbox", { user: "app", pass: "pa ss!*'()~-_.", host: ["db.internal"], port: [5432], database: "inbox" }],
+    [
+      "a user without a password",
+      "postgres://app@db.internal:6432/inbox",
+      { user: "app", pass: "", host: ["db.internal"], port: [6432], database: "inbox" },
+    ],
+    [
+      "postgresql:// and no path",
+      "postgresql://app:pw@127.0.0.1",
+      { user: "app", pass: "pw", host: ["127.0.0.1"], port: [5432], database: "app" },
+    ],
+    [
+      "a percent-encoded @ # / ? : % in the password",
+      "postgres://app:p%40ss%23w%2Fo%3Fr%3Ad%25@db.internal:5432/inbox",
+      { user: "app", pass: "p@ss#w/o?r:d%", host: ["db.internal"], port: [5432], database: "inbox" },
+    ],
+    [
+      "a percent-encoded @ in the user name",
+      "postgres://me%40corp:pw@db.internal/inbox",
+      { user: "me@corp", pass: "pw", host: ["db.internal"], port: [5432], database: "inbox" },
+    ],
+    [
+      "several hosts",
+      "postgres://app:pw@h1:5432,h2:5433/inbox?target_session_attrs=read-write",
+      { user: "app", pass: "pw", host: ["h1", "h2"], port: [5432, 5433], database: "inbox" },
+    ],
+    [
+      "a query string",
+      "postgres://app:pw@db.internal/inbox?sslmode=require&application_name=x",
+      { user: "app", pass: "pw", host: ["db.internal"], port: [5432], database: "inbox" },
+    ],
+    [
+      "a space and unreserved marks in the password",
+      "postgres://app:pa ss!*'()~-_.@db.internal/inbox",
+      { user: "app", pass: "pa ss!*'()~-_.", host: ["db.internal"], port: [5432], database: "inbox" },
+    ],
   ])("`databaseUrlProblem()` accepts %s, read by postgres.js as meant", (_label, url, meant) => {
     expect(databaseUrlProblem(url)).toBeUndefined();
     const read = postgresReads(url);
@@ -81,28 +115,38 @@ describe("databaseUrlProblem()", () => {
   test("`databaseUrlProblem()` either refuses a password with any characters without quoting it, or postgres.js reads exactly that password and host", () => {
     const char = fc.constantFrom(..."QXZJKW0189@:/?#% .-_!~'".split(""));
     const text = fc.array(char, { minLength: 1, maxLength: 12 }).map((cs) => cs.join(""));
-    fc.assert(fc.property(text, text, (user, password) => {
-      const url = `postgres://${user}:${password}@db.internal:5432/inbox`;
-      const problem = databaseUrlProblem(url);
-      if (problem !== undefined) {
-        expectNoPiece(problem, password);
-        expectNoPiece(problem, user);
-        return;
-      }
-      const read = postgresReads(url);
-      expect(read.host).toEqual(["db.internal"]);
-      expect(read.port).toEqual([5432]);
-      expect(read.user).toBe(decodeURIComponent(user));
-      expect(read.pass).toBe(decodeURIComponent(password));
-    }), { numRuns: 500 });
+    fc.assert(
+      fc.property(text, text, (user, password) => {
+        const url = `postgres://${user}:${password}@db.internal:5432/inbox`;
+        const problem = databaseUrlProblem(url);
+        if (problem !== undefined) {
+          expectNoPiece(problem, password);
+          expectNoPiece(problem, user);
+          return;
+        }
+        const read = postgresReads(url);
+        expect(read.host).toEqual(["db.internal"]);
+        expect(read.port).toEqual([5432]);
+        expect(read.user).toBe(decodeURIComponent(user));
+        expect(read.pass).toBe(decodeURIComponent(password));
+      }),
+      { numRuns: 500 },
+    );
   });
 
   test("`databaseUrlProblem()` accepts every percent-encoded user and password, and postgres.js reads them back exactly", () => {
-    fc.assert(fc.property(fc.string({ minLength: 1, maxLength: 16, unit: "grapheme" }), fc.string({ minLength: 1, maxLength: 16, unit: "grapheme" }), (user, password) => {
-      const url = `postgres://${encodeURIComponent(user)}:${encodeURIComponent(password)}@h1:5432,h2/inbox`;
-      expect(databaseUrlProblem(url)).toBeUndefined();
-      const read = postgresReads(url);
-      expect([read.user, read.pass, read.host]).toEqual([user, password, ["h1", "h2"]]);
-    }), { numRuns: 300 });
+    fc.assert(
+      fc.property(
+        fc.string({ minLength: 1, maxLength: 16, unit: "grapheme" }),
+        fc.string({ minLength: 1, maxLength: 16, unit: "grapheme" }),
+        (user, password) => {
+          const url = `postgres://${encodeURIComponent(user)}:${encodeURIComponent(password)}@h1:5432,h2/inbox`;
+          expect(databaseUrlProblem(url)).toBeUndefined();
+          const read = postgresReads(url);
+          expect([read.user, read.pass, read.host]).toEqual([user, password, ["h1", "h2"]]);
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 });

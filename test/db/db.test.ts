@@ -1,5 +1,15 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import { answerWithin, cancelAfter, COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, NO_ANSWER, sqlState, SQLSTATE, type Db } from "../../src/db/db.ts";
+import {
+  answerWithin,
+  cancelAfter,
+  COMMIT_ROLLED_BACK,
+  connect,
+  isDatabaseUnavailable,
+  NO_ANSWER,
+  sqlState,
+  SQLSTATE,
+  type Db,
+} from "../../src/db/db.ts";
 import { isPermanent } from "../../src/db/db.ts";
 import { freshDatabase } from "../support/helpers.ts";
 
@@ -39,9 +49,14 @@ test("a pool survives backends terminated mid-statement and idle in transaction,
       await tx`select 1`;
       await tx`select pg_sleep(5)`;
     });
-    await waitFor(async () => (await admin`select 1 from pg_stat_activity where query like '%pg_sleep(5)%' and pid <> pg_backend_pid()`).length > 0);
+    await waitFor(
+      async () => (await admin`select 1 from pg_stat_activity where query like '%pg_sleep(5)%' and pid <> pg_backend_pid()`).length > 0,
+    );
     expect(await terminate("query like '%pg_sleep(5)%'")).toBe(1);
-    const busyError = await busy.then(() => null, (e: unknown) => e);
+    const busyError = await busy.then(
+      () => null,
+      (e: unknown) => e,
+    );
     expect(isDatabaseUnavailable(busyError)).toBe(true);
 
     let release!: () => void;
@@ -51,7 +66,10 @@ test("a pool survives backends terminated mid-statement and idle in transaction,
       await paused;
       await tx`select 2`;
     });
-    await waitFor(async () => (await admin`select 1 from pg_stat_activity where state = 'idle in transaction' and datname = current_database()`).length > 0);
+    await waitFor(
+      async () =>
+        (await admin`select 1 from pg_stat_activity where state = 'idle in transaction' and datname = current_database()`).length > 0,
+    );
     expect(await terminate("state = 'idle in transaction'")).toBe(1);
     release();
     await expect(idle).rejects.toBeDefined();
@@ -64,10 +82,16 @@ test("a pool survives backends terminated mid-statement and idle in transaction,
 
 test("isDatabaseUnavailable() is true for a refused connection and false for a constraint violation", async () => {
   const nowhere = connect("postgres://postgres:postgres@127.0.0.1:1/none", { connectTimeoutSec: 1 });
-  const refused = await nowhere`select 1`.then(() => null, (e: unknown) => e);
+  const refused = await nowhere`select 1`.then(
+    () => null,
+    (e: unknown) => e,
+  );
   await nowhere.end({ timeout: 1 });
   expect(isDatabaseUnavailable(refused)).toBe(true);
-  const violation = await fresh.db`insert into invoices (id, customer_id, status, currency) values ('in_x', 'cus_x', 'bogus', 'usd')`.then(() => null, (e: unknown) => e);
+  const violation = await fresh.db`insert into invoices (id, customer_id, status, currency) values ('in_x', 'cus_x', 'bogus', 'usd')`.then(
+    () => null,
+    (e: unknown) => e,
+  );
   expect(isDatabaseUnavailable(violation)).toBe(false);
 });
 
@@ -82,17 +106,28 @@ test("`sql.begin()` never resolves for a transaction whose COMMIT did not commit
     await db.begin(async (tx) => {
       await tx`insert into commit_probe (id) values (${0})`;
     });
-    await db.begin(async (tx) => {
-      await tx`select 1`;
-    }).catch(() => {});
+    await db
+      .begin(async (tx) => {
+        await tx`select 1`;
+      })
+      .catch(() => {});
     for (let id = 1; id <= 3; id++) {
-      const result = await db.begin(async (tx) => {
-        await tx.unsafe(`insert into commit_probe (id) values (${id})`);
-        await tx.unsafe("deallocate all");
-      }).then(() => "resolved", (e: unknown) => e);
+      const result = await db
+        .begin(async (tx) => {
+          await tx.unsafe(`insert into commit_probe (id) values (${id})`);
+          await tx.unsafe("deallocate all");
+        })
+        .then(
+          () => "resolved",
+          (e: unknown) => e,
+        );
       const saved = (await db`select 1 from commit_probe where id = ${id}`).length === 1;
       // Either it committed and says so, or it failed and saved nothing; never success without the row.
-      expect({ id, result: result === "resolved" ? "resolved" : "rejected", saved }).toEqual({ id, result: saved ? "resolved" : "rejected", saved });
+      expect({ id, result: result === "resolved" ? "resolved" : "rejected", saved }).toEqual({
+        id,
+        result: saved ? "resolved" : "rejected",
+        saved,
+      });
     }
   } finally {
     await db.end({ timeout: 1 });
@@ -104,10 +139,15 @@ test("`sql.begin()` rejects with the original error when a statement's prepared 
   try {
     await db`create table if not exists commit_probe (id int primary key)`;
     await db`insert into commit_probe (id) values (${100}) on conflict do nothing`;
-    const error = await db.begin(async (tx) => {
-      await tx.unsafe("deallocate all");
-      await tx`insert into commit_probe (id) values (${101}) on conflict do nothing`;
-    }).then(() => null, (e: unknown) => e);
+    const error = await db
+      .begin(async (tx) => {
+        await tx.unsafe("deallocate all");
+        await tx`insert into commit_probe (id) values (${101}) on conflict do nothing`;
+      })
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
     expect(sqlState(error)).toBe(SQLSTATE.invalidSqlStatementName);
     expect(isPermanent(error)).toBe(false);
     expect((await db`select 1 from commit_probe where id = 101`).length).toBe(0);
@@ -127,13 +167,20 @@ test("`sql.begin()` throws COMMIT_ROLLED_BACK when PostgreSQL answers its COMMIT
     await db`create table if not exists commit_probe (id int primary key)`;
     // A savepoint's failed cleanup aborts the transaction; the caller catches the savepoint's error,
     // so postgres.js sees no failed statement of the transaction itself and sends COMMIT.
-    const error = await db.begin(async (tx) => {
-      await tx`insert into commit_probe (id) values (${200})`;
-      await tx.savepoint(async (sp) => {
-        await sp.unsafe("release savepoint s0");
-        throw new Error("handler failed");
-      }).catch(() => {});
-    }).then(() => null, (e: unknown) => e);
+    const error = await db
+      .begin(async (tx) => {
+        await tx`insert into commit_probe (id) values (${200})`;
+        await tx
+          .savepoint(async (sp) => {
+            await sp.unsafe("release savepoint s0");
+            throw new Error("handler failed");
+          })
+          .catch(() => {});
+      })
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
     expect((error as { code?: unknown } | null)?.code).toBe(COMMIT_ROLLED_BACK);
     expect(isPermanent(error)).toBe(false);
     expect((await db`select 1 from commit_probe where id = 200`).length).toBe(0);

@@ -15,12 +15,16 @@ test("`detectTransactionPooler()` sees no pooler on a direct connection, every t
 test("`detectTransactionPooler()` answers false when the check cannot finish in time, and leaves nothing pending", async () => {
   expect(await detectTransactionPooler(fresh.url, 3, 1)).toBe(false);
   // Its connections close, one still starting when the check gave up included (idle timeout, 1 s).
-  await waitUntil("the check's connections to end", async () => {
-    const [row] = await fresh.db<{ n: number }[]>`
+  await waitUntil(
+    "the check's connections to end",
+    async () => {
+      const [row] = await fresh.db<{ n: number }[]>`
       select count(*)::int as n from pg_stat_activity where application_name = 'webhook-inbox pooler check'
     `;
-    return row?.n === 0;
-  }, { timeoutMs: 10_000, intervalMs: 20 });
+      return row?.n === 0;
+    },
+    { timeoutMs: 10_000, intervalMs: 20 },
+  );
 }, 15_000);
 
 test("`hiddenPoolerProblem()` finds no problem on a direct connection, an unreachable database, or with DATABASE_POOLER=transaction", async () => {

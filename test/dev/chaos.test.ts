@@ -38,50 +38,93 @@ describe("bun run chaos", () => {
     ["sync", 101],
     ["async", 202],
     ["hybrid", 303],
-  ])("`chaos --mode %s` loses nothing and books nothing twice through SIGKILLs and a PostgreSQL restart", async (mode, seed) => {
-    const env: Record<string, string | undefined> = { ...process.env };
-    delete env.DATABASE_URL; // its own embedded server, so it can restart it
-    const child = Bun.spawn(
-      ["bun", "src/dev/bin/chaos.ts", "--json", "--mode", String(mode), "--invoices", "40", "--poison", "1", "--seed", String(seed), "--rate", "90", "--fault-every-ms", "300", "--deadline-ms", "60000"],
-      { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
-    );
-    const killer = setTimeout(() => child.kill("SIGKILL"), 110_000);
-    const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
-    clearTimeout(killer);
-    const last = stdout.trim().split("\n").pop() ?? "";
-    let summary: Summary;
-    try {
-      summary = JSON.parse(last) as Summary;
-    } catch {
-      throw new Error(`chaos printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
-    }
-    expect({ code, ...summary }).toMatchObject({
-      code: 0, passed: true, lost: 0, unacknowledged: 0, double_booked: 0, wrong_final_state: 0, unprocessed: 0, unexpected_needs_review: 0, poison_parked: 1,
-    });
-    expect(summary.db_restarts).toBe(1);
-    expect(summary.receiver_kills + summary.worker_kills).toBeGreaterThanOrEqual(2);
-    expect(summary.concurrent_duplicates).toBeGreaterThan(0);
-    expect(summary.graceful_exits).toBe(summary.children);
-  }, 120_000);
+  ])(
+    "`chaos --mode %s` loses nothing and books nothing twice through SIGKILLs and a PostgreSQL restart",
+    async (mode, seed) => {
+      const env: Record<string, string | undefined> = { ...process.env };
+      delete env.DATABASE_URL; // its own embedded server, so it can restart it
+      const child = Bun.spawn(
+        [
+          "bun",
+          "src/dev/bin/chaos.ts",
+          "--json",
+          "--mode",
+          String(mode),
+          "--invoices",
+          "40",
+          "--poison",
+          "1",
+          "--seed",
+          String(seed),
+          "--rate",
+          "90",
+          "--fault-every-ms",
+          "300",
+          "--deadline-ms",
+          "60000",
+        ],
+        { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
+      );
+      const killer = setTimeout(() => child.kill("SIGKILL"), 110_000);
+      const [stdout, stderr, code] = await Promise.all([
+        new Response(child.stdout).text(),
+        new Response(child.stderr).text(),
+        child.exited,
+      ]);
+      clearTimeout(killer);
+      const last = stdout.trim().split("\n").pop() ?? "";
+      let summary: Summary;
+      try {
+        summary = JSON.parse(last) as Summary;
+      } catch {
+        throw new Error(`chaos printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
+      }
+      expect({ code, ...summary }).toMatchObject({
+        code: 0,
+        passed: true,
+        lost: 0,
+        unacknowledged: 0,
+        double_booked: 0,
+        wrong_final_state: 0,
+        unprocessed: 0,
+        unexpected_needs_review: 0,
+        poison_parked: 1,
+      });
+      expect(summary.db_restarts).toBe(1);
+      expect(summary.receiver_kills + summary.worker_kills).toBeGreaterThanOrEqual(2);
+      expect(summary.concurrent_duplicates).toBeGreaterThan(0);
+      expect(summary.graceful_exits).toBe(summary.children);
+    },
+    120_000,
+  );
 });
 
 test("`chaos` on SIGTERM mid-storm stops every child it started (receivers, workers, PostgreSQL) and exits 143", async () => {
   const env: Record<string, string | undefined> = { ...process.env };
   delete env.DATABASE_URL;
-  const child = Bun.spawn(["bun", "src/dev/bin/chaos.ts", "--mode", "async", "--workers", "2", "--invoices", "400", "--rate", "50", "--faults", "none"], {
-    cwd: ROOT, env, stdout: "pipe", stderr: "pipe",
-  });
+  const child = Bun.spawn(
+    ["bun", "src/dev/bin/chaos.ts", "--mode", "async", "--workers", "2", "--invoices", "400", "--rate", "50", "--faults", "none"],
+    {
+      cwd: ROOT,
+      env,
+      stdout: "pipe",
+      stderr: "pipe",
+    },
+  );
   const killer = setTimeout(() => child.kill("SIGKILL"), 60_000);
   // Children by parent pid, from /proc/<pid>/stat (field 4 is the parent; the name may hold spaces).
   const childrenOf = (pid: number) =>
-    readdirSync("/proc").filter((d) => /^\d+$/.test(d)).map(Number).filter((p) => {
-      try {
-        const stat = readFileSync(`/proc/${p}/stat`, "utf8");
-        return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid;
-      } catch {
-        return false;
-      }
-    });
+    readdirSync("/proc")
+      .filter((d) => /^\d+$/.test(d))
+      .map(Number)
+      .filter((p) => {
+        try {
+          const stat = readFileSync(`/proc/${p}/stat`, "utf8");
+          return Number(stat.slice(stat.lastIndexOf(")") + 2).split(" ")[1]) === pid;
+        } catch {
+          return false;
+        }
+      });
   const alive = (pid: number) => {
     try {
       process.kill(pid, 0);
@@ -108,7 +151,13 @@ test("`chaos` on SIGTERM mid-storm stops every child it started (receivers, work
 
 test("`supervise()` starts a child that exited on its own again and counts it; a stopped child stays stopped", async () => {
   const lines: string[] = [];
-  const child = supervise("flaky", ["-e", "console.log('up'); setTimeout(() => process.exit(3), 100)"], {}, (line) => lines.push(line), /^up$/);
+  const child = supervise(
+    "flaky",
+    ["-e", "console.log('up'); setTimeout(() => process.exit(3), 100)"],
+    {},
+    (line) => lines.push(line),
+    /^up$/,
+  );
   child.start();
   for (let waited = 0; child.selfExits < 2; waited += 50) {
     if (waited > 20_000) throw new Error(`the child was not started again: ${JSON.stringify(lines)}`);
@@ -154,7 +203,9 @@ describe("checkStorm()", () => {
     const paid = storm.expected.find((e) => e.payment !== null);
     const voided = storm.expected.find((e) => e.status === "void");
     if (!paid || !voided) throw new Error("seed 5 should give paid and void invoices");
-    const [gone] = await db<{ event_id: string }[]>`delete from webhook_inbox where event_id = (select min(event_id) from webhook_inbox where needs_review_at is null) returning event_id`;
+    const [gone] = await db<
+      { event_id: string }[]
+    >`delete from webhook_inbox where event_id = (select min(event_id) from webhook_inbox where needs_review_at is null) returning event_id`;
     await db`insert into outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', ${paid.invoiceId}, 'InvoicePaymentBooked', '{}')`;
     await db`update invoices set status = 'open' where id = ${voided.invoiceId}`;
     await db`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'billing', 'evt_stuck', 'invoice.created', '{}')`;
@@ -184,6 +235,8 @@ describe("checkStorm()", () => {
       `txn_chaos${won.invoiceId.slice("in_chaos".length)}dr dispute_reinstatement: an outbox message but no ledger entry`,
       `${refund?.balance_transaction} refund: 1 ledger entries, 0 outbox rows`,
     ]);
-    expect(verdict.wrongState).toEqual([expect.stringContaining(`${won.invoiceId}: refunded 0, dispute withdrawn ${won.money.disputeWithdrawn}, fees 1500, reinstated 0`)]);
+    expect(verdict.wrongState).toEqual([
+      expect.stringContaining(`${won.invoiceId}: refunded 0, dispute withdrawn ${won.money.disputeWithdrawn}, fees 1500, reinstated 0`),
+    ]);
   });
 });

@@ -47,7 +47,16 @@ const processed = () => Response.json({ outcome: "processed" });
 describe("deliver()", () => {
   test("`deliver()` delivers the shuffled lifecycle 3 times with 8 in flight to a real app and reports the outcomes", async () => {
     const app = createApp({ db: fresh.db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET] }]), log: () => {} });
-    const summary = await deliver(events, { url: URL, secret: SECRET, copies: 3, concurrency: 8, shuffle: true, seed: 7, retryBaseMs: 1, fetch: app.fetch });
+    const summary = await deliver(events, {
+      url: URL,
+      secret: SECRET,
+      copies: 3,
+      concurrency: 8,
+      shuffle: true,
+      seed: 7,
+      retryBaseMs: 1,
+      fetch: app.fetch,
+    });
     expect(summary).toEqual({
       deliveries: 36,
       requests: 36,
@@ -102,7 +111,14 @@ describe("deliver()", () => {
       calls++;
       throw new TypeError("connect ECONNREFUSED");
     };
-    const summary = await deliver([event], { url: URL, secret: SECRET, attempts: 4, retryBaseMs: 1, giveUpAfterConnectionFailures: 10, fetch: refuse });
+    const summary = await deliver([event], {
+      url: URL,
+      secret: SECRET,
+      attempts: 4,
+      retryBaseMs: 1,
+      giveUpAfterConnectionFailures: 10,
+      fetch: refuse,
+    });
     expect(calls).toBe(4);
     expect(summary).toEqual({
       deliveries: 1,
@@ -177,12 +193,23 @@ describe("deliver()", () => {
     const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
     const port = listener.port;
     listener.stop(true);
-    const proc = Bun.spawn([process.execPath, "src/dev/bin/deliver.ts", "test/fixtures/stripe/invoice-lifecycle", "--url", `http://127.0.0.1:${port}/webhooks/stripe`, "--secret", SECRET], {
-      cwd: join(import.meta.dir, "..", ".."),
-      stdout: "pipe",
-      stderr: "pipe",
-      timeout: 20_000, // a bound on a hung run, not a speed assertion: without giving up it takes over a minute
-    });
+    const proc = Bun.spawn(
+      [
+        process.execPath,
+        "src/dev/bin/deliver.ts",
+        "test/fixtures/stripe/invoice-lifecycle",
+        "--url",
+        `http://127.0.0.1:${port}/webhooks/stripe`,
+        "--secret",
+        SECRET,
+      ],
+      {
+        cwd: join(import.meta.dir, "..", ".."),
+        stdout: "pipe",
+        stderr: "pipe",
+        timeout: 20_000, // a bound on a hung run, not a speed assertion: without giving up it takes over a minute
+      },
+    );
     const [stdout, stderr] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
     expect({ code: proc.exitCode, signal: proc.signalCode }).toEqual({ code: 1, signal: null });
     expect(stdout).toContain("Could not deliver 12 of 12 deliveries");
@@ -194,15 +221,28 @@ describe("deliver()", () => {
     const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
     const port = listener.port;
     listener.stop(true);
-    const proc = Bun.spawn([process.execPath, "src/dev/bin/deliver.ts", "test/fixtures/stripe/invoice-lifecycle", "--url", `http://someuser:TOPSECRETPW@127.0.0.1:${port}/webhooks/stripe`, "--secret", SECRET], {
-      cwd: join(import.meta.dir, "..", ".."),
-      stdout: "pipe",
-      stderr: "pipe",
-      timeout: 20_000, // a bound on a hung run, not a speed assertion
-    });
+    const proc = Bun.spawn(
+      [
+        process.execPath,
+        "src/dev/bin/deliver.ts",
+        "test/fixtures/stripe/invoice-lifecycle",
+        "--url",
+        `http://someuser:TOPSECRETPW@127.0.0.1:${port}/webhooks/stripe`,
+        "--secret",
+        SECRET,
+      ],
+      {
+        cwd: join(import.meta.dir, "..", ".."),
+        stdout: "pipe",
+        stderr: "pipe",
+        timeout: 20_000, // a bound on a hung run, not a speed assertion
+      },
+    );
     const [stdout, stderr] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
     expect(proc.exitCode).toBe(1);
-    expect(stderr).toContain(`Gave up: 3 connection failures in a row, no answer from http://***@127.0.0.1:${port}/webhooks/stripe in between`);
+    expect(stderr).toContain(
+      `Gave up: 3 connection failures in a row, no answer from http://***@127.0.0.1:${port}/webhooks/stripe in between`,
+    );
     expect(stdout).toContain(`deliveries to http://***@127.0.0.1:${port}/webhooks/stripe in `);
     expect(stdout + stderr).not.toContain("TOPSECRETPW");
     expect(stdout + stderr).not.toContain("someuser");

@@ -6,8 +6,9 @@ import { createScratchDatabase, withDatabase } from "../../src/dev/scratch-datab
 import { adminUrl } from "../support/helpers.ts";
 
 test("`withDatabase()` replaces the path and drops ?database= and ?db=, which postgres.js would let override it", () => {
-  expect(withDatabase("postgres://u:p@127.0.0.1:5432/prod?database=prod&db=prod&sslmode=disable", "scratch_1"))
-    .toBe("postgres://u:p@127.0.0.1:5432/scratch_1?sslmode=disable");
+  expect(withDatabase("postgres://u:p@127.0.0.1:5432/prod?database=prod&db=prod&sslmode=disable", "scratch_1")).toBe(
+    "postgres://u:p@127.0.0.1:5432/scratch_1?sslmode=disable",
+  );
 });
 
 test("`createScratchDatabase()` on a URL naming its database by ?database= connects to the scratch database, then drops it", async () => {
@@ -31,7 +32,9 @@ test("`createScratchDatabase()` on a URL naming its database by ?database= conne
 });
 
 test("`createScratchDatabase()` refuses a URL whose password holds an unencoded @ and # before anything connects, quoting none of it", async () => {
-  const error = await createScratchDatabase("postgres://user:Kq7@Zx#W9v@127.0.0.1:1/db", "webhook_inbox_scratch_test").catch((err: unknown) => err as Error);
+  const error = await createScratchDatabase("postgres://user:Kq7@Zx#W9v@127.0.0.1:1/db", "webhook_inbox_scratch_test").catch(
+    (err: unknown) => err as Error,
+  );
   expect(error).toBeInstanceOf(Error);
   expect((error as Error).message).toStartWith("DATABASE_URL cannot be read unambiguously (value not shown)");
   for (const piece of ["Kq7", "Zx", "W9v"]) expect((error as Error).message).not.toContain(piece);

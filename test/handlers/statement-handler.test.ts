@@ -53,9 +53,21 @@ const unreturning = statementHandler("unreturning", (sql, _object, ctx) => ({
   marked: sql`insert into marks (event_id, note) values (${ctx.eventId}::text, 'unreturning')`,
 }));
 
-const HANDLERS: HandlerTable = { "thing.ungated": ungated, "thing.strict": strictInsert, "thing.clashing": clashing, "thing.twice": insertThenUpdate, "thing.unreturning": unreturning, "thing.commented": commentedUngated };
+const HANDLERS: HandlerTable = {
+  "thing.ungated": ungated,
+  "thing.strict": strictInsert,
+  "thing.clashing": clashing,
+  "thing.twice": insertThenUpdate,
+  "thing.unreturning": unreturning,
+  "thing.commented": commentedUngated,
+};
 const TARGET: ReceiveTarget = { provider: "stripe", endpoint: "hazards", handlers: HANDLERS };
-const OPTIONS: ProcessOptions = { handlersFor: () => HANDLERS, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 60_000, capMs: 600_000 } };
+const OPTIONS: ProcessOptions = {
+  handlersFor: () => HANDLERS,
+  timeoutMs: 5_000,
+  maxAttempts: 10,
+  backoff: { baseMs: 60_000, capMs: 600_000 },
+};
 
 const body = (eventId: string, type: string, id = `th_${eventId}`) => eventBody(eventId, type, { id, object: "thing" });
 
@@ -90,7 +102,16 @@ describe("statementHandler()", () => {
       await Promise.all(actors.map((a) => a`select 1`));
       const sent = body("evt_h_gate_c", "thing.ungated");
       const outcomes = await Promise.all(actors.map((a) => receiveSync(a, TARGET, verified(sent))));
-      expect(outcomes.toSorted()).toEqual(["duplicate", "duplicate", "duplicate", "duplicate", "duplicate", "duplicate", "duplicate", "processed"]);
+      expect(outcomes.toSorted()).toEqual([
+        "duplicate",
+        "duplicate",
+        "duplicate",
+        "duplicate",
+        "duplicate",
+        "duplicate",
+        "duplicate",
+        "processed",
+      ]);
       expect(await count(db, "marks")).toBe(1);
     } finally {
       await closeAll(actors);
@@ -107,7 +128,9 @@ describe("statementHandler()", () => {
     expect(await receiveSync(db, TARGET, verified(first))).toBe("processed");
     expect(await receiveSync(db, TARGET, verified(first))).toBe("duplicate");
     // A distinct event for the same row is a real failure, not a duplicate: it is thrown (5xx, retried).
-    await expect(receiveSync(db, TARGET, verified(body("evt_h_strict_2", "thing.strict", "th_strict")))).rejects.toMatchObject({ code: "23505" });
+    await expect(receiveSync(db, TARGET, verified(body("evt_h_strict_2", "thing.strict", "th_strict")))).rejects.toMatchObject({
+      code: "23505",
+    });
     expect(await count(db, "webhook_inbox")).toBe(1);
   });
 
@@ -131,7 +154,9 @@ describe("statementHandler()", () => {
   });
 
   test("`receiveSync()` refuses a step that writes without RETURNING, naming the handler and the step, and records nothing", async () => {
-    await expect(receiveSync(db, TARGET, verified(body("evt_h_unret", "thing.unreturning")))).rejects.toThrow('Handler "unreturning": step "marked" writes table marks without a RETURNING clause');
+    await expect(receiveSync(db, TARGET, verified(body("evt_h_unret", "thing.unreturning")))).rejects.toThrow(
+      'Handler "unreturning": step "marked" writes table marks without a RETURNING clause',
+    );
     expect(await count(db, "webhook_inbox")).toBe(0);
   });
 
@@ -140,7 +165,9 @@ describe("statementHandler()", () => {
       marked: sql`insert into marks (event_id, note) select ${ctx.eventId}::text, 'gated' where ${gate} returning 1`,
     }));
     const options = { ...OPTIONS, handlersFor: () => ({ "thing.gated": gated }) };
-    expect(await receiveAsync(db, { ...TARGET, handlers: { "thing.gated": gated } }, verified(body("evt_h_gated", "thing.gated")))).toBe("queued");
+    expect(await receiveAsync(db, { ...TARGET, handlers: { "thing.gated": gated } }, verified(body("evt_h_gated", "thing.gated")))).toBe(
+      "queued",
+    );
     const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 10 });
     if (!claim) throw new Error("evt_h_gated was not claimed");
     expect(await processClaimed(db, claim, options)).toEqual({ outcome: "processed" });
@@ -163,13 +190,19 @@ describe("statementHandler() step classification", () => {
   const context = { provider: "stripe", endpoint: "hazards", eventId: "evt_shape", eventType: "thing.shape" };
   /** Renders a handler whose first step is `shape` and whose second plainly writes `marks`: the two-writers rule must name marks. */
   const renderWithSecondWriter = (shape: (sql: Db) => Step) =>
-    statementHandler("shapes", (sql) => ({ first: shape(sql as Db), second: sql`insert into marks (event_id) values ('x') returning 1` })).statement?.(db, {}, context);
+    statementHandler("shapes", (sql) => ({
+      first: shape(sql as Db),
+      second: sql`insert into marks (event_id) values ('x') returning 1`,
+    })).statement?.(db, {}, context);
   const writesOfMarks: [string, (sql: Db) => Step][] = [
     ["a leading block comment", (sql) => sql`/* audit */ insert into marks (event_id) values ('a') returning 1`],
     ["a nested block comment", (sql) => sql`/* a /* b */ insert into x */ insert into marks (event_id) values ('a') returning 1`],
-    ["a line comment and newlines", (sql) => sql`
+    [
+      "a line comment and newlines",
+      (sql) => sql`
       -- audit
-      insert into marks (event_id) values ('a') returning 1`],
+      insert into marks (event_id) values ('a') returning 1`,
+    ],
     ["a comment between the keywords", (sql) => sql`insert /* x */ into marks (event_id) values ('a') returning 1`],
     ["upper case", (sql) => sql`INSERT INTO MARKS (event_id) values ('a') RETURNING 1`],
     ["a quoted table", (sql) => sql`insert into "marks" (event_id) values ('a') returning 1`],
@@ -177,7 +210,10 @@ describe("statementHandler() step classification", () => {
     ["a quoted schema-qualified table", (sql) => sql`update "public"."marks" set note = 'n' returning 1`],
     ["update only", (sql) => sql`update only marks set note = 'n' returning 1`],
     ["delete from", (sql) => sql`delete from marks where event_id = 'a' returning 1`],
-    ["merge into", (sql) => sql`merge into marks m using (select 'a' as id) s on m.event_id = s.id when matched then do nothing returning 1`],
+    [
+      "merge into",
+      (sql) => sql`merge into marks m using (select 'a' as id) s on m.event_id = s.id when matched then do nothing returning 1`,
+    ],
     ["a column list right after the table", (sql) => sql`insert into marks(event_id) values ('a') returning 1`],
     ["a comment before a nested fragment", (sql) => sql`/* c */ ${sql`insert into marks (event_id) values ('a') returning 1`}`],
   ];
@@ -188,7 +224,9 @@ describe("statementHandler() step classification", () => {
   }
 
   test("`statement()` sees RETURNING only outside comments and string literals", () => {
-    const handler = statementHandler("fakeReturning", (sql) => ({ marked: sql`insert into marks (event_id, note) values ('a', 'returning') -- returning 1` }));
+    const handler = statementHandler("fakeReturning", (sql) => ({
+      marked: sql`insert into marks (event_id, note) values ('a', 'returning') -- returning 1`,
+    }));
     expect(() => handler.statement?.(db, {}, context)).toThrow('step "marked" writes table marks without a RETURNING clause');
   });
 
@@ -202,9 +240,17 @@ describe("statementHandler() step classification", () => {
   });
 
   const refused: [string, (sql: Db) => Step, string][] = [
-    ["its own WITH", (sql) => sql`with x as (insert into marks (event_id) values ('a') returning 1) select * from x`, "starts with its own WITH"],
+    [
+      "its own WITH",
+      (sql) => sql`with x as (insert into marks (event_id) values ('a') returning 1) select * from x`,
+      "starts with its own WITH",
+    ],
     ["an unknown first word", (sql) => sql`table marks`, 'starts with "table marks"'],
-    ["a table given as an identifier value", (sql) => sql`insert into ${sql("marks")} (event_id) values ('a') returning 1`, "whose table is not written literally"],
+    [
+      "a table given as an identifier value",
+      (sql) => sql`insert into ${sql("marks")} (event_id) values ('a') returning 1`,
+      "whose table is not written literally",
+    ],
     ["a bound value", (sql) => sql`${"x"}`, "starts with a bound value"],
     ["only a comment", (sql) => sql`/* nothing */`, "starts with"],
   ];

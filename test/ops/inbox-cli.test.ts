@@ -64,7 +64,15 @@ function event(type = "invoice.paid", overrides: Record<string, unknown> = {}): 
   const n = ++seq;
   const eventId = `evt_cli_${n}`;
   const invoiceId = `in_cli_${n}`;
-  return { eventId, invoiceId, body: eventBody(eventId, type, invoice({ id: invoiceId, customer: "cus_payload_marker", amount_paid: 2000, status: "paid", ...overrides })) };
+  return {
+    eventId,
+    invoiceId,
+    body: eventBody(
+      eventId,
+      type,
+      invoice({ id: invoiceId, customer: "cus_payload_marker", amount_paid: 2000, status: "paid", ...overrides }),
+    ),
+  };
 }
 
 async function processed(type = "invoice.paid", target = BILLING) {
@@ -98,301 +106,424 @@ async function stateOf(eventId: string, endpoint = "billing"): Promise<{ state: 
 }
 
 describe("inbox CLI", () => {
-  test("`inbox status --json` reports the backlog per endpoint, the outbox backlog and the last hour's arrivals", async () => {
-    await processed();
-    const [parkedOutbox] = await db<{ id: string }[]>`
+  test(
+    "`inbox status --json` reports the backlog per endpoint, the outbox backlog and the last hour's arrivals",
+    async () => {
+      await processed();
+      const [parkedOutbox] = await db<{ id: string }[]>`
       insert into outbox (aggregate_type, aggregate_id, event_type, payload, created_at, needs_review_at, last_error)
       values ('invoice', 'in_cli_parked', 'InvoicePaymentBooked', '{}', now() - interval '1 hour', now(), 'Error: sink down')
       returning id::text as id
     `;
-    expect(parkedOutbox).toBeDefined();
-    await queued();
-    await queued(PAYMENTS);
-    await parked("Cannot apply invoice event: missing or invalid field(s) customer");
-    const status = await inboxJson<InboxStatus>(["status"]);
-    expect(status.windowSec).toBe(3_600);
-    // processed() booked one payment: one pending outbox row; the parked one is older but not pending.
-    expect(status.outbox).toMatchObject({ pending: 1, needsReview: 1 });
-    expect(status.outbox.oldestPendingAgeSec).toBeLessThan(600);
-    expect(status.backlog.map(({ oldestUnprocessedAgeSec: _, ...b }) => b)).toEqual([
-      { provider: "stripe", endpoint: "billing", unprocessed: 1, needsReview: 1 },
-      { provider: "stripe", endpoint: "payments", unprocessed: 1, needsReview: 0 },
-    ]);
-    expect(status.arrivals).toEqual([
-      { provider: "stripe", endpoint: "billing", eventType: "invoice.paid", received: 3, processed: 1, ignored: 0, resolved: 0, unprocessed: 1, needsReview: 1 },
-      { provider: "stripe", endpoint: "payments", eventType: "invoice.paid", received: 1, processed: 0, ignored: 0, resolved: 0, unprocessed: 1, needsReview: 0 },
-    ]);
-    const text = await inbox(["status"]);
-    expect(text.code).toBe(0);
-    expect(text.stdout).toContain("backlog");
-    expect(text.stdout).toContain("outbox");
-    // The endpoint column shows what --endpoint takes, in status as in list.
-    expect(text.stdout).toContain("│ billing ");
-    expect(text.stdout).not.toContain("stripe/billing");
-    const listed = await inbox(["list"]);
-    expect(listed.stdout).toContain("│ billing ");
-  }, WAITS);
+      expect(parkedOutbox).toBeDefined();
+      await queued();
+      await queued(PAYMENTS);
+      await parked("Cannot apply invoice event: missing or invalid field(s) customer");
+      const status = await inboxJson<InboxStatus>(["status"]);
+      expect(status.windowSec).toBe(3_600);
+      // processed() booked one payment: one pending outbox row; the parked one is older but not pending.
+      expect(status.outbox).toMatchObject({ pending: 1, needsReview: 1 });
+      expect(status.outbox.oldestPendingAgeSec).toBeLessThan(600);
+      expect(status.backlog.map(({ oldestUnprocessedAgeSec: _, ...b }) => b)).toEqual([
+        { provider: "stripe", endpoint: "billing", unprocessed: 1, needsReview: 1 },
+        { provider: "stripe", endpoint: "payments", unprocessed: 1, needsReview: 0 },
+      ]);
+      expect(status.arrivals).toEqual([
+        {
+          provider: "stripe",
+          endpoint: "billing",
+          eventType: "invoice.paid",
+          received: 3,
+          processed: 1,
+          ignored: 0,
+          resolved: 0,
+          unprocessed: 1,
+          needsReview: 1,
+        },
+        {
+          provider: "stripe",
+          endpoint: "payments",
+          eventType: "invoice.paid",
+          received: 1,
+          processed: 0,
+          ignored: 0,
+          resolved: 0,
+          unprocessed: 1,
+          needsReview: 0,
+        },
+      ]);
+      const text = await inbox(["status"]);
+      expect(text.code).toBe(0);
+      expect(text.stdout).toContain("backlog");
+      expect(text.stdout).toContain("outbox");
+      // The endpoint column shows what --endpoint takes, in status as in list.
+      expect(text.stdout).toContain("│ billing ");
+      expect(text.stdout).not.toContain("stripe/billing");
+      const listed = await inbox(["list"]);
+      expect(listed.stdout).toContain("│ billing ");
+    },
+    WAITS,
+  );
 
-  test("`inbox outbox --json` lists unpublished outbox rows; `outbox-requeue` puts only parked ones back, --dry-run changes nothing", async () => {
-    const paid = await processed(); // one pending InvoicePaymentBooked row
-    const inserted = await db<{ id: string }[]>`
+  test(
+    "`inbox outbox --json` lists unpublished outbox rows; `outbox-requeue` puts only parked ones back, --dry-run changes nothing",
+    async () => {
+      const paid = await processed(); // one pending InvoicePaymentBooked row
+      const inserted = await db<{ id: string }[]>`
       insert into outbox (aggregate_type, aggregate_id, event_type, payload, attempts, needs_review_at, published_at, last_error)
       values ('invoice', 'in_cli_parked', 'InvoicePaymentBooked', '{}', 10, now(), null, 'Error: sink down'),
              ('invoice', 'in_cli_done', 'InvoicePaymentBooked', '{}', 1, null, now(), null)
       returning id::text as id
     `;
-    const [parkedRow, published] = inserted as unknown as [{ id: string }, { id: string }];
-    type Listed = { id: string; aggregateId: string; state: string; attempts: number; lastError: string | null }[];
-    const pick = (rows: Listed) => rows.map(({ id, aggregateId, state, attempts, lastError }) => ({ id, aggregateId, state, attempts, lastError }));
+      const [parkedRow, published] = inserted as unknown as [{ id: string }, { id: string }];
+      type Listed = { id: string; aggregateId: string; state: string; attempts: number; lastError: string | null }[];
+      const pick = (rows: Listed) =>
+        rows.map(({ id, aggregateId, state, attempts, lastError }) => ({ id, aggregateId, state, attempts, lastError }));
 
-    const all = pick(await inboxJson<Listed>(["outbox"]));
-    expect(all.map((r) => [r.aggregateId, r.state])).toEqual([[paid.invoiceId, "pending"], ["in_cli_parked", "needs_review"]]);
-    expect(pick(await inboxJson<Listed>(["outbox", "--needs-review"]))).toEqual([{ id: parkedRow.id, aggregateId: "in_cli_parked", state: "needs_review", attempts: 10, lastError: "Error: sink down" }]);
+      const all = pick(await inboxJson<Listed>(["outbox"]));
+      expect(all.map((r) => [r.aggregateId, r.state])).toEqual([
+        [paid.invoiceId, "pending"],
+        ["in_cli_parked", "needs_review"],
+      ]);
+      expect(pick(await inboxJson<Listed>(["outbox", "--needs-review"]))).toEqual([
+        { id: parkedRow.id, aggregateId: "in_cli_parked", state: "needs_review", attempts: 10, lastError: "Error: sink down" },
+      ]);
 
-    const pendingId = all[0]?.id ?? "";
-    const dry = await inboxJson<{ dryRun: boolean; requeued: string[]; notParked: string[] }>(["outbox-requeue", parkedRow.id, pendingId, published.id, "--dry-run"]);
-    expect(dry).toEqual({ dryRun: true, requeued: [parkedRow.id], notParked: [pendingId, published.id] });
-    expect(await count(db, "outbox", "needs_review_at is not null")).toBe(1);
+      const pendingId = all[0]?.id ?? "";
+      const dry = await inboxJson<{ dryRun: boolean; requeued: string[]; notParked: string[] }>([
+        "outbox-requeue",
+        parkedRow.id,
+        pendingId,
+        published.id,
+        "--dry-run",
+      ]);
+      expect(dry).toEqual({ dryRun: true, requeued: [parkedRow.id], notParked: [pendingId, published.id] });
+      expect(await count(db, "outbox", "needs_review_at is not null")).toBe(1);
 
-    const real = await inboxJson<{ dryRun: boolean; requeued: string[]; notParked: string[] }>(["outbox-requeue", parkedRow.id, published.id]);
-    expect(real).toEqual({ dryRun: false, requeued: [parkedRow.id], notParked: [published.id] });
-    expect(await count(db, "outbox", `id = ${parkedRow.id} and needs_review_at is null and attempts = 0 and available_at <= now() and published_at is null`)).toBe(1);
-    expect(await count(db, "outbox", `id = ${published.id} and published_at is not null`)).toBe(1);
+      const real = await inboxJson<{ dryRun: boolean; requeued: string[]; notParked: string[] }>([
+        "outbox-requeue",
+        parkedRow.id,
+        published.id,
+      ]);
+      expect(real).toEqual({ dryRun: false, requeued: [parkedRow.id], notParked: [published.id] });
+      expect(
+        await count(
+          db,
+          "outbox",
+          `id = ${parkedRow.id} and needs_review_at is null and attempts = 0 and available_at <= now() and published_at is null`,
+        ),
+      ).toBe(1);
+      expect(await count(db, "outbox", `id = ${published.id} and published_at is not null`)).toBe(1);
 
-    const usage = await inbox(["outbox-requeue", "12abc", "9999999999999999999"]);
-    expect(usage.code).toBe(2);
-    expect(usage.stderr).toContain('Outbox ids are whole numbers ≥ 1 (bigint), got "12abc", "9999999999999999999"');
-    expect((await inbox(["outbox-requeue"])).code).toBe(2);
-  }, WAITS);
+      const usage = await inbox(["outbox-requeue", "12abc", "9999999999999999999"]);
+      expect(usage.code).toBe(2);
+      expect(usage.stderr).toContain('Outbox ids are whole numbers ≥ 1 (bigint), got "12abc", "9999999999999999999"');
+      expect((await inbox(["outbox-requeue"])).code).toBe(2);
+    },
+    WAITS,
+  );
 
-  test("`inbox list --json` filters rows newest first and never prints a payload", async () => {
-    const review = await parked("Quota at 100% of the plan");
-    const waiting = await queued();
-    const done = await processed();
-    await db`update webhook_inbox set received_at = received_at - interval '1 hour' where event_id = ${review.eventId}`;
+  test(
+    "`inbox list --json` filters rows newest first and never prints a payload",
+    async () => {
+      const review = await parked("Quota at 100% of the plan");
+      const waiting = await queued();
+      const done = await processed();
+      await db`update webhook_inbox set received_at = received_at - interval '1 hour' where event_id = ${review.eventId}`;
 
-    const all = await inboxJson<EventSummary[]>(["list"]);
-    expect(all.map((r) => r.eventId)).toEqual([done.eventId, waiting.eventId, review.eventId]);
-    expect(all.map((r) => r.state)).toEqual(["processed", "unprocessed", "needs_review"]);
-    for (const r of all) expect("payload" in r).toBe(false);
-    expect(JSON.stringify(all)).not.toContain("cus_payload_marker");
+      const all = await inboxJson<EventSummary[]>(["list"]);
+      expect(all.map((r) => r.eventId)).toEqual([done.eventId, waiting.eventId, review.eventId]);
+      expect(all.map((r) => r.state)).toEqual(["processed", "unprocessed", "needs_review"]);
+      for (const r of all) expect("payload" in r).toBe(false);
+      expect(JSON.stringify(all)).not.toContain("cus_payload_marker");
 
-    expect((await inboxJson<EventSummary[]>(["list", "--needs-review"])).map((r) => r.eventId)).toEqual([review.eventId]);
-    expect((await inboxJson<EventSummary[]>(["list", "--unprocessed"])).map((r) => r.eventId)).toEqual([waiting.eventId]);
-    expect((await inboxJson<EventSummary[]>(["list", "--error", "100%"])).map((r) => r.eventId)).toEqual([review.eventId]);
-    expect((await inboxJson<EventSummary[]>(["list", "--since", "30m", "--limit", "1"])).map((r) => r.eventId)).toEqual([done.eventId]);
-    expect(await inboxJson<EventSummary[]>(["list", "--type", "invoice.voided"])).toEqual([]);
-  }, WAITS);
+      expect((await inboxJson<EventSummary[]>(["list", "--needs-review"])).map((r) => r.eventId)).toEqual([review.eventId]);
+      expect((await inboxJson<EventSummary[]>(["list", "--unprocessed"])).map((r) => r.eventId)).toEqual([waiting.eventId]);
+      expect((await inboxJson<EventSummary[]>(["list", "--error", "100%"])).map((r) => r.eventId)).toEqual([review.eventId]);
+      expect((await inboxJson<EventSummary[]>(["list", "--since", "30m", "--limit", "1"])).map((r) => r.eventId)).toEqual([done.eventId]);
+      expect(await inboxJson<EventSummary[]>(["list", "--type", "invoice.voided"])).toEqual([]);
+    },
+    WAITS,
+  );
 
-  test("`inbox` exits 2 on a bad --limit, an unknown command, an unknown option or no command", async () => {
-    for (const args of [["list", "--limit", "abc"], ["list", "--limit", "0"], ["list", "--limit", "1.5"]]) {
-      const run = await inbox(args);
-      expect(run.code).toBe(2);
-      expect(run.stderr).toContain("--limit must be a whole number");
-    }
-    const unknown = await inbox(["frobnicate"]);
-    expect(unknown.code).toBe(2);
-    expect(unknown.stderr).toContain('Unknown command "frobnicate"');
-    expect(unknown.stderr).toContain("Usage: bun run inbox");
-    const option = await inbox(["list", "--bogus"]);
-    expect(option.code).toBe(2);
-    expect(option.stderr).toContain("Usage: bun run inbox");
-    const none = await inbox([]);
-    expect(none.code).toBe(2);
-    // Options or arguments a command does not take are usage errors, never silently ignored:
-    // `requeue evt_…` without --id would otherwise match every needs-review row.
-    for (const [args, message] of [
-      [["requeue", "evt_cli_x", "--dry-run"], 'requeue takes no arguments, got "evt_cli_x" (an event id goes in --id evt_cli_x)'],
-      [["requeue", "--limit", "1"], "requeue does not take --limit"],
-      [["resolve", "--unprocessed", "--id", "evt_cli_x", "--note", "n"], "resolve does not take --unprocessed"],
-      [["show"], "show takes exactly 1 argument(s), got 0"],
-    ] as [string[], string][]) {
-      const run = await inbox(args);
-      expect({ args, code: run.code, stderr: run.stderr.split("\n")[0] }).toEqual({ args, code: 2, stderr: message });
-    }
-    for (const since of ["5", "yesterday", "2026-02-31"]) {
-      const run = await inbox(["list", "--since", since]);
-      expect(run.code).toBe(2);
-      expect(run.stderr).toContain(`--since must be a duration (2h) or an ISO time, got "${since}"`);
-    }
-    const both = await inbox(["list", "--needs-review", "--unprocessed"]);
-    expect(both.code).toBe(2);
-    expect(both.stderr).toContain("Choose one of --needs-review and --unprocessed");
-    const help = await inbox(["--help"]);
-    expect(help.code).toBe(0);
-    expect(help.stdout).toContain("Usage: bun run inbox");
-  }, WAITS);
+  test(
+    "`inbox` exits 2 on a bad --limit, an unknown command, an unknown option or no command",
+    async () => {
+      for (const args of [
+        ["list", "--limit", "abc"],
+        ["list", "--limit", "0"],
+        ["list", "--limit", "1.5"],
+      ]) {
+        const run = await inbox(args);
+        expect(run.code).toBe(2);
+        expect(run.stderr).toContain("--limit must be a whole number");
+      }
+      const unknown = await inbox(["frobnicate"]);
+      expect(unknown.code).toBe(2);
+      expect(unknown.stderr).toContain('Unknown command "frobnicate"');
+      expect(unknown.stderr).toContain("Usage: bun run inbox");
+      const option = await inbox(["list", "--bogus"]);
+      expect(option.code).toBe(2);
+      expect(option.stderr).toContain("Usage: bun run inbox");
+      const none = await inbox([]);
+      expect(none.code).toBe(2);
+      // Options or arguments a command does not take are usage errors, never silently ignored:
+      // `requeue evt_…` without --id would otherwise match every needs-review row.
+      for (const [args, message] of [
+        [["requeue", "evt_cli_x", "--dry-run"], 'requeue takes no arguments, got "evt_cli_x" (an event id goes in --id evt_cli_x)'],
+        [["requeue", "--limit", "1"], "requeue does not take --limit"],
+        [["resolve", "--unprocessed", "--id", "evt_cli_x", "--note", "n"], "resolve does not take --unprocessed"],
+        [["show"], "show takes exactly 1 argument(s), got 0"],
+      ] as [string[], string][]) {
+        const run = await inbox(args);
+        expect({ args, code: run.code, stderr: run.stderr.split("\n")[0] }).toEqual({ args, code: 2, stderr: message });
+      }
+      for (const since of ["5", "yesterday", "2026-02-31"]) {
+        const run = await inbox(["list", "--since", since]);
+        expect(run.code).toBe(2);
+        expect(run.stderr).toContain(`--since must be a duration (2h) or an ISO time, got "${since}"`);
+      }
+      const both = await inbox(["list", "--needs-review", "--unprocessed"]);
+      expect(both.code).toBe(2);
+      expect(both.stderr).toContain("Choose one of --needs-review and --unprocessed");
+      const help = await inbox(["--help"]);
+      expect(help.code).toBe(0);
+      expect(help.stdout).toContain("Usage: bun run inbox");
+    },
+    WAITS,
+  );
 
-  test("`inbox show --json` prints every endpoint's row of an event, with --payload its payload; an unknown id exits 1", async () => {
-    const e = event();
-    expect(await receiveSync(db, BILLING, verified(e.body))).toBe("processed");
-    expect(await receiveAsync(db, PAYMENTS, verified(e.body))).toBe("queued");
+  test(
+    "`inbox show --json` prints every endpoint's row of an event, with --payload its payload; an unknown id exits 1",
+    async () => {
+      const e = event();
+      expect(await receiveSync(db, BILLING, verified(e.body))).toBe("processed");
+      expect(await receiveAsync(db, PAYMENTS, verified(e.body))).toBe("queued");
 
-    const rows = await inboxJson<EventSummary[]>(["show", e.eventId]);
-    expect(rows.map((r) => [r.endpoint, r.state])).toEqual([["billing", "processed"], ["payments", "unprocessed"]]);
-    expect(JSON.stringify(rows)).not.toContain("cus_payload_marker");
-    const withPayload = await inboxJson<(EventSummary & { payload: unknown })[]>(["show", e.eventId, "--payload"]);
-    expect(withPayload.map((r) => r.payload)).toEqual([JSON.parse(e.body), JSON.parse(e.body)]);
-    // Without --json: a table of the rows, then each payload whole (the invoice inside data.object, not "[Object ...]").
-    const table = await inbox(["show", e.eventId]);
-    expect(table.code).toBe(0);
-    expect(table.stdout).toMatch(/│ +│ event_id +│ endpoint +│ type +│ state +│/);
-    expect(table.stdout).toMatch(/│ billing +│ invoice\.paid +│ processed +│/);
-    expect(table.stdout).toMatch(/│ payments +│ invoice\.paid +│ unprocessed +│/);
-    expect(table.stdout).not.toContain("cus_payload_marker");
-    const text = await inbox(["show", e.eventId, "--payload"]);
-    expect(text.stdout).toMatch(/│ +│ event_id +│/);
-    expect(text.stdout).toContain("payload at endpoint billing:");
-    expect(text.stdout).toContain('"customer": "cus_payload_marker"');
-    expect(text.stdout).not.toContain("[Object");
+      const rows = await inboxJson<EventSummary[]>(["show", e.eventId]);
+      expect(rows.map((r) => [r.endpoint, r.state])).toEqual([
+        ["billing", "processed"],
+        ["payments", "unprocessed"],
+      ]);
+      expect(JSON.stringify(rows)).not.toContain("cus_payload_marker");
+      const withPayload = await inboxJson<(EventSummary & { payload: unknown })[]>(["show", e.eventId, "--payload"]);
+      expect(withPayload.map((r) => r.payload)).toEqual([JSON.parse(e.body), JSON.parse(e.body)]);
+      // Without --json: a table of the rows, then each payload whole (the invoice inside data.object, not "[Object ...]").
+      const table = await inbox(["show", e.eventId]);
+      expect(table.code).toBe(0);
+      expect(table.stdout).toMatch(/│ +│ event_id +│ endpoint +│ type +│ state +│/);
+      expect(table.stdout).toMatch(/│ billing +│ invoice\.paid +│ processed +│/);
+      expect(table.stdout).toMatch(/│ payments +│ invoice\.paid +│ unprocessed +│/);
+      expect(table.stdout).not.toContain("cus_payload_marker");
+      const text = await inbox(["show", e.eventId, "--payload"]);
+      expect(text.stdout).toMatch(/│ +│ event_id +│/);
+      expect(text.stdout).toContain("payload at endpoint billing:");
+      expect(text.stdout).toContain('"customer": "cus_payload_marker"');
+      expect(text.stdout).not.toContain("[Object");
 
-    const unknown = await inbox(["show", "evt_cli_unknown"]);
-    expect(unknown.code).toBe(1);
-    expect(unknown.stderr).toContain("No inbox row for evt_cli_unknown");
-    expect((await inbox(["show"])).code).toBe(2);
-  }, WAITS);
+      const unknown = await inbox(["show", "evt_cli_unknown"]);
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toContain("No inbox row for evt_cli_unknown");
+      expect((await inbox(["show"])).code).toBe(2);
+    },
+    WAITS,
+  );
 
-  test("`inbox list`, `status` and `show` print control and bidirectional characters from events as escapes; --json keeps the exact strings", async () => {
-    const type = "invoice.\u202epaid\x1b[31m";
-    const e = event(type);
-    expect(await receiveSync(db, BILLING, verified(e.body))).toBe("ignored"); // no handler for that type
-    const review = await parked("bad \x1b]0;owned\x07 customer \u2066x\u2069");
-    const raw = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/;
-    for (const args of [["list"], ["status"], ["show", e.eventId], ["show", review.eventId, "--payload"]]) {
-      const run = await inbox(args);
-      expect({ args, code: run.code }).toEqual({ args, code: 0 });
-      expect({ args, raw: raw.test(run.stdout) }).toEqual({ args, raw: false });
-    }
-    const listed = await inbox(["list"]);
-    expect(listed.stdout).toContain("invoice.\\u202epaid\\x1b[31m");
-    expect(listed.stdout).toContain("bad \\x1b]0;owned\\x07 customer \\u2066x\\u2069");
+  test(
+    "`inbox list`, `status` and `show` print control and bidirectional characters from events as escapes; --json keeps the exact strings",
+    async () => {
+      const type = "invoice.\u202epaid\x1b[31m";
+      const e = event(type);
+      expect(await receiveSync(db, BILLING, verified(e.body))).toBe("ignored"); // no handler for that type
+      const review = await parked("bad \x1b]0;owned\x07 customer \u2066x\u2069");
+      const raw = /[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/;
+      for (const args of [["list"], ["status"], ["show", e.eventId], ["show", review.eventId, "--payload"]]) {
+        const run = await inbox(args);
+        expect({ args, code: run.code }).toEqual({ args, code: 0 });
+        expect({ args, raw: raw.test(run.stdout) }).toEqual({ args, raw: false });
+      }
+      const listed = await inbox(["list"]);
+      expect(listed.stdout).toContain("invoice.\\u202epaid\\x1b[31m");
+      expect(listed.stdout).toContain("bad \\x1b]0;owned\\x07 customer \\u2066x\\u2069");
 
-    const json = await inbox(["list", "--json"]);
-    expect(raw.test(json.stdout)).toBe(false);
-    const rows = JSON.parse(json.stdout) as EventSummary[];
-    expect(rows.find((r) => r.eventId === e.eventId)?.eventType).toBe(type);
-    expect(rows.find((r) => r.eventId === review.eventId)?.lastError).toBe("PermanentError: bad \x1b]0;owned\x07 customer \u2066x\u2069");
-  }, WAITS);
+      const json = await inbox(["list", "--json"]);
+      expect(raw.test(json.stdout)).toBe(false);
+      const rows = JSON.parse(json.stdout) as EventSummary[];
+      expect(rows.find((r) => r.eventId === e.eventId)?.eventType).toBe(type);
+      expect(rows.find((r) => r.eventId === review.eventId)?.lastError).toBe("PermanentError: bad \x1b]0;owned\x07 customer \u2066x\u2069");
+    },
+    WAITS,
+  );
 
-  test("`inbox requeue --dry-run --json` lists the needs-review rows and changes nothing; without --dry-run it requeues them", async () => {
-    const review = await parked("Cannot apply invoice event: missing or invalid field(s) customer");
-    const other = await parked("Cannot apply invoice event: missing or invalid field(s) currency", PAYMENTS);
-    const waiting = await queued();
+  test(
+    "`inbox requeue --dry-run --json` lists the needs-review rows and changes nothing; without --dry-run it requeues them",
+    async () => {
+      const review = await parked("Cannot apply invoice event: missing or invalid field(s) customer");
+      const other = await parked("Cannot apply invoice event: missing or invalid field(s) currency", PAYMENTS);
+      const waiting = await queued();
 
-    const dry = await inboxJson<RequeueResult>(["requeue", "--endpoint", "billing", "--dry-run"]);
-    expect(dry).toEqual({
-      dryRun: true,
-      rows: [{ provider: "stripe", endpoint: "billing", eventId: review.eventId, eventType: "invoice.paid", attempts: 1, lastError: "PermanentError: Cannot apply invoice event: missing or invalid field(s) customer" }],
-    });
-    expect(await stateOf(review.eventId)).toEqual({ state: "needs_review", attempts: 1, due: false });
+      const dry = await inboxJson<RequeueResult>(["requeue", "--endpoint", "billing", "--dry-run"]);
+      expect(dry).toEqual({
+        dryRun: true,
+        rows: [
+          {
+            provider: "stripe",
+            endpoint: "billing",
+            eventId: review.eventId,
+            eventType: "invoice.paid",
+            attempts: 1,
+            lastError: "PermanentError: Cannot apply invoice event: missing or invalid field(s) customer",
+          },
+        ],
+      });
+      expect(await stateOf(review.eventId)).toEqual({ state: "needs_review", attempts: 1, due: false });
 
-    const real = await inboxJson<RequeueResult>(["requeue", "--error", "customer"]);
-    expect(real.dryRun).toBe(false);
-    expect(real.rows.map((r) => r.eventId)).toEqual([review.eventId]);
-    expect(await stateOf(review.eventId)).toEqual({ state: "unprocessed", attempts: 0, due: true });
-    expect(await stateOf(other.eventId, "payments")).toEqual({ state: "needs_review", attempts: 1, due: false });
-    expect(await stateOf(waiting.eventId)).toMatchObject({ state: "unprocessed", attempts: 0 });
-  }, WAITS);
+      const real = await inboxJson<RequeueResult>(["requeue", "--error", "customer"]);
+      expect(real.dryRun).toBe(false);
+      expect(real.rows.map((r) => r.eventId)).toEqual([review.eventId]);
+      expect(await stateOf(review.eventId)).toEqual({ state: "unprocessed", attempts: 0, due: true });
+      expect(await stateOf(other.eventId, "payments")).toEqual({ state: "needs_review", attempts: 1, due: false });
+      expect(await stateOf(waiting.eventId)).toMatchObject({ state: "unprocessed", attempts: 0 });
+    },
+    WAITS,
+  );
 
-  test("`inbox replay --json` of a processed invoice.paid books nothing; an unprocessed or unknown event exits 1", async () => {
-    const paid = await processed();
-    const result = await inboxJson<ReplayResult>(["replay", paid.eventId]);
-    expect(result).toEqual({ eventType: "invoice.paid", handled: true, inserted: 0, updated: 0, deleted: 0 });
-    expect(await count(db, "ledger_entries")).toBe(1);
-    expect(await count(db, "outbox")).toBe(1);
+  test(
+    "`inbox replay --json` of a processed invoice.paid books nothing; an unprocessed or unknown event exits 1",
+    async () => {
+      const paid = await processed();
+      const result = await inboxJson<ReplayResult>(["replay", paid.eventId]);
+      expect(result).toEqual({ eventType: "invoice.paid", handled: true, inserted: 0, updated: 0, deleted: 0 });
+      expect(await count(db, "ledger_entries")).toBe(1);
+      expect(await count(db, "outbox")).toBe(1);
 
-    const ignored = event("customer.created");
-    expect(await receiveSync(db, BILLING, verified(ignored.body))).toBe("ignored");
-    expect(await inboxJson<ReplayResult>(["replay", ignored.eventId])).toMatchObject({ eventType: "customer.created", handled: false });
+      const ignored = event("customer.created");
+      expect(await receiveSync(db, BILLING, verified(ignored.body))).toBe("ignored");
+      expect(await inboxJson<ReplayResult>(["replay", ignored.eventId])).toMatchObject({ eventType: "customer.created", handled: false });
 
-    const waiting = await queued();
-    const notYet = await inbox(["replay", waiting.eventId]);
-    expect(notYet.code).toBe(1);
-    expect(notYet.stderr).toContain(`Cannot replay ${waiting.eventId} at stripe/billing: it is not processed yet`);
-    const unknown = await inbox(["replay", "evt_cli_unknown"]);
-    expect(unknown.code).toBe(1);
-    expect(unknown.stderr).toContain("Cannot replay evt_cli_unknown: no inbox row");
-    expect(await count(db, "ledger_entries")).toBe(1);
-  }, WAITS);
+      const waiting = await queued();
+      const notYet = await inbox(["replay", waiting.eventId]);
+      expect(notYet.code).toBe(1);
+      expect(notYet.stderr).toContain(`Cannot replay ${waiting.eventId} at stripe/billing: it is not processed yet`);
+      const unknown = await inbox(["replay", "evt_cli_unknown"]);
+      expect(unknown.code).toBe(1);
+      expect(unknown.stderr).toContain("Cannot replay evt_cli_unknown: no inbox row");
+      expect(await count(db, "ledger_entries")).toBe(1);
+    },
+    WAITS,
+  );
 
-  test("`inbox replay` of an event received at two endpoints needs --endpoint (exit 2), then replays that one", async () => {
-    const e = event();
-    expect(await receiveSync(db, BILLING, verified(e.body))).toBe("processed");
-    expect(await receiveSync(db, PAYMENTS, verified(e.body))).toBe("processed");
-    const ambiguous = await inbox(["replay", e.eventId]);
-    expect(ambiguous.code).toBe(2);
-    expect(ambiguous.stderr).toContain("pass --endpoint");
-    expect(await inboxJson<ReplayResult>(["replay", e.eventId, "--endpoint", "payments"])).toMatchObject({ eventType: "invoice.paid", handled: true, inserted: 0 });
-    expect(await count(db, "ledger_entries")).toBe(1);
-  }, WAITS);
+  test(
+    "`inbox replay` of an event received at two endpoints needs --endpoint (exit 2), then replays that one",
+    async () => {
+      const e = event();
+      expect(await receiveSync(db, BILLING, verified(e.body))).toBe("processed");
+      expect(await receiveSync(db, PAYMENTS, verified(e.body))).toBe("processed");
+      const ambiguous = await inbox(["replay", e.eventId]);
+      expect(ambiguous.code).toBe(2);
+      expect(ambiguous.stderr).toContain("pass --endpoint");
+      expect(await inboxJson<ReplayResult>(["replay", e.eventId, "--endpoint", "payments"])).toMatchObject({
+        eventType: "invoice.paid",
+        handled: true,
+        inserted: 0,
+      });
+      expect(await count(db, "ledger_entries")).toBe(1);
+    },
+    WAITS,
+  );
 
-  test("`inbox purge --older-than 1d` is refused with exit 1 naming the horizon; --dry-run --json counts without deleting", async () => {
-    const old = await processed();
-    const recent = await processed();
-    const waiting = await queued();
-    await db`update webhook_inbox set received_at = now() - 40 * interval '1 day', processed_at = now() - 40 * interval '1 day' where event_id = ${old.eventId}`;
-    await db`update webhook_inbox set received_at = now() - 40 * interval '1 day' where event_id = ${waiting.eventId}`;
-    await db`update webhook_inbox set received_at = now() - 5 * interval '1 day', processed_at = now() - 5 * interval '1 day' where event_id = ${recent.eventId}`;
+  test(
+    "`inbox purge --older-than 1d` is refused with exit 1 naming the horizon; --dry-run --json counts without deleting",
+    async () => {
+      const old = await processed();
+      const recent = await processed();
+      const waiting = await queued();
+      await db`update webhook_inbox set received_at = now() - 40 * interval '1 day', processed_at = now() - 40 * interval '1 day' where event_id = ${old.eventId}`;
+      await db`update webhook_inbox set received_at = now() - 40 * interval '1 day' where event_id = ${waiting.eventId}`;
+      await db`update webhook_inbox set received_at = now() - 5 * interval '1 day', processed_at = now() - 5 * interval '1 day' where event_id = ${recent.eventId}`;
 
-    const refused = await inbox(["purge", "--older-than", "1d"]);
-    expect(refused.code).toBe(1);
-    expect(refused.stderr).toContain("retry horizon of 3 d");
-    expect(await count(db, "webhook_inbox")).toBe(3);
-
-    expect(await inboxJson<PurgeResult>(["purge", "--dry-run", "--payloads-older-than", "3d"])).toEqual({ dryRun: true, deleted: 1, payloadsDropped: 1 });
-    // A dry run changes nothing, so it needs no --force; it says the real run would.
-    const dry = await inbox(["purge", "--older-than", "1d", "--dry-run"]);
-    expect({ code: dry.code, stderr: dry.stderr }).toEqual({ code: 0, stderr: "" });
-    expect(dry.stdout).toContain("Would delete 2 processed row(s) older than 1d");
-    expect(dry.stdout).toContain("The real run needs --force: a retention of 1 d is shorter than the provider's retry horizon of 3 d");
-    expect((await inboxJson<PurgeResult>(["purge", "--older-than", "1d", "--dry-run"])).forceRequired).toContain("retry horizon of 3 d");
-    expect(await count(db, "webhook_inbox")).toBe(3);
-    expect(await count(db, "webhook_inbox", "payload is null")).toBe(0);
-
-    expect(await inboxJson<PurgeResult>(["purge", "--batch", "1"])).toEqual({ dryRun: false, deleted: 1, payloadsDropped: 0 });
-    expect(await count(db, "webhook_inbox", `event_id = '${old.eventId}'`)).toBe(0);
-    expect(await count(db, "webhook_inbox")).toBe(2);
-
-    const badDuration = await inbox(["purge", "--older-than", "30"]);
-    expect(badDuration.code).toBe(2);
-    expect(badDuration.stderr).toContain('Cannot read duration "30"');
-    expect((await inbox(["purge", "--batch", "0"])).code).toBe(2);
-  }, WAITS);
-
-  test("`inbox status` against an unreachable database exits 1 saying it cannot connect, not naming the schema", async () => {
-    const run = await inbox(["status"], "postgres://postgres:postgres@127.0.0.1:1/postgres");
-    expect(run.code).toBe(1);
-    expect(run.stderr).toStartWith("Cannot connect to the database: connect ECONNREFUSED");
-    expect(run.stderr).not.toContain("schema");
-    expect(run.stderr).not.toContain("migrate");
-  }, WAITS);
-
-  test("`inbox status` with a DATABASE_URL whose password holds an unencoded @ and # exits 1 at once and prints no part of the password", async () => {
-    const password = "Kq7@Zx#W9v";
-    const run = await inbox(["status"], `postgres://user:${password}@127.0.0.1:1/db`);
-    expect({ code: run.code, signal: run.signal }).toEqual({ code: 1, signal: null });
-    expect(run.stderr).toContain("percent-encode");
-    const output = (run.stdout + run.stderr).toLowerCase();
-    for (let i = 0; i + 2 <= password.length; i++) expect(output).not.toContain(password.slice(i, i + 2).toLowerCase());
-    expect(output).not.toContain("enotfound");
-  }, WAITS);
-
-  test("`inbox status` on a schema behind the code exits 1 telling to run `bun run inbox migrate`, and `inbox migrate` fixes it", async () => {
-    const behind = await freshDatabase({ migrated: false });
-    try {
-      const all = loadMigrations();
-      expect(await migrate(behind.db, all.slice(0, 3))).toEqual(all.slice(0, 3).map((m) => m.name));
-
-      const refused = await inbox(["status"], behind.url);
+      const refused = await inbox(["purge", "--older-than", "1d"]);
       expect(refused.code).toBe(1);
-      expect(refused.stderr).toContain(`Database schema is at migration 3, this code needs ${all.length}`);
-      expect(refused.stderr).toContain("bun run inbox migrate");
+      expect(refused.stderr).toContain("retry horizon of 3 d");
+      expect(await count(db, "webhook_inbox")).toBe(3);
 
-      expect(await inboxJson<{ applied: string[] }>(["migrate"], behind.url)).toEqual({ applied: all.slice(3).map((m) => m.name) });
-      expect(await inboxJson<{ applied: string[] }>(["migrate"], behind.url)).toEqual({ applied: [] });
-      expect(await inboxJson<InboxStatus>(["status"], behind.url)).toEqual({ backlog: [], outbox: { pending: 0, oldestPendingAgeSec: 0, needsReview: 0 }, windowSec: 3_600, arrivals: [] });
-    } finally {
-      await behind.drop();
-    }
-  }, WAITS);
+      expect(await inboxJson<PurgeResult>(["purge", "--dry-run", "--payloads-older-than", "3d"])).toEqual({
+        dryRun: true,
+        deleted: 1,
+        payloadsDropped: 1,
+      });
+      // A dry run changes nothing, so it needs no --force; it says the real run would.
+      const dry = await inbox(["purge", "--older-than", "1d", "--dry-run"]);
+      expect({ code: dry.code, stderr: dry.stderr }).toEqual({ code: 0, stderr: "" });
+      expect(dry.stdout).toContain("Would delete 2 processed row(s) older than 1d");
+      expect(dry.stdout).toContain("The real run needs --force: a retention of 1 d is shorter than the provider's retry horizon of 3 d");
+      expect((await inboxJson<PurgeResult>(["purge", "--older-than", "1d", "--dry-run"])).forceRequired).toContain("retry horizon of 3 d");
+      expect(await count(db, "webhook_inbox")).toBe(3);
+      expect(await count(db, "webhook_inbox", "payload is null")).toBe(0);
+
+      expect(await inboxJson<PurgeResult>(["purge", "--batch", "1"])).toEqual({ dryRun: false, deleted: 1, payloadsDropped: 0 });
+      expect(await count(db, "webhook_inbox", `event_id = '${old.eventId}'`)).toBe(0);
+      expect(await count(db, "webhook_inbox")).toBe(2);
+
+      const badDuration = await inbox(["purge", "--older-than", "30"]);
+      expect(badDuration.code).toBe(2);
+      expect(badDuration.stderr).toContain('Cannot read duration "30"');
+      expect((await inbox(["purge", "--batch", "0"])).code).toBe(2);
+    },
+    WAITS,
+  );
+
+  test(
+    "`inbox status` against an unreachable database exits 1 saying it cannot connect, not naming the schema",
+    async () => {
+      const run = await inbox(["status"], "postgres://postgres:postgres@127.0.0.1:1/postgres");
+      expect(run.code).toBe(1);
+      expect(run.stderr).toStartWith("Cannot connect to the database: connect ECONNREFUSED");
+      expect(run.stderr).not.toContain("schema");
+      expect(run.stderr).not.toContain("migrate");
+    },
+    WAITS,
+  );
+
+  test(
+    "`inbox status` with a DATABASE_URL whose password holds an unencoded @ and # exits 1 at once and prints no part of the password",
+    async () => {
+      const password = "Kq7@Zx#W9v";
+      const run = await inbox(["status"], `postgres://user:${password}@127.0.0.1:1/db`);
+      expect({ code: run.code, signal: run.signal }).toEqual({ code: 1, signal: null });
+      expect(run.stderr).toContain("percent-encode");
+      const output = (run.stdout + run.stderr).toLowerCase();
+      for (let i = 0; i + 2 <= password.length; i++) expect(output).not.toContain(password.slice(i, i + 2).toLowerCase());
+      expect(output).not.toContain("enotfound");
+    },
+    WAITS,
+  );
+
+  test(
+    "`inbox status` on a schema behind the code exits 1 telling to run `bun run inbox migrate`, and `inbox migrate` fixes it",
+    async () => {
+      const behind = await freshDatabase({ migrated: false });
+      try {
+        const all = loadMigrations();
+        expect(await migrate(behind.db, all.slice(0, 3))).toEqual(all.slice(0, 3).map((m) => m.name));
+
+        const refused = await inbox(["status"], behind.url);
+        expect(refused.code).toBe(1);
+        expect(refused.stderr).toContain(`Database schema is at migration 3, this code needs ${all.length}`);
+        expect(refused.stderr).toContain("bun run inbox migrate");
+
+        expect(await inboxJson<{ applied: string[] }>(["migrate"], behind.url)).toEqual({ applied: all.slice(3).map((m) => m.name) });
+        expect(await inboxJson<{ applied: string[] }>(["migrate"], behind.url)).toEqual({ applied: [] });
+        expect(await inboxJson<InboxStatus>(["status"], behind.url)).toEqual({
+          backlog: [],
+          outbox: { pending: 0, oldestPendingAgeSec: 0, needsReview: 0 },
+          windowSec: 3_600,
+          arrivals: [],
+        });
+      } finally {
+        await behind.drop();
+      }
+    },
+    WAITS,
+  );
 });

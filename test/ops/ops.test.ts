@@ -54,7 +54,11 @@ function event(type: string): Sent {
   const n = ++seq;
   const eventId = `evt_ops_${n}`;
   const invoiceId = `in_ops_${n}`;
-  return { eventId, invoiceId, body: eventBody(eventId, type, invoice({ id: invoiceId, customer: "cus_payload_marker", amount_paid: 2000, status: "paid" })) };
+  return {
+    eventId,
+    invoiceId,
+    body: eventBody(eventId, type, invoice({ id: invoiceId, customer: "cus_payload_marker", amount_paid: 2000, status: "paid" })),
+  };
 }
 
 /** A row settled `processed` by the sync receiver (its handler ran). */
@@ -88,7 +92,8 @@ async function failedRow(error: Error, options: { park: boolean; type?: string; 
   const e = await unprocessedRow(type, options.target ?? BILLING);
   const maxAttempts = options.park ? 1 : 10;
   const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts });
-  if (!claim || claim.eventId !== e.eventId) throw new Error(`Cannot fail ${e.eventId}: another due row was claimed first (make failed rows before unprocessed ones)`);
+  if (!claim || claim.eventId !== e.eventId)
+    throw new Error(`Cannot fail ${e.eventId}: another due row was claimed first (make failed rows before unprocessed ones)`);
   const failing: HandlerTable = {
     [type]: async () => {
       throw error;
@@ -179,7 +184,9 @@ describe("inboxStatus() and readBacklog()", () => {
 
   test("`readBacklog()` reports an age of 0 for an endpoint whose only backlog is needs-review rows", async () => {
     await needsReviewRow(new NamedError("LedgerLockedError", "Ledger is locked"));
-    expect(await readBacklog(db)).toEqual([{ provider: "stripe", endpoint: "billing", unprocessed: 0, oldestUnprocessedAgeSec: 0, needsReview: 1 }]);
+    expect(await readBacklog(db)).toEqual([
+      { provider: "stripe", endpoint: "billing", unprocessed: 0, oldestUnprocessedAgeSec: 0, needsReview: 1 },
+    ]);
   });
 
   test("`inboxStatus()` counts arrivals per event type and endpoint in the window, not rows received before it", async () => {
@@ -198,7 +205,16 @@ describe("inboxStatus() and readBacklog()", () => {
     const byKey = (a: Arrivals) => `${a.endpoint} ${a.eventType}`;
     const sorted = (list: Arrivals[]) => [...list].sort((a, b) => byKey(a).localeCompare(byKey(b)));
     const arrival = (endpoint: string, eventType: string, counts: Partial<Arrivals>): Arrivals => ({
-      provider: "stripe", endpoint, eventType, received: 0, processed: 0, ignored: 0, resolved: 0, unprocessed: 0, needsReview: 0, ...counts,
+      provider: "stripe",
+      endpoint,
+      eventType,
+      received: 0,
+      processed: 0,
+      ignored: 0,
+      resolved: 0,
+      unprocessed: 0,
+      needsReview: 0,
+      ...counts,
     });
 
     const status = await inboxStatus(db);
@@ -210,7 +226,9 @@ describe("inboxStatus() and readBacklog()", () => {
       arrival("payments", "invoice.paid", { received: 1, processed: 1 }),
     ]);
     // The backlog is not windowed: the 2-hour-old unprocessed row still waits.
-    expect(status.backlog.map(({ oldestUnprocessedAgeSec: _, ...b }) => b)).toEqual([{ provider: "stripe", endpoint: "billing", unprocessed: 2, needsReview: 1 }]);
+    expect(status.backlog.map(({ oldestUnprocessedAgeSec: _, ...b }) => b)).toEqual([
+      { provider: "stripe", endpoint: "billing", unprocessed: 2, needsReview: 1 },
+    ]);
 
     const wider = await inboxStatus(db, 3 * 3_600);
     expect(wider.windowSec).toBe(3 * 3_600);
@@ -240,15 +258,40 @@ describe("listEvents()", () => {
     const s = await seed();
     const list = await listEvents(db, {});
     expect(ids(list)).toEqual(ids(s.newestFirst));
-    const summaryKeys = ["attempts", "availableAt", "endpoint", "eventId", "eventType", "lastError", "needsReviewAt", "payloadDropped", "processedAt", "provider", "receivedAt", "state"];
+    const summaryKeys = [
+      "attempts",
+      "availableAt",
+      "endpoint",
+      "eventId",
+      "eventType",
+      "lastError",
+      "needsReviewAt",
+      "payloadDropped",
+      "processedAt",
+      "provider",
+      "receivedAt",
+      "state",
+    ];
     for (const r of list) expect(Object.keys(r).sort()).toEqual(summaryKeys);
     expect(JSON.stringify(list)).not.toContain("cus_payload_marker");
     const byId = new Map(list.map((r) => [r.eventId, r]));
-    expect(byId.get(s.done.eventId)).toMatchObject({ endpoint: "billing", eventType: "invoice.paid", state: "processed", lastError: null, payloadDropped: false });
+    expect(byId.get(s.done.eventId)).toMatchObject({
+      endpoint: "billing",
+      eventType: "invoice.paid",
+      state: "processed",
+      lastError: null,
+      payloadDropped: false,
+    });
     expect(byId.get(s.skipped.eventId)).toMatchObject({ eventType: "customer.created", state: "ignored" });
     expect(byId.get(s.waiting.eventId)).toMatchObject({ state: "unprocessed", attempts: 0, processedAt: null, needsReviewAt: null });
     const parked = byId.get(s.rateLimit.eventId);
-    expect(parked).toMatchObject({ endpoint: "payments", state: "needs_review", attempts: 1, lastError: "RateError: rate_limit exceeded", processedAt: null });
+    expect(parked).toMatchObject({
+      endpoint: "payments",
+      state: "needs_review",
+      attempts: 1,
+      lastError: "RateError: rate_limit exceeded",
+      processedAt: null,
+    });
     expect(Number.isNaN(Date.parse(parked?.needsReviewAt ?? ""))).toBe(false);
   });
 
@@ -266,7 +309,9 @@ describe("listEvents()", () => {
     expect(ids(await listEvents(db, { endpoint: "payments" }))).toEqual(ids([s.rateDash, s.rateLimit, s.waitingPayments]));
     expect(ids(await listEvents(db, { since: new Date(Date.now() - 3.5 * MINUTE_MS) }))).toEqual(ids([s.done, s.rateDash, s.waiting]));
     expect(ids(await listEvents(db, { state: "needs_review", endpoint: "billing" }))).toEqual(ids([s.quota, s.quotaLike]));
-    expect(ids(await listEvents(db, { eventType: "invoice.paid", endpoint: "payments", since: new Date(Date.now() - 3.5 * MINUTE_MS) }))).toEqual(ids([s.rateDash]));
+    expect(
+      ids(await listEvents(db, { eventType: "invoice.paid", endpoint: "payments", since: new Date(Date.now() - 3.5 * MINUTE_MS) })),
+    ).toEqual(ids([s.rateDash]));
     expect(await listEvents(db, { endpoint: "nowhere" })).toEqual([]);
   });
 
@@ -337,7 +382,10 @@ describe("requeue()", () => {
    */
   async function seed() {
     const locked = await needsReviewRow(new NamedError("LedgerLockedError", "Ledger is locked for the month-end close"));
-    const malformed = await needsReviewRow(new PermanentError("Cannot apply invoice event: missing or invalid field(s) customer"), "invoice.finalized");
+    const malformed = await needsReviewRow(
+      new PermanentError("Cannot apply invoice event: missing or invalid field(s) customer"),
+      "invoice.finalized",
+    );
     const limited = await needsReviewRow(new NamedError("RateError", "rate_limit exceeded"), "invoice.paid", PAYMENTS);
     const retrying = await failedRow(new NamedError("RateError", "rate_limit exceeded"), { park: false });
     const waiting = await unprocessedRow();
@@ -346,19 +394,36 @@ describe("requeue()", () => {
   }
 
   /** Requeues with `filter` and checks that exactly `expected` rows went back to the queue and nothing else changed. */
-  async function expectRequeued(filter: Parameters<typeof requeue>[1], expected: { key: string; e: Sent; type: string; endpoint: string; lastError: string }[]) {
+  async function expectRequeued(
+    filter: Parameters<typeof requeue>[1],
+    expected: { key: string; e: Sent; type: string; endpoint: string; lastError: string }[],
+  ) {
     const before = await rows();
     for (const { key } of expected) expect(before[key]).toMatchObject({ state: "needs_review", attempts: 1, due: false });
     const result = await requeue(db, filter, false);
     expect(result.dryRun).toBe(false);
     expect([...result.rows].sort((a, b) => a.eventId.localeCompare(b.eventId))).toEqual(
       expected
-        .map(({ e, type, endpoint, lastError }) => ({ provider: "stripe", endpoint, eventId: e.eventId, eventType: type, attempts: 1, lastError }))
+        .map(({ e, type, endpoint, lastError }) => ({
+          provider: "stripe",
+          endpoint,
+          eventId: e.eventId,
+          eventType: type,
+          attempts: 1,
+          lastError,
+        }))
         .sort((a, b) => a.eventId.localeCompare(b.eventId)),
     );
     const after = await rows();
     for (const { key, lastError } of expected) {
-      expect(after[key]).toMatchObject({ state: "unprocessed", attempts: 0, needs_review_at: null, processed_at: null, due: true, last_error: lastError });
+      expect(after[key]).toMatchObject({
+        state: "unprocessed",
+        attempts: 0,
+        needs_review_at: null,
+        processed_at: null,
+        due: true,
+        last_error: lastError,
+      });
     }
     const untouched = Object.keys(before).filter((k) => !expected.some((x) => x.key === k));
     for (const k of untouched) expect(after[k]).toEqual(before[k] as StateRow);
@@ -372,7 +437,14 @@ describe("requeue()", () => {
       dryRun: true,
       rows: [
         { provider: "stripe", endpoint: "billing", eventId: s.locked.eventId, eventType: "invoice.paid", attempts: 1, lastError: LOCKED },
-        { provider: "stripe", endpoint: "billing", eventId: s.malformed.eventId, eventType: "invoice.finalized", attempts: 1, lastError: MALFORMED },
+        {
+          provider: "stripe",
+          endpoint: "billing",
+          eventId: s.malformed.eventId,
+          eventType: "invoice.finalized",
+          attempts: 1,
+          lastError: MALFORMED,
+        },
       ],
     });
     expect(await rows()).toEqual(before);
@@ -389,7 +461,9 @@ describe("requeue()", () => {
   test("`requeue()` by error substring leaves an unprocessed row with the same error alone", async () => {
     const s = await seed();
     expect(await row(keyOf(s.retrying))).toMatchObject({ state: "unprocessed", last_error: LIMITED });
-    await expectRequeued({ error: "rate_limit" }, [{ key: keyOf(s.limited, "payments"), e: s.limited, type: "invoice.paid", endpoint: "payments", lastError: LIMITED }]);
+    await expectRequeued({ error: "rate_limit" }, [
+      { key: keyOf(s.limited, "payments"), e: s.limited, type: "invoice.paid", endpoint: "payments", lastError: LIMITED },
+    ]);
   });
 
   test("`requeue()` by endpoint puts back only that endpoint's needs-review rows", async () => {
@@ -407,26 +481,43 @@ describe("requeue()", () => {
     await expectRequeued({ eventId: s.retrying.eventId }, []);
   });
 
-  test("`runWorker()` processes a requeued row and books its payment once", async () => {
-    const s = await seed();
-    expect((await requeue(db, { eventId: s.locked.eventId }, false)).rows.map((r) => r.eventId)).toEqual([s.locked.eventId]);
-    const controller = new AbortController();
-    const pool = connect(fresh.url, { max: 2 });
-    const worker = runWorker({ db: pool, handlersFor: () => billingHandlers, signal: controller.signal, pollMs: 50, backoff: BACKOFF, log: () => {} });
-    try {
-      await waitUntil("the requeued row processed", async () => (await row(keyOf(s.locked))).state === "processed");
-    } finally {
-      controller.abort();
-      await worker;
-      await pool.end({ timeout: 5 });
-    }
-    expect(await row(keyOf(s.locked))).toMatchObject({ state: "processed", outcome: "processed", attempts: 1, last_error: null, needs_review_at: null });
-    expect(await count(db, "ledger_entries", `invoice_id = '${s.locked.invoiceId}'`)).toBe(1);
-    expect(await count(db, "outbox", `aggregate_id = '${s.locked.invoiceId}'`)).toBe(1);
-    // Rows still parked stay parked: a worker never claims them.
-    expect(await row(keyOf(s.malformed))).toMatchObject({ state: "needs_review", attempts: 1 });
-    expect(await row(keyOf(s.limited, "payments"))).toMatchObject({ state: "needs_review", attempts: 1 });
-  }, WAITS);
+  test(
+    "`runWorker()` processes a requeued row and books its payment once",
+    async () => {
+      const s = await seed();
+      expect((await requeue(db, { eventId: s.locked.eventId }, false)).rows.map((r) => r.eventId)).toEqual([s.locked.eventId]);
+      const controller = new AbortController();
+      const pool = connect(fresh.url, { max: 2 });
+      const worker = runWorker({
+        db: pool,
+        handlersFor: () => billingHandlers,
+        signal: controller.signal,
+        pollMs: 50,
+        backoff: BACKOFF,
+        log: () => {},
+      });
+      try {
+        await waitUntil("the requeued row processed", async () => (await row(keyOf(s.locked))).state === "processed");
+      } finally {
+        controller.abort();
+        await worker;
+        await pool.end({ timeout: 5 });
+      }
+      expect(await row(keyOf(s.locked))).toMatchObject({
+        state: "processed",
+        outcome: "processed",
+        attempts: 1,
+        last_error: null,
+        needs_review_at: null,
+      });
+      expect(await count(db, "ledger_entries", `invoice_id = '${s.locked.invoiceId}'`)).toBe(1);
+      expect(await count(db, "outbox", `aggregate_id = '${s.locked.invoiceId}'`)).toBe(1);
+      // Rows still parked stay parked: a worker never claims them.
+      expect(await row(keyOf(s.malformed))).toMatchObject({ state: "needs_review", attempts: 1 });
+      expect(await row(keyOf(s.limited, "payments"))).toMatchObject({ state: "needs_review", attempts: 1 });
+    },
+    WAITS,
+  );
 });
 
 describe("replayEvent()", () => {
@@ -484,15 +575,25 @@ describe("replayEvent()", () => {
     const waiting = await unprocessedRow();
     const old = await processedRow();
     await backdate(old.eventId, 10 * DAY_MS);
-    expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS })).toEqual({ dryRun: false, deleted: 0, payloadsDropped: 1 });
+    expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS })).toEqual({
+      dryRun: false,
+      deleted: 0,
+      payloadsDropped: 1,
+    });
 
-    await expect(replayEvent(db, key(waiting), billingHandlers)).rejects.toThrow(`Cannot replay ${waiting.eventId} at stripe/billing: it is not processed yet`);
-    await expect(replayEvent(db, key(parked), billingHandlers)).rejects.toThrow("it is needs-review, not processed (requeue it for the worker, or resolve it)");
+    await expect(replayEvent(db, key(waiting), billingHandlers)).rejects.toThrow(
+      `Cannot replay ${waiting.eventId} at stripe/billing: it is not processed yet`,
+    );
+    await expect(replayEvent(db, key(parked), billingHandlers)).rejects.toThrow(
+      "it is needs-review, not processed (requeue it for the worker, or resolve it)",
+    );
     await expect(replayEvent(db, { provider: "stripe", endpoint: "billing", eventId: "evt_ops_unknown" }, billingHandlers)).rejects.toThrow(
       "Cannot replay evt_ops_unknown at stripe/billing: no such inbox row",
     );
     await expect(replayEvent(db, key(old, "payments"), billingHandlers)).rejects.toThrow("no such inbox row");
-    await expect(replayEvent(db, key(old), billingHandlers)).rejects.toThrow(`Cannot replay ${old.eventId} at stripe/billing: its payload was dropped by retention`);
+    await expect(replayEvent(db, key(old), billingHandlers)).rejects.toThrow(
+      `Cannot replay ${old.eventId} at stripe/billing: its payload was dropped by retention`,
+    );
     expect(await count(db, "ledger_entries")).toBe(1);
     expect(await row(keyOf(waiting))).toMatchObject({ state: "unprocessed", attempts: 0 });
     expect(await row(keyOf(parked))).toMatchObject({ state: "needs_review", attempts: 1 });
@@ -537,7 +638,9 @@ describe("purge()", () => {
     expect(error).toBeInstanceOf(RetentionTooShortError);
     expect((error as Error).message).toContain("retry horizon of 3 d");
     expect((error as Error).message).toContain("retention of 1 d");
-    expect(((await purge(db, { olderThanMs: 5_000 }).catch((err: unknown) => err)) as Error).message).toContain("retention of 5 s is shorter");
+    expect(((await purge(db, { olderThanMs: 5_000 }).catch((err: unknown) => err)) as Error).message).toContain(
+      "retention of 5 s is shorter",
+    );
     expect(await rows()).toEqual(before);
     expect(Object.keys(before).length).toBe(Object.keys(s).length);
   });
@@ -549,9 +652,14 @@ describe("purge()", () => {
       dryRun: true,
       deleted: 5,
       payloadsDropped: 0,
-      forceRequired: "a retention of 1 d is shorter than the provider's retry horizon of 3 d plus a 1 d margin (4 d); a redelivery after that would be processed again",
+      forceRequired:
+        "a retention of 1 d is shorter than the provider's retry horizon of 3 d plus a 1 d margin (4 d); a redelivery after that would be processed again",
     });
-    expect(await purge(db, { olderThanMs: parseDuration("1d"), dryRun: true, force: true })).toEqual({ dryRun: true, deleted: 5, payloadsDropped: 0 });
+    expect(await purge(db, { olderThanMs: parseDuration("1d"), dryRun: true, force: true })).toEqual({
+      dryRun: true,
+      deleted: 5,
+      payloadsDropped: 0,
+    });
     expect(await rows()).toEqual(before);
   });
 
@@ -572,7 +680,11 @@ describe("purge()", () => {
   test("`purge()` never deletes unprocessed or needs-review rows, however old", async () => {
     const s = await seed();
     const before = await rows();
-    expect(await purge(db, { olderThanMs: 1, payloadsOlderThanMs: 1, force: true })).toEqual({ dryRun: false, deleted: 5, payloadsDropped: 0 });
+    expect(await purge(db, { olderThanMs: 1, payloadsOlderThanMs: 1, force: true })).toEqual({
+      dryRun: false,
+      deleted: 5,
+      payloadsDropped: 0,
+    });
     const after = await rows();
     expect(Object.keys(after).sort()).toEqual(keys(s.oldReview, s.oldWaiting));
     expect(after[keyOf(s.oldReview)]).toEqual(before[keyOf(s.oldReview)] as StateRow);
@@ -593,7 +705,11 @@ describe("purge()", () => {
     const old: Sent[] = [];
     for (let i = 0; i < 5; i++) old.push(await processedRow());
     for (const e of old) await backdate(e.eventId, 10 * DAY_MS);
-    expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS, batchSize: 2 })).toEqual({ dryRun: false, deleted: 0, payloadsDropped: 5 });
+    expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS, batchSize: 2 })).toEqual({
+      dryRun: false,
+      deleted: 0,
+      payloadsDropped: 5,
+    });
     expect(await count(db, "webhook_inbox", "payload is null and payload_dropped_at is not null")).toBe(5);
   });
 
@@ -610,7 +726,11 @@ describe("purge()", () => {
   test("`purge()` with `payloadsOlderThanMs` drops the payloads of old processed rows only, keeping key and metadata", async () => {
     const s = await seed();
     const before = await rows();
-    expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS })).toEqual({ dryRun: false, deleted: 3, payloadsDropped: 1 });
+    expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS })).toEqual({
+      dryRun: false,
+      deleted: 3,
+      payloadsDropped: 1,
+    });
     const after = await rows();
     const mid = after[keyOf(s.mid)];
     expect(mid?.payload).toBeNull();
@@ -656,7 +776,8 @@ describe("parseDuration()", () => {
 
   test("`parseDuration()` rejects a duration longer than 100 years (PostgreSQL could not subtract it from now())", () => {
     expect(parseDuration("36500d")).toBe(36_500 * DAY_MS);
-    for (const text of ["36501d", "99999999d"]) expect(() => parseDuration(text)).toThrow(`Cannot read duration "${text}": longer than 100 years`);
+    for (const text of ["36501d", "99999999d"])
+      expect(() => parseDuration(text)).toThrow(`Cannot read duration "${text}": longer than 100 years`);
   });
 
   test("`parseDuration()` rejects a zero duration (its contract: a positive whole number)", () => {

@@ -55,16 +55,37 @@ test("`resolveReviewed()` closes only the matching needs-review row, keeps why i
 
   // A type filter matches all three rows; only the parked ones can be resolved, and only those matching the error.
   const result = await resolveReviewed(db, { eventType: "invoice.paid", error: "void invoice" }, NOTE, false);
-  expect(result).toEqual({ dryRun: false, rows: [{ provider: "stripe", endpoint: "billing", eventId: refused.eventId, eventType: "invoice.paid", lastError: "PermanentError: Cannot book a payment for void invoice in_resolve_1" }] });
-  expect(await stateOf(refused.eventId)).toEqual({ state: "resolved", settled: true, parked: false, last_error: "PermanentError: Cannot book a payment for void invoice in_resolve_1", resolution_note: NOTE });
+  expect(result).toEqual({
+    dryRun: false,
+    rows: [
+      {
+        provider: "stripe",
+        endpoint: "billing",
+        eventId: refused.eventId,
+        eventType: "invoice.paid",
+        lastError: "PermanentError: Cannot book a payment for void invoice in_resolve_1",
+      },
+    ],
+  });
+  expect(await stateOf(refused.eventId)).toEqual({
+    state: "resolved",
+    settled: true,
+    parked: false,
+    last_error: "PermanentError: Cannot book a payment for void invoice in_resolve_1",
+    resolution_note: NOTE,
+  });
   expect((await stateOf(other.eventId))?.state).toBe("needs_review");
   expect((await stateOf(waiting.eventId))?.state).toBe("unprocessed");
-  expect(await readBacklog(db)).toEqual([{ provider: "stripe", endpoint: "billing", unprocessed: 1, oldestUnprocessedAgeSec: expect.any(Number), needsReview: 1 }]);
+  expect(await readBacklog(db)).toEqual([
+    { provider: "stripe", endpoint: "billing", unprocessed: 1, oldestUnprocessedAgeSec: expect.any(Number), needsReview: 1 },
+  ]);
 
   expect(await receiveSync(db, BILLING, verified(refused.body))).toBe("duplicate");
   expect(await count(db, "ledger_entries")).toBe(0); // no handler ran
   // Replaying it would book what the operator decided not to book: refused, nothing written.
-  await expect(replayEvent(db, { provider: "stripe", endpoint: "billing", eventId: refused.eventId }, billingHandlers)).rejects.toThrow(`an operator resolved it by hand ("${NOTE}")`);
+  await expect(replayEvent(db, { provider: "stripe", endpoint: "billing", eventId: refused.eventId }, billingHandlers)).rejects.toThrow(
+    `an operator resolved it by hand ("${NOTE}")`,
+  );
   expect(await count(db, "ledger_entries")).toBe(0);
   expect(await count(db, "invoices")).toBe(0);
   // Resolving again finds nothing: it is no longer parked.
@@ -93,7 +114,11 @@ test("`inbox resolve` needs a filter and a note (exit 2), then resolves with --j
   const e = await parked(5, "Cannot apply invoice event: missing or invalid field(s) customer");
   const run = async (args: string[]) => {
     const proc = Bun.spawn([process.execPath, "src/bin/inbox.ts", ...args], {
-      cwd: join(import.meta.dir, "..", ".."), env: { ...process.env, DATABASE_URL: fresh.url }, stdout: "pipe", stderr: "pipe", timeout: 20_000,
+      cwd: join(import.meta.dir, "..", ".."),
+      env: { ...process.env, DATABASE_URL: fresh.url },
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 20_000,
     });
     const [stdout, stderr] = await Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text(), proc.exited]);
     return { code: proc.exitCode, stdout, stderr };

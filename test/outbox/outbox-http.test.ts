@@ -81,43 +81,67 @@ async function insertRows(n: number): Promise<string[]> {
 /** A message as a claim would return it, for calling the sink directly. */
 function message(overrides: Partial<OutboxMessage> = {}): OutboxMessage {
   return {
-    id: "42", messageId: "msg_outbox_42", aggregateType: "Invoice", aggregateId: "in_42", eventType: "InvoicePaymentBooked",
-    payload: { invoice_id: "in_42", amount: 2000 }, createdAt: new Date("2026-01-02T03:04:05.000Z"), attempt: 1, token: 7n, ...overrides,
+    id: "42",
+    messageId: "msg_outbox_42",
+    aggregateType: "Invoice",
+    aggregateId: "in_42",
+    eventType: "InvoicePaymentBooked",
+    payload: { invoice_id: "in_42", amount: 2000 },
+    createdAt: new Date("2026-01-02T03:04:05.000Z"),
+    attempt: 1,
+    token: 7n,
+    ...overrides,
   };
 }
 
 describe("httpSink()", () => {
-  test("`httpSink()` through `runDispatcher()`: signed, verified, one message id per row on every retry, processed once by a deduplicating receiver", async () => {
-    const receiver = startReceiver({ failFirst: 1 });
-    const ids = await insertRows(10);
-    const controller = new AbortController();
-    const pool = connect(fresh.url, { max: 2 });
-    const lines: Record<string, unknown>[] = [];
-    const dispatcher = runDispatcher({
-      db: pool, send: httpSink({ url: receiver.url, secret: SECRET }), signal: controller.signal,
-      pollMs: 20, backoff: { baseMs: 20, capMs: 50 }, log: (l) => lines.push(l),
-    });
-    try {
-      await waitUntil("10 published rows", async () => (await count(db, "outbox", "published_at is not null")) === 10, { timeoutMs: 15_000 });
-    } finally {
-      controller.abort();
-      await dispatcher;
-      await pool.end({ timeout: 5 });
-      receiver.stop();
-    }
-    expect(receiver.requests.length).toBe(20); // each answered 500 once, then retried
-    expect(receiver.requests.every((r) => r.verified)).toBe(true);
-    expect([...receiver.processed.keys()].sort()).toEqual(ids.map((id) => `msg_outbox_${id}`).sort());
-    for (const id of ids) {
-      const attempts = receiver.requests.filter((r) => r.messageId === `msg_outbox_${id}`);
-      expect(attempts.length).toBe(2);
-      expect(attempts[0]?.body).toBe(attempts[1]?.body as string); // the same bytes on every retry
-    }
-    const first = receiver.processed.get(`msg_outbox_${ids[0]}`) as Record<string, unknown>;
-    expect(first).toEqual({ type: "InvoicePaymentBooked", timestamp: expect.any(String), data: { invoice_id: "in_http_1", amount: 2000, currency: "usd" } });
-    expect(lines.filter((l) => l.outcome === "failed").map((l) => l.error)).toEqual(Array(10).fill("SinkRejectedError: Sink answered HTTP 500"));
-    expect(lines.filter((l) => l.outcome === "published").length).toBe(10);
-  }, WAITS);
+  test(
+    "`httpSink()` through `runDispatcher()`: signed, verified, one message id per row on every retry, processed once by a deduplicating receiver",
+    async () => {
+      const receiver = startReceiver({ failFirst: 1 });
+      const ids = await insertRows(10);
+      const controller = new AbortController();
+      const pool = connect(fresh.url, { max: 2 });
+      const lines: Record<string, unknown>[] = [];
+      const dispatcher = runDispatcher({
+        db: pool,
+        send: httpSink({ url: receiver.url, secret: SECRET }),
+        signal: controller.signal,
+        pollMs: 20,
+        backoff: { baseMs: 20, capMs: 50 },
+        log: (l) => lines.push(l),
+      });
+      try {
+        await waitUntil("10 published rows", async () => (await count(db, "outbox", "published_at is not null")) === 10, {
+          timeoutMs: 15_000,
+        });
+      } finally {
+        controller.abort();
+        await dispatcher;
+        await pool.end({ timeout: 5 });
+        receiver.stop();
+      }
+      expect(receiver.requests.length).toBe(20); // each answered 500 once, then retried
+      expect(receiver.requests.every((r) => r.verified)).toBe(true);
+      expect([...receiver.processed.keys()].sort()).toEqual(ids.map((id) => `msg_outbox_${id}`).sort());
+      for (const id of ids) {
+        const attempts = receiver.requests.filter((r) => r.messageId === `msg_outbox_${id}`);
+        expect(attempts.length).toBe(2);
+        expect(attempts[0]?.body).toBe(attempts[1]?.body as string); // the same bytes on every retry
+      }
+      const first = receiver.processed.get(`msg_outbox_${ids[0]}`) as Record<string, unknown>;
+      expect(first).toEqual({
+        type: "InvoicePaymentBooked",
+        timestamp: expect.any(String),
+        data: { invoice_id: "in_http_1", amount: 2000, currency: "usd" },
+      });
+      expect(lines.filter((l) => l.outcome === "failed").map((l) => l.error)).toEqual(
+        Array(10).fill("SinkRejectedError: Sink answered HTTP 500"),
+      );
+      expect(lines.filter((l) => l.outcome === "published").length).toBe(10);
+    },
+    WAITS,
+  );
 
   test("`httpSink()` signs so that only the receiver's own secret verifies it", async () => {
     const receiver = startReceiver({ secret: newSecret() });
@@ -151,9 +175,16 @@ describe("httpSink()", () => {
         update outbox set attempts = 1, claim_token = nextval('outbox_claim_token_seq'), available_at = now() + interval '1 min'
          where id = ${id as string}::bigint returning claim_token::text as claim_token
       `;
-      const result = await deliverClaimed(db, message({ id: id as string, messageId: `msg_outbox_${id}`, token: BigInt(claimed?.claim_token ?? 0) }), {
-        send: httpSink({ url: receiver.url, secret: SECRET }), timeoutMs: 200, maxAttempts: 10, backoff: { baseMs: 60_000, capMs: 60_000 },
-      });
+      const result = await deliverClaimed(
+        db,
+        message({ id: id as string, messageId: `msg_outbox_${id}`, token: BigInt(claimed?.claim_token ?? 0) }),
+        {
+          send: httpSink({ url: receiver.url, secret: SECRET }),
+          timeoutMs: 200,
+          maxAttempts: 10,
+          backoff: { baseMs: 60_000, capMs: 60_000 },
+        },
+      );
       expect(result).toEqual({ outcome: "failed", error: "DeliveryTimeoutError: Sink did not answer within 200 ms" });
       expect(await count(db, "outbox", "published_at is null and last_error like 'DeliveryTimeoutError%'")).toBe(1);
     } finally {

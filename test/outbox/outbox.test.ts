@@ -85,7 +85,12 @@ async function claimOne(claimDb: Db = db, options: Partial<OutboxClaimOptions> =
   return message;
 }
 
-function dispatcherOptions(dispatchDb: Db, send: SendFn, signal: AbortSignal, overrides: Partial<DispatcherOptions> = {}): DispatcherOptions {
+function dispatcherOptions(
+  dispatchDb: Db,
+  send: SendFn,
+  signal: AbortSignal,
+  overrides: Partial<DispatcherOptions> = {},
+): DispatcherOptions {
   return { db: dispatchDb, send, signal, pollMs: 50, backoff: BACKOFF, log: () => {}, ...overrides };
 }
 
@@ -104,9 +109,23 @@ describe("sql/0005_outbox_dispatch.sql", () => {
   test("the billing handler's unchanged outbox insert gets the dispatch columns' defaults", async () => {
     const bookPayment = billingHandlers["invoice.paid"] as Handler;
     await db.begin((tx) =>
-      bookPayment(tx, invoice({ id: "in_defaults", amount_paid: 2000, status: "paid" }), { provider: "stripe", endpoint: "billing", eventId: "evt_defaults", eventType: "invoice.paid" }),
+      bookPayment(tx, invoice({ id: "in_defaults", amount_paid: 2000, status: "paid" }), {
+        provider: "stripe",
+        endpoint: "billing",
+        eventId: "evt_defaults",
+        eventType: "invoice.paid",
+      }),
     );
-    const [row] = await db<{ attempts: number; claim_token: string | null; due: boolean; last_error: string | null; needs_review_at: Date | null; published_at: Date | null }[]>`
+    const [row] = await db<
+      {
+        attempts: number;
+        claim_token: string | null;
+        due: boolean;
+        last_error: string | null;
+        needs_review_at: Date | null;
+        published_at: Date | null;
+      }[]
+    >`
       select attempts, claim_token, available_at <= now() as due, last_error, needs_review_at, published_at from outbox
     `;
     expect(row).toEqual({ attempts: 0, claim_token: null, due: true, last_error: null, needs_review_at: null, published_at: null });
@@ -121,9 +140,22 @@ describe("sql/0005_outbox_dispatch.sql", () => {
       expect(await receiveSync(db, target, paid)).toBe("processed");
       await waitUntil("the notification", async () => heard.length === 1);
       expect(await receiveSync(db, target, paid)).toBe("duplicate");
-      const failing = { ...target, handlers: { "invoice.paid": async () => { throw new Error("roll back"); } } };
-      await receiveSync(db, failing, verified(eventBody("evt_wake_2", "invoice.paid", invoice({ id: "in_wake_2", status: "paid" })))).catch(() => {});
-      await receiveSync(db, target, verified(eventBody("evt_wake_3", "invoice.paid", invoice({ id: "in_wake_3", amount_paid: 2000, status: "paid" }))));
+      const failing = {
+        ...target,
+        handlers: {
+          "invoice.paid": async () => {
+            throw new Error("roll back");
+          },
+        },
+      };
+      await receiveSync(db, failing, verified(eventBody("evt_wake_2", "invoice.paid", invoice({ id: "in_wake_2", status: "paid" })))).catch(
+        () => {},
+      );
+      await receiveSync(
+        db,
+        target,
+        verified(eventBody("evt_wake_3", "invoice.paid", invoice({ id: "in_wake_3", amount_paid: 2000, status: "paid" }))),
+      );
       // Notifications arrive in order: had the duplicate or the failure notified, the count would be 3.
       await waitUntil("the second notification", async () => heard.length >= 2);
       await Bun.sleep(100);
@@ -221,7 +253,9 @@ describe("markPublished() and recordDeliveryFailure()", () => {
     expect(parked.last_error).toContain("attempt limit 1 reached");
     expect(BigInt(parked.claim_token ?? "0") > claimA.token).toBe(true);
 
-    expect(await recordDeliveryFailure(db, claimA, "DeliveryTimeoutError: late", false, { maxAttempts: 1, backoff: BACKOFF })).toBe("stale");
+    expect(await recordDeliveryFailure(db, claimA, "DeliveryTimeoutError: late", false, { maxAttempts: 1, backoff: BACKOFF })).toBe(
+      "stale",
+    );
     expect(await markPublished(db, id, claimA.token)).toBe(false);
     expect(await outboxRow(id)).toEqual(parked);
   });
@@ -268,270 +302,362 @@ describe("markPublished() and recordDeliveryFailure()", () => {
 });
 
 describe("runDispatcher()", () => {
-  test("`runDispatcher()` ×2 racing over 200 rows delivers each row, publishes it once, and no stale token marks a row", async () => {
-    const ids = await manyRows(200);
-    const deliveries = new Map<string, number>();
-    const deliveredBy = new Map<string, Set<string>>();
-    const sinkFor = (name: string): SendFn => async (message) => {
-      deliveries.set(message.id, (deliveries.get(message.id) ?? 0) + 1);
-      const by = deliveredBy.get(name) ?? new Set<string>();
-      by.add(message.id);
-      deliveredBy.set(name, by);
-      await Bun.sleep(Math.random() * 3);
-    };
-    const lines: (Record<string, unknown> & { dispatcher_name: string })[] = [];
-    const controller = new AbortController();
-    const pools = ["A", "B"].map((name) => ({ name, pool: connect(fresh.url, { max: 1 }) }));
-    const dispatchers = pools.map(({ name, pool }) =>
-      runDispatcher(dispatcherOptions(pool, sinkFor(name), controller.signal, { concurrency: 4, log: (line) => lines.push({ ...line, dispatcher_name: name }) })),
-    );
-    try {
-      await waitUntil("200 published rows", async () => (await published()) === 200, { timeoutMs: 20_000 });
-    } finally {
-      controller.abort();
-      await Promise.all(dispatchers);
-      await closeAll(pools.map((p) => p.pool));
-    }
-    // Every row delivered; with a 60 s lease nothing expired, so nothing was delivered twice.
-    expect([...deliveries.keys()].sort()).toEqual([...ids].sort());
-    expect([...deliveries.values()].every((n) => n === 1)).toBe(true);
-    expect(deliveredBy.get("A")?.size).toBeGreaterThan(0);
-    expect(deliveredBy.get("B")?.size).toBeGreaterThan(0);
-    // Published once each, by the claim that owned the row (the row's last token), never by a stale one.
-    const publishedLines = lines.filter((l) => l.outcome === "published");
-    expect(publishedLines.length).toBe(200);
-    expect(new Set(publishedLines.map((l) => l.outbox_id)).size).toBe(200);
-    expect(lines.filter((l) => l.outcome !== "published")).toEqual([]);
-    const rows = await db<{ id: string; claim_token: string; attempts: number }[]>`select id::text as id, claim_token::text as claim_token, attempts from outbox`;
-    const tokenOf = new Map(rows.map((r) => [r.id, r.claim_token]));
-    for (const line of publishedLines) expect(line.token).toBe(tokenOf.get(line.outbox_id as string) as string);
-    expect(rows.every((r) => r.attempts === 1)).toBe(true);
-    expect(await count(db, "outbox", "published_at is null or needs_review_at is not null or last_error is not null")).toBe(0);
-  }, WAITS);
-
-  test("`runDispatcher()` paused past its lease cannot mark the row another dispatcher claimed with a new token", async () => {
-    const [id] = (await manyRows(1)) as [string];
-    const gateA = gate();
-    const gateB = gate();
-    const tokens: Record<string, bigint> = {};
-    const blockingSink = (name: "A" | "B", g: { opened: Promise<void> }): SendFn => async (message) => {
-      tokens[name] = message.token;
-      await g.opened;
-    };
-    const lines: Record<string, unknown>[] = [];
-    const controller = new AbortController();
-    const [poolA, poolB] = [connect(fresh.url, { max: 1 }), connect(fresh.url, { max: 1 })];
-    // One slot: while A is paused in its sink it claims nothing else (not even this row once it is due again).
-    const a = runDispatcher(dispatcherOptions(poolA, blockingSink("A", gateA), controller.signal, { concurrency: 1, log: (l) => lines.push({ ...l, by: "A" }) }));
-    let b: Promise<void> | undefined;
-    try {
-      await waitUntil("A delivering the row", async () => tokens.A !== undefined);
-      // A is paused in its sink. Its lease runs out (the test ends it instead of waiting 60 s) …
-      await makeDue([id]);
-      // … and B claims the row with a new token and starts delivering it too.
-      b = runDispatcher(dispatcherOptions(poolB, blockingSink("B", gateB), controller.signal, { log: (l) => lines.push({ ...l, by: "B" }) }));
-      await waitUntil("B delivering the row", async () => tokens.B !== undefined);
-      expect((tokens.B as bigint) > (tokens.A as bigint)).toBe(true);
-      const ownedByB = await outboxRow(id);
-      expect(ownedByB).toMatchObject({ attempts: 2, claim_token: String(tokens.B), published: false, later: true });
-
-      // A resumes: its sink returns, its markPublished is refused, and B's row is untouched.
-      gateA.open();
-      await waitUntil("A's stale outcome", async () => lines.some((l) => l.by === "A" && l.outcome !== undefined));
-      expect(lines.filter((l) => l.by === "A")).toEqual([expect.objectContaining({ outbox_id: id, outcome: "stale", token: String(tokens.A) })]);
-      expect(await outboxRow(id)).toEqual(ownedByB);
-
-      gateB.open();
-      await waitUntil("B publishing the row", async () => (await outboxRow(id)).published);
-      expect(await outboxRow(id)).toMatchObject({ published: true, claim_token: String(tokens.B), attempts: 2 });
-      expect(lines.filter((l) => l.outcome !== undefined).map((l) => `${l.by} ${l.outcome}`)).toEqual(["A stale", "B published"]);
-    } finally {
-      gateA.open();
-      gateB.open();
-      controller.abort();
-      await Promise.all([a, b]);
-      await closeAll([poolA, poolB]);
-    }
-  }, WAITS);
-
-  test("`runDispatcher()` delivers a row whose sink fails twice then recovers, after a backoff each time", async () => {
-    const [id] = (await manyRows(1)) as [string];
-    const calls: { at: number; lastError: string | null }[] = [];
-    const flaky: SendFn = async () => {
-      calls.push({ at: performance.now(), lastError: (await outboxRow(id)).last_error });
-      if (calls.length <= 2) throw new Error("Downstream is down");
-    };
-    const lines: Record<string, unknown>[] = [];
-    const controller = new AbortController();
-    const pool = connect(fresh.url, { max: 2 });
-    const dispatcher = runDispatcher(dispatcherOptions(pool, flaky, controller.signal, { backoff: { baseMs: 200, capMs: 1_000 }, pollMs: 20, listen: false, log: (l) => lines.push(l) }));
-    try {
-      await waitUntil("the row published", async () => (await outboxRow(id)).published);
-    } finally {
-      controller.abort();
-      await dispatcher;
-      await pool.end({ timeout: 5 });
-    }
-    expect(calls.map((c) => c.lastError)).toEqual([null, "Error: Downstream is down", "Error: Downstream is down"]);
-    // Jittered backoff: base · 2^(attempts-1) · [0.5, 1) → at least 100 ms, then at least 200 ms.
-    const [c1, c2, c3] = calls.map((c) => c.at) as [number, number, number];
-    expect(c2 - c1).toBeGreaterThanOrEqual(100);
-    expect(c3 - c2).toBeGreaterThanOrEqual(200);
-    expect(lines.map((l) => [l.attempt, l.outcome, l.error])).toEqual([
-      [1, "failed", "Error: Downstream is down"],
-      [2, "failed", "Error: Downstream is down"],
-      [3, "published", undefined],
-    ]);
-    expect(await outboxRow(id)).toMatchObject({ attempts: 3, published: true, last_error: null, needs_review: false });
-  }, WAITS);
-
-  test("`runDispatcher()` parks a row after `maxAttempts` failures and an unknown type at once; `requeueOutbox()` brings them back", async () => {
-    const [failing] = (await insertRows(["in_failing"], "InvoicePaymentBooked")) as [string];
-    const [unknown] = (await insertRows(["in_unknown"], "SomethingNobodyHandles")) as [string];
-    let healthy = false;
-    const handlers = {
-      InvoicePaymentBooked: async () => {
-        if (!healthy) throw new Error("Mail server refuses connections");
-      },
-    };
-    const controller = new AbortController();
-    const pool = connect(fresh.url, { max: 2 });
-    const lines: Record<string, unknown>[] = [];
-    const options = dispatcherOptions(pool, handlerSink(handlers), controller.signal, { maxAttempts: 3, backoff: { baseMs: 10, capMs: 20 }, pollMs: 20, log: (l) => lines.push(l) });
-    const dispatcher = runDispatcher(options);
-    try {
-      await waitUntil("both rows parked", async () => (await count(db, "outbox", "needs_review_at is not null")) === 2);
-      expect(await outboxRow(failing)).toMatchObject({ attempts: 3, needs_review: true, published: false, last_error: "Error: Mail server refuses connections" });
-      expect(await outboxRow(unknown)).toMatchObject({ attempts: 1, needs_review: true, published: false, last_error: "PermanentError: No outbox handler for SomethingNobodyHandles" });
-      expect(lines.map((l) => `${l.outbox_id} ${l.attempt} ${l.outcome}`).sort()).toEqual(
-        [`${failing} 1 failed`, `${failing} 2 failed`, `${failing} 3 needs_review`, `${unknown} 1 needs_review`].sort(),
+  test(
+    "`runDispatcher()` ×2 racing over 200 rows delivers each row, publishes it once, and no stale token marks a row",
+    async () => {
+      const ids = await manyRows(200);
+      const deliveries = new Map<string, number>();
+      const deliveredBy = new Map<string, Set<string>>();
+      const sinkFor =
+        (name: string): SendFn =>
+        async (message) => {
+          deliveries.set(message.id, (deliveries.get(message.id) ?? 0) + 1);
+          const by = deliveredBy.get(name) ?? new Set<string>();
+          by.add(message.id);
+          deliveredBy.set(name, by);
+          await Bun.sleep(Math.random() * 3);
+        };
+      const lines: (Record<string, unknown> & { dispatcher_name: string })[] = [];
+      const controller = new AbortController();
+      const pools = ["A", "B"].map((name) => ({ name, pool: connect(fresh.url, { max: 1 }) }));
+      const dispatchers = pools.map(({ name, pool }) =>
+        runDispatcher(
+          dispatcherOptions(pool, sinkFor(name), controller.signal, {
+            concurrency: 4,
+            log: (line) => lines.push({ ...line, dispatcher_name: name }),
+          }),
+        ),
       );
-      await makeDue([failing, unknown]);
-      expect(await claimOutboxBatch(db, CLAIM)).toEqual([]);
+      try {
+        await waitUntil("200 published rows", async () => (await published()) === 200, { timeoutMs: 20_000 });
+      } finally {
+        controller.abort();
+        await Promise.all(dispatchers);
+        await closeAll(pools.map((p) => p.pool));
+      }
+      // Every row delivered; with a 60 s lease nothing expired, so nothing was delivered twice.
+      expect([...deliveries.keys()].sort()).toEqual([...ids].sort());
+      expect([...deliveries.values()].every((n) => n === 1)).toBe(true);
+      expect(deliveredBy.get("A")?.size).toBeGreaterThan(0);
+      expect(deliveredBy.get("B")?.size).toBeGreaterThan(0);
+      // Published once each, by the claim that owned the row (the row's last token), never by a stale one.
+      const publishedLines = lines.filter((l) => l.outcome === "published");
+      expect(publishedLines.length).toBe(200);
+      expect(new Set(publishedLines.map((l) => l.outbox_id)).size).toBe(200);
+      expect(lines.filter((l) => l.outcome !== "published")).toEqual([]);
+      const rows = await db<
+        { id: string; claim_token: string; attempts: number }[]
+      >`select id::text as id, claim_token::text as claim_token, attempts from outbox`;
+      const tokenOf = new Map(rows.map((r) => [r.id, r.claim_token]));
+      for (const line of publishedLines) expect(line.token).toBe(tokenOf.get(line.outbox_id as string) as string);
+      expect(rows.every((r) => r.attempts === 1)).toBe(true);
+      expect(await count(db, "outbox", "published_at is null or needs_review_at is not null or last_error is not null")).toBe(0);
+    },
+    WAITS,
+  );
 
-      healthy = true;
-      expect(await requeueOutbox(db, [failing])).toEqual([failing]);
-      await waitUntil("the requeued row published", async () => (await outboxRow(failing)).published);
-      expect(await outboxRow(failing)).toMatchObject({ attempts: 1, needs_review: false, last_error: null });
-      expect(await outboxRow(unknown)).toMatchObject({ needs_review: true, published: false });
-    } finally {
-      controller.abort();
-      await dispatcher;
-      await pool.end({ timeout: 5 });
-    }
-  }, WAITS);
+  test(
+    "`runDispatcher()` paused past its lease cannot mark the row another dispatcher claimed with a new token",
+    async () => {
+      const [id] = (await manyRows(1)) as [string];
+      const gateA = gate();
+      const gateB = gate();
+      const tokens: Record<string, bigint> = {};
+      const blockingSink =
+        (name: "A" | "B", g: { opened: Promise<void> }): SendFn =>
+        async (message) => {
+          tokens[name] = message.token;
+          await g.opened;
+        };
+      const lines: Record<string, unknown>[] = [];
+      const controller = new AbortController();
+      const [poolA, poolB] = [connect(fresh.url, { max: 1 }), connect(fresh.url, { max: 1 })];
+      // One slot: while A is paused in its sink it claims nothing else (not even this row once it is due again).
+      const a = runDispatcher(
+        dispatcherOptions(poolA, blockingSink("A", gateA), controller.signal, {
+          concurrency: 1,
+          log: (l) => lines.push({ ...l, by: "A" }),
+        }),
+      );
+      let b: Promise<void> | undefined;
+      try {
+        await waitUntil("A delivering the row", async () => tokens.A !== undefined);
+        // A is paused in its sink. Its lease runs out (the test ends it instead of waiting 60 s) …
+        await makeDue([id]);
+        // … and B claims the row with a new token and starts delivering it too.
+        b = runDispatcher(
+          dispatcherOptions(poolB, blockingSink("B", gateB), controller.signal, { log: (l) => lines.push({ ...l, by: "B" }) }),
+        );
+        await waitUntil("B delivering the row", async () => tokens.B !== undefined);
+        expect((tokens.B as bigint) > (tokens.A as bigint)).toBe(true);
+        const ownedByB = await outboxRow(id);
+        expect(ownedByB).toMatchObject({ attempts: 2, claim_token: String(tokens.B), published: false, later: true });
 
-  test("`runDispatcher()` ×2 with `ordered` delivers each aggregate's rows one at a time, in id order", async () => {
-    const aggregates = ["in_x", "in_y", "in_z"];
-    const ids = await insertRows(Array.from({ length: 18 }, (_, i) => aggregates[i % 3] as string));
-    const order = new Map<string, string[]>();
-    const busy = new Set<string>();
-    const overlaps: string[] = [];
-    const sink: SendFn = async (message) => {
-      if (busy.has(message.aggregateId)) overlaps.push(`${message.aggregateId} ${message.id}`);
-      busy.add(message.aggregateId);
-      await Bun.sleep(Math.random() * 10);
-      order.set(message.aggregateId, [...(order.get(message.aggregateId) ?? []), message.id]);
-      busy.delete(message.aggregateId);
-    };
-    const controller = new AbortController();
-    const pools = [connect(fresh.url, { max: 1 }), connect(fresh.url, { max: 1 })];
-    const dispatchers = pools.map((pool) => runDispatcher(dispatcherOptions(pool, sink, controller.signal, { ordered: true, concurrency: 4, pollMs: 20 })));
-    try {
-      await waitUntil("18 published rows", async () => (await published()) === 18, { timeoutMs: 20_000 });
-    } finally {
-      controller.abort();
-      await Promise.all(dispatchers);
-      await closeAll(pools);
-    }
-    expect(overlaps).toEqual([]);
-    aggregates.forEach((aggregate, k) => {
-      expect(order.get(aggregate)).toEqual(ids.filter((_, i) => i % 3 === k));
-    });
-  }, WAITS);
+        // A resumes: its sink returns, its markPublished is refused, and B's row is untouched.
+        gateA.open();
+        await waitUntil("A's stale outcome", async () => lines.some((l) => l.by === "A" && l.outcome !== undefined));
+        expect(lines.filter((l) => l.by === "A")).toEqual([
+          expect.objectContaining({ outbox_id: id, outcome: "stale", token: String(tokens.A) }),
+        ]);
+        expect(await outboxRow(id)).toEqual(ownedByB);
 
-  test("`runDispatcher()` wakes on the NOTIFY sent after a processed event's commit while it is idle, well before its 30 s poll", async () => {
-    const delivered: string[] = [];
-    const controller = new AbortController();
-    const application = "outbox-notify-test";
-    const pool = connect(fresh.url, { max: 2, applicationName: application });
-    const dispatcher = runDispatcher(dispatcherOptions(pool, async (m) => void delivered.push(m.aggregateId), controller.signal, { pollMs: 30_000 }));
-    try {
-      await waitUntil("the dispatcher listening and idle", async () => {
-        const [row] = await db<{ listening: number; claimed: number }[]>`
+        gateB.open();
+        await waitUntil("B publishing the row", async () => (await outboxRow(id)).published);
+        expect(await outboxRow(id)).toMatchObject({ published: true, claim_token: String(tokens.B), attempts: 2 });
+        expect(lines.filter((l) => l.outcome !== undefined).map((l) => `${l.by} ${l.outcome}`)).toEqual(["A stale", "B published"]);
+      } finally {
+        gateA.open();
+        gateB.open();
+        controller.abort();
+        await Promise.all([a, b]);
+        await closeAll([poolA, poolB]);
+      }
+    },
+    WAITS,
+  );
+
+  test(
+    "`runDispatcher()` delivers a row whose sink fails twice then recovers, after a backoff each time",
+    async () => {
+      const [id] = (await manyRows(1)) as [string];
+      const calls: { at: number; lastError: string | null }[] = [];
+      const flaky: SendFn = async () => {
+        calls.push({ at: performance.now(), lastError: (await outboxRow(id)).last_error });
+        if (calls.length <= 2) throw new Error("Downstream is down");
+      };
+      const lines: Record<string, unknown>[] = [];
+      const controller = new AbortController();
+      const pool = connect(fresh.url, { max: 2 });
+      const dispatcher = runDispatcher(
+        dispatcherOptions(pool, flaky, controller.signal, {
+          backoff: { baseMs: 200, capMs: 1_000 },
+          pollMs: 20,
+          listen: false,
+          log: (l) => lines.push(l),
+        }),
+      );
+      try {
+        await waitUntil("the row published", async () => (await outboxRow(id)).published);
+      } finally {
+        controller.abort();
+        await dispatcher;
+        await pool.end({ timeout: 5 });
+      }
+      expect(calls.map((c) => c.lastError)).toEqual([null, "Error: Downstream is down", "Error: Downstream is down"]);
+      // Jittered backoff: base · 2^(attempts-1) · [0.5, 1) → at least 100 ms, then at least 200 ms.
+      const [c1, c2, c3] = calls.map((c) => c.at) as [number, number, number];
+      expect(c2 - c1).toBeGreaterThanOrEqual(100);
+      expect(c3 - c2).toBeGreaterThanOrEqual(200);
+      expect(lines.map((l) => [l.attempt, l.outcome, l.error])).toEqual([
+        [1, "failed", "Error: Downstream is down"],
+        [2, "failed", "Error: Downstream is down"],
+        [3, "published", undefined],
+      ]);
+      expect(await outboxRow(id)).toMatchObject({ attempts: 3, published: true, last_error: null, needs_review: false });
+    },
+    WAITS,
+  );
+
+  test(
+    "`runDispatcher()` parks a row after `maxAttempts` failures and an unknown type at once; `requeueOutbox()` brings them back",
+    async () => {
+      const [failing] = (await insertRows(["in_failing"], "InvoicePaymentBooked")) as [string];
+      const [unknown] = (await insertRows(["in_unknown"], "SomethingNobodyHandles")) as [string];
+      let healthy = false;
+      const handlers = {
+        InvoicePaymentBooked: async () => {
+          if (!healthy) throw new Error("Mail server refuses connections");
+        },
+      };
+      const controller = new AbortController();
+      const pool = connect(fresh.url, { max: 2 });
+      const lines: Record<string, unknown>[] = [];
+      const options = dispatcherOptions(pool, handlerSink(handlers), controller.signal, {
+        maxAttempts: 3,
+        backoff: { baseMs: 10, capMs: 20 },
+        pollMs: 20,
+        log: (l) => lines.push(l),
+      });
+      const dispatcher = runDispatcher(options);
+      try {
+        await waitUntil("both rows parked", async () => (await count(db, "outbox", "needs_review_at is not null")) === 2);
+        expect(await outboxRow(failing)).toMatchObject({
+          attempts: 3,
+          needs_review: true,
+          published: false,
+          last_error: "Error: Mail server refuses connections",
+        });
+        expect(await outboxRow(unknown)).toMatchObject({
+          attempts: 1,
+          needs_review: true,
+          published: false,
+          last_error: "PermanentError: No outbox handler for SomethingNobodyHandles",
+        });
+        expect(lines.map((l) => `${l.outbox_id} ${l.attempt} ${l.outcome}`).sort()).toEqual(
+          [`${failing} 1 failed`, `${failing} 2 failed`, `${failing} 3 needs_review`, `${unknown} 1 needs_review`].sort(),
+        );
+        await makeDue([failing, unknown]);
+        expect(await claimOutboxBatch(db, CLAIM)).toEqual([]);
+
+        healthy = true;
+        expect(await requeueOutbox(db, [failing])).toEqual([failing]);
+        await waitUntil("the requeued row published", async () => (await outboxRow(failing)).published);
+        expect(await outboxRow(failing)).toMatchObject({ attempts: 1, needs_review: false, last_error: null });
+        expect(await outboxRow(unknown)).toMatchObject({ needs_review: true, published: false });
+      } finally {
+        controller.abort();
+        await dispatcher;
+        await pool.end({ timeout: 5 });
+      }
+    },
+    WAITS,
+  );
+
+  test(
+    "`runDispatcher()` ×2 with `ordered` delivers each aggregate's rows one at a time, in id order",
+    async () => {
+      const aggregates = ["in_x", "in_y", "in_z"];
+      const ids = await insertRows(Array.from({ length: 18 }, (_, i) => aggregates[i % 3] as string));
+      const order = new Map<string, string[]>();
+      const busy = new Set<string>();
+      const overlaps: string[] = [];
+      const sink: SendFn = async (message) => {
+        if (busy.has(message.aggregateId)) overlaps.push(`${message.aggregateId} ${message.id}`);
+        busy.add(message.aggregateId);
+        await Bun.sleep(Math.random() * 10);
+        order.set(message.aggregateId, [...(order.get(message.aggregateId) ?? []), message.id]);
+        busy.delete(message.aggregateId);
+      };
+      const controller = new AbortController();
+      const pools = [connect(fresh.url, { max: 1 }), connect(fresh.url, { max: 1 })];
+      const dispatchers = pools.map((pool) =>
+        runDispatcher(dispatcherOptions(pool, sink, controller.signal, { ordered: true, concurrency: 4, pollMs: 20 })),
+      );
+      try {
+        await waitUntil("18 published rows", async () => (await published()) === 18, { timeoutMs: 20_000 });
+      } finally {
+        controller.abort();
+        await Promise.all(dispatchers);
+        await closeAll(pools);
+      }
+      expect(overlaps).toEqual([]);
+      aggregates.forEach((aggregate, k) => {
+        expect(order.get(aggregate)).toEqual(ids.filter((_, i) => i % 3 === k));
+      });
+    },
+    WAITS,
+  );
+
+  test(
+    "`runDispatcher()` wakes on the NOTIFY sent after a processed event's commit while it is idle, well before its 30 s poll",
+    async () => {
+      const delivered: string[] = [];
+      const controller = new AbortController();
+      const application = "outbox-notify-test";
+      const pool = connect(fresh.url, { max: 2, applicationName: application });
+      const dispatcher = runDispatcher(
+        dispatcherOptions(pool, async (m) => void delivered.push(m.aggregateId), controller.signal, { pollMs: 30_000 }),
+      );
+      try {
+        await waitUntil("the dispatcher listening and idle", async () => {
+          const [row] = await db<{ listening: number; claimed: number }[]>`
           select count(*) filter (where query ilike 'listen%')::int as listening,
                  count(*) filter (where query ilike '%with picked as%' and state = 'idle')::int as claimed
             from pg_stat_activity
            where application_name = ${application}
              and datname = current_database()
         `;
-        return row?.listening === 1 && row.claimed >= 1;
-      });
-      await receiveSync(db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(eventBody("evt_notified", "invoice.paid", invoice({ id: "in_notified", amount_paid: 2000, status: "paid" }))));
-      await waitUntil("the new row delivered", async () => (await published()) === 1, { timeoutMs: 10_000 });
-      expect(delivered).toEqual(["in_notified"]);
-    } finally {
-      controller.abort();
-      await dispatcher;
-      await pool.end({ timeout: 5 });
-    }
-  }, WAITS);
-
-  test("`runDispatcher()` resolves after abort only once the in-flight delivery is published", async () => {
-    const [id] = (await manyRows(1)) as [string];
-    const order: string[] = [];
-    const slow: SendFn = async () => {
-      order.push("send started");
-      await Bun.sleep(300);
-      order.push("send finished");
-    };
-    const controller = new AbortController();
-    const pool = connect(fresh.url, { max: 2 });
-    try {
-      const dispatcher = runDispatcher(dispatcherOptions(pool, slow, controller.signal, { pollMs: 30_000, listen: false }));
-      await waitUntil("the delivery in flight", async () => order.length > 0);
-      controller.abort();
-      order.push("aborted");
-      await dispatcher;
-      order.push("runDispatcher resolved");
-      expect(order).toEqual(["send started", "aborted", "send finished", "runDispatcher resolved"]);
-      expect(await outboxRow(id)).toMatchObject({ attempts: 1, published: true });
-    } finally {
-      controller.abort();
-      await pool.end({ timeout: 5 });
-    }
-  }, WAITS);
-
-  test("`runDispatcher()` fails a send that outlives its timeout, aborting the send's signal", async () => {
-    const [id] = (await manyRows(1)) as [string];
-    let abortedWith: unknown;
-    const hanging: SendFn = (_, { signal }) =>
-      new Promise((_resolve, reject) => {
-        signal.addEventListener("abort", () => {
-          abortedWith = signal.reason;
-          reject(signal.reason);
+          return row?.listening === 1 && row.claimed >= 1;
         });
+        await receiveSync(
+          db,
+          { provider: "stripe", endpoint: "billing", handlers: billingHandlers },
+          verified(eventBody("evt_notified", "invoice.paid", invoice({ id: "in_notified", amount_paid: 2000, status: "paid" }))),
+        );
+        await waitUntil("the new row delivered", async () => (await published()) === 1, { timeoutMs: 10_000 });
+        expect(delivered).toEqual(["in_notified"]);
+      } finally {
+        controller.abort();
+        await dispatcher;
+        await pool.end({ timeout: 5 });
+      }
+    },
+    WAITS,
+  );
+
+  test(
+    "`runDispatcher()` resolves after abort only once the in-flight delivery is published",
+    async () => {
+      const [id] = (await manyRows(1)) as [string];
+      const order: string[] = [];
+      const slow: SendFn = async () => {
+        order.push("send started");
+        await Bun.sleep(300);
+        order.push("send finished");
+      };
+      const controller = new AbortController();
+      const pool = connect(fresh.url, { max: 2 });
+      try {
+        const dispatcher = runDispatcher(dispatcherOptions(pool, slow, controller.signal, { pollMs: 30_000, listen: false }));
+        await waitUntil("the delivery in flight", async () => order.length > 0);
+        controller.abort();
+        order.push("aborted");
+        await dispatcher;
+        order.push("runDispatcher resolved");
+        expect(order).toEqual(["send started", "aborted", "send finished", "runDispatcher resolved"]);
+        expect(await outboxRow(id)).toMatchObject({ attempts: 1, published: true });
+      } finally {
+        controller.abort();
+        await pool.end({ timeout: 5 });
+      }
+    },
+    WAITS,
+  );
+
+  test(
+    "`runDispatcher()` fails a send that outlives its timeout, aborting the send's signal",
+    async () => {
+      const [id] = (await manyRows(1)) as [string];
+      let abortedWith: unknown;
+      const hanging: SendFn = (_, { signal }) =>
+        new Promise((_resolve, reject) => {
+          signal.addEventListener("abort", () => {
+            abortedWith = signal.reason;
+            reject(signal.reason);
+          });
+        });
+      const lines: Record<string, unknown>[] = [];
+      const controller = new AbortController();
+      const pool = connect(fresh.url, { max: 2 });
+      const dispatcher = runDispatcher(
+        dispatcherOptions(pool, hanging, controller.signal, { timeoutMs: 100, leaseMs: 10_000, listen: false, log: (l) => lines.push(l) }),
+      );
+      try {
+        await waitUntil("the failure recorded", async () => (await outboxRow(id)).last_error !== null);
+      } finally {
+        controller.abort();
+        await dispatcher;
+        await pool.end({ timeout: 5 });
+      }
+      expect((abortedWith as Error).name).toBe("DeliveryTimeoutError");
+      expect(await outboxRow(id)).toMatchObject({
+        attempts: 1,
+        published: false,
+        needs_review: false,
+        later: true,
+        last_error: "DeliveryTimeoutError: Sink did not answer within 100 ms",
       });
-    const lines: Record<string, unknown>[] = [];
-    const controller = new AbortController();
-    const pool = connect(fresh.url, { max: 2 });
-    const dispatcher = runDispatcher(dispatcherOptions(pool, hanging, controller.signal, { timeoutMs: 100, leaseMs: 10_000, listen: false, log: (l) => lines.push(l) }));
-    try {
-      await waitUntil("the failure recorded", async () => (await outboxRow(id)).last_error !== null);
-    } finally {
-      controller.abort();
-      await dispatcher;
-      await pool.end({ timeout: 5 });
-    }
-    expect((abortedWith as Error).name).toBe("DeliveryTimeoutError");
-    expect(await outboxRow(id)).toMatchObject({ attempts: 1, published: false, needs_review: false, later: true, last_error: "DeliveryTimeoutError: Sink did not answer within 100 ms" });
-    expect(lines).toEqual([expect.objectContaining({ outcome: "failed", error: "DeliveryTimeoutError: Sink did not answer within 100 ms" })]);
-  }, WAITS);
+      expect(lines).toEqual([
+        expect.objectContaining({ outcome: "failed", error: "DeliveryTimeoutError: Sink did not answer within 100 ms" }),
+      ]);
+    },
+    WAITS,
+  );
 
   test("`runDispatcher()` refuses a timeout that is not shorter than the lease", async () => {
     const controller = new AbortController();
-    await expect(runDispatcher(dispatcherOptions(db, async () => {}, controller.signal, { timeoutMs: 1_000, leaseMs: 1_000 }))).rejects.toThrow(
-      "Dispatcher timeout (1000 ms) must be shorter than the lease (1000 ms)",
-    );
+    await expect(
+      runDispatcher(dispatcherOptions(db, async () => {}, controller.signal, { timeoutMs: 1_000, leaseMs: 1_000 })),
+    ).rejects.toThrow("Dispatcher timeout (1000 ms) must be shorter than the lease (1000 ms)");
   });
 });

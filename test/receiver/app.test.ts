@@ -52,7 +52,10 @@ function makeApp(overrides: Partial<AppDeps> = {}, lines: Record<string, unknown
 }
 
 /** Signs `body` at the fixed clock (or `timestampSec`) and posts it to `url`. */
-function signed(body: string, options: { url?: string; secret?: string; timestampSec?: number; headers?: Record<string, string> } = {}): Promise<Request> {
+function signed(
+  body: string,
+  options: { url?: string; secret?: string; timestampSec?: number; headers?: Record<string, string> } = {},
+): Promise<Request> {
   return signedRequest(options.url ?? URL_DEFAULT, body, { timestampSec: NOW_SEC, ...options });
 }
 
@@ -107,7 +110,14 @@ describe("accepted deliveries", () => {
     expect(res.body).toEqual({ outcome: "processed", event_id: CREATED_ID });
     expect(await tableCounts()).toEqual({ inbox: 1, invoices: 1, ledger: 0, outbox: 0 });
     const [row] = await db`select provider, endpoint, event_id, event_type, outcome, processed_at is not null as done from webhook_inbox`;
-    expect(row).toEqual({ provider: "stripe", endpoint: "billing", event_id: CREATED_ID, event_type: "invoice.created", outcome: "processed", done: true });
+    expect(row).toEqual({
+      provider: "stripe",
+      endpoint: "billing",
+      event_id: CREATED_ID,
+      event_type: "invoice.created",
+      outcome: "processed",
+      done: true,
+    });
     const [inv] = await db`select id, status from invoices`;
     expect(inv).toEqual({ id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", status: "draft" });
   });
@@ -245,8 +255,14 @@ describe("body checks", () => {
     ["a JSON object that is not an event", '{"hello":1}'],
     ["a JSON array", '[{"id":"evt_1","object":"event"}]'],
     ["an event without data.object", JSON.stringify({ id: "evt_nodata1", object: "event", type: "invoice.created", data: {} })],
-    ["an event whose data.object is an array", JSON.stringify({ id: "evt_arraydata", object: "event", type: "invoice.created", data: { object: [1] } })],
-    ["an event with a non-evt_ id", JSON.stringify({ id: "in_123", object: "event", type: "invoice.created", data: { object: invoice() } })],
+    [
+      "an event whose data.object is an array",
+      JSON.stringify({ id: "evt_arraydata", object: "event", type: "invoice.created", data: { object: [1] } }),
+    ],
+    [
+      "an event with a non-evt_ id",
+      JSON.stringify({ id: "in_123", object: "event", type: "invoice.created", data: { object: invoice() } }),
+    ],
     ["an empty body", ""],
   ];
   test.each(notEvents)("`createApp()` answers 400 invalid_event for signed %s", async (_label, body) => {
@@ -256,22 +272,34 @@ describe("body checks", () => {
     await expectNothingWritten();
   });
 
-  test.each(["sync", "async", "hybrid"] as const)("`createApp()` stores a signed event holding \\u0000, which jsonb cannot store, from a copy with U+FFFD and keeps its raw body (%s)", async (mode) => {
-    const body = eventBody(`evt_nul_char_${mode}`, "invoice.created", invoice({ description: "a\u0000b" }));
-    expect(body).toContain("\\u0000");
-    const endpoints = stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]);
-    for (const expected of [mode === "async" ? "queued" : "processed", "duplicate"]) {
-      const res = await reply(await makeApp({ endpoints }).fetch(await signed(body)));
-      expect(res.status).toBe(200);
-      expect(res.body.outcome).toBe(expected);
-    }
-    const rows = await db`select payload #>> '{data,object,description}' as description, raw_body, payload_sanitized, needs_review_at from webhook_inbox`;
-    expect(rows).toEqual([{ description: "a\ufffdb", raw_body: body, payload_sanitized: "\\u0000 ×1 → U+FFFD", needs_review_at: null }] as never);
-    expect(await tableCounts()).toEqual({ inbox: 1, invoices: mode === "async" ? 0 : 1, ledger: 0, outbox: 0 });
-  });
+  test.each(["sync", "async", "hybrid"] as const)(
+    "`createApp()` stores a signed event holding \\u0000, which jsonb cannot store, from a copy with U+FFFD and keeps its raw body (%s)",
+    async (mode) => {
+      const body = eventBody(`evt_nul_char_${mode}`, "invoice.created", invoice({ description: "a\u0000b" }));
+      expect(body).toContain("\\u0000");
+      const endpoints = stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]);
+      for (const expected of [mode === "async" ? "queued" : "processed", "duplicate"]) {
+        const res = await reply(await makeApp({ endpoints }).fetch(await signed(body)));
+        expect(res.status).toBe(200);
+        expect(res.body.outcome).toBe(expected);
+      }
+      const rows =
+        await db`select payload #>> '{data,object,description}' as description, raw_body, payload_sanitized, needs_review_at from webhook_inbox`;
+      expect(rows).toEqual([
+        { description: "a\ufffdb", raw_body: body, payload_sanitized: "\\u0000 ×1 → U+FFFD", needs_review_at: null },
+      ] as never);
+      expect(await tableCounts()).toEqual({ inbox: 1, invoices: mode === "async" ? 0 : 1, ledger: 0, outbox: 0 });
+    },
+  );
 
   test("`createApp()` answers 400 invalid_body for a body that is not UTF-8", async () => {
-    const bytes = new Uint8Array([...new TextEncoder().encode('{"id":"evt_x","note":"'), 0xff, 0xfe, 0xc3, ...new TextEncoder().encode('"}')]);
+    const bytes = new Uint8Array([
+      ...new TextEncoder().encode('{"id":"evt_x","note":"'),
+      0xff,
+      0xfe,
+      0xc3,
+      ...new TextEncoder().encode('"}'),
+    ]);
     // Sign the lossy decoding: whatever a lenient reader would have verified must still be refused.
     const header = await signStripePayload(new TextDecoder().decode(bytes), SECRET, NOW_SEC);
     const res = await reply(await makeApp().fetch(post(bytes, header)));
@@ -288,44 +316,59 @@ describe("body budget", () => {
   /** A body of `size` bytes whose stream is read only after `gate` opens, counting the bytes read. */
   function gatedBody(size: number, gate: Promise<void>) {
     const counter = { read: 0 };
-    const stream = new ReadableStream<Uint8Array>({
-      async pull(controller) {
-        await gate;
-        if (counter.read >= size) return controller.close();
-        const chunk = new Uint8Array(Math.min(16 * 1024, size - counter.read)).fill(0x61);
-        counter.read += chunk.byteLength;
-        controller.enqueue(chunk);
+    const stream = new ReadableStream<Uint8Array>(
+      {
+        async pull(controller) {
+          await gate;
+          if (counter.read >= size) return controller.close();
+          const chunk = new Uint8Array(Math.min(16 * 1024, size - counter.read)).fill(0x61);
+          counter.read += chunk.byteLength;
+          controller.enqueue(chunk);
+        },
       },
-    }, { highWaterMark: 0 });
+      { highWaterMark: 0 },
+    );
     return { stream, counter };
   }
 
-  test.each([["a Content-Length", true], ["no Content-Length (streamed)", false]] as const)("`createApp()` answers 503 overloaded before reading a body that would pass the in-flight body budget (%s), then serves valid deliveries", async (_label, declared) => {
-    const budget = createBodyBudget(LIMIT);
-    const app = makeApp({ bodyBudget: budget });
-    let open!: () => void;
-    const gate = new Promise<void>((resolve) => (open = resolve));
-    const header = `t=${NOW_SEC},v1=${"0".repeat(64)}`;
-    const bodies = Array.from({ length: 12 }, () => gatedBody(SIZE, gate));
-    const pending = bodies.map(({ stream }) => app.fetch(post(stream, header, URL_DEFAULT, declared ? { "content-length": String(SIZE) } : {})));
-    // Declared bodies: four fit and hold the budget while the gate is shut; the other eight are refused meanwhile.
-    if (declared) await waitUntil("four bodies holding the budget", async () => budget.inUse === 4 * SIZE);
-    open();
-    const replies = await Promise.all(pending.map(async (p) => ({ ...(await reply(await p)), retryAfter: (await p).headers.get("retry-after") })));
-    const refused = replies.filter((r) => r.status === 503);
-    expect(refused.length).toBeGreaterThan(0);
-    for (const r of refused) expect([r.body.error, r.retryAfter]).toEqual(["overloaded", expect.any(String)]);
-    expect(replies.filter((r) => r.status !== 503).map((r) => r.body.error)).toEqual(Array(12 - refused.length).fill("signature_mismatch"));
-    // Never more body bytes held than the budget; a declared body refused is never read at all.
-    expect(budget.peak).toBeLessThanOrEqual(LIMIT);
-    expect(budget.peak).toBeGreaterThanOrEqual(4 * SIZE);
-    if (declared) expect(bodies.filter((b) => b.counter.read === 0)).toHaveLength(refused.length);
-    expect(budget.inUse).toBe(0);
-    await expectNothingWritten();
-    const res = await reply(await app.fetch(await signed(fixture(CREATED))));
-    expect([res.status, res.body.outcome]).toEqual([200, "processed"]);
-    expect(budget.inUse).toBe(0);
-  });
+  test.each([
+    ["a Content-Length", true],
+    ["no Content-Length (streamed)", false],
+  ] as const)(
+    "`createApp()` answers 503 overloaded before reading a body that would pass the in-flight body budget (%s), then serves valid deliveries",
+    async (_label, declared) => {
+      const budget = createBodyBudget(LIMIT);
+      const app = makeApp({ bodyBudget: budget });
+      let open!: () => void;
+      const gate = new Promise<void>((resolve) => (open = resolve));
+      const header = `t=${NOW_SEC},v1=${"0".repeat(64)}`;
+      const bodies = Array.from({ length: 12 }, () => gatedBody(SIZE, gate));
+      const pending = bodies.map(({ stream }) =>
+        app.fetch(post(stream, header, URL_DEFAULT, declared ? { "content-length": String(SIZE) } : {})),
+      );
+      // Declared bodies: four fit and hold the budget while the gate is shut; the other eight are refused meanwhile.
+      if (declared) await waitUntil("four bodies holding the budget", async () => budget.inUse === 4 * SIZE);
+      open();
+      const replies = await Promise.all(
+        pending.map(async (p) => ({ ...(await reply(await p)), retryAfter: (await p).headers.get("retry-after") })),
+      );
+      const refused = replies.filter((r) => r.status === 503);
+      expect(refused.length).toBeGreaterThan(0);
+      for (const r of refused) expect([r.body.error, r.retryAfter]).toEqual(["overloaded", expect.any(String)]);
+      expect(replies.filter((r) => r.status !== 503).map((r) => r.body.error)).toEqual(
+        Array(12 - refused.length).fill("signature_mismatch"),
+      );
+      // Never more body bytes held than the budget; a declared body refused is never read at all.
+      expect(budget.peak).toBeLessThanOrEqual(LIMIT);
+      expect(budget.peak).toBeGreaterThanOrEqual(4 * SIZE);
+      if (declared) expect(bodies.filter((b) => b.counter.read === 0)).toHaveLength(refused.length);
+      expect(budget.inUse).toBe(0);
+      await expectNothingWritten();
+      const res = await reply(await app.fetch(await signed(fixture(CREATED))));
+      expect([res.status, res.body.outcome]).toEqual([200, "processed"]);
+      expect(budget.inUse).toBe(0);
+    },
+  );
 });
 
 describe("body size", () => {
@@ -336,7 +379,9 @@ describe("body size", () => {
     const bytes = new TextEncoder().encode(big).byteLength;
     expect(bytes).toBeGreaterThan(MAX);
     const header = await signStripePayload(big, SECRET, NOW_SEC);
-    const res = await reply(await makeApp({ maxBodyBytes: MAX }).fetch(post(big, header, URL_DEFAULT, { "content-length": String(bytes) })));
+    const res = await reply(
+      await makeApp({ maxBodyBytes: MAX }).fetch(post(big, header, URL_DEFAULT, { "content-length": String(bytes) })),
+    );
     expect(res.status).toBe(413);
     expect(res.body.error).toBe("payload_too_large");
     await expectNothingWritten();
@@ -355,7 +400,11 @@ describe("body size", () => {
   test("`createApp()` accepts a streamed body of exactly maxBodyBytes and refuses one byte more", async () => {
     const sized = (bytes: number, id: string): string => {
       const base = eventBody(id, "plan.created", { id: "plan_size", object: "plan", nickname: "" });
-      return eventBody(id, "plan.created", { id: "plan_size", object: "plan", nickname: "x".repeat(bytes - new TextEncoder().encode(base).byteLength) });
+      return eventBody(id, "plan.created", {
+        id: "plan_size",
+        object: "plan",
+        nickname: "x".repeat(bytes - new TextEncoder().encode(base).byteLength),
+      });
     };
     const exact = sized(MAX, "evt_size_exact");
     const over = sized(MAX + 1, "evt_size_over1");
@@ -430,7 +479,12 @@ describe("routing", () => {
     const body = fixture(PAID);
     const crossed1 = await reply(await app.fetch(await signed(body, { url: `${URL_DEFAULT}/billing`, secret: OTHER_SECRET })));
     const crossed2 = await reply(await app.fetch(await signed(body, { url: `${URL_DEFAULT}/analytics`, secret: SECRET })));
-    expect([crossed1.status, crossed1.body.error, crossed2.status, crossed2.body.error]).toEqual([400, "signature_mismatch", 400, "signature_mismatch"]);
+    expect([crossed1.status, crossed1.body.error, crossed2.status, crossed2.body.error]).toEqual([
+      400,
+      "signature_mismatch",
+      400,
+      "signature_mismatch",
+    ]);
     await expectNothingWritten();
     const billing = await reply(await app.fetch(await signed(body, { url: URL_DEFAULT, secret: SECRET })));
     const analytics = await reply(await app.fetch(await signed(body, { url: `${URL_DEFAULT}/analytics`, secret: OTHER_SECRET })));
@@ -485,28 +539,36 @@ describe("failures", () => {
     expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
   });
 
-  test.each(["sync", "async"] as const)("`createApp()` parks a payment event whose invoice has no status instead of acknowledging it with nothing booked (%s)", async (mode) => {
-    const object = invoice({ id: "in_no_status", amount_paid: 5000 });
-    delete object.status;
-    const body = eventBody(`evt_no_status_${mode}`, "invoice.paid", object);
-    const endpoints = stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]);
-    const res = await reply(await makeApp({ endpoints }).fetch(await signed(body)));
-    expect(res.status).toBe(200);
-    expect(res.body.outcome).toBe(mode === "sync" ? "needs_review" : "queued");
-    if (mode === "async") {
-      // The worker must park it too: a status-less payment is never "processed with nothing booked".
-      const { processClaimed } = await import("../../src/worker/process-claimed.ts");
-      const { claimBatch } = await import("../../src/worker/claim.ts");
-      const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 10 });
-      if (!claim) throw new Error("expected a claim");
-      const result = await processClaimed(db, claim, { handlersFor: () => billingHandlers, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 1000, capMs: 1000 } });
-      expect(result.outcome).toBe("needs_review");
-    }
-    const [row] = await db`select processed_at, needs_review_at is not null as parked, last_error from webhook_inbox`;
-    expect(row).toMatchObject({ processed_at: null, parked: true });
-    expect(String(row?.last_error)).toContain("status");
-    expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
-  });
+  test.each(["sync", "async"] as const)(
+    "`createApp()` parks a payment event whose invoice has no status instead of acknowledging it with nothing booked (%s)",
+    async (mode) => {
+      const object = invoice({ id: "in_no_status", amount_paid: 5000 });
+      delete object.status;
+      const body = eventBody(`evt_no_status_${mode}`, "invoice.paid", object);
+      const endpoints = stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]);
+      const res = await reply(await makeApp({ endpoints }).fetch(await signed(body)));
+      expect(res.status).toBe(200);
+      expect(res.body.outcome).toBe(mode === "sync" ? "needs_review" : "queued");
+      if (mode === "async") {
+        // The worker must park it too: a status-less payment is never "processed with nothing booked".
+        const { processClaimed } = await import("../../src/worker/process-claimed.ts");
+        const { claimBatch } = await import("../../src/worker/claim.ts");
+        const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 10 });
+        if (!claim) throw new Error("expected a claim");
+        const result = await processClaimed(db, claim, {
+          handlersFor: () => billingHandlers,
+          timeoutMs: 5_000,
+          maxAttempts: 10,
+          backoff: { baseMs: 1000, capMs: 1000 },
+        });
+        expect(result.outcome).toBe("needs_review");
+      }
+      const [row] = await db`select processed_at, needs_review_at is not null as parked, last_error from webhook_inbox`;
+      expect(row).toMatchObject({ processed_at: null, parked: true });
+      expect(String(row?.last_error)).toContain("status");
+      expect(await tableCounts()).toEqual({ inbox: 1, invoices: 0, ledger: 0, outbox: 0 });
+    },
+  );
 
   test("`createApp()` parks a payment for a void invoice as needs-review: not booked, not acknowledged as processed", async () => {
     const app = makeApp();
@@ -516,29 +578,43 @@ describe("failures", () => {
     const res = await reply(await app.fetch(await signed(paid)));
     expect(res.status).toBe(200);
     expect(res.body.outcome).toBe("needs_review");
-    const [row] = await db`select needs_review_at is not null as parked, last_error from webhook_inbox where event_id = 'evt_paid_after_void'`;
+    const [row] =
+      await db`select needs_review_at is not null as parked, last_error from webhook_inbox where event_id = 'evt_paid_after_void'`;
     expect(row?.parked).toBe(true);
     expect(String(row?.last_error)).toContain("void invoice");
     expect(await count(db, "ledger_entries")).toBe(0);
     expect(await count(db, "outbox")).toBe(0);
   });
 
-  test.each(["sync", "async"] as const)("`createApp()` parks a second payment of another amount than the one booked as needs-review, naming why (%s)", async (mode) => {
-    const app = makeApp({ endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]) });
-    // The invoice as an earlier payment of 2000 left it.
-    await db`insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at) values ('in_amount_app', 'cus_test_1', 'paid', 'usd', 2500, 2000, now())`;
-    const second = eventBody("evt_amount_second", "invoice.payment_succeeded", invoice({ id: "in_amount_app", status: "paid", amount_due: 2500, amount_paid: 2500 }));
-    expect((await reply(await app.fetch(await signed(second)))).body.outcome).toBe(mode === "sync" ? "needs_review" : "queued");
-    if (mode === "async") {
-      const claims = await claimBatch(db, { limit: 10, leaseMs: 60_000, maxAttempts: 10 });
-      const [result] = await processBatch(db, claims, { handlersFor: () => billingHandlers, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 1_000, capMs: 60_000 } });
-      expect(result?.outcome).toBe("needs_review");
-    }
-    const [row] = await db`select needs_review_at is not null as parked, processed_at, last_error from webhook_inbox where event_id = 'evt_amount_second'`;
-    expect(row).toMatchObject({ parked: true, processed_at: null });
-    expect(String(row?.last_error)).toContain("amount_paid differs from the amount already booked");
-    expect(await db`select amount_paid::int from invoices`).toEqual([{ amount_paid: 2000 }] as never);
-  });
+  test.each(["sync", "async"] as const)(
+    "`createApp()` parks a second payment of another amount than the one booked as needs-review, naming why (%s)",
+    async (mode) => {
+      const app = makeApp({ endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]) });
+      // The invoice as an earlier payment of 2000 left it.
+      await db`insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at) values ('in_amount_app', 'cus_test_1', 'paid', 'usd', 2500, 2000, now())`;
+      const second = eventBody(
+        "evt_amount_second",
+        "invoice.payment_succeeded",
+        invoice({ id: "in_amount_app", status: "paid", amount_due: 2500, amount_paid: 2500 }),
+      );
+      expect((await reply(await app.fetch(await signed(second)))).body.outcome).toBe(mode === "sync" ? "needs_review" : "queued");
+      if (mode === "async") {
+        const claims = await claimBatch(db, { limit: 10, leaseMs: 60_000, maxAttempts: 10 });
+        const [result] = await processBatch(db, claims, {
+          handlersFor: () => billingHandlers,
+          timeoutMs: 5_000,
+          maxAttempts: 10,
+          backoff: { baseMs: 1_000, capMs: 60_000 },
+        });
+        expect(result?.outcome).toBe("needs_review");
+      }
+      const [row] =
+        await db`select needs_review_at is not null as parked, processed_at, last_error from webhook_inbox where event_id = 'evt_amount_second'`;
+      expect(row).toMatchObject({ parked: true, processed_at: null });
+      expect(String(row?.last_error)).toContain("amount_paid differs from the amount already booked");
+      expect(await db`select amount_paid::int from invoices`).toEqual([{ amount_paid: 2000 }] as never);
+    },
+  );
 
   test("`createApp()` gives up on a sync delivery stuck behind a row lock after statementTimeoutMs, keeps nothing, and processes the redelivery", async () => {
     const body = eventBody("evt_locked_1", "invoice.paid", invoice({ id: "in_locked_1", status: "paid", amount_paid: 2000 }));
@@ -627,51 +703,67 @@ describe("the fixture lifecycle", () => {
   }
 
   test("three shuffle seeds give three different delivery orders", () => {
-    const orders = [11, 42, 2024].map((s) => plan(s).map((e) => e.name).join("|"));
+    const orders = [11, 42, 2024].map((s) =>
+      plan(s)
+        .map((e) => e.name)
+        .join("|"),
+    );
     expect(new Set(orders).size).toBe(3);
   });
 
-  test.each([11, 42, 2024])("`createApp()` reaches the same end state for the lifecycle shuffled with seed %d, 3 copies, 8 in flight", async (seed) => {
-    const app = makeApp();
-    const queue = plan(seed);
-    expect(queue).toHaveLength(36);
-    const results: { status: number; outcome: string | undefined }[] = [];
-    let next = 0;
-    await Promise.all(Array.from({ length: 8 }, async () => {
-      while (next < queue.length) {
-        const event = queue[next++];
-        if (!event) break;
-        const res = await reply(await app.fetch(await signed(event.body)));
-        results.push({ status: res.status, outcome: res.body.outcome ?? res.body.error });
-      }
-    }));
+  test.each([11, 42, 2024])(
+    "`createApp()` reaches the same end state for the lifecycle shuffled with seed %d, 3 copies, 8 in flight",
+    async (seed) => {
+      const app = makeApp();
+      const queue = plan(seed);
+      expect(queue).toHaveLength(36);
+      const results: { status: number; outcome: string | undefined }[] = [];
+      let next = 0;
+      await Promise.all(
+        Array.from({ length: 8 }, async () => {
+          while (next < queue.length) {
+            const event = queue[next++];
+            if (!event) break;
+            const res = await reply(await app.fetch(await signed(event.body)));
+            results.push({ status: res.status, outcome: res.body.outcome ?? res.body.error });
+          }
+        }),
+      );
 
-    expect(results.filter((r) => r.status !== 200)).toEqual([]);
-    const outcomes: Record<string, number> = {};
-    for (const r of results) outcomes[String(r.outcome)] = (outcomes[String(r.outcome)] ?? 0) + 1;
-    expect(outcomes).toEqual({ processed: 11, ignored: 1, duplicate: 24 });
+      expect(results.filter((r) => r.status !== 200)).toEqual([]);
+      const outcomes: Record<string, number> = {};
+      for (const r of results) outcomes[String(r.outcome)] = (outcomes[String(r.outcome)] ?? 0) + 1;
+      expect(outcomes).toEqual({ processed: 11, ignored: 1, duplicate: 24 });
 
-    const invoices = await db`select id, status, amount_paid::int as amount_paid from invoices order by id`;
-    expect([...invoices]).toEqual([
-      { id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", status: "paid", amount_paid: 2000 },
-      { id: "in_1SkA2qLgUG5tbmjcR8oC3wYb", status: "void", amount_paid: 0 },
-      { id: "in_1SkA3rLgUG5tbmjcS9pD4xZc", status: "paid", amount_paid: 129900 },
-    ]);
-    const ledger = await db`select invoice_id, kind, amount::int as amount, currency from ledger_entries order by amount`;
-    expect([...ledger]).toEqual([
-      { invoice_id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", kind: "payment", amount: 2000, currency: "usd" },
-      { invoice_id: "in_1SkA3rLgUG5tbmjcS9pD4xZc", kind: "payment", amount: 129900, currency: "usd" },
-    ]);
-    const outbox = await db`select aggregate_id, event_type, (payload->>'amount')::int as amount from outbox order by aggregate_id`;
-    expect([...outbox]).toEqual([
-      { aggregate_id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", event_type: "InvoicePaymentBooked", amount: 2000 },
-      { aggregate_id: "in_1SkA3rLgUG5tbmjcS9pD4xZc", event_type: "InvoicePaymentBooked", amount: 129900 },
-    ]);
-    const inbox = await db`select outcome, count(*)::int as n from webhook_inbox group by outcome order by outcome`;
-    expect([...inbox]).toEqual([{ outcome: "ignored", n: 1 }, { outcome: "processed", n: 11 }]);
-    const ids = (await db`select event_id from webhook_inbox order by event_id`).map((r) => r.event_id as string);
-    expect(ids).toEqual(lifecycle().map((e) => (JSON.parse(e.body) as { id: string }).id).sort());
-  });
+      const invoices = await db`select id, status, amount_paid::int as amount_paid from invoices order by id`;
+      expect([...invoices]).toEqual([
+        { id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", status: "paid", amount_paid: 2000 },
+        { id: "in_1SkA2qLgUG5tbmjcR8oC3wYb", status: "void", amount_paid: 0 },
+        { id: "in_1SkA3rLgUG5tbmjcS9pD4xZc", status: "paid", amount_paid: 129900 },
+      ]);
+      const ledger = await db`select invoice_id, kind, amount::int as amount, currency from ledger_entries order by amount`;
+      expect([...ledger]).toEqual([
+        { invoice_id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", kind: "payment", amount: 2000, currency: "usd" },
+        { invoice_id: "in_1SkA3rLgUG5tbmjcS9pD4xZc", kind: "payment", amount: 129900, currency: "usd" },
+      ]);
+      const outbox = await db`select aggregate_id, event_type, (payload->>'amount')::int as amount from outbox order by aggregate_id`;
+      expect([...outbox]).toEqual([
+        { aggregate_id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", event_type: "InvoicePaymentBooked", amount: 2000 },
+        { aggregate_id: "in_1SkA3rLgUG5tbmjcS9pD4xZc", event_type: "InvoicePaymentBooked", amount: 129900 },
+      ]);
+      const inbox = await db`select outcome, count(*)::int as n from webhook_inbox group by outcome order by outcome`;
+      expect([...inbox]).toEqual([
+        { outcome: "ignored", n: 1 },
+        { outcome: "processed", n: 11 },
+      ]);
+      const ids = (await db`select event_id from webhook_inbox order by event_id`).map((r) => r.event_id as string);
+      expect(ids).toEqual(
+        lifecycle()
+          .map((e) => (JSON.parse(e.body) as { id: string }).id)
+          .sort(),
+      );
+    },
+  );
 });
 
 describe("logging", () => {

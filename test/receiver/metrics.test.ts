@@ -8,7 +8,18 @@ import { connect, type Db } from "../../src/db/db.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { receiveAsync, type ReceiveTarget } from "../../src/receiver/receive.ts";
-import { closeAll, connections, count, eventBody, freshDatabase, invoice, OTHER_SECRET, SECRET, signedRequest, verified } from "../support/helpers.ts";
+import {
+  closeAll,
+  connections,
+  count,
+  eventBody,
+  freshDatabase,
+  invoice,
+  OTHER_SECRET,
+  SECRET,
+  signedRequest,
+  verified,
+} from "../support/helpers.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
@@ -35,7 +46,12 @@ function event(type = "invoice.paid", overrides: Record<string, unknown> = {}): 
 }
 
 /** Posts `body` signed with `secret` to `/webhooks/stripe/<endpoint>` and returns the status and JSON reply. */
-async function deliver(app: App, endpoint: string, body: string, secret = SECRET): Promise<{ status: number; reply: { outcome?: string; error?: string } }> {
+async function deliver(
+  app: App,
+  endpoint: string,
+  body: string,
+  secret = SECRET,
+): Promise<{ status: number; reply: { outcome?: string; error?: string } }> {
   const response = await app.fetch(await signedRequest(`${BASE}/webhooks/stripe/${endpoint}`, body, { secret }));
   return { status: response.status, reply: (await response.json()) as { outcome?: string; error?: string } };
 }
@@ -80,7 +96,12 @@ function deliveries(families: PrometheusFamily[], endpoint: string, outcome: str
  * TYPE line removed: each `_bucket`, `_sum` and `_count` line then parses as a plain labelled sample.
  */
 function histogram(text: string): Map<string, { buckets: [number, number][]; sum: number; count: number }> {
-  const plain = parsePrometheusTextFormat(text.split("\n").filter((line) => line !== `# TYPE ${HISTOGRAM} histogram`).join("\n"));
+  const plain = parsePrometheusTextFormat(
+    text
+      .split("\n")
+      .filter((line) => line !== `# TYPE ${HISTOGRAM} histogram`)
+      .join("\n"),
+  );
   const series = new Map<string, { buckets: [number, number][]; sum: number; count: number }>();
   const of = (labels: Record<string, string>) => {
     const key = `${labels.provider}/${labels.endpoint}`;
@@ -141,17 +162,27 @@ describe("GET /metrics", () => {
     expect(await deliver(app, "billing", event().body)).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "processed" }) });
     expect(await deliver(app, "billing", event().body)).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "processed" }) });
     expect(await deliver(app, "billing", first.body)).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "duplicate" }) });
-    expect(await deliver(app, "billing", event("customer.created").body)).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "ignored" }) });
-    expect(await deliver(app, "billing", event("invoice.paid", { customer: undefined }).body)).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "needs_review" }) });
+    expect(await deliver(app, "billing", event("customer.created").body)).toEqual({
+      status: 200,
+      reply: expect.objectContaining({ outcome: "ignored" }),
+    });
+    expect(await deliver(app, "billing", event("invoice.paid", { customer: undefined }).body)).toEqual({
+      status: 200,
+      reply: expect.objectContaining({ outcome: "needs_review" }),
+    });
     for (let i = 0; i < 3; i++) {
-      expect(await deliver(app, "billing", event().body, OTHER_SECRET)).toEqual({ status: 400, reply: expect.objectContaining({ error: "signature_mismatch" }) });
+      expect(await deliver(app, "billing", event().body, OTHER_SECRET)).toEqual({
+        status: 400,
+        reply: expect.objectContaining({ error: "signature_mismatch" }),
+      });
     }
     expect(await deliver(app, "payments", event().body)).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "processed" }) });
     expect(await deliver(app, "payments", first.body)).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "processed" }) }); // another endpoint: its own row
     expect(await count(db, "webhook_inbox")).toBe(7);
 
     const { families, text } = await scrape(app);
-    const delta = (endpoint: string, outcome: string, reason?: string) => deliveries(families, endpoint, outcome, reason) - deliveries(before, endpoint, outcome, reason);
+    const delta = (endpoint: string, outcome: string, reason?: string) =>
+      deliveries(families, endpoint, outcome, reason) - deliveries(before, endpoint, outcome, reason);
     expect(delta("billing", "processed")).toBe(2);
     expect(delta("billing", "duplicate")).toBe(1);
     expect(delta("billing", "ignored")).toBe(1);
@@ -162,13 +193,18 @@ describe("GET /metrics", () => {
     expect(delta("payments", "rejected", "signature_mismatch")).toBe(0);
     expect(samples(families, "webhook_deliveries_total").filter((s) => s.labels.endpoint === "refunds")).toEqual([]);
     // A rejection is counted with its reason only, never as a bare `rejected`.
-    expect(samples(families, "webhook_deliveries_total").filter((s) => s.labels.outcome === "rejected").map((s) => s.labels)).toEqual([
-      { provider: "stripe", endpoint: "billing", outcome: "rejected", reason: "signature_mismatch" },
-    ]);
+    expect(
+      samples(families, "webhook_deliveries_total")
+        .filter((s) => s.labels.outcome === "rejected")
+        .map((s) => s.labels),
+    ).toEqual([{ provider: "stripe", endpoint: "billing", outcome: "rejected", reason: "signature_mismatch" }]);
 
     const series = histogram(text);
     expect([...series.keys()].sort()).toEqual(["stripe/billing", "stripe/payments"]);
-    const total = (endpoint: string) => samples(families, "webhook_deliveries_total").filter((s) => s.labels.endpoint === endpoint).reduce((n, s) => n + s.value, 0);
+    const total = (endpoint: string) =>
+      samples(families, "webhook_deliveries_total")
+        .filter((s) => s.labels.endpoint === endpoint)
+        .reduce((n, s) => n + s.value, 0);
     for (const [key, s] of series) {
       const endpoint = key.split("/")[1] ?? "";
       expect(s.count).toBe(total(endpoint));
@@ -206,11 +242,17 @@ describe("GET /metrics", () => {
     expect(await receiveAsync(db, billing, verified(event().body))).toBe("queued");
     await db`update webhook_inbox set received_at = now() - interval '10 minutes' where event_id = ${waiting.eventId}`;
     // A PermanentError (no customer) is parked as needs-review at once.
-    expect(await deliver(app, "payments", event("invoice.paid", { customer: undefined }).body)).toEqual({ status: 200, reply: expect.objectContaining({ outcome: "needs_review" }) });
+    expect(await deliver(app, "payments", event("invoice.paid", { customer: undefined }).body)).toEqual({
+      status: 200,
+      reply: expect.objectContaining({ outcome: "needs_review" }),
+    });
     expect((await deliver(app, "billing", event().body)).reply.outcome).toBe("processed"); // settled: in no gauge
 
     // Rows of endpoints that are not configured (any more) add no label values: summed under _unconfigured.
-    for (const [provider, endpoint, parked] of [["stripe", "legacy_eu", false], ["github", "push", true]] as const) {
+    for (const [provider, endpoint, parked] of [
+      ["stripe", "legacy_eu", false],
+      ["github", "push", true],
+    ] as const) {
       await db`
         insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, needs_review_at)
         values (${provider}, ${endpoint}, ${`evt_metrics_old_${endpoint}`}, 'invoice.paid', '{}', ${parked ? new Date() : null})
@@ -219,9 +261,20 @@ describe("GET /metrics", () => {
 
     const { families } = await scrape(app);
     expect(valueOf(families, "webhook_inbox_backlog_up", {})).toBe(1);
-    const gauge = (name: string) => Object.fromEntries(samples(families, name).map((s) => [`${s.labels.provider}/${s.labels.endpoint}`, s.value]));
-    expect(gauge("webhook_inbox_unprocessed")).toEqual({ "stripe/billing": 2, "stripe/payments": 0, "stripe/refunds": 0, "_unconfigured/_unconfigured": 1 });
-    expect(gauge("webhook_inbox_needs_review")).toEqual({ "stripe/billing": 0, "stripe/payments": 1, "stripe/refunds": 0, "_unconfigured/_unconfigured": 1 });
+    const gauge = (name: string) =>
+      Object.fromEntries(samples(families, name).map((s) => [`${s.labels.provider}/${s.labels.endpoint}`, s.value]));
+    expect(gauge("webhook_inbox_unprocessed")).toEqual({
+      "stripe/billing": 2,
+      "stripe/payments": 0,
+      "stripe/refunds": 0,
+      "_unconfigured/_unconfigured": 1,
+    });
+    expect(gauge("webhook_inbox_needs_review")).toEqual({
+      "stripe/billing": 0,
+      "stripe/payments": 1,
+      "stripe/refunds": 0,
+      "_unconfigured/_unconfigured": 1,
+    });
     const age = gauge("webhook_inbox_oldest_unprocessed_age_seconds");
     expect(age["stripe/billing"]).toBeGreaterThanOrEqual(600);
     expect(age["stripe/billing"]).toBeLessThan(1_200);
@@ -255,13 +308,23 @@ describe("GET /metrics", () => {
     await db`update outbox set published_at = now(), needs_review_at = null where published_at is null`;
     const settled = (await scrape(app)).families;
     const present = (name: string) => samples(settled, name).map((s) => s.value);
-    expect([present("webhook_outbox_pending"), present("webhook_outbox_oldest_pending_age_seconds"), present("webhook_outbox_needs_review")]).toEqual([[0], [0], [0]]);
+    expect([
+      present("webhook_outbox_pending"),
+      present("webhook_outbox_oldest_pending_age_seconds"),
+      present("webhook_outbox_needs_review"),
+    ]).toEqual([[0], [0], [0]]);
   });
 
   test("with `metricsToken` set, `/metrics` answers 401 without or with a wrong bearer token and 200 with the right one", async () => {
     const token = "metrics-token-0123456789";
     const app = makeApp({ metricsToken: token });
-    const refused: Record<string, string>[] = [{}, { authorization: "Bearer wrong" }, { authorization: "Bearer metrics-token-0123456780" }, { authorization: token }, { authorization: `Basic ${token}` }];
+    const refused: Record<string, string>[] = [
+      {},
+      { authorization: "Bearer wrong" },
+      { authorization: "Bearer metrics-token-0123456780" },
+      { authorization: token },
+      { authorization: `Basic ${token}` },
+    ];
     for (const headers of refused) {
       const { response, text } = await scrape(app, headers);
       expect(response.status).toBe(401);
@@ -281,7 +344,9 @@ describe("GET /metrics", () => {
     const invoiceId = created.eventId.replace("evt_", "in_");
     try {
       expect((await deliver(makeApp(), "billing", created.body)).reply.outcome).toBe("processed");
-      const [lockerPid, deliveryPid] = await Promise.all([locker, deliveries].map(async (d) => (await d<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]?.pid));
+      const [lockerPid, deliveryPid] = await Promise.all(
+        [locker, deliveries].map(async (d) => (await d<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]?.pid),
+      );
       let release = () => {};
       const held = new Promise<void>((resolve) => (release = resolve));
       let locked = false;
@@ -297,7 +362,9 @@ describe("GET /metrics", () => {
       const paid = eventBody(`evt_metrics_locked_${seq}`, "invoice.paid", invoice({ id: invoiceId, amount_paid: 2000, status: "paid" }));
       const stuck = deliver(shared, "billing", paid);
       for (let waited = 0; ; waited += 10) {
-        const [row] = await db<{ blocked: boolean }[]>`select ${lockerPid ?? -1}::int = any(pg_blocking_pids(${deliveryPid ?? -1}::int)) as blocked`;
+        const [row] = await db<
+          { blocked: boolean }[]
+        >`select ${lockerPid ?? -1}::int = any(pg_blocking_pids(${deliveryPid ?? -1}::int)) as blocked`;
         if (row?.blocked) break;
         if (waited > 10_000) throw new Error("the delivery never waited on the invoice lock");
         await Bun.sleep(10);
@@ -348,7 +415,10 @@ describe("GET /metrics", () => {
     const down = connect("postgres://postgres:postgres@127.0.0.1:1/x", { connectTimeoutSec: 1 });
     try {
       const app = createApp({ db: down, endpoints: ENDPOINTS, log: () => {} });
-      expect(await deliver(app, "billing", event().body)).toEqual({ status: 503, reply: expect.objectContaining({ error: "database_unavailable" }) });
+      expect(await deliver(app, "billing", event().body)).toEqual({
+        status: 503,
+        reply: expect.objectContaining({ error: "database_unavailable" }),
+      });
       const { response, families } = await scrape(app);
       expect(response.status).toBe(200);
       expect(valueOf(families, "webhook_inbox_backlog_up", {})).toBe(0);

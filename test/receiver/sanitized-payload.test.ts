@@ -41,7 +41,11 @@ async function work(handlers: HandlerTable = billingHandlers) {
 
 /** A paid invoice whose description holds U+0000 and a metadata key holding U+0000 and a lone surrogate. */
 function paidWithNul(eventId: string, invoiceId: string): string {
-  const body = eventBody(eventId, "invoice.paid", invoice({ id: invoiceId, status: "paid", amount_paid: 2000, description: "a\u0000b", metadata: { "k\u0000": "x\ud800y" } }));
+  const body = eventBody(
+    eventId,
+    "invoice.paid",
+    invoice({ id: invoiceId, status: "paid", amount_paid: 2000, description: "a\u0000b", metadata: { "k\u0000": "x\ud800y" } }),
+  );
   expect(body).toContain("\\u0000");
   expect(body).toContain("\\ud800");
   return body;
@@ -51,7 +55,9 @@ describe("jsonbCopy()", () => {
   test("`jsonbCopy()` replaces \\u0000 in strings and keys and lone surrogate escapes by \\ufffd, and nothing else", () => {
     const text = String.raw`{"a\u0000":"x\u0000y","p":"\ud83d\ude00","h":"\ud800","l":"\udc00z","e":"\\u0000","n":12345678901234567890123,"u":"\u0041"}`;
     const copy = jsonbCopy(text);
-    expect(copy?.json).toBe(String.raw`{"a\ufffd":"x\ufffdy","p":"\ud83d\ude00","h":"\ufffd","l":"\ufffdz","e":"\\u0000","n":12345678901234567890123,"u":"\u0041"}`);
+    expect(copy?.json).toBe(
+      String.raw`{"a\ufffd":"x\ufffdy","p":"\ud83d\ude00","h":"\ufffd","l":"\ufffdz","e":"\\u0000","n":12345678901234567890123,"u":"\u0041"}`,
+    );
     expect(copy?.replaced).toBe("\\u0000 ×2, lone surrogate ×2 → U+FFFD");
   });
 
@@ -62,35 +68,53 @@ describe("jsonbCopy()", () => {
 });
 
 describe("a payment holding characters jsonb refuses", () => {
-  test.each(["sync", "hybrid", "async"] as const)("`createApp()` books a signed invoice.paid whose description holds \\u0000, keeping its exact bytes in raw_body (%s)", async (mode) => {
-    const body = paidWithNul(`evt_nul_paid_${mode}`, `in_nul_${mode}`);
-    const first = await deliver(mode, body);
-    expect(first).toEqual({ status: 200, outcome: mode === "async" ? "queued" : "processed", event_id: `evt_nul_paid_${mode}` } as never);
-    if (mode === "async") expect((await work()).map((r) => r.outcome)).toEqual(["processed"]);
-    expect((await deliver(mode, body)).outcome).toBe("duplicate");
-    const [row] = await db`
+  test.each(["sync", "hybrid", "async"] as const)(
+    "`createApp()` books a signed invoice.paid whose description holds \\u0000, keeping its exact bytes in raw_body (%s)",
+    async (mode) => {
+      const body = paidWithNul(`evt_nul_paid_${mode}`, `in_nul_${mode}`);
+      const first = await deliver(mode, body);
+      expect(first).toEqual({ status: 200, outcome: mode === "async" ? "queued" : "processed", event_id: `evt_nul_paid_${mode}` } as never);
+      if (mode === "async") expect((await work()).map((r) => r.outcome)).toEqual(["processed"]);
+      expect((await deliver(mode, body)).outcome).toBe("duplicate");
+      const [row] = await db`
       select outcome, raw_body, payload_sanitized, needs_review_at, last_error,
              payload #>> '{data,object,description}' as description, payload #> '{data,object,metadata}' as metadata
         from webhook_inbox
     `;
-    expect(row).toMatchObject({ outcome: "processed", raw_body: body, needs_review_at: null, last_error: null, description: "a\ufffdb", metadata: { "k\ufffd": "x\ufffdy" } });
-    expect(row?.payload_sanitized).toBe("\\u0000 ×2, lone surrogate ×1 → U+FFFD");
-    expect(await db`select invoice_id, amount from ledger_entries`).toEqual([{ invoice_id: `in_nul_${mode}`, amount: "2000" }] as never);
-    expect(await count(db, "outbox")).toBe(1);
-  });
+      expect(row).toMatchObject({
+        outcome: "processed",
+        raw_body: body,
+        needs_review_at: null,
+        last_error: null,
+        description: "a\ufffdb",
+        metadata: { "k\ufffd": "x\ufffdy" },
+      });
+      expect(row?.payload_sanitized).toBe("\\u0000 ×2, lone surrogate ×1 → U+FFFD");
+      expect(await db`select invoice_id, amount from ledger_entries`).toEqual([{ invoice_id: `in_nul_${mode}`, amount: "2000" }] as never);
+      expect(await count(db, "outbox")).toBe(1);
+    },
+  );
 
-  test.each(["sync", "hybrid", "async"] as const)("`createApp()` answers 200 needs_review to an event type holding \\u0000 and keeps it with its raw body (%s)", async (mode) => {
-    const body = eventBody(`evt_nul_type_${mode}`, "invoice.paid\u0000", invoice({ status: "paid", amount_paid: 2000 }));
-    expect(await deliver(mode, body)).toEqual({ status: 200, outcome: "needs_review", event_id: `evt_nul_type_${mode}` } as never);
-    expect((await deliver(mode, body)).outcome).toBe("duplicate");
-    const [row] = await db`select event_type, raw_body, payload is not null as has_payload, needs_review_at is not null as parked, processed_at, last_error from webhook_inbox`;
-    expect(row).toMatchObject({ event_type: "invoice.paid\ufffd", raw_body: body, has_payload: true, parked: true, processed_at: null });
-    expect(String(row?.last_error)).toContain("Event type holds characters PostgreSQL cannot store");
-    expect(await count(db, "ledger_entries")).toBe(0);
-  });
+  test.each(["sync", "hybrid", "async"] as const)(
+    "`createApp()` answers 200 needs_review to an event type holding \\u0000 and keeps it with its raw body (%s)",
+    async (mode) => {
+      const body = eventBody(`evt_nul_type_${mode}`, "invoice.paid\u0000", invoice({ status: "paid", amount_paid: 2000 }));
+      expect(await deliver(mode, body)).toEqual({ status: 200, outcome: "needs_review", event_id: `evt_nul_type_${mode}` } as never);
+      expect((await deliver(mode, body)).outcome).toBe("duplicate");
+      const [row] =
+        await db`select event_type, raw_body, payload is not null as has_payload, needs_review_at is not null as parked, processed_at, last_error from webhook_inbox`;
+      expect(row).toMatchObject({ event_type: "invoice.paid\ufffd", raw_body: body, has_payload: true, parked: true, processed_at: null });
+      expect(String(row?.last_error)).toContain("Event type holds characters PostgreSQL cannot store");
+      expect(await count(db, "ledger_entries")).toBe(0);
+    },
+  );
 
   test("`processBatch()` parks a requeued event whose type held \\u0000 again, with a clear error, never settling it as ignored", async () => {
-    const body = eventBody("evt_nul_type_requeued", "invoice.paid\u0000", invoice({ id: "in_nul_type_requeued", status: "paid", amount_paid: 2000 }));
+    const body = eventBody(
+      "evt_nul_type_requeued",
+      "invoice.paid\u0000",
+      invoice({ id: "in_nul_type_requeued", status: "paid", amount_paid: 2000 }),
+    );
     expect((await deliver("sync", body)).outcome).toBe("needs_review");
     expect((await requeue(db, {}, false)).rows).toHaveLength(1);
     const results = await work();
@@ -104,13 +128,20 @@ describe("a payment holding characters jsonb refuses", () => {
   test("`purge()` drops the raw body of a sanitized payload together with the payload", async () => {
     expect((await deliver("sync", paidWithNul("evt_nul_purged", "in_nul_purged"))).outcome).toBe("processed");
     await db`update webhook_inbox set processed_at = now() - interval '8 days'`;
-    expect(await purge(db, { olderThanMs: 30 * 86_400_000, payloadsOlderThanMs: 7 * 86_400_000 })).toEqual({ dryRun: false, deleted: 0, payloadsDropped: 1 });
+    expect(await purge(db, { olderThanMs: 30 * 86_400_000, payloadsOlderThanMs: 7 * 86_400_000 })).toEqual({
+      dryRun: false,
+      deleted: 0,
+      payloadsDropped: 1,
+    });
     const [row] = await db`select payload, raw_body, payload_dropped_at is not null as dropped from webhook_inbox`;
     expect(row).toEqual({ payload: null, raw_body: null, dropped: true });
   });
 
   test("`createApp()` still parks a number beyond numeric's range as needs-review with its raw body only", async () => {
-    const body = eventBody("evt_huge_number", "invoice.paid", invoice({ status: "paid", amount_paid: 2000 })).replace('"usd"', '"usd", "note": 1e131072');
+    const body = eventBody("evt_huge_number", "invoice.paid", invoice({ status: "paid", amount_paid: 2000 })).replace(
+      '"usd"',
+      '"usd", "note": 1e131072',
+    );
     expect(await deliver("sync", body)).toEqual({ status: 200, outcome: "needs_review", event_id: "evt_huge_number" } as never);
     const [row] = await db`select payload, raw_body, payload_sanitized, needs_review_at is not null as parked from webhook_inbox`;
     expect(row).toEqual({ payload: null, raw_body: body, payload_sanitized: null, parked: true });
@@ -139,11 +170,19 @@ describe("rows parked before sanitized copies existed", () => {
 
   test("`processBatch()` books a requeued payment whose row holds only its raw body, storing the sanitized copy as its payload", async () => {
     await parkedTheOldWay("evt_old_nul_1", "invoice.paid", paidWithNul("evt_old_nul_1", "in_old_1"));
-    await parkedTheOldWay("evt_old_nul_2", "invoice.created", eventBody("evt_old_nul_2", "invoice.created", invoice({ id: "in_old_2", description: "\u0000" })));
+    await parkedTheOldWay(
+      "evt_old_nul_2",
+      "invoice.created",
+      eventBody("evt_old_nul_2", "invoice.created", invoice({ id: "in_old_2", description: "\u0000" })),
+    );
     expect((await requeue(db, {}, false)).rows).toHaveLength(2);
     const results = await work();
-    expect(results.map((r) => [r.claim.eventId, r.outcome]).sort()).toEqual([["evt_old_nul_1", "processed"], ["evt_old_nul_2", "processed"]]);
-    const rows = await db`select event_id, payload_sanitized, payload #>> '{data,object,description}' as description, raw_body is not null as raw from webhook_inbox order by event_id`;
+    expect(results.map((r) => [r.claim.eventId, r.outcome]).sort()).toEqual([
+      ["evt_old_nul_1", "processed"],
+      ["evt_old_nul_2", "processed"],
+    ]);
+    const rows =
+      await db`select event_id, payload_sanitized, payload #>> '{data,object,description}' as description, raw_body is not null as raw from webhook_inbox order by event_id`;
     expect(rows).toEqual([
       { event_id: "evt_old_nul_1", payload_sanitized: "\\u0000 ×2, lone surrogate ×1 → U+FFFD", description: "a\ufffdb", raw: true },
       { event_id: "evt_old_nul_2", payload_sanitized: "\\u0000 ×1 → U+FFFD", description: "\ufffd", raw: true },
@@ -155,7 +194,11 @@ describe("rows parked before sanitized copies existed", () => {
   test("`processBatch()` applies a requeued raw-body row through a plain (non-statement) handler too", async () => {
     const seen: unknown[] = [];
     const plain: HandlerTable = { "invoice.created": async (_tx, object) => void seen.push(object.description) };
-    await parkedTheOldWay("evt_old_plain", "invoice.created", eventBody("evt_old_plain", "invoice.created", invoice({ description: "a\u0000" })));
+    await parkedTheOldWay(
+      "evt_old_plain",
+      "invoice.created",
+      eventBody("evt_old_plain", "invoice.created", invoice({ description: "a\u0000" })),
+    );
     await requeue(db, {}, false);
     expect((await work(plain)).map((r) => r.outcome)).toEqual(["processed"]);
     expect(seen).toEqual(["a\ufffd"]);

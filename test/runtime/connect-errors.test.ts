@@ -27,8 +27,16 @@ async function run(script: string, args: string[], databaseUrl: string): Promise
 
 const CASES: [string, string, RegExp][] = [
   ["a wrong password", urlWith((u) => (u.password = SECRET)), /^Cannot connect to the database: password authentication failed/],
-  ["a missing database", urlWith((u) => (u.pathname = "/no_such_database")), /^Cannot connect to the database: database "no_such_database" does not exist/],
-  ["an unknown URL parameter", urlWith((u) => u.searchParams.set("bogus_setting", "1")), /^Cannot connect to the database: unrecognized configuration parameter "bogus_setting"/],
+  [
+    "a missing database",
+    urlWith((u) => (u.pathname = "/no_such_database")),
+    /^Cannot connect to the database: database "no_such_database" does not exist/,
+  ],
+  [
+    "an unknown URL parameter",
+    urlWith((u) => u.searchParams.set("bogus_setting", "1")),
+    /^Cannot connect to the database: unrecognized configuration parameter "bogus_setting"/,
+  ],
   ["a failed TLS handshake", urlWith((u) => u.searchParams.set("sslmode", "bogus")), /^Cannot connect to the database: .*TLS/],
 ];
 

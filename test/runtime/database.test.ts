@@ -16,7 +16,9 @@ test("`openDatabase()` refuses an unreadable DATABASE_URL without quoting it (th
 
 test("`openDatabase()` refuses an EMBEDDED_PG_PORT that is not a port (0 or text would start a server no later command finds)", async () => {
   for (const port of ["abc", "0", "70000", "54.5"]) {
-    await expect(openDatabase({ EMBEDDED_PG_PORT: port })).rejects.toThrow(`EMBEDDED_PG_PORT must be a port number from 1 to 65535, got "${port}"`);
+    await expect(openDatabase({ EMBEDDED_PG_PORT: port })).rejects.toThrow(
+      `EMBEDDED_PG_PORT must be a port number from 1 to 65535, got "${port}"`,
+    );
   }
 });
 
@@ -25,7 +27,9 @@ test("`openDatabase()` refuses the embedded development server when NODE_ENV=pro
 });
 
 test("`openDatabase()` refuses an unknown NODE_ENV before any other setting, naming the variable", async () => {
-  await expect(openDatabase({ NODE_ENV: "prod", EMBEDDED_PG_PORT: "0" })).rejects.toThrow('NODE_ENV must be production, development or test (or unset), got "prod"');
+  await expect(openDatabase({ NODE_ENV: "prod", EMBEDDED_PG_PORT: "0" })).rejects.toThrow(
+    'NODE_ENV must be production, development or test (or unset), got "prod"',
+  );
 });
 
 test("`openDatabase()` says the embedded port is taken by another program, and initialises no cluster", async () => {
@@ -36,7 +40,9 @@ test("`openDatabase()` says the embedded port is taken by another program, and i
   try {
     const error = await openDatabase({ EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(port) }).catch((err: unknown) => err as Error);
     expect(error).toBeInstanceOf(Error);
-    expect((error as Error).message).toBe(`Cannot start embedded PostgreSQL: port ${port} on 127.0.0.1 is already in use by another program (set EMBEDDED_PG_PORT to a free port)`);
+    expect((error as Error).message).toBe(
+      `Cannot start embedded PostgreSQL: port ${port} on 127.0.0.1 is already in use by another program (set EMBEDDED_PG_PORT to a free port)`,
+    );
     expect(existsSync(join(dir, "PG_VERSION"))).toBe(false);
   } finally {
     await new Promise((resolve) => other.close(resolve));

@@ -46,7 +46,9 @@ function viaBouncer(name: string, options: Parameters<typeof connect>[1]): Db {
 /** `promise`, or an error naming `what` after `ms` (a bound, so a wedged pooler fails instead of hanging). */
 function within<T>(ms: number, what: string, promise: Promise<T>): Promise<T> {
   let timer: Timer | undefined;
-  const timeout = new Promise<never>((_, reject) => (timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms)));
+  const timeout = new Promise<never>(
+    (_, reject) => (timer = setTimeout(() => reject(new Error(`${what} did not settle within ${ms} ms`)), ms)),
+  );
   return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }
 
@@ -75,10 +77,12 @@ async function bouncerWithServerDown(database: string, options: Parameters<typeo
  * `concurrency` at a time. Returns the ids of the events answered 2xx other than `duplicate`.
  */
 async function deliverRounds(app: App, rounds: number, concurrency: number): Promise<string[]> {
-  const bodies = Array.from({ length: rounds }, (_, round) => lifecycle().map(({ body }) => {
-    const event = JSON.parse(body) as { id: string };
-    return JSON.stringify({ ...event, id: `${event.id}_r${round}` });
-  })).flat();
+  const bodies = Array.from({ length: rounds }, (_, round) =>
+    lifecycle().map(({ body }) => {
+      const event = JSON.parse(body) as { id: string };
+      return JSON.stringify({ ...event, id: `${event.id}_r${round}` });
+    }),
+  ).flat();
   shuffleInPlace(bodies, mulberry32(60));
   const acknowledged: string[] = [];
   const next = async (): Promise<void> => {
@@ -107,7 +111,7 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     await Promise.all(databases.map((fresh) => fresh.drop().catch(() => {})));
   }, 30_000);
 
-  test("`connect()` with prepared statements fails behind PgBouncer's transaction pooling; `pooler: \"transaction\"` runs the same sequence", async () => {
+  test('`connect()` with prepared statements fails behind PgBouncer\'s transaction pooling; `pooler: "transaction"` runs the same sequence', async () => {
     const { name } = await database();
     /**
      * a prepares q on one backend while b's transaction holds another; PgBouncer (LIFO) then gives a's
@@ -135,11 +139,22 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
 
   test("`receiverApp()` through PgBouncer with DATABASE_POOLER=transaction serves the shuffled, duplicated lifecycle", async () => {
     const fresh = await database();
-    const config = loadServerConfig({ DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, DB_POOL_MAX: "8" }, "test");
+    const config = loadServerConfig(
+      { DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, DB_POOL_MAX: "8" },
+      "test",
+    );
     const db = connectReceiver(config.databaseUrl, config, "webhook-inbox test");
     pools.push(db);
     const app = receiverApp(config, db, { log: () => {} });
-    const summary = await deliver(lifecycle(), { url: "http://receiver.test/webhooks/stripe", secret: SECRET, copies: 3, shuffle: true, seed: 11, concurrency: 8, fetch: (r) => app.fetch(r) });
+    const summary = await deliver(lifecycle(), {
+      url: "http://receiver.test/webhooks/stripe",
+      secret: SECRET,
+      copies: 3,
+      shuffle: true,
+      seed: 11,
+      concurrency: 8,
+      fetch: (r) => app.fetch(r),
+    });
     expect(summary.outcomes).toEqual({ processed: 11, ignored: 1, duplicate: 24 });
     await expectLifecycleRows(fresh.db);
   }, 30_000);
@@ -150,7 +165,11 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     await Promise.all(actors.map((a) => a`select 1`));
     const body = eventBody("evt_bouncer_eight", "invoice.paid", invoice({ id: "in_bouncer_eight", status: "paid", amount_paid: 2000 }));
     const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
-    const outcomes = await within(20_000, "8 concurrent deliveries", Promise.all(actors.map((a) => receiveSync(a, target, verified(body)))));
+    const outcomes = await within(
+      20_000,
+      "8 concurrent deliveries",
+      Promise.all(actors.map((a) => receiveSync(a, target, verified(body)))),
+    );
     expect(outcomes.filter((o) => o === "processed")).toHaveLength(1);
     expect(outcomes.filter((o) => o === "duplicate")).toHaveLength(7);
     const [row] = await fresh.db<{ inbox: number; ledger: number; outbox: number }[]>`
@@ -163,24 +182,43 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
 
   test("`bun run worker` with DATABASE_POOLER=transaction polls instead of LISTEN and drains async rows through PgBouncer", async () => {
     const fresh = await database();
-    const config = loadServerConfig({ DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: "async" }, "test");
+    const config = loadServerConfig(
+      { DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: "async" },
+      "test",
+    );
     const db = connectReceiver(config.databaseUrl, config, "webhook-inbox test");
     pools.push(db);
     const app = receiverApp(config, db, { log: () => {} });
-    const summary = await deliver(lifecycle(), { url: "http://receiver.test/webhooks/stripe", secret: SECRET, copies: 2, shuffle: true, seed: 12, concurrency: 4, fetch: (r) => app.fetch(r) });
+    const summary = await deliver(lifecycle(), {
+      url: "http://receiver.test/webhooks/stripe",
+      secret: SECRET,
+      copies: 2,
+      shuffle: true,
+      seed: 12,
+      concurrency: 4,
+      fetch: (r) => app.fetch(r),
+    });
     expect(summary.outcomes).toEqual({ queued: 11, ignored: 1, duplicate: 12 });
 
     const env = { ...process.env, DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction" };
-    const worker = spawn("timeout", ["--kill-after=5", "60", process.execPath, "src/bin/worker.ts", "--poll-ms", "100"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+    const worker = spawn("timeout", ["--kill-after=5", "60", process.execPath, "src/bin/worker.ts", "--poll-ms", "100"], {
+      cwd: ROOT,
+      env,
+      stdio: ["ignore", "pipe", "pipe"],
+    });
     let output = "";
     worker.stdout.on("data", (c: Buffer) => (output += c.toString("utf8")));
     worker.stderr.on("data", (c: Buffer) => (output += c.toString("utf8")));
     const exited = new Promise<number | null>((resolve) => worker.once("exit", resolve));
     try {
-      await waitUntil("the worker to drain the inbox", async () => {
-        const [row] = await fresh.db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null`;
-        return row?.n === 0;
-      }, { timeoutMs: 20_000, intervalMs: 100 });
+      await waitUntil(
+        "the worker to drain the inbox",
+        async () => {
+          const [row] = await fresh.db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null`;
+          return row?.n === 0;
+        },
+        { timeoutMs: 20_000, intervalMs: 100 },
+      );
       expect(output).toContain('"pooler":"transaction","listen":false');
       await expectLifecycleRows(fresh.db);
     } finally {
@@ -195,9 +233,34 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     const fresh = await database();
     // chaos creates (and drops) its own database on the server behind DATABASE_URL: here, through PgBouncer.
     const env = { ...process.env, DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction" };
-    const child = Bun.spawn(["timeout", "--kill-after=5", "100", process.execPath, "src/dev/bin/chaos.ts", "--json", "--mode", "async", "--invoices", "40", "--faults", "kill-receiver,kill-worker", "--seed", "404", "--fault-every-ms", "300", "--deadline-ms", "60000"], {
-      cwd: ROOT, env, stdout: "pipe", stderr: "pipe",
-    });
+    const child = Bun.spawn(
+      [
+        "timeout",
+        "--kill-after=5",
+        "100",
+        process.execPath,
+        "src/dev/bin/chaos.ts",
+        "--json",
+        "--mode",
+        "async",
+        "--invoices",
+        "40",
+        "--faults",
+        "kill-receiver,kill-worker",
+        "--seed",
+        "404",
+        "--fault-every-ms",
+        "300",
+        "--deadline-ms",
+        "60000",
+      ],
+      {
+        cwd: ROOT,
+        env,
+        stdout: "pipe",
+        stderr: "pipe",
+      },
+    );
     const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
     const last = stdout.trim().split("\n").pop() ?? "";
     let summary: Record<string, unknown>;
@@ -206,26 +269,45 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     } catch {
       throw new Error(`chaos printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
     }
-    expect({ code, ...summary }).toMatchObject({ code: 0, passed: true, lost: 0, unacknowledged: 0, double_booked: 0, wrong_final_state: 0, unprocessed: 0, unexpected_needs_review: 0 });
+    expect({ code, ...summary }).toMatchObject({
+      code: 0,
+      passed: true,
+      lost: 0,
+      unacknowledged: 0,
+      double_booked: 0,
+      wrong_final_state: 0,
+      unprocessed: 0,
+      unexpected_needs_review: 0,
+    });
     expect(Number(summary.receiver_kills) + Number(summary.worker_kills)).toBeGreaterThanOrEqual(2);
     expect(summary.graceful_exits).toBe(summary.children);
     // chaos itself, 2 receivers and 2 workers (and their restarts) all logged in through PgBouncer.
-    const logins = bouncer.log().split("\n").filter((line) => /login attempt: db=webhook_inbox_chaos_/.test(line));
+    const logins = bouncer
+      .log()
+      .split("\n")
+      .filter((line) => /login attempt: db=webhook_inbox_chaos_/.test(line));
     expect(logins.length).toBeGreaterThanOrEqual(5);
   }, 110_000);
 
-  test.each(["sync", "hybrid", "async"] as const)("`receiverApp()` through PgBouncer without DATABASE_POOLER (prepared statements on) answers 2xx only for events it saved (%s)", async (mode) => {
-    const fresh = await database();
-    const config = loadServerConfig({ DATABASE_URL: bouncer.url(fresh.name), STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, DB_POOL_MAX: "6" }, "test");
-    expect(config.databasePooler).toBe("none");
-    const db = connectReceiver(config.databaseUrl, config, "webhook-inbox test");
-    pools.push(db);
-    const app = receiverApp(config, db, { log: () => {} });
-    const acknowledged = await deliverRounds(app, 40, 6);
-    expect(acknowledged.length).toBeGreaterThan(0);
-    const saved = new Set((await fresh.db<{ event_id: string }[]>`select event_id from webhook_inbox`).map((r) => r.event_id));
-    expect(acknowledged.filter((id) => !saved.has(id))).toEqual([]);
-  }, 60_000);
+  test.each(["sync", "hybrid", "async"] as const)(
+    "`receiverApp()` through PgBouncer without DATABASE_POOLER (prepared statements on) answers 2xx only for events it saved (%s)",
+    async (mode) => {
+      const fresh = await database();
+      const config = loadServerConfig(
+        { DATABASE_URL: bouncer.url(fresh.name), STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, DB_POOL_MAX: "6" },
+        "test",
+      );
+      expect(config.databasePooler).toBe("none");
+      const db = connectReceiver(config.databaseUrl, config, "webhook-inbox test");
+      pools.push(db);
+      const app = receiverApp(config, db, { log: () => {} });
+      const acknowledged = await deliverRounds(app, 40, 6);
+      expect(acknowledged.length).toBeGreaterThan(0);
+      const saved = new Set((await fresh.db<{ event_id: string }[]>`select event_id from webhook_inbox`).map((r) => r.event_id));
+      expect(acknowledged.filter((id) => !saved.has(id))).toEqual([]);
+    },
+    60_000,
+  );
 
   test("`connect()` behind PgBouncer whose server is down rejects each query with a database-unavailable error and leaves no unhandled rejection", async () => {
     const gate = await tcpGate(adminUrl());
@@ -244,7 +326,10 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
       const failures: string[] = [];
       for (let attempt = 0; attempt < 12 && !failures.some((f) => f.includes("server_login_retry")); attempt++) {
         const db = connect(down.url("postgres"), { max: 1, pooler: "transaction" });
-        const outcome = await within(1_500, "a query", db`select 1`).then(() => "answered", (err: unknown) => `${isDatabaseUnavailable(err) ? "unavailable" : "other"}: ${String(err)}`);
+        const outcome = await within(1_500, "a query", db`select 1`).then(
+          () => "answered",
+          (err: unknown) => `${isDatabaseUnavailable(err) ? "unavailable" : "other"}: ${String(err)}`,
+        );
         if (!outcome.includes("did not settle")) failures.push(outcome);
         await db.end({ timeout: 0 });
         await Bun.sleep(300);
@@ -263,7 +348,11 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
   test("`waitForDatabase()` through PgBouncer whose server is down bounds each attempt and gives up after its limit with one line per attempt", async () => {
     const { db } = await bouncerWithServerDown("postgres");
     const lines: string[] = [];
-    const waited = await within(30_000, "waitForDatabase", waitForDatabase(db, { limitMs: 3_000, attemptMs: 1_000, log: (line) => lines.push(line) }).catch((err: unknown) => err));
+    const waited = await within(
+      30_000,
+      "waitForDatabase",
+      waitForDatabase(db, { limitMs: 3_000, attemptMs: 1_000, log: (line) => lines.push(line) }).catch((err: unknown) => err),
+    );
     expect(waited).toBeInstanceOf(DatabaseWaitError);
     expect(String(waited)).toContain("the database did not answer within 3.0 s");
     expect(String(waited)).toContain("select 1: the database did not answer within 1.0 s");
@@ -280,24 +369,47 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     expect(String(await within(10_000, "waitForDatabase after abort", waiting))).toBe("Error: stop requested");
   }, 30_000);
 
-  test.each(["sync", "hybrid", "async"] as const)("`receiverApp()` through PgBouncer whose server is down answers 503 database_unavailable with Retry-After after STATEMENT_TIMEOUT_MS (%s)", async (mode) => {
-    const fresh = await database();
-    const config = loadServerConfig({ DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, STATEMENT_TIMEOUT_MS: "1000" }, "test");
-    const { db } = await bouncerWithServerDown(fresh.name);
-    const app = receiverApp(config, db, { log: () => {} });
-    const body = eventBody(`evt_bouncer_down_${mode}`, "invoice.paid", invoice({ id: `in_bouncer_down_${mode}`, status: "paid", amount_paid: 2000 }));
-    const response = await within(20_000, "a delivery", app.fetch(await signedRequest("http://receiver.test/webhooks/stripe", body)));
-    expect(response.status).toBe(503);
-    expect(response.headers.get("retry-after")).not.toBeNull();
-    expect(((await response.json()) as { error?: string }).error).toBe("database_unavailable");
-  }, 30_000);
+  test.each(["sync", "hybrid", "async"] as const)(
+    "`receiverApp()` through PgBouncer whose server is down answers 503 database_unavailable with Retry-After after STATEMENT_TIMEOUT_MS (%s)",
+    async (mode) => {
+      const fresh = await database();
+      const config = loadServerConfig(
+        {
+          DATABASE_URL: bouncer.url(fresh.name),
+          DATABASE_POOLER: "transaction",
+          STRIPE_WEBHOOK_SECRET: SECRET,
+          INBOX_MODE: mode,
+          STATEMENT_TIMEOUT_MS: "1000",
+        },
+        "test",
+      );
+      const { db } = await bouncerWithServerDown(fresh.name);
+      const app = receiverApp(config, db, { log: () => {} });
+      const body = eventBody(
+        `evt_bouncer_down_${mode}`,
+        "invoice.paid",
+        invoice({ id: `in_bouncer_down_${mode}`, status: "paid", amount_paid: 2000 }),
+      );
+      const response = await within(20_000, "a delivery", app.fetch(await signedRequest("http://receiver.test/webhooks/stripe", body)));
+      expect(response.status).toBe(503);
+      expect(response.headers.get("retry-after")).not.toBeNull();
+      expect(((await response.json()) as { error?: string }).error).toBe("database_unavailable");
+    },
+    30_000,
+  );
 
   test("`waitForDatabase()` fails at once when PgBouncer refuses a startup parameter, naming it", async () => {
     const { name } = await database();
     const db = viaBouncer(name, { max: 1, statementTimeoutMs: 5_000 });
     const lines: string[] = [];
-    const waited = await within(20_000, "waitForDatabase", waitForDatabase(db, { limitMs: 10_000, log: (line) => lines.push(line) }).catch((err: unknown) => err));
-    expect(String(waited)).toBe("DatabaseWaitError: the database refused the connection: unsupported startup parameter: statement_timeout (SQLSTATE 08P01)");
+    const waited = await within(
+      20_000,
+      "waitForDatabase",
+      waitForDatabase(db, { limitMs: 10_000, log: (line) => lines.push(line) }).catch((err: unknown) => err),
+    );
+    expect(String(waited)).toBe(
+      "DatabaseWaitError: the database refused the connection: unsupported startup parameter: statement_timeout (SQLSTATE 08P01)",
+    );
     expect(lines).toEqual([]);
   }, 30_000);
 
@@ -306,10 +418,16 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     const session = await startPgBouncer(adminUrl(), { sessionDatabases: [fresh.name] });
     stops.push(() => session.stop());
     const body = eventBody("evt_bouncer_session", "invoice.paid", invoice({ id: "in_bouncer_session", status: "paid", amount_paid: 2000 }));
-    expect(await receiveAsync(fresh.db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(body))).toBe("queued");
+    expect(await receiveAsync(fresh.db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(body))).toBe(
+      "queued",
+    );
     const run = (url: string, whileRunning: (output: () => string) => Promise<void>) => {
       const env = { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", DATABASE_URL: url, DATABASE_WAIT_MS: "3000" };
-      const worker = spawn("timeout", ["--kill-after=5", "30", process.execPath, "src/bin/worker.ts", "--poll-ms", "100"], { cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"] });
+      const worker = spawn("timeout", ["--kill-after=5", "30", process.execPath, "src/bin/worker.ts", "--poll-ms", "100"], {
+        cwd: ROOT,
+        env,
+        stdio: ["ignore", "pipe", "pipe"],
+      });
       let stdout = "";
       let stderr = "";
       worker.stdout.on("data", (c: Buffer) => (stdout += c.toString("utf8")));
@@ -326,16 +444,23 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
       })();
     };
     const inSession = await run(session.url(fresh.name), async (output) => {
-      await waitUntil("the worker to process the row (or exit)", async () => {
-        const [row] = await fresh.db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null`;
-        return row?.n === 0 || /exit|Cannot start/.test(output());
-      }, { timeoutMs: 20_000, intervalMs: 100 });
+      await waitUntil(
+        "the worker to process the row (or exit)",
+        async () => {
+          const [row] = await fresh.db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null`;
+          return row?.n === 0 || /exit|Cannot start/.test(output());
+        },
+        { timeoutMs: 20_000, intervalMs: 100 },
+      );
     });
     expect({ code: inSession.code, stderr: inSession.stderr }).toEqual({ code: 0, stderr: "" });
     expect(inSession.stdout).toContain('"statement-timeout":"transaction"');
     expect(await count(fresh.db, "webhook_inbox", "processed_at is null")).toBe(0);
     const refused = Bun.spawn(["timeout", "--kill-after=5", "30", process.execPath, "src/bin/worker.ts"], {
-      cwd: ROOT, env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", DATABASE_URL: bouncer.url(fresh.name), DATABASE_WAIT_MS: "3000" }, stdout: "pipe", stderr: "pipe",
+      cwd: ROOT,
+      env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", DATABASE_URL: bouncer.url(fresh.name), DATABASE_WAIT_MS: "3000" },
+      stdout: "pipe",
+      stderr: "pipe",
     });
     const [stderr, code] = await Promise.all([new Response(refused.stderr).text(), refused.exited]);
     expect(code).toBe(1);
@@ -353,9 +478,16 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
     const fresh = await database();
     const run = async (command: string, env: Record<string, string>) => {
       const child = Bun.spawn(["timeout", "--kill-after=5", "30", process.execPath, command], {
-        cwd: ROOT, env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", STRIPE_WEBHOOK_SECRET: SECRET, PORT: "3341", ...env }, stdout: "pipe", stderr: "pipe",
+        cwd: ROOT,
+        env: { PATH: process.env.PATH ?? "", HOME: process.env.HOME ?? "", STRIPE_WEBHOOK_SECRET: SECRET, PORT: "3341", ...env },
+        stdout: "pipe",
+        stderr: "pipe",
       });
-      const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
+      const [stdout, stderr, code] = await Promise.all([
+        new Response(child.stdout).text(),
+        new Response(child.stderr).text(),
+        child.exited,
+      ]);
       return { code, stderr: stderr.trim(), stdout };
     };
     for (const command of ["src/bin/migrate.ts", "src/bin/serve.ts"]) {
@@ -365,7 +497,10 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
       expect(refused.stderr).toContain("set DATABASE_POOLER=transaction");
       expect(refused.stderr).not.toContain(bouncer.url(fresh.name));
     }
-    expect(await run("src/bin/migrate.ts", { DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction" })).toMatchObject({ code: 0, stderr: "" });
+    expect(await run("src/bin/migrate.ts", { DATABASE_URL: bouncer.url(fresh.name), DATABASE_POOLER: "transaction" })).toMatchObject({
+      code: 0,
+      stderr: "",
+    });
     expect(await run("src/bin/migrate.ts", { DATABASE_URL: fresh.url })).toMatchObject({ code: 0, stderr: "" });
   }, 60_000);
 });

@@ -31,7 +31,10 @@ export function pgbouncerBinary(): string {
  * password (SCRAM, plain password in userlist.txt, which PgBouncer also uses towards the server).
  * PgBouncer refuses to run as root, so as root it runs as `nobody` (`-u`).
  */
-export async function startPgBouncer(serverUrl: string, options: { poolSize?: number; sessionDatabases?: string[] } = {}): Promise<PgBouncer> {
+export async function startPgBouncer(
+  serverUrl: string,
+  options: { poolSize?: number; sessionDatabases?: string[] } = {},
+): Promise<PgBouncer> {
   const binary = pgbouncerBinary();
   const server = new URL(serverUrl);
   const user = decodeURIComponent(server.username);
@@ -41,26 +44,32 @@ export async function startPgBouncer(serverUrl: string, options: { poolSize?: nu
   chmodSync(dir, 0o755);
   const quote = (s: string) => `"${s.replaceAll('"', '""')}"`;
   writeFileSync(join(dir, "userlist.txt"), `${quote(user)} ${quote(password)}\n`, { mode: 0o644 });
-  writeFileSync(join(dir, "pgbouncer.ini"), [
-    "[databases]",
-    ...(options.sessionDatabases ?? []).map((name) => `${name} = host=${server.hostname} port=${server.port || 5432} pool_mode=session`),
-    `* = host=${server.hostname} port=${server.port || 5432}`,
-    "[pgbouncer]",
-    "listen_addr = 127.0.0.1",
-    `listen_port = ${port}`,
-    "unix_socket_dir =",
-    "auth_type = scram-sha-256",
-    `auth_file = ${join(dir, "userlist.txt")}`,
-    "pool_mode = transaction",
-    `default_pool_size = ${options.poolSize ?? 4}`,
-    "max_client_conn = 500",
-    "max_db_connections = 50",
-    "server_login_retry = 1",
-    "ignore_startup_parameters = extra_float_digits",
-    "",
-  ].join("\n"), { mode: 0o644 });
+  writeFileSync(
+    join(dir, "pgbouncer.ini"),
+    [
+      "[databases]",
+      ...(options.sessionDatabases ?? []).map((name) => `${name} = host=${server.hostname} port=${server.port || 5432} pool_mode=session`),
+      `* = host=${server.hostname} port=${server.port || 5432}`,
+      "[pgbouncer]",
+      "listen_addr = 127.0.0.1",
+      `listen_port = ${port}`,
+      "unix_socket_dir =",
+      "auth_type = scram-sha-256",
+      `auth_file = ${join(dir, "userlist.txt")}`,
+      "pool_mode = transaction",
+      `default_pool_size = ${options.poolSize ?? 4}`,
+      "max_client_conn = 500",
+      "max_db_connections = 50",
+      "server_login_retry = 1",
+      "ignore_startup_parameters = extra_float_digits",
+      "",
+    ].join("\n"),
+    { mode: 0o644 },
+  );
   const asRoot = process.getuid?.() === 0;
-  const child: ChildProcess = spawn(binary, [...(asRoot ? ["-u", "nobody"] : []), join(dir, "pgbouncer.ini")], { stdio: ["ignore", "ignore", "pipe"] });
+  const child: ChildProcess = spawn(binary, [...(asRoot ? ["-u", "nobody"] : []), join(dir, "pgbouncer.ini")], {
+    stdio: ["ignore", "ignore", "pipe"],
+  });
   let log = "";
   child.stderr?.on("data", (chunk: Buffer) => (log += chunk.toString("utf8")));
   const exited = new Promise<number | null>((resolve) => child.once("exit", (code) => resolve(code)));
@@ -70,7 +79,10 @@ export async function startPgBouncer(serverUrl: string, options: { poolSize?: nu
     rmSync(dir, { recursive: true, force: true });
   };
   try {
-    await waitUntil("PgBouncer to start", async () => log.includes("process up") || child.exitCode !== null, { timeoutMs: 10_000, intervalMs: 20 });
+    await waitUntil("PgBouncer to start", async () => log.includes("process up") || child.exitCode !== null, {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+    });
     if (child.exitCode !== null) throw new Error(`exited with ${child.exitCode}`);
   } catch (err) {
     await stop();

@@ -18,12 +18,17 @@ function problems(env: Record<string, string | undefined>): string[] {
 
 describe("loadServerConfig()", () => {
   test("`loadServerConfig()` returns loadConfig()'s settings with the database URL and the pooler", () => {
-    const config = loadServerConfig({ DATABASE_URL: DB_URL, DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, PORT: "8080" }, "Deno");
+    const config = loadServerConfig(
+      { DATABASE_URL: DB_URL, DATABASE_POOLER: "transaction", STRIPE_WEBHOOK_SECRET: SECRET, PORT: "8080" },
+      "Deno",
+    );
     expect(config).toMatchObject({ databaseUrl: DB_URL, databasePooler: "transaction", port: 8080 });
   });
 
   test("`loadServerConfig()` requires DATABASE_URL, listed first with every other problem", () => {
-    expect(problems({ STRIPE_WEBHOOK_SECRET: SECRET })).toEqual(["DATABASE_URL is required on Deno (only `bun run serve` starts an embedded PostgreSQL)"]);
+    expect(problems({ STRIPE_WEBHOOK_SECRET: SECRET })).toEqual([
+      "DATABASE_URL is required on Deno (only `bun run serve` starts an embedded PostgreSQL)",
+    ]);
     expect(problems({ PORT: "x" })).toEqual([
       "DATABASE_URL is required on Deno (only `bun run serve` starts an embedded PostgreSQL)",
       "STRIPE_WEBHOOK_SECRET is required (the billing endpoint's whsec_… signing secret)",
@@ -32,15 +37,26 @@ describe("loadServerConfig()", () => {
   });
 
   test("`loadServerConfig()` with NODE_ENV=production names the missing DATABASE_URL once", () => {
-    expect(problems({ NODE_ENV: "production", STRIPE_WEBHOOK_SECRET: SECRET })).toEqual(["DATABASE_URL is required on Deno (only `bun run serve` starts an embedded PostgreSQL)"]);
+    expect(problems({ NODE_ENV: "production", STRIPE_WEBHOOK_SECRET: SECRET })).toEqual([
+      "DATABASE_URL is required on Deno (only `bun run serve` starts an embedded PostgreSQL)",
+    ]);
   });
 });
 
 test("`bun run serve:workerd` refuses bad settings at start (exit 1, every problem named), not at the first webhook", async () => {
   const child = Bun.spawn([process.execPath, "src/adapter/workerd/miniflare.ts"], {
     cwd: new URL("../..", import.meta.url).pathname,
-    env: { PATH: process.env.PATH ?? "", DATABASE_URL: DB_URL, STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_TOLERANCE_SEC: "0", STATEMENT_TIMEOUT_MS: "abc", PORT: "0" },
-    stdout: "pipe", stderr: "pipe", timeout: 30_000,
+    env: {
+      PATH: process.env.PATH ?? "",
+      DATABASE_URL: DB_URL,
+      STRIPE_WEBHOOK_SECRET: SECRET,
+      STRIPE_TOLERANCE_SEC: "0",
+      STATEMENT_TIMEOUT_MS: "abc",
+      PORT: "0",
+    },
+    stdout: "pipe",
+    stderr: "pipe",
+    timeout: 30_000,
   });
   const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
   expect(code).toBe(1);

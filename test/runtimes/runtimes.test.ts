@@ -53,16 +53,31 @@ describe.each(RUNTIMES)("$name", (runtime) => {
   test("serves the shuffled, duplicated lifecycle, answers 400 to a bad signature with nothing written, and stops on SIGTERM", async () => {
     const fresh = await freshDatabase({ migrated: !runtime.migrates });
     try {
-      const server = await startServer({ command: runtime.command(), env: { DATABASE_URL: fresh.url, STRIPE_WEBHOOK_SECRET: SECRET, ...runtime.env } });
+      const server = await startServer({
+        command: runtime.command(),
+        env: { DATABASE_URL: fresh.url, STRIPE_WEBHOOK_SECRET: SECRET, ...runtime.env },
+      });
       servers.push(server);
       const url = `${server.base}/webhooks/stripe`;
 
-      const summary = await deliver(lifecycle(), { url, secret: SECRET, copies: 3, shuffle: true, seed: 7, concurrency: 6, retryBaseMs: 50 });
+      const summary = await deliver(lifecycle(), {
+        url,
+        secret: SECRET,
+        copies: 3,
+        shuffle: true,
+        seed: 7,
+        concurrency: 6,
+        retryBaseMs: 50,
+      });
       expect(summary.failures).toEqual([]);
       expect(summary.outcomes).toEqual({ processed: 11, ignored: 1, duplicate: 24 });
       await expectLifecycleRows(fresh.db);
 
-      const forged = await signedRequest(url, eventBody("evt_forged_runtime", "invoice.paid", invoice({ id: "in_forged_runtime", status: "paid", amount_paid: 2000 })), { secret: OTHER_SECRET });
+      const forged = await signedRequest(
+        url,
+        eventBody("evt_forged_runtime", "invoice.paid", invoice({ id: "in_forged_runtime", status: "paid", amount_paid: 2000 })),
+        { secret: OTHER_SECRET },
+      );
       const response = await fetch(forged);
       expect(response.status).toBe(400);
       expect(await response.json()).toMatchObject({ error: "signature_mismatch" });
@@ -73,7 +88,12 @@ describe.each(RUNTIMES)("$name", (runtime) => {
       expect(rows).toEqual({ inbox: 0, invoices: 0 });
 
       expect(await server.stop()).toBe(0);
-      expect(await fetch(`${server.base}/healthz`).then(() => "answered", () => "refused")).toBe("refused");
+      expect(
+        await fetch(`${server.base}/healthz`).then(
+          () => "answered",
+          () => "refused",
+        ),
+      ).toBe("refused");
     } finally {
       await fresh.drop();
     }

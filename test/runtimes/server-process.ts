@@ -35,9 +35,18 @@ export interface ServerOptions {
  */
 export async function startServer(options: ServerOptions): Promise<ServerProcess> {
   const port = await freePort();
-  const env = { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", NO_COLOR: "1", ...options.env, PORT: String(port), HOST: "127.0.0.1" };
+  const env = {
+    PATH: process.env.PATH ?? "/usr/bin:/bin",
+    HOME: process.env.HOME ?? "/root",
+    NO_COLOR: "1",
+    ...options.env,
+    PORT: String(port),
+    HOST: "127.0.0.1",
+  };
   const child: ChildProcess = spawn("timeout", ["--kill-after=5", String(options.lifetimeSec ?? 120), ...options.command], {
-    cwd: ROOT, env, stdio: ["ignore", "pipe", "pipe"],
+    cwd: ROOT,
+    env,
+    stdio: ["ignore", "pipe", "pipe"],
   });
   let output = "";
   child.stdout?.on("data", (chunk: Buffer) => (output += chunk.toString("utf8")));
@@ -58,13 +67,22 @@ export async function startServer(options: ServerOptions): Promise<ServerProcess
     return code;
   };
   try {
-    await waitUntil(`${options.command.join(" ")} to answer GET /readyz`, async () => {
-      if (!running()) throw new Error(`exited with ${child.exitCode ?? child.signalCode}`);
-      return fetch(`${base}/readyz`).then((r) => r.ok, () => false);
-    }, { timeoutMs: options.readyMs ?? 30_000, intervalMs: 100 });
+    await waitUntil(
+      `${options.command.join(" ")} to answer GET /readyz`,
+      async () => {
+        if (!running()) throw new Error(`exited with ${child.exitCode ?? child.signalCode}`);
+        return fetch(`${base}/readyz`).then(
+          (r) => r.ok,
+          () => false,
+        );
+      },
+      { timeoutMs: options.readyMs ?? 30_000, intervalMs: 100 },
+    );
   } catch (err) {
     await stop(2_000);
-    throw new Error(`Cannot start ${options.command.join(" ")}: ${err instanceof Error ? err.message : String(err)}\n${output.slice(-3000)}`);
+    throw new Error(
+      `Cannot start ${options.command.join(" ")}: ${err instanceof Error ? err.message : String(err)}\n${output.slice(-3000)}`,
+    );
   }
   return { base, output: () => output, stop };
 }

@@ -29,10 +29,11 @@ export async function tcpGate(url: string): Promise<TcpGate> {
   return {
     url: Object.assign(new URL(url), { port: String(port) }).toString(),
     open: () => new Promise<void>((resolve) => (server = createServer(forward)).listen(port, "127.0.0.1", () => resolve())),
-    shut: () => new Promise<void>((resolve) => {
-      for (const s of sockets) s.destroy();
-      server ? server.close(() => resolve()) : resolve();
-      server = undefined;
-    }),
+    shut: () =>
+      new Promise<void>((resolve) => {
+        for (const s of sockets) s.destroy();
+        server ? server.close(() => resolve()) : resolve();
+        server = undefined;
+      }),
   };
 }

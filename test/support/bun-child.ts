@@ -43,7 +43,9 @@ export async function waitForLine(w: Running, prefix: string, timeoutMs = 15_000
     const exited = w.child.exitCode !== null || w.child.signalCode !== null;
     if (exited || Date.now() > deadline) {
       const why = exited ? `child ${w.child.pid} exited (${w.child.exitCode ?? w.child.signalCode})` : `${timeoutMs} ms passed`;
-      throw new Error(`Cannot find "${prefix}" on stdout: ${why}; stdout ${JSON.stringify(w.lines)}, stderr ${exited ? await w.stderr : "(running)"}`);
+      throw new Error(
+        `Cannot find "${prefix}" on stdout: ${why}; stdout ${JSON.stringify(w.lines)}, stderr ${exited ? await w.stderr : "(running)"}`,
+      );
     }
     await Bun.sleep(10);
   }

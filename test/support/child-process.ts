@@ -48,11 +48,16 @@ export async function waitForLine(child: Child, prefix: string, timeoutMs = 15_0
   let exited = false;
   void child.done.then(() => (exited = true));
   while (true) {
-    const line = child.stdout.split("\n").slice(0, -1).find((l) => l.startsWith(prefix));
+    const line = child.stdout
+      .split("\n")
+      .slice(0, -1)
+      .find((l) => l.startsWith(prefix));
     if (line !== undefined) return line;
     if (exited || Date.now() > deadline) {
       const why = exited ? `the child exited (${child.process.exitCode ?? child.process.signalCode})` : `${timeoutMs} ms passed`;
-      throw new Error(`Cannot find "${prefix}" on the child's stdout: ${why}; stdout ${JSON.stringify(child.stdout)}, stderr ${JSON.stringify(child.stderr)}`);
+      throw new Error(
+        `Cannot find "${prefix}" on the child's stdout: ${why}; stdout ${JSON.stringify(child.stdout)}, stderr ${JSON.stringify(child.stderr)}`,
+      );
     }
     await Bun.sleep(10);
   }

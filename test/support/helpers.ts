@@ -72,19 +72,43 @@ export const FIXTURES_DIR = join(import.meta.dir, "..", "fixtures");
  */
 export function readFixtures(dir: string): { name: string; body: string }[] {
   const folder = isAbsolute(dir) ? dir : join(FIXTURES_DIR, dir);
-  const names = readdirSync(folder).filter((f) => f.endsWith(".json")).sort();
+  const names = readdirSync(folder)
+    .filter((f) => f.endsWith(".json"))
+    .sort();
   if (names.length === 0) throw new Error(`No .json fixtures in ${folder}`);
   return names.map((name) => ({ name, body: readFileSync(join(folder, name), "utf8") }));
 }
 
 /** A Stripe invoice object with sensible defaults (amounts in minor units). */
 export function invoice(overrides: Record<string, unknown> = {}): Record<string, unknown> {
-  return { id: "in_test_1", object: "invoice", customer: "cus_test_1", currency: "usd", amount_due: 2000, amount_paid: 0, status: "draft", ...overrides };
+  return {
+    id: "in_test_1",
+    object: "invoice",
+    customer: "cus_test_1",
+    currency: "usd",
+    amount_due: 2000,
+    amount_paid: 0,
+    status: "draft",
+    ...overrides,
+  };
 }
 
 /** A Stripe event body (pretty-printed like Stripe's) for `type` with `object` as `data.object`. */
 export function eventBody(id: string, type: string, object: Record<string, unknown>): string {
-  return JSON.stringify({ id, object: "event", api_version: "2025-09-30.clover", created: 1764461520, livemode: false, pending_webhooks: 1, type, data: { object } }, null, 2);
+  return JSON.stringify(
+    {
+      id,
+      object: "event",
+      api_version: "2025-09-30.clover",
+      created: 1764461520,
+      livemode: false,
+      pending_webhooks: 1,
+      type,
+      data: { object },
+    },
+    null,
+    2,
+  );
 }
 
 /** A VerifiedEvent built from a body (for calling receiveSync directly). */
@@ -94,7 +118,11 @@ export function verified(body: string) {
 }
 
 /** A signed webhook request, as Stripe would send it. `timestampSec` defaults to now. */
-export async function signedRequest(url: string, body: string, options: { secret?: string; timestampSec?: number; headers?: Record<string, string> } = {}): Promise<Request> {
+export async function signedRequest(
+  url: string,
+  body: string,
+  options: { secret?: string; timestampSec?: number; headers?: Record<string, string> } = {},
+): Promise<Request> {
   const signature = await signStripePayload(body, options.secret ?? SECRET, options.timestampSec ?? Math.floor(Date.now() / 1000));
   return new Request(url, {
     method: "POST",

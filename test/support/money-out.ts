@@ -14,11 +14,14 @@ export interface MoneyOutEvent {
 
 /** The twenty money-out fixtures, in file order. */
 export function moneyOut(): MoneyOutEvent[] {
-  return readdirSync(MONEY_OUT_DIR).filter((f) => f.endsWith(".json")).sort().map((name) => {
-    const body = readFileSync(join(MONEY_OUT_DIR, name), "utf8");
-    const event = JSON.parse(body) as { id: string; type: string };
-    return { name, body, id: event.id, type: event.type };
-  });
+  return readdirSync(MONEY_OUT_DIR)
+    .filter((f) => f.endsWith(".json"))
+    .sort()
+    .map((name) => {
+      const body = readFileSync(join(MONEY_OUT_DIR, name), "utf8");
+      const event = JSON.parse(body) as { id: string; type: string };
+      return { name, body, id: event.id, type: event.type };
+    });
 }
 
 /** The fixture whose file name starts with `prefix` (e.g. "07_"). */
@@ -38,7 +41,10 @@ const IN2 = "in_1SmA2qLgUG5tbmjcRfB0xDsp";
 
 /** The end state money-out/README.md gives for the twenty fixtures (amounts in minor units). */
 export const MONEY_OUT_END_STATE = {
-  invoices: [{ id: IN1, status: "paid" }, { id: IN2, status: "paid" }],
+  invoices: [
+    { id: IN1, status: "paid" },
+    { id: IN2, status: "paid" },
+  ],
   ledger: [
     { invoice_id: IN1, kind: "payment", amount: 10000, currency: "usd", balance_transaction: null },
     { invoice_id: IN1, kind: "refund", amount: 2500, currency: "usd", balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1" },
@@ -55,8 +61,26 @@ export const MONEY_OUT_END_STATE = {
   ],
   disputes: [{ id: "dp_1SmA2qLgUG5tbmjc0DspB", status: "won" }],
   net: [
-    { invoice_id: IN1, currency: "usd", paid: 10000, refunded: 4000, dispute_withdrawn: 0, dispute_fees: 0, dispute_reinstated: 0, net: 6000 },
-    { invoice_id: IN2, currency: "usd", paid: 20000, refunded: 0, dispute_withdrawn: 20000, dispute_fees: 1500, dispute_reinstated: 20000, net: 18500 },
+    {
+      invoice_id: IN1,
+      currency: "usd",
+      paid: 10000,
+      refunded: 4000,
+      dispute_withdrawn: 0,
+      dispute_fees: 0,
+      dispute_reinstated: 0,
+      net: 6000,
+    },
+    {
+      invoice_id: IN2,
+      currency: "usd",
+      paid: 20000,
+      refunded: 0,
+      dispute_withdrawn: 20000,
+      dispute_fees: 1500,
+      dispute_reinstated: 20000,
+      net: 18500,
+    },
   ],
   outbox: [
     { event_type: "DisputeFeeBooked", n: 1 },

@@ -43,7 +43,12 @@ export function binaryRequired(name: string, env: Env = process.env): boolean {
 }
 
 /** Why program `name` is missing, naming how to install it (`installHint`), or undefined when {@link findBinary} finds it. */
-export function binaryMissing(name: string, installHint: string, env: Env = process.env, candidates: readonly string[] = []): string | undefined {
+export function binaryMissing(
+  name: string,
+  installHint: string,
+  env: Env = process.env,
+  candidates: readonly string[] = [],
+): string | undefined {
   if (findBinary(name, env, candidates) !== undefined) return undefined;
   const override = env[`${stem(name)}_BIN`];
   return `${name} is not installed (${override !== undefined ? `${stem(name)}_BIN=${override} does not run` : `not in PATH, /usr/sbin or ${stem(name)}_BIN`}): \`${installHint}\` runs these tests`;

@@ -90,67 +90,106 @@ test("`receiveSync()` books the payment when the redelivery follows the same fai
   expect(await leftovers("evt_case_a_sync", "in_case_a_sync")).toEqual({ inbox: 1, ledger: 1, receipts: 0, bookings: 1, status: "paid" });
 });
 
-test("`receiveApplyFirst()` (Case B) requests two receipts when its process is killed between the two commits", async () => {
-  const event = paidEvent("evt_case_b_broken", "in_case_b_broken");
-  const child = spawnChild("crash-after-commit", fresh.url, event.body);
-  expect(await waitForLine(child, "COMMITTED")).toBe("COMMITTED");
-  expect(await killChild(child)).toBe("SIGKILL");
-  expect(child.stdout).not.toContain("UNREACHABLE");
-  // The business change committed; the inbox row that would mark it done was never written.
-  expect(await leftovers("evt_case_b_broken", "in_case_b_broken")).toEqual({ inbox: 0, ledger: 1, receipts: 1, bookings: 1, status: "paid" });
+test(
+  "`receiveApplyFirst()` (Case B) requests two receipts when its process is killed between the two commits",
+  async () => {
+    const event = paidEvent("evt_case_b_broken", "in_case_b_broken");
+    const child = spawnChild("crash-after-commit", fresh.url, event.body);
+    expect(await waitForLine(child, "COMMITTED")).toBe("COMMITTED");
+    expect(await killChild(child)).toBe("SIGKILL");
+    expect(child.stdout).not.toContain("UNREACHABLE");
+    // The business change committed; the inbox row that would mark it done was never written.
+    expect(await leftovers("evt_case_b_broken", "in_case_b_broken")).toEqual({
+      inbox: 0,
+      ledger: 1,
+      receipts: 1,
+      bookings: 1,
+      status: "paid",
+    });
 
-  expect(await receiveApplyFirst(db, target(receiptHandlers), event)).toBe("processed");
-  // Applied twice: a second receipt email. The ledger still shows 1 only because its unique key
-  // (invoice_id, kind) absorbs the second booking; a non-idempotent effect is what Case B doubles.
-  expect(await leftovers("evt_case_b_broken", "in_case_b_broken")).toEqual({ inbox: 1, ledger: 1, receipts: 2, bookings: 1, status: "paid" });
-}, CONCURRENT_TEST_TIMEOUT_MS);
+    expect(await receiveApplyFirst(db, target(receiptHandlers), event)).toBe("processed");
+    // Applied twice: a second receipt email. The ledger still shows 1 only because its unique key
+    // (invoice_id, kind) absorbs the second booking; a non-idempotent effect is what Case B doubles.
+    expect(await leftovers("evt_case_b_broken", "in_case_b_broken")).toEqual({
+      inbox: 1,
+      ledger: 1,
+      receipts: 2,
+      bookings: 1,
+      status: "paid",
+    });
+  },
+  CONCURRENT_TEST_TIMEOUT_MS,
+);
 
-test("`receiveSync()` leaves nothing when its process is killed inside the transaction, and the redelivery requests one receipt", async () => {
-  const event = paidEvent("evt_case_b_sync", "in_case_b_sync");
-  const child = spawnChild("crash-in-transaction", fresh.url, event.body);
-  const backend = Number((await waitForLine(child, "IN_TX ")).slice("IN_TX ".length));
-  expect(Number.isInteger(backend)).toBe(true);
-  // The child's inbox row, invoice, ledger and outbox rows exist, uncommitted, in an open transaction.
-  const [activity] = await db`select state from pg_stat_activity where pid = ${backend}`;
-  expect(activity?.state).toBe("idle in transaction");
-  const [locked] = await db`select count(*)::int as n from pg_locks where pid = ${backend} and relation = 'webhook_inbox'::regclass`;
-  expect(locked?.n).toBeGreaterThan(0);
+test(
+  "`receiveSync()` leaves nothing when its process is killed inside the transaction, and the redelivery requests one receipt",
+  async () => {
+    const event = paidEvent("evt_case_b_sync", "in_case_b_sync");
+    const child = spawnChild("crash-in-transaction", fresh.url, event.body);
+    const backend = Number((await waitForLine(child, "IN_TX ")).slice("IN_TX ".length));
+    expect(Number.isInteger(backend)).toBe(true);
+    // The child's inbox row, invoice, ledger and outbox rows exist, uncommitted, in an open transaction.
+    const [activity] = await db`select state from pg_stat_activity where pid = ${backend}`;
+    expect(activity?.state).toBe("idle in transaction");
+    const [locked] = await db`select count(*)::int as n from pg_locks where pid = ${backend} and relation = 'webhook_inbox'::regclass`;
+    expect(locked?.n).toBeGreaterThan(0);
 
-  expect(await killChild(child)).toBe("SIGKILL");
-  expect(child.stdout).not.toContain("UNREACHABLE");
-  // The server rolls the transaction back when it notices the closed connection.
-  await waitUntil(`backend ${backend} to end`, async () => (await db`select 1 from pg_stat_activity where pid = ${backend}`).length === 0);
-  expect(await leftovers("evt_case_b_sync", "in_case_b_sync")).toEqual({ inbox: 0, ledger: 0, receipts: 0, bookings: 0, status: null });
+    expect(await killChild(child)).toBe("SIGKILL");
+    expect(child.stdout).not.toContain("UNREACHABLE");
+    // The server rolls the transaction back when it notices the closed connection.
+    await waitUntil(
+      `backend ${backend} to end`,
+      async () => (await db`select 1 from pg_stat_activity where pid = ${backend}`).length === 0,
+    );
+    expect(await leftovers("evt_case_b_sync", "in_case_b_sync")).toEqual({ inbox: 0, ledger: 0, receipts: 0, bookings: 0, status: null });
 
-  expect(await receiveSync(db, target(receiptHandlers), event)).toBe("processed");
-  expect(await leftovers("evt_case_b_sync", "in_case_b_sync")).toEqual({ inbox: 1, ledger: 1, receipts: 1, bookings: 1, status: "paid" });
-  expect(await receiveSync(db, target(receiptHandlers), event)).toBe("duplicate");
-  expect((await leftovers("evt_case_b_sync", "in_case_b_sync")).receipts).toBe(1);
-}, CONCURRENT_TEST_TIMEOUT_MS);
+    expect(await receiveSync(db, target(receiptHandlers), event)).toBe("processed");
+    expect(await leftovers("evt_case_b_sync", "in_case_b_sync")).toEqual({ inbox: 1, ledger: 1, receipts: 1, bookings: 1, status: "paid" });
+    expect(await receiveSync(db, target(receiptHandlers), event)).toBe("duplicate");
+    expect((await leftovers("evt_case_b_sync", "in_case_b_sync")).receipts).toBe(1);
+  },
+  CONCURRENT_TEST_TIMEOUT_MS,
+);
 
-test("`receiveApplyFirst()` (Case B) applies twice when two concurrent deliveries both pass its SELECT", async () => {
-  const event = paidEvent("evt_case_b_race", "in_case_b_race");
-  const actors = connections(fresh.url, 2);
-  try {
-    const bothChecked = barrier(2);
-    const outcomes = await Promise.all(actors.map((actor) => receiveApplyFirst(actor, target(receiptHandlers), event, { afterCheck: bothChecked })));
-    expect(outcomes).toEqual(["processed", "processed"]);
-  } finally {
-    await closeAll(actors);
-  }
-  expect(await leftovers("evt_case_b_race", "in_case_b_race")).toEqual({ inbox: 1, ledger: 1, receipts: 2, bookings: 1, status: "paid" });
-}, CONCURRENT_TEST_TIMEOUT_MS);
+test(
+  "`receiveApplyFirst()` (Case B) applies twice when two concurrent deliveries both pass its SELECT",
+  async () => {
+    const event = paidEvent("evt_case_b_race", "in_case_b_race");
+    const actors = connections(fresh.url, 2);
+    try {
+      const bothChecked = barrier(2);
+      const outcomes = await Promise.all(
+        actors.map((actor) => receiveApplyFirst(actor, target(receiptHandlers), event, { afterCheck: bothChecked })),
+      );
+      expect(outcomes).toEqual(["processed", "processed"]);
+    } finally {
+      await closeAll(actors);
+    }
+    expect(await leftovers("evt_case_b_race", "in_case_b_race")).toEqual({ inbox: 1, ledger: 1, receipts: 2, bookings: 1, status: "paid" });
+  },
+  CONCURRENT_TEST_TIMEOUT_MS,
+);
 
-test("`receiveSync()` applies once when the same two deliveries arrive concurrently", async () => {
-  const event = paidEvent("evt_case_b_race_sync", "in_case_b_race_sync");
-  const actors = connections(fresh.url, 2);
-  let outcomes: Outcome[];
-  try {
-    await Promise.all(actors.map((actor) => actor`select 1`));
-    outcomes = await Promise.all(actors.map((actor) => receiveSync(actor, target(receiptHandlers), event)));
-  } finally {
-    await closeAll(actors);
-  }
-  expect(outcomes.toSorted()).toEqual(["duplicate", "processed"]);
-  expect(await leftovers("evt_case_b_race_sync", "in_case_b_race_sync")).toEqual({ inbox: 1, ledger: 1, receipts: 1, bookings: 1, status: "paid" });
-}, CONCURRENT_TEST_TIMEOUT_MS);
+test(
+  "`receiveSync()` applies once when the same two deliveries arrive concurrently",
+  async () => {
+    const event = paidEvent("evt_case_b_race_sync", "in_case_b_race_sync");
+    const actors = connections(fresh.url, 2);
+    let outcomes: Outcome[];
+    try {
+      await Promise.all(actors.map((actor) => actor`select 1`));
+      outcomes = await Promise.all(actors.map((actor) => receiveSync(actor, target(receiptHandlers), event)));
+    } finally {
+      await closeAll(actors);
+    }
+    expect(outcomes.toSorted()).toEqual(["duplicate", "processed"]);
+    expect(await leftovers("evt_case_b_race_sync", "in_case_b_race_sync")).toEqual({
+      inbox: 1,
+      ledger: 1,
+      receipts: 1,
+      bookings: 1,
+      status: "paid",
+    });
+  },
+  CONCURRENT_TEST_TIMEOUT_MS,
+);

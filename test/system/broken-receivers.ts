@@ -37,7 +37,12 @@ export interface ApplyFirstHooks {
  * record, so the redelivery applies it again (at-least-once); two concurrent deliveries can both
  * pass the SELECT (TOCTOU) and both apply.
  */
-export async function receiveApplyFirst(db: Db, target: ReceiveTarget, event: VerifiedEvent, hooks: ApplyFirstHooks = {}): Promise<Outcome> {
+export async function receiveApplyFirst(
+  db: Db,
+  target: ReceiveTarget,
+  event: VerifiedEvent,
+  hooks: ApplyFirstHooks = {},
+): Promise<Outcome> {
   const key = inboxKey(target, event);
   const seen = await db`
     select 1

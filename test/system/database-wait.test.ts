@@ -66,7 +66,11 @@ async function downDatabase(url: string): Promise<{ url: string; open(): Promise
 /** `bun src/bin/<command>.ts` with exactly `env` (plus PATH), both streams collected line by line. */
 function start(command: string, args: string[], env: Record<string, string>) {
   const child = Bun.spawn([process.execPath, join(ROOT, "src", "bin", `${command}.ts`), ...args], {
-    cwd: ROOT, env: { PATH: process.env.PATH ?? "", NO_COLOR: "1", ...env }, stdin: "ignore", stdout: "pipe", stderr: "pipe",
+    cwd: ROOT,
+    env: { PATH: process.env.PATH ?? "", NO_COLOR: "1", ...env },
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
   });
   children.add(child);
   const out = { stdout: [] as string[], stderr: [] as string[] };
@@ -82,11 +86,18 @@ function start(command: string, args: string[], env: Record<string, string>) {
   };
   const done = Promise.all([read(child.stdout, out.stdout), read(child.stderr, out.stderr), child.exited]).then(([, , code]) => code);
   const seen = (stream: "stdout" | "stderr", pattern: RegExp) =>
-    waitUntil(`${command} printing ${pattern} (stdout ${JSON.stringify(out.stdout)}, stderr ${JSON.stringify(out.stderr)})`, async () => {
-      if (out[stream].some((l) => pattern.test(l))) return true;
-      if (child.exitCode !== null) throw new Error(`${command} exited ${child.exitCode} before printing ${pattern}: stdout ${JSON.stringify(out.stdout)}, stderr ${JSON.stringify(out.stderr)}`);
-      return false;
-    }, { timeoutMs: 30_000, intervalMs: 20 });
+    waitUntil(
+      `${command} printing ${pattern} (stdout ${JSON.stringify(out.stdout)}, stderr ${JSON.stringify(out.stderr)})`,
+      async () => {
+        if (out[stream].some((l) => pattern.test(l))) return true;
+        if (child.exitCode !== null)
+          throw new Error(
+            `${command} exited ${child.exitCode} before printing ${pattern}: stdout ${JSON.stringify(out.stdout)}, stderr ${JSON.stringify(out.stderr)}`,
+          );
+        return false;
+      },
+      { timeoutMs: 30_000, intervalMs: 20 },
+    );
   return { child, out, done, seen };
 }
 
@@ -98,7 +109,9 @@ test("`waitForDatabase()` gives up after its limit with one line naming the fail
   await db.end({ timeout: 1 });
   expect(err).toBeInstanceOf(DatabaseWaitError);
   const message = (err as Error).message;
-  expect(message).toMatch(/^the database did not answer within 0\.3 s \(\d+ attempts, last: ECONNREFUSED\); DATABASE_WAIT_MS sets how long to wait$/);
+  expect(message).toMatch(
+    /^the database did not answer within 0\.3 s \(\d+ attempts, last: ECONNREFUSED\); DATABASE_WAIT_MS sets how long to wait$/,
+  );
   expect(logged.length).toBeGreaterThan(0);
   for (const line of [message, ...logged]) {
     expect(line).not.toContain(PASSWORD_MARK);
@@ -122,7 +135,11 @@ test("`waitForDatabase()` fails at once when the server refuses the password, an
 
   const closed = connect(`postgres://webhook:x@127.0.0.1:${await freePort()}/inbox`, { max: 1 });
   const controller = new AbortController();
-  const waiting = waitForDatabase(closed, { limitMs: 60_000, signal: controller.signal, log: () => controller.abort(new Error("stop requested")) }).catch((e: unknown) => e);
+  const waiting = waitForDatabase(closed, {
+    limitMs: 60_000,
+    signal: controller.signal,
+    log: () => controller.abort(new Error("stop requested")),
+  }).catch((e: unknown) => e);
   expect(((await waiting) as Error).message).toBe("stop requested");
   await closed.end({ timeout: 1 });
 });
@@ -137,8 +154,14 @@ test("`bun run worker` started while the database is down waits, one line per at
   await worker.seen("stdout", /"worker":"started"/);
 
   const body = eventBody("evt_wait_worker_paid", "invoice.paid", invoice({ id: "in_wait_worker", amount_paid: 2000, status: "paid" }));
-  expect(await receiveAsync(fresh.db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(body))).toBe("queued");
-  await waitUntil("the worker processing the queued row", async () => (await count(fresh.db, "ledger_entries", "invoice_id = 'in_wait_worker'")) === 1, { timeoutMs: 20_000 });
+  expect(await receiveAsync(fresh.db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(body))).toBe(
+    "queued",
+  );
+  await waitUntil(
+    "the worker processing the queued row",
+    async () => (await count(fresh.db, "ledger_entries", "invoice_id = 'in_wait_worker'")) === 1,
+    { timeoutMs: 20_000 },
+  );
   expect(await count(fresh.db, "webhook_inbox", "event_id = 'evt_wait_worker_paid' and processed_at is not null")).toBe(1);
 
   process.kill(worker.child.pid, "SIGTERM");
@@ -168,7 +191,11 @@ test("`bun run serve` started while the database is down answers /healthz 200, /
   const readyz = await fetch(`${base}/readyz`);
   expect({ status: readyz.status, body: await readyz.json() }).toMatchObject({ status: 503, body: { error: "database_unavailable" } });
   const early = await fetch(await signedRequest(`${base}/webhooks/stripe`, body));
-  expect({ status: early.status, retryAfter: early.headers.get("retry-after"), body: await early.json() }).toMatchObject({ status: 503, retryAfter: "5", body: { error: "database_unavailable" } });
+  expect({ status: early.status, retryAfter: early.headers.get("retry-after"), body: await early.json() }).toMatchObject({
+    status: 503,
+    retryAfter: "5",
+    body: { error: "database_unavailable" },
+  });
 
   await down.open();
   const listening = await serve.seen("stdout", /listening on/).then(() => serve.out.stdout.find((l) => l.includes("listening on")) ?? "");
@@ -177,7 +204,10 @@ test("`bun run serve` started while the database is down answers /healthz 200, /
   expect(await count(fresh.db, "webhook_inbox")).toBe(0);
   expect(await count(fresh.db, "ledger_entries")).toBe(0);
   const late = await fetch(await signedRequest(`${base}/webhooks/stripe`, body));
-  expect({ status: late.status, body: await late.json() }).toEqual({ status: 200, body: { outcome: "processed", event_id: "evt_wait_serve_paid" } });
+  expect({ status: late.status, body: await late.json() }).toEqual({
+    status: 200,
+    body: { outcome: "processed", event_id: "evt_wait_serve_paid" },
+  });
   expect(await count(fresh.db, "ledger_entries", "invoice_id = 'in_wait_serve'")).toBe(1);
   expect((await fetch(`${base}/readyz`)).status).toBe(200);
 
@@ -191,13 +221,21 @@ test("`bun run worker`, `serve` and `dispatch` give up after DATABASE_WAIT_MS: e
   const runs = [
     start("worker", [], env),
     start("serve", [], { ...env, PORT: String(await freePort()), STRIPE_WEBHOOK_SECRET: SECRET }),
-    start("dispatch", [], { ...env, OUTBOX_SINK_URL: "http://127.0.0.1:9/sink", OUTBOX_SINK_SECRET: `whsec_${btoa("database-wait-test-key-01234")}` }),
+    start("dispatch", [], {
+      ...env,
+      OUTBOX_SINK_URL: "http://127.0.0.1:9/sink",
+      OUTBOX_SINK_SECRET: `whsec_${btoa("database-wait-test-key-01234")}`,
+    }),
   ];
   const names = ["worker", "serve", "dispatch"];
   for (const [i, run] of runs.entries()) {
     expect(await run.done).toBe(1);
     const lines = run.out.stderr.filter((l) => l !== "");
-    expect(lines.at(-1)).toMatch(new RegExp(`^Cannot start webhook-inbox ${names[i]}: the database did not answer within 0\\.3 s \\(\\d+ attempts, last: ECONNREFUSED\\); DATABASE_WAIT_MS sets how long to wait$`));
+    expect(lines.at(-1)).toMatch(
+      new RegExp(
+        `^Cannot start webhook-inbox ${names[i]}: the database did not answer within 0\\.3 s \\(\\d+ attempts, last: ECONNREFUSED\\); DATABASE_WAIT_MS sets how long to wait$`,
+      ),
+    );
     expect(lines.slice(0, -1).every((l) => l.startsWith("Waiting for the database: attempt "))).toBe(true);
     expect([...run.out.stdout, ...lines].join("\n")).not.toContain(PASSWORD_MARK);
   }

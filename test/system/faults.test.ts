@@ -76,7 +76,11 @@ function billingEndpoint(handlers: HandlerTable): Endpoint {
   return { ...base, handlers };
 }
 
-function billingApp(target: Db, handlers: HandlerTable = billingHandlers, extra: { maxInFlight?: number; queueTimeoutMs?: number } = {}): App {
+function billingApp(
+  target: Db,
+  handlers: HandlerTable = billingHandlers,
+  extra: { maxInFlight?: number; queueTimeoutMs?: number } = {},
+): App {
   return createApp({ db: target, endpoints: [billingEndpoint(handlers)], log: quiet, ...extra });
 }
 
@@ -170,7 +174,8 @@ test("`createApp()` answers 503 database_unavailable while PostgreSQL is down, k
     await server.stop();
     leftovers.servers.delete(server);
     const during: Reply[] = [];
-    for (const body of [paid, other, paid, other]) during.push(await within(10_000, "a delivery while PostgreSQL is down", deliver(app, body)));
+    for (const body of [paid, other, paid, other])
+      during.push(await within(10_000, "a delivery while PostgreSQL is down", deliver(app, body)));
     for (const reply of during) {
       expect(reply.status).toBe(503);
       expect(reply.body.error).toBe("database_unavailable");
@@ -184,7 +189,10 @@ test("`createApp()` answers 503 database_unavailable while PostgreSQL is down, k
     // The same directory and port, as after a database restart: the app is not told, it must notice.
     server = await startEmbeddedPostgres({ dir, port: server.port, flags: THROWAWAY_FLAGS });
     leftovers.servers.add(server);
-    await waitUntil("/readyz answering 200 after the restart", async () => (await probe("/readyz")).status === 200, { timeoutMs: 30_000, intervalMs: 100 });
+    await waitUntil("/readyz answering 200 after the restart", async () => (await probe("/readyz")).status === 200, {
+      timeoutMs: 30_000,
+      intervalMs: 100,
+    });
     // Nothing of the 503 attempts was kept: only the event acknowledged before the outage.
     expect(await tableCounts(target)).toEqual({ inbox: 1, invoices: 1, ledger: 0, outbox: 0 });
 
@@ -192,7 +200,10 @@ test("`createApp()` answers 503 database_unavailable while PostgreSQL is down, k
     for (const body of [paid, other]) expect(await deliver(app, body)).toMatchObject({ status: 200, body: { outcome: "duplicate" } });
     expect(await tableCounts(target)).toEqual({ inbox: 3, invoices: 2, ledger: 1, outbox: 1 });
     const invoices = await target`select id, status from invoices order by id`;
-    expect([...invoices]).toEqual([{ id: "in_outage_1", status: "paid" }, { id: "in_outage_2", status: "draft" }]);
+    expect([...invoices]).toEqual([
+      { id: "in_outage_1", status: "paid" },
+      { id: "in_outage_2", status: "draft" },
+    ]);
   } finally {
     await endPool(target);
     await server.stop();
@@ -227,7 +238,10 @@ test("`createApp()` answers 5xx when the handler's own backend is terminated ins
       const before = round - 1;
       expect(await tableCounts()).toEqual({ inbox: before, invoices: before, ledger: before, outbox: before });
 
-      expect(await deliver(normal, body)).toMatchObject({ status: 200, body: { outcome: "processed", event_id: `evt_self_killed_${round}` } });
+      expect(await deliver(normal, body)).toMatchObject({
+        status: 200,
+        body: { outcome: "processed", event_id: `evt_self_killed_${round}` },
+      });
       expect(await tableCounts()).toEqual({ inbox: round, invoices: round, ledger: round, outbox: round });
       expect(await count(db, "ledger_entries", `invoice_id = 'in_self_killed_${round}'`)).toBe(1);
     }
@@ -327,7 +341,10 @@ test("`createApp()` with maxInFlight 2 answers 200 processed or 503 overloaded t
     expect(await tableCounts()).toEqual({ inbox: accepted, invoices: accepted, ledger: accepted, outbox: accepted });
 
     for (const e of rejected) {
-      expect(await deliver(app, paidEvent(e.eventId, e.invoiceId))).toMatchObject({ status: 200, body: { outcome: "processed", event_id: e.eventId } });
+      expect(await deliver(app, paidEvent(e.eventId, e.invoiceId))).toMatchObject({
+        status: 200,
+        body: { outcome: "processed", event_id: e.eventId },
+      });
     }
     expect(await tableCounts()).toEqual({ inbox: 8, invoices: 8, ledger: 8, outbox: 8 });
   } finally {
@@ -361,7 +378,9 @@ function newConnectionAttempt(port: number, request: string): Promise<"refused" 
       }
     });
     socket.on("error", (err: NodeJS.ErrnoException) => (err.code === "ECONNREFUSED" ? resolve("refused") : reject(err)));
-    socket.on("close", () => reject(new Error(`A new connection to port ${port} closed without a status line: ${JSON.stringify(received.slice(0, 200))}`)));
+    socket.on("close", () =>
+      reject(new Error(`A new connection to port ${port} closed without a status line: ${JSON.stringify(received.slice(0, 200))}`)),
+    );
   });
 }
 
@@ -373,7 +392,13 @@ test("`serve` on SIGTERM stops taking connections, finishes the in-flight delive
   const [locker] = connections(fresh.url, 1);
   if (!locker) throw new Error("connections() returned no pool");
   const release = gate();
-  const serve = spawnServe({ DATABASE_URL: fresh.url, STRIPE_WEBHOOK_SECRET: SECRET, PORT: String(port), HOST: "127.0.0.1", INBOX_MODE: "sync" });
+  const serve = spawnServe({
+    DATABASE_URL: fresh.url,
+    STRIPE_WEBHOOK_SECRET: SECRET,
+    PORT: String(port),
+    HOST: "127.0.0.1",
+    INBOX_MODE: "sync",
+  });
   try {
     await waitForLine(serve, "webhook-inbox listening on");
     const lock = await lockInvoice(locker, invoiceId, release.opened);
@@ -396,17 +421,24 @@ test("`serve` on SIGTERM stops taking connections, finishes the in-flight delive
       `POST /webhooks/stripe HTTP/1.1\r\nHost: 127.0.0.1:${port}\r\nConnection: close\r\nContent-Type: application/json\r\n` +
       `Stripe-Signature: ${lateSignature}\r\nContent-Length: ${Buffer.byteLength(lateBody)}\r\n\r\n${lateBody}`;
     let late: "refused" | number = 0;
-    await waitUntil("a new connection being refused or answered 503", async () => {
-      late = await newConnectionAttempt(port, raw);
-      return late === "refused" || late === 503;
-    }, { timeoutMs: 5_000, intervalMs: 50 });
+    await waitUntil(
+      "a new connection being refused or answered 503",
+      async () => {
+        late = await newConnectionAttempt(port, raw);
+        return late === "refused" || late === 503;
+      },
+      { timeoutMs: 5_000, intervalMs: 50 },
+    );
     expect(["refused", 503]).toContain(late);
     // Still in flight: the drain waits for it.
     expect(serve.child.exitCode).toBeNull();
 
     release.open();
     await lock.done;
-    expect(await within(10_000, "the in-flight delivery", inFlight)).toMatchObject({ status: 200, body: { outcome: "processed", event_id: eventId } });
+    expect(await within(10_000, "the in-flight delivery", inFlight)).toMatchObject({
+      status: 200,
+      body: { outcome: "processed", event_id: eventId },
+    });
     expect(await within(15_000, "the receiver's exit", serve.child.exited)).toBe(0);
     await serve.stdoutDone;
     expect(await serve.stderr).toBe("");

@@ -19,7 +19,10 @@ afterAll(async () => {
     const pid = postmasterOf(dir);
     if (pid !== undefined) signal(pid, "SIGQUIT");
     // A server still exiting writes into its directory: removed only once it is gone.
-    await waitUntil("a left-over postmaster to exit", async () => postmasterOf(dir) === undefined, { timeoutMs: 15_000, intervalMs: 50 }).catch(() => {});
+    await waitUntil("a left-over postmaster to exit", async () => postmasterOf(dir) === undefined, {
+      timeoutMs: 15_000,
+      intervalMs: 50,
+    }).catch(() => {});
     await rm(dirname(dir), { recursive: true, force: true });
   }
 });
@@ -45,8 +48,14 @@ function postmasterOf(dir: string): number | undefined {
 
 async function startServe(dir: string, pgPort: number) {
   const env = {
-    PATH: process.env.PATH, HOME: process.env.HOME, NO_COLOR: "1", HOST: "127.0.0.1", PORT: String(await freePort()),
-    EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(pgPort), STRIPE_WEBHOOK_SECRET: SECRET,
+    PATH: process.env.PATH,
+    HOME: process.env.HOME,
+    NO_COLOR: "1",
+    HOST: "127.0.0.1",
+    PORT: String(await freePort()),
+    EMBEDDED_PG_DIR: dir,
+    EMBEDDED_PG_PORT: String(pgPort),
+    STRIPE_WEBHOOK_SECRET: SECRET,
   };
   const serve = spawnBun(["src/bin/serve.ts"], env, tracked);
   await waitForLine(serve, "webhook-inbox listening on", 60_000);

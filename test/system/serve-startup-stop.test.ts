@@ -50,10 +50,12 @@ const pids = () => readdirSync("/proc").filter((d) => /^\d+$/.test(d));
 
 /** Live (not zombie) processes of process group `group`. */
 function membersOf(group: number): number[] {
-  return pids().filter((p) => {
-    const f = statFields(p);
-    return f[2] === String(group) && f[0] !== "Z";
-  }).map(Number);
+  return pids()
+    .filter((p) => {
+      const f = statFields(p);
+      return f[2] === String(group) && f[0] !== "Z";
+    })
+    .map(Number);
 }
 
 /** PostgreSQL processes serving `dataDir`: by `-D <dataDir>` on their command line, or the pid in postmaster.pid. */
@@ -84,12 +86,25 @@ function postgresOf(dataDir: string): number[] {
  * code or signal of `bun run`, what serve printed, and the PostgreSQL processes of `dataDir` still
  * running (stopping them, so the next round starts clean).
  */
-async function stopServeAfter(dataDir: string, pgPort: number, delayMs: number, repeatAfterMs?: number): Promise<{ delayMs: number; code: number | string | null; left: number[]; output: string }> {
+async function stopServeAfter(
+  dataDir: string,
+  pgPort: number,
+  delayMs: number,
+  repeatAfterMs?: number,
+): Promise<{ delayMs: number; code: number | string | null; left: number[]; output: string }> {
   const child = spawn(process.execPath, ["run", "serve"], {
-    cwd: ROOT, detached: true, stdio: ["ignore", "pipe", "pipe"],
+    cwd: ROOT,
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
     env: {
-      PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", NO_COLOR: "1", HOST: "127.0.0.1", PORT: String(await freePort()),
-      EMBEDDED_PG_DIR: dataDir, EMBEDDED_PG_PORT: String(pgPort), STRIPE_WEBHOOK_SECRET: SECRET,
+      PATH: process.env.PATH ?? "/usr/bin:/bin",
+      HOME: process.env.HOME ?? "/root",
+      NO_COLOR: "1",
+      HOST: "127.0.0.1",
+      PORT: String(await freePort()),
+      EMBEDDED_PG_DIR: dataDir,
+      EMBEDDED_PG_PORT: String(pgPort),
+      STRIPE_WEBHOOK_SECRET: SECRET,
     },
   });
   const group = child.pid ?? 0;
@@ -114,7 +129,10 @@ async function stopServeAfter(dataDir: string, pgPort: number, delayMs: number, 
   await Promise.race([drained, Bun.sleep(5_000)]);
   const left = postgresOf(dataDir);
   for (const pid of left) signalPid(pid, "SIGQUIT");
-  await waitUntil(`the PostgreSQL left on ${dataDir} to stop`, async () => postgresOf(dataDir).length === 0, { timeoutMs: 15_000, intervalMs: 50 });
+  await waitUntil(`the PostgreSQL left on ${dataDir} to stop`, async () => postgresOf(dataDir).length === 0, {
+    timeoutMs: 15_000,
+    intervalMs: 50,
+  });
   return { delayMs, code, left, output };
 }
 

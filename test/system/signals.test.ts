@@ -17,7 +17,11 @@ function harness() {
   const source = new EventEmitter();
   let clock = 1_000;
   const calls: string[] = [];
-  onStopSignals((signal) => calls.push(`stop ${signal}`), () => calls.push("exit now"), { source, now: () => clock });
+  onStopSignals(
+    (signal) => calls.push(`stop ${signal}`),
+    () => calls.push("exit now"),
+    { source, now: () => clock },
+  );
   return { calls, send: (signal: "SIGTERM" | "SIGINT", afterMs = 0) => ((clock += afterMs), source.emit(signal)) };
 }
 
@@ -63,7 +67,13 @@ afterAll(async () => {
 
 /** Stops a cluster a failed run left up (it has its own group) by its postmaster's pid, then removes its folder. */
 async function removeCluster(dataDir: string): Promise<void> {
-  const pid = Number((await Bun.file(join(dataDir, "postmaster.pid")).text().catch(() => "")).split("\n")[0]);
+  const pid = Number(
+    (
+      await Bun.file(join(dataDir, "postmaster.pid"))
+        .text()
+        .catch(() => "")
+    ).split("\n")[0],
+  );
   if (pid > 0) {
     try {
       process.kill(pid, "SIGQUIT");
@@ -79,14 +89,18 @@ test("Ctrl-C to the process group of `bun run worker` stops it gracefully: one s
   const worker = spawnGroup("worker", ["--poll-ms", "200"], { DATABASE_URL: fresh.url });
   const deadline = Date.now() + 20_000;
   while (!worker.out.stdout.includes('"worker":"started"')) {
-    if (worker.child.exitCode !== null || Date.now() > deadline) throw new Error(`worker did not start: ${worker.out.stdout} ${worker.out.stderr}`);
+    if (worker.child.exitCode !== null || Date.now() > deadline)
+      throw new Error(`worker did not start: ${worker.out.stdout} ${worker.out.stderr}`);
     await Bun.sleep(20);
   }
   await ctrlC(worker.child.pid ?? 0);
   const killer = setTimeout(() => worker.child.pid !== undefined && process.kill(-worker.child.pid, "SIGKILL"), 15_000);
   const code = await worker.exited;
   clearTimeout(killer);
-  const lines = worker.out.stdout.split("\n").filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as Record<string, unknown>);
+  const lines = worker.out.stdout
+    .split("\n")
+    .filter((l) => l.startsWith("{"))
+    .map((l) => JSON.parse(l) as Record<string, unknown>);
   expect(lines.filter((l) => l.worker === "stopping")).toEqual([{ worker: "stopping", signal: "SIGINT" }]);
   expect(lines.at(-1)).toEqual({ worker: "stopped" });
   expect(code).toBe(0);
@@ -95,7 +109,9 @@ test("Ctrl-C to the process group of `bun run worker` stops it gracefully: one s
 /** Spawns `bun run <script>` leading a new process group (like a shell's foreground job), stdout collected. */
 function spawnGroup(script: string, args: string[], env: Record<string, string>) {
   const child = spawn(process.execPath, ["run", script, ...args], {
-    cwd: join(import.meta.dir, "..", ".."), detached: true, stdio: ["ignore", "pipe", "pipe"],
+    cwd: join(import.meta.dir, "..", ".."),
+    detached: true,
+    stdio: ["ignore", "pipe", "pipe"],
     env: { PATH: process.env.PATH ?? "/usr/bin:/bin", HOME: process.env.HOME ?? "/root", NO_COLOR: "1", ...env },
   });
   spawned.add(child);
@@ -122,18 +138,28 @@ test("Ctrl-C to `bun run serve` on the embedded database finishes an in-flight d
   clusters.add(dataDir);
   const [pgPort, httpPort] = [await freePort(), await freePort()];
   const pgUrl = `postgres://postgres:postgres@127.0.0.1:${pgPort}/postgres`;
-  const serve = spawnGroup("serve", [], { EMBEDDED_PG_DIR: dataDir, EMBEDDED_PG_PORT: String(pgPort), PORT: String(httpPort), HOST: "127.0.0.1", STRIPE_WEBHOOK_SECRET: SECRET });
+  const serve = spawnGroup("serve", [], {
+    EMBEDDED_PG_DIR: dataDir,
+    EMBEDDED_PG_PORT: String(pgPort),
+    PORT: String(httpPort),
+    HOST: "127.0.0.1",
+    STRIPE_WEBHOOK_SECRET: SECRET,
+  });
   const locker = postgres(pgUrl, { max: 1, onnotice: () => {} });
   const observer = postgres(pgUrl, { max: 1, onnotice: () => {} });
   try {
     const deadline = Date.now() + 60_000;
     while (!serve.out.stdout.includes("listening on")) {
-      if (serve.child.exitCode !== null || Date.now() > deadline) throw new Error(`serve did not start: ${serve.out.stdout} ${serve.out.stderr}`);
+      if (serve.child.exitCode !== null || Date.now() > deadline)
+        throw new Error(`serve did not start: ${serve.out.stdout} ${serve.out.stderr}`);
       await Bun.sleep(50);
     }
     const url = `http://127.0.0.1:${httpPort}/webhooks/stripe`;
     const post = async (id: string, type: string, status: string) => {
-      const request = await signedRequest(url, eventBody(id, type, invoice({ id: "in_signals_1", amount_paid: status === "paid" ? 2000 : 0, status })));
+      const request = await signedRequest(
+        url,
+        eventBody(id, type, invoice({ id: "in_signals_1", amount_paid: status === "paid" ? 2000 : 0, status })),
+      );
       const response = await fetch(request);
       return { status: response.status, body: (await response.json()) as Record<string, unknown> };
     };
@@ -169,7 +195,12 @@ test("Ctrl-C to `bun run serve` on the embedded database finishes an in-flight d
     expect(code).toBe(0);
     // serve stopped the cluster it started.
     const probe = postgres(pgUrl, { max: 1, connect_timeout: 2, onnotice: () => {} });
-    expect(await probe`select 1`.then(() => "up", () => "down")).toBe("down");
+    expect(
+      await probe`select 1`.then(
+        () => "up",
+        () => "down",
+      ),
+    ).toBe("down");
     await probe.end({ timeout: 1 });
     // What the 200 promised is on disk: the cluster started again from its data directory holds the booking.
     const again = await startEmbeddedPostgres({ dir: dataDir, port: pgPort });
@@ -194,11 +225,18 @@ test("`bun run serve` whose embedded database crashed still stops promptly on SI
   const dataDir = await temporaryDataDir("webhook-inbox-signals-pg-");
   clusters.add(dataDir);
   const [pgPort, httpPort] = [await freePort(), await freePort()];
-  const serve = spawnGroup("serve", [], { EMBEDDED_PG_DIR: dataDir, EMBEDDED_PG_PORT: String(pgPort), PORT: String(httpPort), HOST: "127.0.0.1", STRIPE_WEBHOOK_SECRET: SECRET });
+  const serve = spawnGroup("serve", [], {
+    EMBEDDED_PG_DIR: dataDir,
+    EMBEDDED_PG_PORT: String(pgPort),
+    PORT: String(httpPort),
+    HOST: "127.0.0.1",
+    STRIPE_WEBHOOK_SECRET: SECRET,
+  });
   try {
     const deadline = Date.now() + 60_000;
     while (!serve.out.stdout.includes("listening on")) {
-      if (serve.child.exitCode !== null || Date.now() > deadline) throw new Error(`serve did not start: ${serve.out.stdout} ${serve.out.stderr}`);
+      if (serve.child.exitCode !== null || Date.now() > deadline)
+        throw new Error(`serve did not start: ${serve.out.stdout} ${serve.out.stderr}`);
       await Bun.sleep(50);
     }
     // Immediate shutdown of the cluster serve started (SIGQUIT to its postmaster), as a crash would.

@@ -73,154 +73,194 @@ async function inboxRow(eventId: string): Promise<InboxRow> {
   return row;
 }
 
-test("`runWorker()` stops at 3 attempts when each of 3 worker processes is SIGKILLed inside the handler", async () => {
-  const eventId = "evt_crash_worker_1";
-  const body = eventBody(eventId, "invoice.paid", invoice({ id: "in_crash_worker_1", amount_paid: 2000, status: "paid" }));
-  expect(await receiveAsync(db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(body))).toBe("queued");
+test(
+  "`runWorker()` stops at 3 attempts when each of 3 worker processes is SIGKILLed inside the handler",
+  async () => {
+    const eventId = "evt_crash_worker_1";
+    const body = eventBody(eventId, "invoice.paid", invoice({ id: "in_crash_worker_1", amount_paid: 2000, status: "paid" }));
+    expect(await receiveAsync(db, { provider: "stripe", endpoint: "billing", handlers: billingHandlers }, verified(body))).toBe("queued");
 
-  for (let attempt = 1; attempt <= 3; attempt++) {
-    // From the 2nd run on, the row becomes due again only when the killed worker's 1 s lease expires.
-    const worker = spawnBun(HANGING_WORKER, [fresh.url]);
-    expect(await waitForLine(worker, "IN_HANDLER")).toBe(`IN_HANDLER ${attempt}`);
-    await stop(worker.child, "SIGKILL");
-    expect(worker.child.signalCode).toBe("SIGKILL");
-    expect(await inboxRow(eventId)).toMatchObject({ attempts: attempt, processed: false, needs_review: false, last_error: null });
-  }
+    for (let attempt = 1; attempt <= 3; attempt++) {
+      // From the 2nd run on, the row becomes due again only when the killed worker's 1 s lease expires.
+      const worker = spawnBun(HANGING_WORKER, [fresh.url]);
+      expect(await waitForLine(worker, "IN_HANDLER")).toBe(`IN_HANDLER ${attempt}`);
+      await stop(worker.child, "SIGKILL");
+      expect(worker.child.signalCode).toBe("SIGKILL");
+      expect(await inboxRow(eventId)).toMatchObject({ attempts: attempt, processed: false, needs_review: false, last_error: null });
+    }
 
-  // A fourth worker finds the row due again, with every attempt used up: it parks it and never runs the handler.
-  const fourth = spawnBun(HANGING_WORKER, [fresh.url]);
-  try {
-    await waitForLine(fourth, "WORKER_STARTED");
-    await waitFor("the fourth worker parking the row", async () => (await inboxRow(eventId)).needs_review);
-  } finally {
-    await stop(fourth.child, "SIGKILL");
-  }
-  await fourth.stdoutDone;
-  expect(fourth.lines.filter((l) => l.startsWith("IN_HANDLER"))).toEqual([]);
+    // A fourth worker finds the row due again, with every attempt used up: it parks it and never runs the handler.
+    const fourth = spawnBun(HANGING_WORKER, [fresh.url]);
+    try {
+      await waitForLine(fourth, "WORKER_STARTED");
+      await waitFor("the fourth worker parking the row", async () => (await inboxRow(eventId)).needs_review);
+    } finally {
+      await stop(fourth.child, "SIGKILL");
+    }
+    await fourth.stdoutDone;
+    expect(fourth.lines.filter((l) => l.startsWith("IN_HANDLER"))).toEqual([]);
 
-  expect(await claimBatch(db, { limit: 10, leaseMs: 1_000, maxAttempts: 3 })).toEqual([]);
-  const row = await inboxRow(eventId);
-  expect(row).toMatchObject({ attempts: 3, processed: false, needs_review: true });
-  expect(row.last_error).toContain("attempt limit 3 reached");
-  expect(await count(db, "ledger_entries")).toBe(0);
-  expect(await count(db, "invoices")).toBe(0);
-}, CHILDREN);
+    expect(await claimBatch(db, { limit: 10, leaseMs: 1_000, maxAttempts: 3 })).toEqual([]);
+    const row = await inboxRow(eventId);
+    expect(row).toMatchObject({ attempts: 3, processed: false, needs_review: true });
+    expect(row.last_error).toContain("attempt limit 3 reached");
+    expect(await count(db, "ledger_entries")).toBe(0);
+    expect(await count(db, "invoices")).toBe(0);
+  },
+  CHILDREN,
+);
 
-test("`runWorker()` with its only slot busy still finishes its rows after a NOTIFY arrives", async () => {
-  const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
-  const queue = async (n: number) => {
-    const body = eventBody(`evt_busy_${n}`, "invoice.paid", invoice({ id: `in_busy_${n}`, amount_paid: 2000, status: "paid" }));
-    expect(await receiveAsync(db, target, verified(body))).toBe("queued");
-  };
-  await queue(1);
-  const worker = spawnBun(BUSY_WORKER, [fresh.url]);
-  let drained = false;
-  try {
-    await waitForLine(worker, "IN_HANDLER evt_busy_1");
-    await queue(2); // its NOTIFY reaches the worker while its one slot is taken
-    await waitFor("both rows processed", async () => (await count(db, "webhook_inbox", "processed_at is null")) === 0, 10_000);
-    drained = true;
-  } finally {
-    // A worker stuck in a loop that never yields cannot even handle SIGTERM: SIGKILL it then.
-    await stop(worker.child, drained ? "SIGTERM" : "SIGKILL");
-  }
-  await worker.stdoutDone;
-  expect(worker.child.exitCode).toBe(0);
-  expect(worker.lines.filter((l) => l.startsWith("IN_HANDLER"))).toEqual(["IN_HANDLER evt_busy_1", "IN_HANDLER evt_busy_2"]);
-  expect(await count(db, "ledger_entries")).toBe(2);
-  expect(await count(db, "webhook_inbox", "attempts = 1 and outcome = 'processed'")).toBe(2);
-}, CHILDREN);
+test(
+  "`runWorker()` with its only slot busy still finishes its rows after a NOTIFY arrives",
+  async () => {
+    const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+    const queue = async (n: number) => {
+      const body = eventBody(`evt_busy_${n}`, "invoice.paid", invoice({ id: `in_busy_${n}`, amount_paid: 2000, status: "paid" }));
+      expect(await receiveAsync(db, target, verified(body))).toBe("queued");
+    };
+    await queue(1);
+    const worker = spawnBun(BUSY_WORKER, [fresh.url]);
+    let drained = false;
+    try {
+      await waitForLine(worker, "IN_HANDLER evt_busy_1");
+      await queue(2); // its NOTIFY reaches the worker while its one slot is taken
+      await waitFor("both rows processed", async () => (await count(db, "webhook_inbox", "processed_at is null")) === 0, 10_000);
+      drained = true;
+    } finally {
+      // A worker stuck in a loop that never yields cannot even handle SIGTERM: SIGKILL it then.
+      await stop(worker.child, drained ? "SIGTERM" : "SIGKILL");
+    }
+    await worker.stdoutDone;
+    expect(worker.child.exitCode).toBe(0);
+    expect(worker.lines.filter((l) => l.startsWith("IN_HANDLER"))).toEqual(["IN_HANDLER evt_busy_1", "IN_HANDLER evt_busy_2"]);
+    expect(await count(db, "ledger_entries")).toBe(2);
+    expect(await count(db, "webhook_inbox", "attempts = 1 and outcome = 'processed'")).toBe(2);
+  },
+  CHILDREN,
+);
 
-test("`bun run worker` ×2 drains the shuffled, duplicated fixture lifecycle delivered in async mode to the sync-mode end state, and exits 0 on SIGTERM", async () => {
-  const [base] = stripeEndpoints([{ name: "billing", secrets: [SECRET] }]);
-  if (!base) throw new Error("stripeEndpoints() returned no endpoint");
-  const endpoint: Endpoint = { ...base, mode: "async" };
-  const app = createApp({ db, endpoints: [endpoint], log: () => {} });
+test(
+  "`bun run worker` ×2 drains the shuffled, duplicated fixture lifecycle delivered in async mode to the sync-mode end state, and exits 0 on SIGTERM",
+  async () => {
+    const [base] = stripeEndpoints([{ name: "billing", secrets: [SECRET] }]);
+    if (!base) throw new Error("stripeEndpoints() returned no endpoint");
+    const endpoint: Endpoint = { ...base, mode: "async" };
+    const app = createApp({ db, endpoints: [endpoint], log: () => {} });
 
-  const deliveries = [...lifecycle(), ...lifecycle()];
-  shuffleInPlace(deliveries, mulberry32(20_251_130));
-  const outcomes: Record<string, number> = {};
-  for (const { body } of deliveries) {
-    const response = await app.fetch(await signedRequest("http://receiver.test/webhooks/stripe", body));
-    expect(response.status).toBe(200);
-    const { outcome } = (await response.json()) as { outcome: string };
-    outcomes[outcome] = (outcomes[outcome] ?? 0) + 1;
-  }
-  expect(outcomes).toEqual({ queued: 11, ignored: 1, duplicate: 12 });
-  expect(await count(db, "webhook_inbox", "processed_at is null")).toBe(11);
-  expect(await count(db, "ledger_entries")).toBe(0);
+    const deliveries = [...lifecycle(), ...lifecycle()];
+    shuffleInPlace(deliveries, mulberry32(20_251_130));
+    const outcomes: Record<string, number> = {};
+    for (const { body } of deliveries) {
+      const response = await app.fetch(await signedRequest("http://receiver.test/webhooks/stripe", body));
+      expect(response.status).toBe(200);
+      const { outcome } = (await response.json()) as { outcome: string };
+      outcomes[outcome] = (outcomes[outcome] ?? 0) + 1;
+    }
+    expect(outcomes).toEqual({ queued: 11, ignored: 1, duplicate: 12 });
+    expect(await count(db, "webhook_inbox", "processed_at is null")).toBe(11);
+    expect(await count(db, "ledger_entries")).toBe(0);
 
-  const env = { ...process.env, DATABASE_URL: fresh.url };
-  const workers = [spawnBun(BIN_WORKER, ["--poll-ms", "200"], env), spawnBun(BIN_WORKER, ["--poll-ms", "200"], env)];
-  try {
-    // SIGTERM is handled once the entry file printed "started"; before that it would just kill the process.
-    for (const w of workers) await waitForLine(w, '{"worker":"started"');
-    await waitFor("an empty backlog", async () => (await count(db, "webhook_inbox", "processed_at is null")) === 0, 20_000);
-  } finally {
-    await Promise.all(workers.map((w) => stop(w.child, "SIGTERM")));
-  }
-  for (const w of workers) {
-    await w.stdoutDone;
-    expect({ exitCode: w.child.exitCode, stderr: await w.stderr }).toEqual({ exitCode: 0, stderr: "" });
-    expect(w.lines.some((l) => l.includes('"worker":"stopped"'))).toBe(true);
-  }
-  // Each queued row was processed exactly once, by one of the two workers (which one is up to them).
-  const processedIds = workers.flatMap((w) => w.lines.filter((l) => l.includes('"outcome":"processed"')).map((l) => (JSON.parse(l) as { event_id: string }).event_id));
-  expect(processedIds.length).toBe(11);
-  expect(new Set(processedIds).size).toBe(11);
+    const env = { ...process.env, DATABASE_URL: fresh.url };
+    const workers = [spawnBun(BIN_WORKER, ["--poll-ms", "200"], env), spawnBun(BIN_WORKER, ["--poll-ms", "200"], env)];
+    try {
+      // SIGTERM is handled once the entry file printed "started"; before that it would just kill the process.
+      for (const w of workers) await waitForLine(w, '{"worker":"started"');
+      await waitFor("an empty backlog", async () => (await count(db, "webhook_inbox", "processed_at is null")) === 0, 20_000);
+    } finally {
+      await Promise.all(workers.map((w) => stop(w.child, "SIGTERM")));
+    }
+    for (const w of workers) {
+      await w.stdoutDone;
+      expect({ exitCode: w.child.exitCode, stderr: await w.stderr }).toEqual({ exitCode: 0, stderr: "" });
+      expect(w.lines.some((l) => l.includes('"worker":"stopped"'))).toBe(true);
+    }
+    // Each queued row was processed exactly once, by one of the two workers (which one is up to them).
+    const processedIds = workers.flatMap((w) =>
+      w.lines.filter((l) => l.includes('"outcome":"processed"')).map((l) => (JSON.parse(l) as { event_id: string }).event_id),
+    );
+    expect(processedIds.length).toBe(11);
+    expect(new Set(processedIds).size).toBe(11);
 
-  const invoices = await db<{ id: string; status: string; amount_paid: string }[]>`
+    const invoices = await db<{ id: string; status: string; amount_paid: string }[]>`
     select id, status, amount_paid::text as amount_paid
       from invoices
      order by id
   `;
-  expect([...invoices]).toEqual([
-    { id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", status: "paid", amount_paid: "2000" },
-    { id: "in_1SkA2qLgUG5tbmjcR8oC3wYb", status: "void", amount_paid: "0" },
-    { id: "in_1SkA3rLgUG5tbmjcS9pD4xZc", status: "paid", amount_paid: "129900" },
-  ]);
-  expect(await count(db, "ledger_entries")).toBe(2);
-  expect(await count(db, "outbox")).toBe(2);
-  expect(await count(db, "webhook_inbox", "processed_at is null")).toBe(0);
-  expect(await count(db, "webhook_inbox", "needs_review_at is not null")).toBe(0);
-  expect(await count(db, "webhook_inbox", "outcome = 'processed' and attempts = 1")).toBe(11);
-  expect(await count(db, "webhook_inbox", "outcome = 'ignored' and attempts = 0")).toBe(1);
-}, CHILDREN);
+    expect([...invoices]).toEqual([
+      { id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", status: "paid", amount_paid: "2000" },
+      { id: "in_1SkA2qLgUG5tbmjcR8oC3wYb", status: "void", amount_paid: "0" },
+      { id: "in_1SkA3rLgUG5tbmjcS9pD4xZc", status: "paid", amount_paid: "129900" },
+    ]);
+    expect(await count(db, "ledger_entries")).toBe(2);
+    expect(await count(db, "outbox")).toBe(2);
+    expect(await count(db, "webhook_inbox", "processed_at is null")).toBe(0);
+    expect(await count(db, "webhook_inbox", "needs_review_at is not null")).toBe(0);
+    expect(await count(db, "webhook_inbox", "outcome = 'processed' and attempts = 1")).toBe(11);
+    expect(await count(db, "webhook_inbox", "outcome = 'ignored' and attempts = 0")).toBe(1);
+  },
+  CHILDREN,
+);
 
 test.each([
   ["a batch", "8"],
   ["a single row", "1"],
-])("a worker SIGKILLed while %s waits on a row lock leaves no backend holding locks past --timeout-ms", async (_what, batchSize) => {
-  const created = eventBody(`evt_orphan_created_${batchSize}`, "invoice.created", invoice({ id: `in_orphan_${batchSize}`, status: "draft", amount_paid: 0 }));
-  const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
-  expect(await receiveSync(db, target, verified(created))).toBe("processed"); // the invoice row to lock
-  for (const [type, status] of [["invoice.finalized", "open"], ["invoice.paid", "paid"]] as const) {
-    const body = eventBody(`evt_orphan_${type}_${batchSize}`, type, invoice({ id: `in_orphan_${batchSize}`, status, amount_paid: status === "paid" ? 2000 : 0 }));
-    expect(await receiveAsync(db, target, verified(body))).toBe("queued");
-  }
-  const locker = connect(fresh.url, { max: 1 });
-  let release = () => {};
-  const held = new Promise<void>((resolve) => (release = resolve));
-  let lockerPid: number | undefined;
-  const lock = locker.begin(async (tx) => {
-    const [row] = await tx<{ pid: number }[]>`select pg_backend_pid() as pid from invoices where id = ${`in_orphan_${batchSize}`} for update`;
-    lockerPid = row?.pid;
-    await held;
-  });
-  try {
-    while (lockerPid === undefined) await Bun.sleep(10);
-    const worker = spawnBun(BIN_WORKER, ["--timeout-ms", "1500", "--lease-ms", "20000", "--poll-ms", "100", "--batch-size", batchSize], { ...process.env, DATABASE_URL: fresh.url });
-    const waiting = () => db<{ pid: number }[]>`select pid from pg_stat_activity where application_name = 'webhook-inbox worker' and wait_event_type = 'Lock'`;
-    await waitFor("the worker waiting on the invoice lock", async () => (await waiting()).length > 0);
-    await stop(worker.child, "SIGKILL");
-    // The lock is still held: only a server-side bound can end the dead worker's waiting statement.
-    await waitFor("no backend of the killed worker left", async () =>
-      (await db`select 1 from pg_stat_activity where application_name = 'webhook-inbox worker'`).length === 0, 8_000);
-    const [still] = await db<{ state: string }[]>`select state from pg_stat_activity where pid = ${lockerPid ?? -1}`;
-    expect(still?.state).toBe("idle in transaction");
-  } finally {
-    release();
-    await lock.catch(() => {});
-    await locker.end({ timeout: 1 });
-  }
-}, CHILDREN);
+])(
+  "a worker SIGKILLed while %s waits on a row lock leaves no backend holding locks past --timeout-ms",
+  async (_what, batchSize) => {
+    const created = eventBody(
+      `evt_orphan_created_${batchSize}`,
+      "invoice.created",
+      invoice({ id: `in_orphan_${batchSize}`, status: "draft", amount_paid: 0 }),
+    );
+    const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+    expect(await receiveSync(db, target, verified(created))).toBe("processed"); // the invoice row to lock
+    for (const [type, status] of [
+      ["invoice.finalized", "open"],
+      ["invoice.paid", "paid"],
+    ] as const) {
+      const body = eventBody(
+        `evt_orphan_${type}_${batchSize}`,
+        type,
+        invoice({ id: `in_orphan_${batchSize}`, status, amount_paid: status === "paid" ? 2000 : 0 }),
+      );
+      expect(await receiveAsync(db, target, verified(body))).toBe("queued");
+    }
+    const locker = connect(fresh.url, { max: 1 });
+    let release = () => {};
+    const held = new Promise<void>((resolve) => (release = resolve));
+    let lockerPid: number | undefined;
+    const lock = locker.begin(async (tx) => {
+      const [row] = await tx<
+        { pid: number }[]
+      >`select pg_backend_pid() as pid from invoices where id = ${`in_orphan_${batchSize}`} for update`;
+      lockerPid = row?.pid;
+      await held;
+    });
+    try {
+      while (lockerPid === undefined) await Bun.sleep(10);
+      const worker = spawnBun(BIN_WORKER, ["--timeout-ms", "1500", "--lease-ms", "20000", "--poll-ms", "100", "--batch-size", batchSize], {
+        ...process.env,
+        DATABASE_URL: fresh.url,
+      });
+      const waiting = () =>
+        db<
+          { pid: number }[]
+        >`select pid from pg_stat_activity where application_name = 'webhook-inbox worker' and wait_event_type = 'Lock'`;
+      await waitFor("the worker waiting on the invoice lock", async () => (await waiting()).length > 0);
+      await stop(worker.child, "SIGKILL");
+      // The lock is still held: only a server-side bound can end the dead worker's waiting statement.
+      await waitFor(
+        "no backend of the killed worker left",
+        async () => (await db`select 1 from pg_stat_activity where application_name = 'webhook-inbox worker'`).length === 0,
+        8_000,
+      );
+      const [still] = await db<{ state: string }[]>`select state from pg_stat_activity where pid = ${lockerPid ?? -1}`;
+      expect(still?.state).toBe("idle in transaction");
+    } finally {
+      release();
+      await lock.catch(() => {});
+      await locker.end({ timeout: 1 });
+    }
+  },
+  CHILDREN,
+);

@@ -41,7 +41,9 @@ async function claimAll(claimDb: Db = db, limit = 100): Promise<Claim[]> {
 }
 
 const outcomes = (results: BatchResult[]) =>
-  Object.fromEntries(results.map((r) => [r.claim.eventId, { outcome: r.outcome, batched: r.batched, ...(r.error ? { error: r.error } : {}) }]));
+  Object.fromEntries(
+    results.map((r) => [r.claim.eventId, { outcome: r.outcome, batched: r.batched, ...(r.error ? { error: r.error } : {}) }]),
+  );
 
 type Sql = Parameters<StepsBuilder>[0];
 
@@ -52,7 +54,10 @@ function withExtra(poison: string | string[], extra: (sql: Sql) => Step): Handle
   return {
     ...billingHandlers,
     "invoice.paid": statementHandler("bookPayment+extra", (sql, object, context, helpers) =>
-      [poison].flat().includes(context.eventId) ? { ...build(sql, object, context, helpers), extra: extra(sql) } : build(sql, object, context, helpers)),
+      [poison].flat().includes(context.eventId)
+        ? { ...build(sql, object, context, helpers), extra: extra(sql) }
+        : build(sql, object, context, helpers),
+    ),
   };
 }
 
@@ -92,21 +97,36 @@ describe("processBatch()", () => {
 
   test("`processBatch()` redoes each row on its own when one statement fails: the others are processed, the failing one records its error", async () => {
     for (const n of [1, 2, 3, 4]) await queue(`evt_f_${n}`, "invoice.paid", `in_f_${n}`);
-    const handlers = withExtra("evt_f_3", (sql) => sql`insert into batch_test_marks (note) select (select 'poison' from generate_series(1, 2)) from inbox returning 1`);
+    const handlers = withExtra(
+      "evt_f_3",
+      (sql) => sql`insert into batch_test_marks (note) select (select 'poison' from generate_series(1, 2)) from inbox returning 1`,
+    );
     const results = await processBatch(db, await claimAll(), options(handlers));
     expect(outcomes(results)).toEqual({
       evt_f_1: { outcome: "processed", batched: false },
       evt_f_2: { outcome: "processed", batched: false },
-      evt_f_3: { outcome: "failed", batched: false, error: "PostgresError 21000: more than one row returned by a subquery used as an expression" },
+      evt_f_3: {
+        outcome: "failed",
+        batched: false,
+        error: "PostgresError 21000: more than one row returned by a subquery used as an expression",
+      },
       evt_f_4: { outcome: "processed", batched: false },
     });
     // Every redone row says why its batch rolled back (the worker logs it as batch_error).
-    expect(results.map((r) => r.batchError)).toEqual(Array(4).fill("PostgresError 21000: more than one row returned by a subquery used as an expression"));
+    expect(results.map((r) => r.batchError)).toEqual(
+      Array(4).fill("PostgresError 21000: more than one row returned by a subquery used as an expression"),
+    );
     expect(await count(db, "ledger_entries")).toBe(3);
     expect(await count(db, "ledger_entries", "invoice_id = 'in_f_3'")).toBe(0);
     expect(await count(db, "invoices", "id = 'in_f_3'")).toBe(0);
     // The redo did not count another attempt; the failure is recorded with a backoff.
-    expect(await count(db, "webhook_inbox", "event_id = 'evt_f_3' and attempts = 1 and processed_at is null and last_error like '%21000%' and available_at > now()")).toBe(1);
+    expect(
+      await count(
+        db,
+        "webhook_inbox",
+        "event_id = 'evt_f_3' and attempts = 1 and processed_at is null and last_error like '%21000%' and available_at > now()",
+      ),
+    ).toBe(1);
   });
 
   test("`processBatch()` parks a row its handler refuses (no customer) on its own; the others still share a commit", async () => {
@@ -132,7 +152,12 @@ describe("processBatch()", () => {
     const results = await processBatch(db, await claimAll(), options());
     expect(outcomes(results)).toEqual({
       evt_raw_1: { outcome: "processed", batched: false },
-      evt_raw_plan: { outcome: "needs_review", batched: false, error: "PermanentError: Cannot process: the event has no jsonb payload and its raw body holds no \\u0000 or lone surrogate to replace (a number out of range or nesting too deep?); resolve it by hand" },
+      evt_raw_plan: {
+        outcome: "needs_review",
+        batched: false,
+        error:
+          "PermanentError: Cannot process: the event has no jsonb payload and its raw body holds no \\u0000 or lone surrogate to replace (a number out of range or nesting too deep?); resolve it by hand",
+      },
     });
   });
 
@@ -151,54 +176,72 @@ describe("processBatch()", () => {
     expect(await count(db, "ledger_entries")).toBe(3);
   });
 
-  test("`processBatch()` bounds a whole batch by `timeoutMs`: a slow row's batch is cancelled and redone row by row, only the slow row fails", async () => {
-    for (const n of [1, 2, 3]) await queue(`evt_t_${n}`, "invoice.paid", `in_t_${n}`);
-    const handlers = withExtra("evt_t_2", (sql) => sql`insert into batch_test_marks (note) select pg_sleep(1.5)::text from inbox returning 1`);
-    const results = await processBatch(db, await claimAll(), options(handlers, { timeoutMs: 300 }));
-    expect(outcomes(results)).toEqual({
-      evt_t_1: { outcome: "processed", batched: false },
-      evt_t_2: { outcome: "failed", batched: false, error: expect.stringContaining("57014") },
-      evt_t_3: { outcome: "processed", batched: false },
-    });
-    // batched: false shows the batch's cancel fired (unbounded, the 1.5 s sleep would have completed and
-    // committed the batch); 57014 shows the row's own bound fired too.
-    expect(await count(db, "ledger_entries")).toBe(2);
-  }, WAITS);
+  test(
+    "`processBatch()` bounds a whole batch by `timeoutMs`: a slow row's batch is cancelled and redone row by row, only the slow row fails",
+    async () => {
+      for (const n of [1, 2, 3]) await queue(`evt_t_${n}`, "invoice.paid", `in_t_${n}`);
+      const handlers = withExtra(
+        "evt_t_2",
+        (sql) => sql`insert into batch_test_marks (note) select pg_sleep(1.5)::text from inbox returning 1`,
+      );
+      const results = await processBatch(db, await claimAll(), options(handlers, { timeoutMs: 300 }));
+      expect(outcomes(results)).toEqual({
+        evt_t_1: { outcome: "processed", batched: false },
+        evt_t_2: { outcome: "failed", batched: false, error: expect.stringContaining("57014") },
+        evt_t_3: { outcome: "processed", batched: false },
+      });
+      // batched: false shows the batch's cancel fired (unbounded, the 1.5 s sleep would have completed and
+      // committed the batch); 57014 shows the row's own bound fired too.
+      expect(await count(db, "ledger_entries")).toBe(2);
+    },
+    WAITS,
+  );
 
-  test("`processBatch()` keeps the whole call within `timeoutMs` when two rows of the batch are stuck (a batch must not outlive its lease)", async () => {
-    for (const n of [1, 2, 3, 4]) await queue(`evt_l_${n}`, "invoice.paid", `in_l_${n}`);
-    const handlers = withExtra(["evt_l_1", "evt_l_3"], (sql) => sql`insert into batch_test_marks (note) select pg_sleep(3)::text from inbox returning 1`);
-    const started = performance.now();
-    const results = await processBatch(db, await claimAll(), options(handlers, { timeoutMs: 1_200 }));
-    const elapsed = performance.now() - started;
-    expect(outcomes(results)).toEqual({
-      evt_l_1: { outcome: "failed", batched: false, error: expect.stringContaining("57014") },
-      evt_l_2: { outcome: "processed", batched: false },
-      evt_l_3: { outcome: "failed", batched: false, error: expect.stringContaining("57014") },
-      evt_l_4: { outcome: "processed", batched: false },
-    });
-    // The contract, not a speed goal: one budget for the shared attempt and every redo. Giving each redo
-    // the full timeout again would take 0.6 + 2 × 1.2 s here.
-    expect(elapsed).toBeLessThan(2_400);
-  }, WAITS);
+  test(
+    "`processBatch()` keeps the whole call within `timeoutMs` when two rows of the batch are stuck (a batch must not outlive its lease)",
+    async () => {
+      for (const n of [1, 2, 3, 4]) await queue(`evt_l_${n}`, "invoice.paid", `in_l_${n}`);
+      const handlers = withExtra(
+        ["evt_l_1", "evt_l_3"],
+        (sql) => sql`insert into batch_test_marks (note) select pg_sleep(3)::text from inbox returning 1`,
+      );
+      const started = performance.now();
+      const results = await processBatch(db, await claimAll(), options(handlers, { timeoutMs: 1_200 }));
+      const elapsed = performance.now() - started;
+      expect(outcomes(results)).toEqual({
+        evt_l_1: { outcome: "failed", batched: false, error: expect.stringContaining("57014") },
+        evt_l_2: { outcome: "processed", batched: false },
+        evt_l_3: { outcome: "failed", batched: false, error: expect.stringContaining("57014") },
+        evt_l_4: { outcome: "processed", batched: false },
+      });
+      // The contract, not a speed goal: one budget for the shared attempt and every redo. Giving each redo
+      // the full timeout again would take 0.6 + 2 × 1.2 s here.
+      expect(elapsed).toBeLessThan(2_400);
+    },
+    WAITS,
+  );
 
-  test("`processBatch()` ×2 on two connections over the same ten invoices, claimed in opposite orders, never deadlock and book each payment once", async () => {
-    const ids = Array.from({ length: 10 }, (_, i) => `in_d_${String(i).padStart(2, "0")}`);
-    for (const id of ids) await queue(`evt_d_paid_${id}`, "invoice.paid", id);
-    const [dbA, dbB] = connections(fresh.url, 2) as [Db, Db];
-    try {
-      const paid = (await claimAll(dbA)).reverse();
-      for (const id of ids) await queue(`evt_d_succ_${id}`, "invoice.payment_succeeded", id);
-      const succeeded = await claimAll(dbB);
-      expect([paid.length, succeeded.length]).toEqual([10, 10]);
-      const [a, b] = await Promise.all([processBatch(dbA, paid, options()), processBatch(dbB, succeeded, options())]);
-      // A deadlock would abort one batch (SQLSTATE 40P01) and show up as rows redone on their own.
-      expect([...a, ...b].filter((r) => !r.batched).map((r) => r.claim.eventId)).toEqual([]);
-      expect([...a, ...b].every((r) => r.outcome === "processed")).toBe(true);
-      expect(await count(db, "ledger_entries")).toBe(10);
-      expect(await count(db, "invoices", "status = 'paid' and amount_paid = 2000")).toBe(10);
-    } finally {
-      await closeAll([dbA, dbB]);
-    }
-  }, WAITS);
+  test(
+    "`processBatch()` ×2 on two connections over the same ten invoices, claimed in opposite orders, never deadlock and book each payment once",
+    async () => {
+      const ids = Array.from({ length: 10 }, (_, i) => `in_d_${String(i).padStart(2, "0")}`);
+      for (const id of ids) await queue(`evt_d_paid_${id}`, "invoice.paid", id);
+      const [dbA, dbB] = connections(fresh.url, 2) as [Db, Db];
+      try {
+        const paid = (await claimAll(dbA)).reverse();
+        for (const id of ids) await queue(`evt_d_succ_${id}`, "invoice.payment_succeeded", id);
+        const succeeded = await claimAll(dbB);
+        expect([paid.length, succeeded.length]).toEqual([10, 10]);
+        const [a, b] = await Promise.all([processBatch(dbA, paid, options()), processBatch(dbB, succeeded, options())]);
+        // A deadlock would abort one batch (SQLSTATE 40P01) and show up as rows redone on their own.
+        expect([...a, ...b].filter((r) => !r.batched).map((r) => r.claim.eventId)).toEqual([]);
+        expect([...a, ...b].every((r) => r.outcome === "processed")).toBe(true);
+        expect(await count(db, "ledger_entries")).toBe(10);
+        expect(await count(db, "invoices", "status = 'paid' and amount_paid = 2000")).toBe(10);
+      } finally {
+        await closeAll([dbA, dbB]);
+      }
+    },
+    WAITS,
+  );
 });

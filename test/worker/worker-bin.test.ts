@@ -9,7 +9,10 @@ test("`bun run worker` lists every settings problem at once (batch size, lease v
     cwd: ROOT,
     // No DATABASE_URL needed: settings are checked before any database is opened.
     env: { PATH: process.env.PATH ?? "", WORKER_LEASE_MS: "1000", WORKER_TIMEOUT_MS: "5000", WORKER_CONCURRENCY: "two" },
-    stdin: "ignore", stdout: "pipe", stderr: "pipe", timeout: 20_000,
+    stdin: "ignore",
+    stdout: "pipe",
+    stderr: "pipe",
+    timeout: 20_000,
   });
   const [stderr, code] = await Promise.all([new Response(child.stderr).text(), child.exited]);
   expect(code).toBe(2);

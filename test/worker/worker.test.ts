@@ -59,7 +59,10 @@ let seq = 0;
 function paidEvent(overrides: Record<string, unknown> = {}): { eventId: string; body: string } {
   const n = ++seq;
   const eventId = `evt_worker_${n}`;
-  return { eventId, body: eventBody(eventId, "invoice.paid", invoice({ id: `in_worker_${n}`, amount_paid: 2000, status: "paid", ...overrides })) };
+  return {
+    eventId,
+    body: eventBody(eventId, "invoice.paid", invoice({ id: `in_worker_${n}`, amount_paid: 2000, status: "paid", ...overrides })),
+  };
 }
 
 /** Queues a fresh invoice.paid event in async mode; returns its event id. */
@@ -133,7 +136,13 @@ describe("processClaimed() and recordFailure()", () => {
     const retry = await claimOne();
     expect(retry.attempt).toBe(2);
     expect(await processClaimed(db, retry, processOptions(billingHandlers))).toEqual({ outcome: "processed" });
-    expect(await inboxRow(eventId)).toMatchObject({ attempts: 2, processed: true, outcome: "processed", last_error: null, needs_review: false });
+    expect(await inboxRow(eventId)).toMatchObject({
+      attempts: 2,
+      processed: true,
+      outcome: "processed",
+      last_error: null,
+      needs_review: false,
+    });
     expect(await count(db, "ledger_entries")).toBe(1);
   });
 
@@ -156,67 +165,77 @@ describe("processClaimed() and recordFailure()", () => {
       expect(await processClaimed(dbA, claimA, processOptions(billingHandlers))).toEqual({ outcome: "skipped" });
       expect(await recordFailure(dbA, claimA, "Error: stale worker A", true, { maxAttempts: 10, backoff: BACKOFF })).toBe(false);
 
-      expect(await inboxRow(eventId)).toMatchObject({ attempts: 2, processed: true, outcome: "processed", last_error: null, needs_review: false });
+      expect(await inboxRow(eventId)).toMatchObject({
+        attempts: 2,
+        processed: true,
+        outcome: "processed",
+        last_error: null,
+        needs_review: false,
+      });
       expect(await count(db, "ledger_entries")).toBe(1);
     } finally {
       await closeAll([dbA, dbB]);
     }
   });
 
-  test("`processClaimed()` waits for a row another worker is processing, then skips it", async () => {
-    const [dbA, dbB] = connections(fresh.url, 2) as [Db, Db];
-    try {
-      const eventId = await queuePaid();
-      const claim = await claimOne();
-      const [pidRowA] = await dbA<{ pid: number }[]>`select pg_backend_pid() as pid`;
-      const [pidRowB] = await dbB<{ pid: number }[]>`select pg_backend_pid() as pid`;
-      const pidA = pidRowA?.pid ?? -1;
-      const pidB = pidRowB?.pid ?? -1;
+  test(
+    "`processClaimed()` waits for a row another worker is processing, then skips it",
+    async () => {
+      const [dbA, dbB] = connections(fresh.url, 2) as [Db, Db];
+      try {
+        const eventId = await queuePaid();
+        const claim = await claimOne();
+        const [pidRowA] = await dbA<{ pid: number }[]>`select pg_backend_pid() as pid`;
+        const [pidRowB] = await dbB<{ pid: number }[]>`select pg_backend_pid() as pid`;
+        const pidA = pidRowA?.pid ?? -1;
+        const pidB = pidRowB?.pid ?? -1;
 
-      const order: string[] = [];
-      let aHoldsRow = false;
-      let releaseA = () => {};
-      const bSeenWaiting = new Promise<void>((resolve) => {
-        releaseA = resolve;
-      });
-      const slowBooking: HandlerTable = {
-        "invoice.paid": async (tx, object, context) => {
-          aHoldsRow = true; // the handler runs after the row's FOR UPDATE: A holds its lock now
-          order.push("A holds the row");
-          await tx`select pg_sleep(0.5)`;
-          await bSeenWaiting; // A commits only after B was seen waiting on A's lock
-          await bookPayment(tx, object, context);
-        },
-      };
-      const a = processClaimed(dbA, claim, processOptions(slowBooking)).then((r) => {
-        order.push(`A ${r.outcome}`);
-        return r;
-      });
-      await waitFor("A holding the row", () => aHoldsRow);
-      const b = processClaimed(dbB, claim, processOptions(billingHandlers)).then((r) => {
-        order.push(`B ${r.outcome}`);
-        return r;
-      });
-      const observed = waitFor("B blocked by A's row lock", async () => {
-        const [row] = await db<{ blocked: boolean }[]>`select ${pidA}::int = any(pg_blocking_pids(${pidB}::int)) as blocked`;
-        return row?.blocked === true;
-      })
-        .then(() => order.push("B waits for A"))
-        .finally(releaseA);
+        const order: string[] = [];
+        let aHoldsRow = false;
+        let releaseA = () => {};
+        const bSeenWaiting = new Promise<void>((resolve) => {
+          releaseA = resolve;
+        });
+        const slowBooking: HandlerTable = {
+          "invoice.paid": async (tx, object, context) => {
+            aHoldsRow = true; // the handler runs after the row's FOR UPDATE: A holds its lock now
+            order.push("A holds the row");
+            await tx`select pg_sleep(0.5)`;
+            await bSeenWaiting; // A commits only after B was seen waiting on A's lock
+            await bookPayment(tx, object, context);
+          },
+        };
+        const a = processClaimed(dbA, claim, processOptions(slowBooking)).then((r) => {
+          order.push(`A ${r.outcome}`);
+          return r;
+        });
+        await waitFor("A holding the row", () => aHoldsRow);
+        const b = processClaimed(dbB, claim, processOptions(billingHandlers)).then((r) => {
+          order.push(`B ${r.outcome}`);
+          return r;
+        });
+        const observed = waitFor("B blocked by A's row lock", async () => {
+          const [row] = await db<{ blocked: boolean }[]>`select ${pidA}::int = any(pg_blocking_pids(${pidB}::int)) as blocked`;
+          return row?.blocked === true;
+        })
+          .then(() => order.push("B waits for A"))
+          .finally(releaseA);
 
-      const [resultA, resultB] = await Promise.all([a, b, observed]);
-      expect(resultA).toEqual({ outcome: "processed" });
-      expect(resultB).toEqual({ outcome: "skipped" });
-      // B waited on A's lock before A could commit. The last two entries may come in either order:
-      // PostgreSQL releases A's lock (waking B) before A's client has read the commit's reply.
-      expect(order.slice(0, 2)).toEqual(["A holds the row", "B waits for A"]);
-      expect(order.slice(2).toSorted()).toEqual(["A processed", "B skipped"]);
-      expect(await inboxRow(eventId)).toMatchObject({ attempts: 1, processed: true, outcome: "processed" });
-      expect(await count(db, "ledger_entries")).toBe(1);
-    } finally {
-      await closeAll([dbA, dbB]);
-    }
-  }, WAITS);
+        const [resultA, resultB] = await Promise.all([a, b, observed]);
+        expect(resultA).toEqual({ outcome: "processed" });
+        expect(resultB).toEqual({ outcome: "skipped" });
+        // B waited on A's lock before A could commit. The last two entries may come in either order:
+        // PostgreSQL releases A's lock (waking B) before A's client has read the commit's reply.
+        expect(order.slice(0, 2)).toEqual(["A holds the row", "B waits for A"]);
+        expect(order.slice(2).toSorted()).toEqual(["A processed", "B skipped"]);
+        expect(await inboxRow(eventId)).toMatchObject({ attempts: 1, processed: true, outcome: "processed" });
+        expect(await count(db, "ledger_entries")).toBe(1);
+      } finally {
+        await closeAll([dbA, dbB]);
+      }
+    },
+    WAITS,
+  );
 
   test("`processClaimed()` fails a handler that outlives `statement_timeout` (57014) and leaves the row unprocessed", async () => {
     const eventId = await queuePaid();
@@ -250,7 +269,12 @@ describe("processClaimed() and recordFailure()", () => {
     expect(await claimBatch(db, { ...CLAIM, maxAttempts: 3 })).toEqual([]);
     expect(await claimBatch(db, { ...CLAIM, maxAttempts: 10 })).toEqual([]); // parked means parked, whatever the limit
     const row = await inboxRow(eventId);
-    expect(row).toMatchObject({ attempts: 3, processed: false, needs_review: true, last_error: "LedgerLockedError: Ledger is locked for the month-end close" });
+    expect(row).toMatchObject({
+      attempts: 3,
+      processed: false,
+      needs_review: true,
+      last_error: "LedgerLockedError: Ledger is locked for the month-end close",
+    });
   });
 
   test("`processClaimed()` parks a PermanentError (billing payload without `customer`) after attempt 1", async () => {
@@ -297,82 +321,94 @@ describe("claimBatch()", () => {
 });
 
 describe("runWorker()", () => {
-  test("`runWorker()` processes 50 events with 4 workers, each attempted once", async () => {
-    for (let i = 0; i < 50; i++) await queuePaid();
-    const controller = new AbortController();
-    const pools = Array.from({ length: 4 }, () => connect(fresh.url, { max: 2 }));
-    const lines: Record<string, unknown>[] = [];
-    const workers = pools.map((pool) => runWorker(workerOptions(pool, controller.signal, { log: (line) => lines.push(line) })));
-    try {
-      await waitFor("an empty backlog", async () => (await unprocessed()) === 0, 20_000);
-    } finally {
-      controller.abort();
-      await Promise.all(workers);
-      await closeAll(pools);
-    }
-    expect(await count(db, "ledger_entries")).toBe(50);
-    expect(await count(db, "webhook_inbox", "processed_at is null")).toBe(0);
-    expect(await count(db, "webhook_inbox", "attempts = 1 and outcome = 'processed'")).toBe(50);
-    expect(lines.filter((l) => l.outcome === "processed").length).toBe(50);
-    expect(lines.filter((l) => l.outcome !== "processed")).toEqual([]);
-  }, WAITS);
+  test(
+    "`runWorker()` processes 50 events with 4 workers, each attempted once",
+    async () => {
+      for (let i = 0; i < 50; i++) await queuePaid();
+      const controller = new AbortController();
+      const pools = Array.from({ length: 4 }, () => connect(fresh.url, { max: 2 }));
+      const lines: Record<string, unknown>[] = [];
+      const workers = pools.map((pool) => runWorker(workerOptions(pool, controller.signal, { log: (line) => lines.push(line) })));
+      try {
+        await waitFor("an empty backlog", async () => (await unprocessed()) === 0, 20_000);
+      } finally {
+        controller.abort();
+        await Promise.all(workers);
+        await closeAll(pools);
+      }
+      expect(await count(db, "ledger_entries")).toBe(50);
+      expect(await count(db, "webhook_inbox", "processed_at is null")).toBe(0);
+      expect(await count(db, "webhook_inbox", "attempts = 1 and outcome = 'processed'")).toBe(50);
+      expect(lines.filter((l) => l.outcome === "processed").length).toBe(50);
+      expect(lines.filter((l) => l.outcome !== "processed")).toEqual([]);
+    },
+    WAITS,
+  );
 
-  test("`runWorker()` wakes on NOTIFY for a row queued while it is idle, well before its 30 s poll", async () => {
-    const controller = new AbortController();
-    const application = "worker-notify-test";
-    const pool = connect(fresh.url, { max: 2, applicationName: application });
-    const worker = runWorker(workerOptions(pool, controller.signal, { pollMs: 30_000 }));
-    try {
-      // Idle: LISTEN is on and the first (empty) claim has finished, so only a NOTIFY or the poll can wake it.
-      await waitFor("the worker listening and idle", async () => {
-        const [row] = await db<{ listening: number; claimed: number }[]>`
+  test(
+    "`runWorker()` wakes on NOTIFY for a row queued while it is idle, well before its 30 s poll",
+    async () => {
+      const controller = new AbortController();
+      const application = "worker-notify-test";
+      const pool = connect(fresh.url, { max: 2, applicationName: application });
+      const worker = runWorker(workerOptions(pool, controller.signal, { pollMs: 30_000 }));
+      try {
+        // Idle: LISTEN is on and the first (empty) claim has finished, so only a NOTIFY or the poll can wake it.
+        await waitFor("the worker listening and idle", async () => {
+          const [row] = await db<{ listening: number; claimed: number }[]>`
           select count(*) filter (where query ilike 'listen%')::int as listening,
                  count(*) filter (where query ilike '%with picked as%' and state = 'idle')::int as claimed
             from pg_stat_activity
            where application_name = ${application}
              and datname = current_database()
         `;
-        return row?.listening === 1 && row.claimed >= 1;
-      });
-      const eventId = await queuePaid();
-      await waitFor("the queued row processed", async () => (await inboxRow(eventId)).processed, 10_000);
-      expect(await inboxRow(eventId)).toMatchObject({ attempts: 1, outcome: "processed" });
-      expect(await count(db, "ledger_entries")).toBe(1);
-    } finally {
-      controller.abort();
-      await worker;
-      await pool.end({ timeout: 5 });
-    }
-  }, WAITS);
+          return row?.listening === 1 && row.claimed >= 1;
+        });
+        const eventId = await queuePaid();
+        await waitFor("the queued row processed", async () => (await inboxRow(eventId)).processed, 10_000);
+        expect(await inboxRow(eventId)).toMatchObject({ attempts: 1, outcome: "processed" });
+        expect(await count(db, "ledger_entries")).toBe(1);
+      } finally {
+        controller.abort();
+        await worker;
+        await pool.end({ timeout: 5 });
+      }
+    },
+    WAITS,
+  );
 
-  test("`runWorker()` resolves after abort only once the in-flight row is processed", async () => {
-    const eventId = await queuePaid();
-    const order: string[] = [];
-    const slow: HandlerTable = {
-      "invoice.paid": async (tx, object, context) => {
-        order.push("handler started");
-        await tx`select pg_sleep(0.5)`;
-        await bookPayment(tx, object, context);
-        order.push("handler finished");
-      },
-    };
-    const controller = new AbortController();
-    const pool = connect(fresh.url, { max: 2 });
-    try {
-      const worker = runWorker(workerOptions(pool, controller.signal, { handlersFor: () => slow, pollMs: 30_000, listen: false }));
-      await waitFor("the handler in flight", () => order.length > 0);
-      controller.abort();
-      order.push("aborted");
-      await worker;
-      order.push("runWorker resolved");
-      expect(order).toEqual(["handler started", "aborted", "handler finished", "runWorker resolved"]);
-      expect(await inboxRow(eventId)).toMatchObject({ attempts: 1, processed: true, outcome: "processed" });
-      expect(await count(db, "ledger_entries")).toBe(1);
-    } finally {
-      controller.abort();
-      await pool.end({ timeout: 5 });
-    }
-  }, WAITS);
+  test(
+    "`runWorker()` resolves after abort only once the in-flight row is processed",
+    async () => {
+      const eventId = await queuePaid();
+      const order: string[] = [];
+      const slow: HandlerTable = {
+        "invoice.paid": async (tx, object, context) => {
+          order.push("handler started");
+          await tx`select pg_sleep(0.5)`;
+          await bookPayment(tx, object, context);
+          order.push("handler finished");
+        },
+      };
+      const controller = new AbortController();
+      const pool = connect(fresh.url, { max: 2 });
+      try {
+        const worker = runWorker(workerOptions(pool, controller.signal, { handlersFor: () => slow, pollMs: 30_000, listen: false }));
+        await waitFor("the handler in flight", () => order.length > 0);
+        controller.abort();
+        order.push("aborted");
+        await worker;
+        order.push("runWorker resolved");
+        expect(order).toEqual(["handler started", "aborted", "handler finished", "runWorker resolved"]);
+        expect(await inboxRow(eventId)).toMatchObject({ attempts: 1, processed: true, outcome: "processed" });
+        expect(await count(db, "ledger_entries")).toBe(1);
+      } finally {
+        controller.abort();
+        await pool.end({ timeout: 5 });
+      }
+    },
+    WAITS,
+  );
 });
 
 describe("receiveAsync() and receiveHybrid()", () => {
@@ -392,32 +428,46 @@ describe("receiveAsync() and receiveHybrid()", () => {
     expect(await count(db, "ledger_entries")).toBe(1);
   });
 
-  test("`receiveHybrid()` queues a failed attempt (attempts 1, last_error) that a worker then processes", async () => {
-    const { eventId, body } = paidEvent();
-    const fallbacks: unknown[] = [];
-    const outcome = await receiveHybrid(db, { ...TARGET, handlers: failingHandlers }, verified(body), { budgetMs: 2_000, backoff: BACKOFF }, (err) => fallbacks.push(err));
-    expect(outcome).toBe("queued");
-    expect(fallbacks.length).toBe(1);
-    expect(fallbacks[0]).toBeInstanceOf(LedgerLockedError);
-    expect(await inboxRow(eventId)).toMatchObject({
-      attempts: 1, processed: false, needs_review: false, later: true, last_error: "LedgerLockedError: Ledger is locked for the month-end close",
-    });
-    expect(await count(db, "ledger_entries")).toBe(0);
+  test(
+    "`receiveHybrid()` queues a failed attempt (attempts 1, last_error) that a worker then processes",
+    async () => {
+      const { eventId, body } = paidEvent();
+      const fallbacks: unknown[] = [];
+      const outcome = await receiveHybrid(
+        db,
+        { ...TARGET, handlers: failingHandlers },
+        verified(body),
+        { budgetMs: 2_000, backoff: BACKOFF },
+        (err) => fallbacks.push(err),
+      );
+      expect(outcome).toBe("queued");
+      expect(fallbacks.length).toBe(1);
+      expect(fallbacks[0]).toBeInstanceOf(LedgerLockedError);
+      expect(await inboxRow(eventId)).toMatchObject({
+        attempts: 1,
+        processed: false,
+        needs_review: false,
+        later: true,
+        last_error: "LedgerLockedError: Ledger is locked for the month-end close",
+      });
+      expect(await count(db, "ledger_entries")).toBe(0);
 
-    await makeDue(eventId);
-    const controller = new AbortController();
-    const pool = connect(fresh.url, { max: 2 });
-    const worker = runWorker(workerOptions(pool, controller.signal, { listen: false }));
-    try {
-      await waitFor("the worker processing the hybrid fallback", async () => (await inboxRow(eventId)).processed);
-    } finally {
-      controller.abort();
-      await worker;
-      await pool.end({ timeout: 5 });
-    }
-    expect(await inboxRow(eventId)).toMatchObject({ attempts: 2, outcome: "processed", last_error: null });
-    expect(await count(db, "ledger_entries")).toBe(1);
-  }, WAITS);
+      await makeDue(eventId);
+      const controller = new AbortController();
+      const pool = connect(fresh.url, { max: 2 });
+      const worker = runWorker(workerOptions(pool, controller.signal, { listen: false }));
+      try {
+        await waitFor("the worker processing the hybrid fallback", async () => (await inboxRow(eventId)).processed);
+      } finally {
+        controller.abort();
+        await worker;
+        await pool.end({ timeout: 5 });
+      }
+      expect(await inboxRow(eventId)).toMatchObject({ attempts: 2, outcome: "processed", last_error: null });
+      expect(await count(db, "ledger_entries")).toBe(1);
+    },
+    WAITS,
+  );
 
   test("`receiveHybrid()` queues a handler slower than its budget with nothing of the attempt committed", async () => {
     const { eventId, body } = paidEvent();
@@ -464,38 +514,44 @@ describe("receiveAsync() and receiveHybrid()", () => {
         return steps(sql, object, context, helpers);
       }),
     };
-    expect(await receiveHybrid(db, { ...TARGET, handlers: watched }, verified(body), { budgetMs: 2_000, backoff: BACKOFF })).toBe("processed");
+    expect(await receiveHybrid(db, { ...TARGET, handlers: watched }, verified(body), { budgetMs: 2_000, backoff: BACKOFF })).toBe(
+      "processed",
+    );
     expect(handles).toEqual(["pool"]);
     expect(await inboxRow(eventId)).toMatchObject({ attempts: 0, processed: true, outcome: "processed" });
     expect(await count(db, "ledger_entries")).toBe(1);
   });
 
-  test("`receiveHybrid()` queues a statement handler held past its budget by a lock, with nothing of the attempt committed", async () => {
-    const { eventId, body } = paidEvent();
-    let release!: () => void;
-    const released = new Promise<void>((resolve) => (release = resolve));
-    let locked!: () => void;
-    const isLocked = new Promise<void>((resolve) => (locked = resolve));
-    const holder = connect(fresh.url, { max: 1 });
-    const holding = holder.begin(async (tx) => {
-      await tx`lock table ledger_entries in access exclusive mode`;
-      locked();
-      await released;
-    });
-    try {
-      await isLocked;
-      expect(await receiveHybrid(db, TARGET, verified(body), { budgetMs: 200, backoff: BACKOFF })).toBe("queued");
-    } finally {
-      release();
-      await holding;
-      await holder.end({ timeout: 5 });
-    }
-    const row = await inboxRow(eventId);
-    expect(row).toMatchObject({ attempts: 1, processed: false, needs_review: false });
-    expect(row.last_error).toContain("57014");
-    expect(await count(db, "ledger_entries")).toBe(0);
-    expect(await count(db, "invoices")).toBe(0);
-  }, WAITS);
+  test(
+    "`receiveHybrid()` queues a statement handler held past its budget by a lock, with nothing of the attempt committed",
+    async () => {
+      const { eventId, body } = paidEvent();
+      let release!: () => void;
+      const released = new Promise<void>((resolve) => (release = resolve));
+      let locked!: () => void;
+      const isLocked = new Promise<void>((resolve) => (locked = resolve));
+      const holder = connect(fresh.url, { max: 1 });
+      const holding = holder.begin(async (tx) => {
+        await tx`lock table ledger_entries in access exclusive mode`;
+        locked();
+        await released;
+      });
+      try {
+        await isLocked;
+        expect(await receiveHybrid(db, TARGET, verified(body), { budgetMs: 200, backoff: BACKOFF })).toBe("queued");
+      } finally {
+        release();
+        await holding;
+        await holder.end({ timeout: 5 });
+      }
+      const row = await inboxRow(eventId);
+      expect(row).toMatchObject({ attempts: 1, processed: false, needs_review: false });
+      expect(row.last_error).toContain("57014");
+      expect(await count(db, "ledger_entries")).toBe(0);
+      expect(await count(db, "invoices")).toBe(0);
+    },
+    WAITS,
+  );
 
   test("`receiveHybrid()` parks a PermanentError as needs-review at once and answers needs_review", async () => {
     const { eventId, body } = paidEvent({ customer: undefined });
@@ -532,13 +588,23 @@ describe("createApp() in async and hybrid mode", () => {
 
   test("`createApp()` answers 200 queued in hybrid mode when the handler fails", async () => {
     const lines: Record<string, unknown>[] = [];
-    const app = createApp({ db, endpoints: [billingEndpoint({ mode: "hybrid", handlers: failingHandlers })], log: (line) => lines.push(line) });
+    const app = createApp({
+      db,
+      endpoints: [billingEndpoint({ mode: "hybrid", handlers: failingHandlers })],
+      log: (line) => lines.push(line),
+    });
     const { eventId, body } = paidEvent({ customer: "cus_secret_marker" });
     const response = await app.fetch(await signedRequest(URL_BILLING, body));
     expect(response.status).toBe(200);
     expect(await response.json()).toEqual({ outcome: "queued", event_id: eventId });
-    expect(await inboxRow(eventId)).toMatchObject({ attempts: 1, processed: false, last_error: "LedgerLockedError: Ledger is locked for the month-end close" });
-    expect(lines).toEqual([expect.objectContaining({ outcome: "queued", status: 200, fallback: "LedgerLockedError: Ledger is locked for the month-end close" })]);
+    expect(await inboxRow(eventId)).toMatchObject({
+      attempts: 1,
+      processed: false,
+      last_error: "LedgerLockedError: Ledger is locked for the month-end close",
+    });
+    expect(lines).toEqual([
+      expect.objectContaining({ outcome: "queued", status: 200, fallback: "LedgerLockedError: Ledger is locked for the month-end close" }),
+    ]);
     expect(JSON.stringify(lines)).not.toContain("cus_secret_marker");
   });
 });

@@ -14,7 +14,8 @@ setTimeout(() => {
 }, 30_000);
 
 const [url, port, eventId, customerId] = process.argv.slice(2);
-if (!url || !port || !eventId || !customerId) throw new Error("Usage: bun crash-after-call.ts <database-url> <fake-stripe-port> <event-id> <customer-id>");
+if (!url || !port || !eventId || !customerId)
+  throw new Error("Usage: bun crash-after-call.ts <database-url> <fake-stripe-port> <event-id> <customer-id>");
 
 const db = connect(url, { max: 1, applicationName: "writeback-crash-child" });
 const stripe = stripeClient(Number(port));

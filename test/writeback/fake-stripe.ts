@@ -61,7 +61,10 @@ export function startFakeStripe(options: { delayMs?: number } = {}): FakeStripe 
     requests.push(seen);
     const answer = (status: number, json: unknown, headers: Record<string, string> = {}) => {
       seen.status = status;
-      return new Response(typeof json === "string" ? json : JSON.stringify(json), { status, headers: { "content-type": "application/json", ...headers } });
+      return new Response(typeof json === "string" ? json : JSON.stringify(json), {
+        status,
+        headers: { "content-type": "application/json", ...headers },
+      });
     };
     if (!request.headers.get("authorization")?.startsWith("Bearer sk_test_")) {
       return answer(401, { error: { type: "invalid_request_error", message: "Invalid API Key provided" } });
@@ -71,13 +74,23 @@ export function startFakeStripe(options: { delayMs?: number } = {}): FakeStripe 
       const stored = keys.get(key);
       if (stored) {
         if (stored.fingerprint !== fingerprint) {
-          return answer(400, { error: { type: "idempotency_error", message: "Keys for idempotent requests can only be used with the same parameters they were first used with." } });
+          return answer(400, {
+            error: {
+              type: "idempotency_error",
+              message: "Keys for idempotent requests can only be used with the same parameters they were first used with.",
+            },
+          });
         }
         seen.replayed = true;
         return answer(stored.status, stored.body, { "idempotent-replayed": "true" });
       }
       if (inFlight.has(key)) {
-        return answer(409, { error: { type: "idempotency_error", message: "There is currently another in-progress request using this Stripe API key and idempotency key." } });
+        return answer(409, {
+          error: {
+            type: "idempotency_error",
+            message: "There is currently another in-progress request using this Stripe API key and idempotency key.",
+          },
+        });
       }
       inFlight.add(key);
     }
@@ -94,7 +107,8 @@ export function startFakeStripe(options: { delayMs?: number } = {}): FakeStripe 
 
   function execute(method: string, path: string, params: URLSearchParams): [number, unknown] {
     const match = /^\/v1\/(customers|invoices)\/([A-Za-z0-9_]+)$/.exec(path);
-    if (method !== "POST" || !match) return [404, { error: { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path})` } }];
+    if (method !== "POST" || !match)
+      return [404, { error: { type: "invalid_request_error", message: `Unrecognized request URL (${method}: ${path})` } }];
     const resource = RESOURCES[match[1] as string];
     const target = objects.get(match[2] as string);
     if (!target || target.object !== resource) {

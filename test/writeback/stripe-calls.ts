@@ -10,7 +10,12 @@ export function stripeClient(port: number): Stripe {
 }
 
 /** Sets `metadata.last_event` on a customer, sending `idempotencyKey` as Stripe's Idempotency-Key. */
-export async function updateCustomerMetadata(stripe: Stripe, customerId: string, eventId: string, idempotencyKey: string): Promise<WriteBackResult> {
+export async function updateCustomerMetadata(
+  stripe: Stripe,
+  customerId: string,
+  eventId: string,
+  idempotencyKey: string,
+): Promise<WriteBackResult> {
   const customer = await stripe.customers.update(customerId, { metadata: { last_event: eventId } }, { idempotencyKey });
   return { id: customer.id, details: { object: customer.object } };
 }

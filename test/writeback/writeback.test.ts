@@ -80,7 +80,9 @@ describe("writeBackOnce()", () => {
   test("`writeBackOnce()` calls Stripe with the derived Idempotency-Key and records the object id before returning", async () => {
     const done = await writeBackOnce(db, SPEC, updateCustomer);
     expect(done).toEqual({ key: KEY, resultId: "cus_writeback_1", details: { object: "customer" }, called: true });
-    expect(fake.requests).toEqual([{ method: "POST", path: "/v1/customers/cus_writeback_1", idempotencyKey: KEY, replayed: false, status: 200 }]);
+    expect(fake.requests).toEqual([
+      { method: "POST", path: "/v1/customers/cus_writeback_1", idempotencyKey: KEY, replayed: false, status: 200 },
+    ]);
     expect(fake.object("cus_writeback_1")).toMatchObject({ metadata: { last_event: EVENT }, updates: 1 });
     expect(await record()).toEqual({ result_id: "cus_writeback_1", result: { object: "customer" }, completed: true });
   });
@@ -95,32 +97,46 @@ describe("writeBackOnce()", () => {
 
     // Why the record is needed: the same key alone, after the fake forgot it, performs the effect again.
     await updateCustomer(KEY);
-    expect(fake.requests.map((r) => [r.idempotencyKey, r.replayed])).toEqual([[KEY, false], [KEY, false]]);
+    expect(fake.requests.map((r) => [r.idempotencyKey, r.replayed])).toEqual([
+      [KEY, false],
+      [KEY, false],
+    ]);
     expect(fake.effects()).toBe(2);
   });
 
-  test("`writeBackOnce()` after a SIGKILL between the Stripe call and the record calls again with the same key; Stripe replays it and the result is recorded", async () => {
-    const child = Bun.spawn([process.execPath, CRASH_CHILD, fresh.url, String(fake.port), EVENT, "cus_writeback_1"], { stdin: "ignore", stdout: "pipe", stderr: "pipe" });
-    children.add(child);
-    const stdout = readLines(child.stdout);
-    const called = await waitForLine(stdout, "CALLED ", child);
-    expect(called).toBe(`CALLED cus_writeback_1 ${KEY}`);
-    process.kill(child.pid, "SIGKILL");
-    await child.exited;
-    children.delete(child);
-    expect(child.signalCode).toBe("SIGKILL");
-    expect(stdout.lines).not.toContain("RECORDED");
+  test(
+    "`writeBackOnce()` after a SIGKILL between the Stripe call and the record calls again with the same key; Stripe replays it and the result is recorded",
+    async () => {
+      const child = Bun.spawn([process.execPath, CRASH_CHILD, fresh.url, String(fake.port), EVENT, "cus_writeback_1"], {
+        stdin: "ignore",
+        stdout: "pipe",
+        stderr: "pipe",
+      });
+      children.add(child);
+      const stdout = readLines(child.stdout);
+      const called = await waitForLine(stdout, "CALLED ", child);
+      expect(called).toBe(`CALLED cus_writeback_1 ${KEY}`);
+      process.kill(child.pid, "SIGKILL");
+      await child.exited;
+      children.delete(child);
+      expect(child.signalCode).toBe("SIGKILL");
+      expect(stdout.lines).not.toContain("RECORDED");
 
-    // The effect happened, the record did not: a started row with no result.
-    expect(fake.effects()).toBe(1);
-    expect(await record()).toEqual({ result_id: null, result: null, completed: false });
+      // The effect happened, the record did not: a started row with no result.
+      expect(fake.effects()).toBe(1);
+      expect(await record()).toEqual({ result_id: null, result: null, completed: false });
 
-    const retry = await writeBackOnce(db, SPEC, updateCustomer);
-    expect(retry).toEqual({ key: KEY, resultId: "cus_writeback_1", details: { object: "customer" }, called: true });
-    expect(fake.requests.map((r) => [r.idempotencyKey, r.replayed])).toEqual([[KEY, false], [KEY, true]]);
-    expect(fake.effects()).toBe(1);
-    expect(await record()).toEqual({ result_id: "cus_writeback_1", result: { object: "customer" }, completed: true });
-  }, WAITS);
+      const retry = await writeBackOnce(db, SPEC, updateCustomer);
+      expect(retry).toEqual({ key: KEY, resultId: "cus_writeback_1", details: { object: "customer" }, called: true });
+      expect(fake.requests.map((r) => [r.idempotencyKey, r.replayed])).toEqual([
+        [KEY, false],
+        [KEY, true],
+      ]);
+      expect(fake.effects()).toBe(1);
+      expect(await record()).toEqual({ result_id: "cus_writeback_1", result: { object: "customer" }, completed: true });
+    },
+    WAITS,
+  );
 
   test("`writeBackOnce()` refuses a started write-back older than Stripe's key lifetime instead of risking a second effect", async () => {
     await db`
@@ -142,66 +158,86 @@ describe("writeBackOnce()", () => {
     expect(await record(key)).toEqual({ result_id: null, result: null, completed: false });
     fake.seed("cus_missing"); // too late for this key: Stripe answers it with the first result
     await expect(writeBackOnce(db, spec, call)).rejects.toThrow("No such customer: 'cus_missing'");
-    expect(fake.requests.map((r) => [r.idempotencyKey, r.status, r.replayed])).toEqual([[key, 404, false], [key, 404, true]]);
+    expect(fake.requests.map((r) => [r.idempotencyKey, r.status, r.replayed])).toEqual([
+      [key, 404, false],
+      [key, 404, true],
+    ]);
     expect(fake.effects()).toBe(0);
   });
 
-  test("`writeBackOnce()` ×4 concurrent callers for one key: one effect, one record, every success returns it", async () => {
-    await fake.stop();
-    fake = startFakeStripe({ delayMs: 200 }); // each call stays in flight long enough for the others to overlap
-    stripe = stripeClient(fake.port);
-    fake.seed("cus_writeback_1");
-    const actors = connections(fresh.url, 4);
-    try {
-      const results = await Promise.allSettled(actors.map((actor) => writeBackOnce(actor, SPEC, updateCustomer)));
-      const ok = results.filter((r) => r.status === "fulfilled").map((r) => r.value);
-      const failed = results.filter((r) => r.status === "rejected").map((r) => String(r.reason));
-      expect(ok.length).toBeGreaterThanOrEqual(1);
-      for (const value of ok) expect(value).toMatchObject({ key: KEY, resultId: "cus_writeback_1" });
-      for (const reason of failed) expect(reason).toContain("another in-progress request");
-      expect(fake.effects()).toBe(1);
-      expect(fake.requests.length).toBeGreaterThanOrEqual(2); // callers did overlap: Stripe saw the duplicate
-      expect(new Set(fake.requests.map((r) => r.idempotencyKey))).toEqual(new Set([KEY]));
-      expect(await count(db, "provider_writebacks")).toBe(1);
-      expect(await record()).toMatchObject({ result_id: "cus_writeback_1", completed: true });
-      // A caller that got Stripe's 409 retries later: the record answers, Stripe is not called.
-      const before = fake.requests.length;
-      expect(await writeBackOnce(db, SPEC, updateCustomer)).toMatchObject({ called: false, resultId: "cus_writeback_1" });
-      expect(fake.requests.length).toBe(before);
-    } finally {
-      await closeAll(actors);
-    }
-  }, WAITS);
+  test(
+    "`writeBackOnce()` ×4 concurrent callers for one key: one effect, one record, every success returns it",
+    async () => {
+      await fake.stop();
+      fake = startFakeStripe({ delayMs: 200 }); // each call stays in flight long enough for the others to overlap
+      stripe = stripeClient(fake.port);
+      fake.seed("cus_writeback_1");
+      const actors = connections(fresh.url, 4);
+      try {
+        const results = await Promise.allSettled(actors.map((actor) => writeBackOnce(actor, SPEC, updateCustomer)));
+        const ok = results.filter((r) => r.status === "fulfilled").map((r) => r.value);
+        const failed = results.filter((r) => r.status === "rejected").map((r) => String(r.reason));
+        expect(ok.length).toBeGreaterThanOrEqual(1);
+        for (const value of ok) expect(value).toMatchObject({ key: KEY, resultId: "cus_writeback_1" });
+        for (const reason of failed) expect(reason).toContain("another in-progress request");
+        expect(fake.effects()).toBe(1);
+        expect(fake.requests.length).toBeGreaterThanOrEqual(2); // callers did overlap: Stripe saw the duplicate
+        expect(new Set(fake.requests.map((r) => r.idempotencyKey))).toEqual(new Set([KEY]));
+        expect(await count(db, "provider_writebacks")).toBe(1);
+        expect(await record()).toMatchObject({ result_id: "cus_writeback_1", completed: true });
+        // A caller that got Stripe's 409 retries later: the record answers, Stripe is not called.
+        const before = fake.requests.length;
+        expect(await writeBackOnce(db, SPEC, updateCustomer)).toMatchObject({ called: false, resultId: "cus_writeback_1" });
+        expect(fake.requests.length).toBe(before);
+      } finally {
+        await closeAll(actors);
+      }
+    },
+    WAITS,
+  );
 
-  test("`writeBackOnce()` from an outbox handler: a delivery retried after a later step failed does not call Stripe again", async () => {
-    fake.seed("in_writeback_1");
-    await db`
+  test(
+    "`writeBackOnce()` from an outbox handler: a delivery retried after a later step failed does not call Stripe again",
+    async () => {
+      fake.seed("in_writeback_1");
+      await db`
       insert into outbox (aggregate_type, aggregate_id, event_type, payload)
       values ('Invoice', 'in_writeback_1', 'InvoicePaymentBooked', ${db.json({ invoice_id: "in_writeback_1", amount: 2000, currency: "usd", event_id: EVENT })})
     `;
-    let receipts = 0;
-    const handlers = {
-      InvoicePaymentBooked: async (message: { payload: Record<string, unknown> }) => {
-        const { invoice_id, event_id } = message.payload as { invoice_id: string; event_id: string };
-        await writeBackOnce(db, { provider: "stripe", eventId: event_id, operation: "mark-invoice-booked" }, (key) => markInvoiceBooked(stripe, invoice_id, key));
-        if (++receipts === 1) throw new Error("Mail server refuses connections"); // the next step fails once
-      },
-    };
-    const controller = new AbortController();
-    const pool: Db = connect(fresh.url, { max: 2 });
-    const lines: Record<string, unknown>[] = [];
-    const dispatcher = runDispatcher({ db: pool, send: handlerSink(handlers), signal: controller.signal, pollMs: 20, backoff: { baseMs: 20, capMs: 40 }, log: (l) => lines.push(l) });
-    try {
-      await waitUntil("the outbox row published", async () => (await count(db, "outbox", "published_at is not null")) === 1);
-    } finally {
-      controller.abort();
-      await dispatcher;
-      await pool.end({ timeout: 5 });
-    }
-    expect(lines.map((l) => l.outcome)).toEqual(["failed", "published"]);
-    expect(fake.requests.map((r) => r.idempotencyKey)).toEqual([`webhook:${EVENT}:mark-invoice-booked`]);
-    expect(fake.object("in_writeback_1")).toMatchObject({ metadata: { ledger_booked: "true" }, updates: 1 });
-  }, WAITS);
+      let receipts = 0;
+      const handlers = {
+        InvoicePaymentBooked: async (message: { payload: Record<string, unknown> }) => {
+          const { invoice_id, event_id } = message.payload as { invoice_id: string; event_id: string };
+          await writeBackOnce(db, { provider: "stripe", eventId: event_id, operation: "mark-invoice-booked" }, (key) =>
+            markInvoiceBooked(stripe, invoice_id, key),
+          );
+          if (++receipts === 1) throw new Error("Mail server refuses connections"); // the next step fails once
+        },
+      };
+      const controller = new AbortController();
+      const pool: Db = connect(fresh.url, { max: 2 });
+      const lines: Record<string, unknown>[] = [];
+      const dispatcher = runDispatcher({
+        db: pool,
+        send: handlerSink(handlers),
+        signal: controller.signal,
+        pollMs: 20,
+        backoff: { baseMs: 20, capMs: 40 },
+        log: (l) => lines.push(l),
+      });
+      try {
+        await waitUntil("the outbox row published", async () => (await count(db, "outbox", "published_at is not null")) === 1);
+      } finally {
+        controller.abort();
+        await dispatcher;
+        await pool.end({ timeout: 5 });
+      }
+      expect(lines.map((l) => l.outcome)).toEqual(["failed", "published"]);
+      expect(fake.requests.map((r) => r.idempotencyKey)).toEqual([`webhook:${EVENT}:mark-invoice-booked`]);
+      expect(fake.object("in_writeback_1")).toMatchObject({ metadata: { ledger_booked: "true" }, updates: 1 });
+    },
+    WAITS,
+  );
 });
 
 /** Collects a child's stdout as complete lines. */
@@ -226,7 +262,9 @@ async function waitForLine(out: { lines: string[] }, prefix: string, child: Subp
     const line = out.lines.find((l) => l.startsWith(prefix));
     if (line !== undefined) return line;
     if (child.exitCode !== null || Date.now() > deadline) {
-      throw new Error(`Cannot find "${prefix}" on the child's stdout (exit ${child.exitCode}): ${JSON.stringify(out.lines)}; stderr ${await new Response(child.stderr).text()}`);
+      throw new Error(
+        `Cannot find "${prefix}" on the child's stdout (exit ${child.exitCode}): ${JSON.stringify(out.lines)}; stderr ${await new Response(child.stderr).text()}`,
+      );
     }
     await Bun.sleep(10);
   }

@@ -2,13 +2,23 @@
 // npm packages come from node_modules (bun install), so Deno needs no registry of its own.
 import { ConfigError } from "../../config.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
-import { connectProbes, connectReceiver, loadServerConfig, prepareReceiverDatabase, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
+import {
+  connectProbes,
+  connectReceiver,
+  loadServerConfig,
+  prepareReceiverDatabase,
+  receiverApp,
+  type ServerConfig,
+} from "../../runtime/receiver.ts";
 import { createStartingApp } from "../../receiver/starting-app.ts";
 
 /** The part of the Deno namespace this file uses (the project typechecks with bun-types). */
 declare const Deno: {
   env: { toObject(): Record<string, string> };
-  serve(options: { hostname: string; port: number; onListen(addr: { hostname: string; port: number }): void }, handler: (request: Request) => Promise<Response>): { shutdown(): Promise<void> };
+  serve(
+    options: { hostname: string; port: number; onListen(addr: { hostname: string; port: number }): void },
+    handler: (request: Request) => Promise<Response>,
+  ): { shutdown(): Promise<void> };
   addSignalListener(signal: "SIGTERM" | "SIGINT", handler: () => void): void;
   exit(code: number): never;
 };
@@ -26,11 +36,14 @@ const stopping = new AbortController();
 // Listen before the database answers: /healthz 200, /readyz and deliveries 503 until it is migrated.
 const starting = createStartingApp();
 let base = "";
-const server = Deno.serve({
-  hostname: config.host,
-  port: config.port,
-  onListen: ({ hostname, port }) => (base = `http://${hostname}:${port}`),
-}, starting.fetch);
+const server = Deno.serve(
+  {
+    hostname: config.host,
+    port: config.port,
+    onListen: ({ hostname, port }) => (base = `http://${hostname}:${port}`),
+  },
+  starting.fetch,
+);
 
 let stopped = false;
 async function shutdown(signal: string): Promise<void> {

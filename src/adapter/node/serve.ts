@@ -4,7 +4,14 @@ import { createServer } from "node:http";
 import { createRequestListener } from "@remix-run/node-fetch-server";
 import { ConfigError } from "../../config.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
-import { connectProbes, connectReceiver, loadServerConfig, prepareReceiverDatabase, receiverApp, type ServerConfig } from "../../runtime/receiver.ts";
+import {
+  connectProbes,
+  connectReceiver,
+  loadServerConfig,
+  prepareReceiverDatabase,
+  receiverApp,
+  type ServerConfig,
+} from "../../runtime/receiver.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 import { createStartingApp } from "../../receiver/starting-app.ts";
 
@@ -37,13 +44,18 @@ async function shutdown(signal: string): Promise<void> {
   process.exit(0);
 }
 // A repeated SIGTERM is ignored; a second Ctrl-C (not the duplicate of `bun run`) exits at once.
-onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
+onStopSignals(
+  (signal) => void shutdown(signal),
+  () => process.exit(1),
+);
 
 try {
   const migrations = loadMigrations();
   const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line));
   starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
-  console.log(`webhook-inbox (Node.js ${process.version}) listening on ${await listening}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
+  console.log(
+    `webhook-inbox (Node.js ${process.version}) listening on ${await listening}${applied.length ? `, applied ${applied.join(", ")}` : ""}`,
+  );
 } catch (err) {
   // A stop during the wait is finished by shutdown(); anything else ends here with one line.
   if (!stopping.signal.aborted) {

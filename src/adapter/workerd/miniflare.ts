@@ -10,7 +10,8 @@ import { onStopSignals } from "../../runtime/signals.ts";
 
 const WORKER = fileURLToPath(new URL("./worker.ts", import.meta.url));
 /** Variables the receiver reads (src/config.ts); PORT and HOST are Miniflare's own. */
-const SETTING = /^(DATABASE_URL|DATABASE_POOLER|STRIPE_\w+|INBOX_MODE\w*|HYBRID_BUDGET_MS|MAX_BODY_BYTES|DB_POOL_MAX|QUEUE_TIMEOUT_MS|STATEMENT_TIMEOUT_MS|METRICS_TOKEN)$/;
+const SETTING =
+  /^(DATABASE_URL|DATABASE_POOLER|STRIPE_\w+|INBOX_MODE\w*|HYBRID_BUDGET_MS|MAX_BODY_BYTES|DB_POOL_MAX|QUEUE_TIMEOUT_MS|STATEMENT_TIMEOUT_MS|METRICS_TOKEN)$/;
 
 // The Worker reads its settings per request; check them here first, so bad settings stop the start
 // (as they do for `bun run serve`) instead of answering every webhook 500.
@@ -36,7 +37,9 @@ if (!build.success || !bundle) {
   for (const message of build.logs) console.error(message);
   process.exit(1);
 }
-const bindings = Object.fromEntries(Object.entries(process.env).filter(([name, value]) => SETTING.test(name) && value !== undefined)) as Record<string, string>;
+const bindings = Object.fromEntries(
+  Object.entries(process.env).filter(([name, value]) => SETTING.test(name) && value !== undefined),
+) as Record<string, string>;
 const ours = new Set([...process.listeners("SIGTERM"), ...process.listeners("SIGINT")]);
 const mf = new Miniflare({
   modules: true,
@@ -61,4 +64,7 @@ async function shutdown(signal: string): Promise<void> {
   process.exit(0);
 }
 // A repeated SIGTERM is ignored; a second Ctrl-C (not the duplicate of `bun run`) exits at once.
-onStopSignals((signal) => void shutdown(signal), () => process.exit(1));
+onStopSignals(
+  (signal) => void shutdown(signal),
+  () => process.exit(1),
+);

@@ -17,7 +17,14 @@ const silent = new Logger(() => () => {});
  * batching (local queue of `concurrency` × 4 jobs, batched completions: `preset.worker.localQueue`,
  * `completeJobBatchDelay`, release notes of 0.16). Returns jobs per second.
  */
-export async function graphileDrain(db: Db, url: string, work: PeerWork, jobs: number, concurrency: number, batched: boolean): Promise<number> {
+export async function graphileDrain(
+  db: Db,
+  url: string,
+  work: PeerWork,
+  jobs: number,
+  concurrency: number,
+  batched: boolean,
+): Promise<number> {
   await runMigrations({ connectionString: url, logger: silent });
   await db`select graphile_worker.add_job('bench_book', json_build_object('n', g)) from generate_series(1, ${jobs}) g`;
   await db`analyze graphile_worker._private_jobs`;

@@ -10,7 +10,11 @@ import { join } from "node:path";
  */
 export function pgbenchCandidates(): string[] {
   const root = "/usr/lib/postgresql";
-  const majors = existsSync(root) ? readdirSync(root).filter((d) => /^\d+$/.test(d)).sort((a, b) => Number(b) - Number(a)) : [];
+  const majors = existsSync(root)
+    ? readdirSync(root)
+        .filter((d) => /^\d+$/.test(d))
+        .sort((a, b) => Number(b) - Number(a))
+    : [];
   return majors.map((major) => join(root, major, "bin", "pgbench")).filter((path) => existsSync(path));
 }
 
@@ -32,7 +36,9 @@ export function ensurePgbench(log: (line: string) => void): string {
   if (path) return path;
   for (const pkg of ["postgresql-client", "postgresql-15"]) {
     log(`pgbench not found: installing Debian package ${pkg}`);
-    spawnSync("sh", ["-c", `(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${pkg}`], { stdio: "inherit" });
+    spawnSync("sh", ["-c", `(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ${pkg}`], {
+      stdio: "inherit",
+    });
     path = found();
     if (path) return path;
   }
@@ -57,7 +63,11 @@ export function runPgbench(bin: string, url: string, script: string, clients: nu
   try {
     const file = join(dir, "script.sql");
     writeFileSync(file, script);
-    const out = spawnSync(bin, ["-n", "-M", "prepared", "-c", String(clients), "-j", String(Math.min(clients, 4)), "-T", String(seconds), "-f", file, url], { encoding: "utf8" });
+    const out = spawnSync(
+      bin,
+      ["-n", "-M", "prepared", "-c", String(clients), "-j", String(Math.min(clients, 4)), "-T", String(seconds), "-f", file, url],
+      { encoding: "utf8" },
+    );
     text = `${out.stdout}\n${out.stderr}`;
     status = out.status;
   } finally {

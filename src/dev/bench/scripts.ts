@@ -26,7 +26,11 @@ function literal(value: unknown): string {
  */
 export async function capturedScript(url: string, mode: "sync" | "async"): Promise<string> {
   const captured: { text: string; params: unknown[] }[] = [];
-  const sql = postgres(url, { max: 1, onnotice: () => {}, debug: (_c, text, params) => captured.push({ text, params: params as unknown[] }) });
+  const sql = postgres(url, {
+    max: 1,
+    onnotice: () => {},
+    debug: (_c, text, params) => captured.push({ text, params: params as unknown[] }),
+  });
   const body = benchEventBody("SENTINEL", 0);
   const payload = JSON.parse(body) as Record<string, unknown>;
   const event = { id: EVENT, type: "invoice.paid", payload, subject: stripeSubject(payload), body };
@@ -35,7 +39,12 @@ export async function capturedScript(url: string, mode: "sync" | "async"): Promi
     await sql.begin(async (tx) => {
       const handler = billingHandlers["invoice.paid"];
       if (mode === "sync" && handler?.statement) {
-        await recordAndApply(tx as unknown as postgres.Sql, key, event, handler.statement(tx, event.subject.object, { ...key, eventType: event.type }));
+        await recordAndApply(
+          tx as unknown as postgres.Sql,
+          key,
+          event,
+          handler.statement(tx, event.subject.object, { ...key, eventType: event.type }),
+        );
       } else {
         await recordEvent(tx, key, event, null);
       }
@@ -81,7 +90,9 @@ function withoutComments(text: string): string {
  * @throws Error naming the stray `:word`.
  */
 function checkedForPgbench(script: string): string {
-  const stray = [...script.matchAll(/(?<!:):([A-Za-z_\x80-\uffff][\w\x80-\uffff]*)/g)].map((m) => m[1]).find((name) => name !== "client_id" && name !== "n");
+  const stray = [...script.matchAll(/(?<!:):([A-Za-z_\x80-\uffff][\w\x80-\uffff]*)/g)]
+    .map((m) => m[1])
+    .find((name) => name !== "client_id" && name !== "n");
   if (stray) throw new Error(`Cannot make a pgbench script: ":${stray}" in the captured SQL would be read as a pgbench variable`);
   return script;
 }
@@ -118,12 +129,21 @@ export function inboxOnlyScript(): string {
  */
 export async function capturedHandlerStatement(url: string): Promise<{ text: string; params: (n: number) => unknown[] }> {
   const captured: { text: string; params: unknown[] }[] = [];
-  const sql = postgres(url, { max: 1, onnotice: () => {}, debug: (_c, text, params) => captured.push({ text, params: params as unknown[] }) });
+  const sql = postgres(url, {
+    max: 1,
+    onnotice: () => {},
+    debug: (_c, text, params) => captured.push({ text, params: params as unknown[] }),
+  });
   const body = benchEventBody("SENTINEL", 0);
   const payload = JSON.parse(body) as Record<string, unknown>;
   try {
     await sql.begin(async (tx) => {
-      await billingHandlers["invoice.paid"]?.(tx, stripeSubject(payload).object, { provider: "stripe", endpoint: "bench-peer", eventId: EVENT, eventType: "invoice.paid" });
+      await billingHandlers["invoice.paid"]?.(tx, stripeSubject(payload).object, {
+        provider: "stripe",
+        endpoint: "bench-peer",
+        eventId: EVENT,
+        eventType: "invoice.paid",
+      });
       throw new Rollback();
     });
   } catch (err) {

@@ -87,16 +87,19 @@ let dataDir: string | undefined;
 let url: string;
 let dropScratch = async () => {};
 const children = new Set<ChildProcess>();
-onStopSignals((signal) => {
-  console.error(`bench: ${signal}: stopping; dropping the scratch database`);
-  void (async () => {
-    for (const child of children) child.kill("SIGKILL");
-    await dropScratch().catch(() => {});
-    await embedded?.stop().catch(() => {});
-    if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
-    process.exit(signal === "SIGINT" ? 130 : 143);
-  })();
-}, () => process.exit(1));
+onStopSignals(
+  (signal) => {
+    console.error(`bench: ${signal}: stopping; dropping the scratch database`);
+    void (async () => {
+      for (const child of children) child.kill("SIGKILL");
+      await dropScratch().catch(() => {});
+      await embedded?.stop().catch(() => {});
+      if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
+      process.exit(signal === "SIGINT" ? 130 : 143);
+    })();
+  },
+  () => process.exit(1),
+);
 if (process.env.DATABASE_URL) {
   const scratch = await createScratchDatabase(process.env.DATABASE_URL, "webhook_inbox_bench");
   url = scratch.url;
@@ -111,13 +114,21 @@ const db = connect(url, { max: 4, applicationName: "webhook-inbox bench" });
 // not leave a webhook_inbox_bench_* database behind on DATABASE_URL's server.
 try {
   await migrate(db, loadMigrations());
-  const [{ version: pgVersion, sync: syncCommit } = { version: "?", sync: "?" }] = await db<{ version: string; sync: string }[]>`select version(), current_setting('synchronous_commit') as sync`;
+  const [{ version: pgVersion, sync: syncCommit } = { version: "?", sync: "?" }] = await db<
+    { version: string; sync: string }[]
+  >`select version(), current_setting('synchronous_commit') as sync`;
   const pgbench = sections.has("ceiling") ? ensurePgbench(say) : "";
   const machine = {
-    cpu: cpus()[0]?.model ?? "?", cores: cpus().length, memory_gib: Math.round(totalmem() / 2 ** 30),
-    bun: Bun.version, postgres: pgVersion.split(",")[0], synchronous_commit: syncCommit,
+    cpu: cpus()[0]?.model ?? "?",
+    cores: cpus().length,
+    memory_gib: Math.round(totalmem() / 2 ** 30),
+    bun: Bun.version,
+    postgres: pgVersion.split(",")[0],
+    synchronous_commit: syncCommit,
     pgbench: pgbench ? spawnSync(pgbench, ["--version"], { encoding: "utf8" }).stdout.trim() : "not used",
-    date: new Date().toISOString(), runs, seconds_per_run: seconds,
+    date: new Date().toISOString(),
+    runs,
+    seconds_per_run: seconds,
   };
   say(`machine: ${JSON.stringify(machine)}`);
 
@@ -154,16 +165,32 @@ try {
   }
 
   // 2–3. Receive end to end: signed requests from a separate load-generator process through `serve`.
-  interface Load { rps: number; p50: number; p99: number; requests: number; statuses: Record<string, number> }
+  interface Load {
+    rps: number;
+    p50: number;
+    p99: number;
+    requests: number;
+    statuses: Record<string, number>;
+  }
   async function withServe<T>(env: Record<string, string>, fn: (base: string, pid: number) => Promise<T>): Promise<T> {
     const port = await freePort();
     const child = spawn(process.execPath, [bin("serve")], {
-      env: { ...process.env, DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, PORT: String(port), ...env }, stdio: ["ignore", "ignore", "inherit"],
+      env: { ...process.env, DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, PORT: String(port), ...env },
+      stdio: ["ignore", "ignore", "inherit"],
     });
     children.add(child);
     child.once("exit", () => children.delete(child));
     const base = `http://127.0.0.1:${port}`;
-    for (let i = 0; i < 100 && !(await fetch(`${base}/readyz`).then((r) => r.ok, () => false)); i++) await Bun.sleep(100);
+    for (
+      let i = 0;
+      i < 100 &&
+      !(await fetch(`${base}/readyz`).then(
+        (r) => r.ok,
+        () => false,
+      ));
+      i++
+    )
+      await Bun.sleep(100);
     try {
       return await fn(base, child.pid ?? 0);
     } finally {
@@ -172,7 +199,10 @@ try {
     }
   }
   function load(options: Record<string, unknown>): Load {
-    const out = spawnSync(process.execPath, [devBin("bench-load"), JSON.stringify({ secret: SECRET, ...options })], { encoding: "utf8", maxBuffer: 1 << 24 });
+    const out = spawnSync(process.execPath, [devBin("bench-load"), JSON.stringify({ secret: SECRET, ...options })], {
+      encoding: "utf8",
+      maxBuffer: 1 << 24,
+    });
     if (out.status !== 0) throw new Error(`load generator failed: ${out.stderr.slice(-1000)}`);
     return JSON.parse(out.stdout.trim().split("\n").pop() ?? "{}") as Load;
   }
@@ -187,7 +217,15 @@ try {
       const measured = await withServe({ INBOX_MODE: mode, DB_POOL_MAX: String(Math.min(c, 64)) }, async (base, pid) => {
         // Warm-up (discarded): opens the pool's connections and the load generator's sockets.
         load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warm${mode}${c}${Date.now()}` });
-        const loads = Array.from({ length: runs }, (_, r) => load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: seconds * 1000, kind: "unique", run: `${mode}${c}r${r}${Date.now()}` }));
+        const loads = Array.from({ length: runs }, (_, r) =>
+          load({
+            url: `${base}/webhooks/stripe`,
+            concurrency: c,
+            durationMs: seconds * 1000,
+            kind: "unique",
+            run: `${mode}${c}r${r}${Date.now()}`,
+          }),
+        );
         return { loads, rss: peakRssMiB(pid) };
       });
       const name = `receive ${mode} (HTTP through serve)`;
@@ -217,9 +255,19 @@ try {
         const pool = connect(url, { max: w + 1, applicationName: "bench worker" });
         const controller = new AbortController();
         const t0 = performance.now();
-        const done = runWorker({ db: pool, handlersFor, signal: controller.signal, concurrency: w, listen: false, pollMs: 20, log: () => {} });
+        const done = runWorker({
+          db: pool,
+          handlersFor,
+          signal: controller.signal,
+          concurrency: w,
+          listen: false,
+          pollMs: 20,
+          log: () => {},
+        });
         for (;;) {
-          const [left] = await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null and endpoint = 'bench-drain'`;
+          const [left] = await db<
+            { n: number }[]
+          >`select count(*)::int as n from webhook_inbox where processed_at is null and endpoint = 'bench-drain'`;
           if ((left?.n ?? 1) === 0) break;
           await Bun.sleep(20);
         }
@@ -256,7 +304,9 @@ try {
     });
     const [booked] = await db<{ n: number }[]>`select count(*)::int as n from ledger_entries where invoice_id = ${`in_bench_${run}_0`}`;
     results["duplicate storm"] = { ...storm, ledger_rows: booked?.n };
-    table.push(`| duplicate storm: 1 event × 1000 | 64 | p99 ${storm.p99.toFixed(1)} ms | p50 ${storm.p50.toFixed(1)} ms | statuses ${JSON.stringify(storm.statuses)}, ledger rows ${booked?.n} |`);
+    table.push(
+      `| duplicate storm: 1 event × 1000 | 64 | p99 ${storm.p99.toFixed(1)} ms | p50 ${storm.p50.toFixed(1)} ms | statuses ${JSON.stringify(storm.statuses)}, ledger rows ${booked?.n} |`,
+    );
     say(`duplicate storm: ${JSON.stringify(storm)} ledger rows ${booked?.n}`);
   }
 

@@ -47,11 +47,18 @@ const { values: o } = (() => {
   try {
     return parseArgs({
       options: {
-        mode: { type: "string", default: "sync" }, invoices: { type: "string", default: "100" }, poison: { type: "string", default: "0" },
-        senders: { type: "string", default: "8" }, rate: { type: "string", default: "150" }, receivers: { type: "string", default: "2" },
-        workers: { type: "string", default: "2" }, faults: { type: "string", default: FAULTS.join(",") },
-        "fault-every-ms": { type: "string", default: "700" }, "deadline-ms": { type: "string", default: "90000" },
-        seed: { type: "string", default: String(Math.floor(Math.random() * 1e9)) }, json: { type: "boolean", default: false },
+        mode: { type: "string", default: "sync" },
+        invoices: { type: "string", default: "100" },
+        poison: { type: "string", default: "0" },
+        senders: { type: "string", default: "8" },
+        rate: { type: "string", default: "150" },
+        receivers: { type: "string", default: "2" },
+        workers: { type: "string", default: "2" },
+        faults: { type: "string", default: FAULTS.join(",") },
+        "fault-every-ms": { type: "string", default: "700" },
+        "deadline-ms": { type: "string", default: "90000" },
+        seed: { type: "string", default: String(Math.floor(Math.random() * 1e9)) },
+        json: { type: "boolean", default: false },
         help: { type: "boolean", short: "h", default: false },
       },
     });
@@ -89,17 +96,20 @@ let dropDatabase = async () => {};
 // SIGTERM/SIGINT before the verdict (a `kill` of `bun run chaos`, a CI timeout, Ctrl-C): SIGKILL every
 // child, stop the throwaway cluster, remove this run's folders, exit 143/130 with no verdict.
 const children: Supervised[] = [];
-onStopSignals((signal) => {
-  console.error(`chaos: ${signal}: stopping the children and the throwaway database; no verdict`);
-  void (async () => {
-    await Promise.all(children.map((c) => c.stop("SIGKILL").catch(() => null)));
-    if (dataDir) await killPostmaster(dataDir).catch(() => {});
-    await dropDatabase().catch(() => {});
-    if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
-    rmSync(workDir, { recursive: true, force: true });
-    process.exit(signal === "SIGINT" ? 130 : 143);
-  })();
-}, () => process.exit(1));
+onStopSignals(
+  (signal) => {
+    console.error(`chaos: ${signal}: stopping the children and the throwaway database; no verdict`);
+    void (async () => {
+      await Promise.all(children.map((c) => c.stop("SIGKILL").catch(() => null)));
+      if (dataDir) await killPostmaster(dataDir).catch(() => {});
+      await dropDatabase().catch(() => {});
+      if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
+      rmSync(workDir, { recursive: true, force: true });
+      process.exit(signal === "SIGINT" ? 130 : 143);
+    })();
+  },
+  () => process.exit(1),
+);
 if (process.env.DATABASE_URL) {
   const scratch = await createScratchDatabase(process.env.DATABASE_URL, "webhook_inbox_chaos");
   url = scratch.url;
@@ -118,9 +128,25 @@ await migrate(db, loadMigrations());
 const receiverEnv = { DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, DB_POOL_MAX: "4", HOST: "127.0.0.1" };
 const ports = await Promise.all(Array.from({ length: num("receivers", 1) }, () => freePort()));
 const bin = (name: string) => fileURLToPath(new URL(`../../bin/${name}.ts`, import.meta.url));
-const receivers = ports.map((port, i) => supervise(`receiver${i}`, [bin("serve")], { ...receiverEnv, PORT: String(port) }, log, /listening on/));
-const workerArgs = [bin("worker"), "--poll-ms", "250", "--lease-ms", "4000", "--timeout-ms", "3000", "--backoff-base-ms", "100", "--backoff-cap-ms", "1000"];
-const workers = Array.from({ length: workerCount }, (_, i) => supervise(`worker${i}`, workerArgs, { DATABASE_URL: url }, log, /"worker":"started"/));
+const receivers = ports.map((port, i) =>
+  supervise(`receiver${i}`, [bin("serve")], { ...receiverEnv, PORT: String(port) }, log, /listening on/),
+);
+const workerArgs = [
+  bin("worker"),
+  "--poll-ms",
+  "250",
+  "--lease-ms",
+  "4000",
+  "--timeout-ms",
+  "3000",
+  "--backoff-base-ms",
+  "100",
+  "--backoff-cap-ms",
+  "1000",
+];
+const workers = Array.from({ length: workerCount }, (_, i) =>
+  supervise(`worker${i}`, workerArgs, { DATABASE_URL: url }, log, /"worker":"started"/),
+);
 children.push(...receivers, ...workers);
 for (const child of children) child.start();
 await Promise.all(ports.map((port) => waitReady(`http://127.0.0.1:${port}`)));
@@ -166,10 +192,17 @@ async function restartDatabase(): Promise<void> {
 
 // 4. The storm.
 const storm = generateStorm({ invoices: num("invoices", 1), poison: num("poison", 0), seed });
-say(`chaos: mode ${mode}, seed ${seed}, ${storm.events.length} events, ${receivers.length} receivers, ${workers.length} workers, faults ${[...faults].join(",") || "none"}`);
+say(
+  `chaos: mode ${mode}, seed ${seed}, ${storm.events.length} events, ${receivers.length} receivers, ${workers.length} workers, faults ${[...faults].join(",") || "none"}`,
+);
 const stats = await sendStorm(storm.events, {
-  receivers: ports.map((p) => `http://127.0.0.1:${p}`), path: "/webhooks/stripe", secret: SECRET,
-  senders: num("senders", 1), seed, ratePerSec: num("rate", 1), deadlineMs: num("deadline-ms", 1000),
+  receivers: ports.map((p) => `http://127.0.0.1:${p}`),
+  path: "/webhooks/stripe",
+  secret: SECRET,
+  senders: num("senders", 1),
+  seed,
+  ratePerSec: num("rate", 1),
+  deadlineMs: num("deadline-ms", 1000),
 });
 storming = false;
 await faultLoop;
@@ -187,26 +220,56 @@ const verdict = await checkStorm(db, storm, "billing", stats.acknowledged, stats
 const dbRestartMissed = faults.has("restart-db") && counts.dbRestarts === 0;
 const ok = passed(verdict) && drained && !dbRestartMissed;
 const summary = {
-  mode, seed, events: stats.events, deliveries: stats.deliveries, duplicates: stats.duplicates,
-  concurrent_duplicates: stats.concurrentDuplicates, requests: stats.requests, failed_attempts: stats.failedAttempts,
-  outcomes: stats.outcomes, receiver_kills: counts.receiverKills, worker_kills: counts.workerKills, db_restarts: counts.dbRestarts,
+  mode,
+  seed,
+  events: stats.events,
+  deliveries: stats.deliveries,
+  duplicates: stats.duplicates,
+  concurrent_duplicates: stats.concurrentDuplicates,
+  requests: stats.requests,
+  failed_attempts: stats.failedAttempts,
+  outcomes: stats.outcomes,
+  receiver_kills: counts.receiverKills,
+  worker_kills: counts.workerKills,
+  db_restarts: counts.dbRestarts,
   // Children that exited without being killed (e.g. a start-up failure), started again by supervise().
   self_exits: children.reduce((n, c) => n + c.selfExits, 0),
-  lost: verdict.lost.length, unacknowledged: verdict.unacknowledged.length, double_booked: verdict.doubleBooked.length,
-  wrong_final_state: verdict.wrongState.length, unprocessed: verdict.unprocessed, unexpected_needs_review: verdict.unexpectedNeedsReview.length,
-  poison_parked: verdict.poison.filter((p) => p.parked).length, poison: verdict.poison.length,
-  graceful_exits: exits.filter((e) => e.code === 0).length, children: exits.length,
-  duration_s: Math.round((Date.now() - started) / 100) / 10, passed: ok, log: ok ? null : logFile, // kept only when it failed
+  lost: verdict.lost.length,
+  unacknowledged: verdict.unacknowledged.length,
+  double_booked: verdict.doubleBooked.length,
+  wrong_final_state: verdict.wrongState.length,
+  unprocessed: verdict.unprocessed,
+  unexpected_needs_review: verdict.unexpectedNeedsReview.length,
+  poison_parked: verdict.poison.filter((p) => p.parked).length,
+  poison: verdict.poison.length,
+  graceful_exits: exits.filter((e) => e.code === 0).length,
+  children: exits.length,
+  duration_s: Math.round((Date.now() - started) / 100) / 10,
+  passed: ok,
+  log: ok ? null : logFile, // kept only when it failed
 };
 if (!o.json) {
-  console.table(Object.fromEntries(Object.entries(summary).filter(([k]) => !["failed_attempts", "outcomes", "log"].includes(k)).map(([k, v]) => [k, { value: v }])));
+  console.table(
+    Object.fromEntries(
+      Object.entries(summary)
+        .filter(([k]) => !["failed_attempts", "outcomes", "log"].includes(k))
+        .map(([k, v]) => [k, { value: v }]),
+    ),
+  );
   console.log(`outcomes ${JSON.stringify(stats.outcomes)}; failed attempts (retried) ${JSON.stringify(stats.failedAttempts)}`);
-  for (const [name, list] of Object.entries({ lost: verdict.lost, unacknowledged: verdict.unacknowledged, "double-booked": verdict.doubleBooked, "wrong state": verdict.wrongState, "unexpected needs-review": verdict.unexpectedNeedsReview })) {
+  for (const [name, list] of Object.entries({
+    lost: verdict.lost,
+    unacknowledged: verdict.unacknowledged,
+    "double-booked": verdict.doubleBooked,
+    "wrong state": verdict.wrongState,
+    "unexpected needs-review": verdict.unexpectedNeedsReview,
+  })) {
     for (const item of list.slice(0, 20)) console.log(`VIOLATION ${name}: ${item}`);
   }
   for (const p of verdict.poison) console.log(`injected poison ${p.eventId}: ${p.parked ? "needs-review, as expected" : "NOT parked"}`);
   if (!drained) console.log("VIOLATION: the backlog did not drain within 60 s");
-  if (dbRestartMissed) console.log("INCOMPLETE: the storm ended before PostgreSQL could be restarted; use more --invoices or a lower --rate");
+  if (dbRestartMissed)
+    console.log("INCOMPLETE: the storm ended before PostgreSQL could be restarted; use more --invoices or a lower --rate");
   console.log(ok ? "PASSED (child output removed)" : `FAILED: child output kept in ${logFile}`);
 } else {
   console.log(JSON.stringify(summary));
@@ -221,7 +284,10 @@ process.exit(ok ? 0 : 1);
 async function waitReady(base: string): Promise<void> {
   const deadline = Date.now() + 30_000;
   while (Date.now() < deadline) {
-    const ok = await fetch(`${base}/readyz`).then((r) => r.ok, () => false);
+    const ok = await fetch(`${base}/readyz`).then(
+      (r) => r.ok,
+      () => false,
+    );
     if (ok) return;
     await sleep(100);
   }

@@ -55,7 +55,10 @@ const number = (name: string, raw: string, min = 1): number => {
 const files: EventFile[] = positionals.flatMap((path) => {
   if (!existsSync(path)) fail(`No such file or folder: ${path}`);
   const paths = statSync(path).isDirectory()
-    ? readdirSync(path).filter((f) => f.endsWith(".json")).sort().map((f) => join(path, f))
+    ? readdirSync(path)
+        .filter((f) => f.endsWith(".json"))
+        .sort()
+        .map((f) => join(path, f))
     : [path];
   return paths.map((p) => ({ name: basename(p), body: readFileSync(p, "utf8") }));
 });
@@ -63,7 +66,9 @@ if (files.length === 0) fail("No .json files found");
 
 const devSecretFile = join(DATA_DIR, "dev-webhook-secret");
 // An empty STRIPE_WEBHOOK_SECRET counts as unset, as it does for `bun run serve`.
-const secret = values.secret || process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]?.trim() ||
+const secret =
+  values.secret ||
+  process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]?.trim() ||
   (existsSync(devSecretFile) ? readFileSync(devSecretFile, "utf8").trim() : undefined);
 if (!secret) fail("Missing signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET");
 
@@ -83,11 +88,15 @@ const ms = Math.round(performance.now() - started);
 
 const failed = summary.failures.length + (summary.gaveUp?.notSent ?? 0);
 const verb = failed === 0 ? "Delivered" : `Could not deliver ${failed} of ${summary.deliveries} deliveries. Sent`;
-console.log(`${verb} ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${printableUrl(url)} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`);
+console.log(
+  `${verb} ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${printableUrl(url)} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`,
+);
 for (const [outcome, count] of Object.entries(summary.outcomes).sort()) console.log(`  ${outcome.padEnd(10)} ${count}`);
 for (const [status, count] of Object.entries(summary.retried).sort()) console.log(`  retried after ${status}: ${count}`);
 for (const f of summary.failures) console.error(`  FAILED ${f.name}: last status ${f.status}`);
 if (summary.gaveUp) {
-  console.error(`Gave up: ${summary.gaveUp.reason}; ${summary.gaveUp.notSent} deliveries not sent. Is a receiver running there (bun run serve)?`);
+  console.error(
+    `Gave up: ${summary.gaveUp.reason}; ${summary.gaveUp.notSent} deliveries not sent. Is a receiver running there (bun run serve)?`,
+  );
 }
 process.exit(failed > 0 ? 1 : 0);

@@ -31,7 +31,13 @@ export interface Verdict {
  * ledger row and one outbox message per (balance transaction, kind), every row linked to an invoice, and
  * each invoice's refunded, dispute amounts and net (view invoice_net) equal to the model's.
  */
-export async function checkStorm(db: Db, storm: Storm, endpoint: string, acknowledged: ReadonlySet<string>, unacknowledged: readonly string[]): Promise<Verdict> {
+export async function checkStorm(
+  db: Db,
+  storm: Storm,
+  endpoint: string,
+  acknowledged: ReadonlySet<string>,
+  unacknowledged: readonly string[],
+): Promise<Verdict> {
   const inbox = await db<{ event_id: string; processed: boolean; parked: boolean }[]>`
     select event_id, processed_at is not null as processed, needs_review_at is not null as parked
       from webhook_inbox
@@ -50,7 +56,9 @@ export async function checkStorm(db: Db, storm: Storm, endpoint: string, acknowl
      group by l.invoice_id
   `;
   const ledgerById = new Map(ledger.map((r) => [r.invoice_id, r]));
-  const money = await db<{ invoice_id: string; refunded: string; dispute_withdrawn: string; dispute_fees: string; dispute_reinstated: string; net: string }[]>`
+  const money = await db<
+    { invoice_id: string; refunded: string; dispute_withdrawn: string; dispute_fees: string; dispute_reinstated: string; net: string }[]
+  >`
     select invoice_id, refunded::text, dispute_withdrawn::text, dispute_fees::text, dispute_reinstated::text, net::text
       from invoice_net
      where invoice_id is not null
@@ -90,7 +98,8 @@ export async function checkStorm(db: Db, storm: Storm, endpoint: string, acknowl
   };
   for (const u of unbooked) verdict.doubleBooked.push(`${u.balance_transaction} ${u.kind}: an outbox message but no ledger entry`);
   for (const m of movements) {
-    if (m.entries !== 1 || m.outbox !== 1) verdict.doubleBooked.push(`${m.balance_transaction} ${m.kind}: ${m.entries} ledger entries, ${m.outbox} outbox rows`);
+    if (m.entries !== 1 || m.outbox !== 1)
+      verdict.doubleBooked.push(`${m.balance_transaction} ${m.kind}: ${m.entries} ledger entries, ${m.outbox} outbox rows`);
     if (!m.linked) verdict.wrongState.push(`${m.balance_transaction} ${m.kind}: linked to no invoice`);
   }
   for (const e of storm.expected) {
@@ -99,17 +108,32 @@ export async function checkStorm(db: Db, storm: Storm, endpoint: string, acknowl
     const shown = (r: { refunded: unknown; disputeWithdrawn: unknown; disputeFees: unknown; disputeReinstated: unknown; net: unknown }) =>
       `refunded ${r.refunded}, dispute withdrawn ${r.disputeWithdrawn}, fees ${r.disputeFees}, reinstated ${r.disputeReinstated}, net ${r.net}`;
     const actual = got
-      ? { refunded: got.refunded, disputeWithdrawn: got.dispute_withdrawn, disputeFees: got.dispute_fees, disputeReinstated: got.dispute_reinstated, net: got.net }
+      ? {
+          refunded: got.refunded,
+          disputeWithdrawn: got.dispute_withdrawn,
+          disputeFees: got.dispute_fees,
+          disputeReinstated: got.dispute_reinstated,
+          net: got.net,
+        }
       : { refunded: "0", disputeWithdrawn: "0", disputeFees: "0", disputeReinstated: "0", net: "0" };
-    const expectedMoney = { refunded: String(want.refunded), disputeWithdrawn: String(want.disputeWithdrawn), disputeFees: String(want.disputeFees), disputeReinstated: String(want.disputeReinstated), net: String(want.net) };
-    if (shown(actual) !== shown(expectedMoney)) verdict.wrongState.push(`${e.invoiceId}: ${shown(actual)}; expected ${shown(expectedMoney)}`);
+    const expectedMoney = {
+      refunded: String(want.refunded),
+      disputeWithdrawn: String(want.disputeWithdrawn),
+      disputeFees: String(want.disputeFees),
+      disputeReinstated: String(want.disputeReinstated),
+      net: String(want.net),
+    };
+    if (shown(actual) !== shown(expectedMoney))
+      verdict.wrongState.push(`${e.invoiceId}: ${shown(actual)}; expected ${shown(expectedMoney)}`);
     const status = invoices.get(e.invoiceId) ?? null;
     if (status !== e.status) verdict.wrongState.push(`${e.invoiceId}: ${status ?? "absent"}, expected ${e.status ?? "absent"}`);
     const booked = ledgerById.get(e.invoiceId);
     if (e.payment === null && booked) verdict.doubleBooked.push(`${e.invoiceId}: booked ${booked.amount} but must not be booked`);
     if (e.payment !== null && !booked) verdict.wrongState.push(`${e.invoiceId}: no payment booked, expected ${e.payment}`);
     if (booked && (booked.entries !== 1 || booked.outbox !== 1 || (e.payment !== null && booked.amount !== String(e.payment)))) {
-      verdict.doubleBooked.push(`${e.invoiceId}: ${booked.entries} ledger entries totalling ${booked.amount} (expected ${e.payment}), ${booked.outbox} outbox rows`);
+      verdict.doubleBooked.push(
+        `${e.invoiceId}: ${booked.entries} ledger entries totalling ${booked.amount} (expected ${e.payment}), ${booked.outbox} outbox rows`,
+      );
     }
   }
   return verdict;
@@ -117,6 +141,13 @@ export async function checkStorm(db: Db, storm: Storm, endpoint: string, acknowl
 
 /** True when the verdict has no violation. */
 export function passed(v: Verdict): boolean {
-  return v.lost.length === 0 && v.unacknowledged.length === 0 && v.doubleBooked.length === 0 && v.wrongState.length === 0 &&
-    v.unprocessed === 0 && v.unexpectedNeedsReview.length === 0 && v.poison.every((p) => p.parked);
+  return (
+    v.lost.length === 0 &&
+    v.unacknowledged.length === 0 &&
+    v.doubleBooked.length === 0 &&
+    v.wrongState.length === 0 &&
+    v.unprocessed === 0 &&
+    v.unexpectedNeedsReview.length === 0 &&
+    v.poison.every((p) => p.parked)
+  );
 }

@@ -37,7 +37,13 @@ export interface Storm {
 const INVOICE_STEPS: Record<"paid" | "void" | "uncollectible_then_paid", string[]> = {
   paid: ["invoice.created", "invoice.finalized", "invoice.paid", "invoice.payment_succeeded"],
   void: ["invoice.created", "invoice.finalized", "invoice.voided"],
-  uncollectible_then_paid: ["invoice.created", "invoice.finalized", "invoice.marked_uncollectible", "invoice.paid", "invoice.payment_succeeded"],
+  uncollectible_then_paid: [
+    "invoice.created",
+    "invoice.finalized",
+    "invoice.marked_uncollectible",
+    "invoice.paid",
+    "invoice.payment_succeeded",
+  ],
 };
 const KINDS: Exclude<Lifecycle, "poison">[] = ["paid", "void", "uncollectible_then_paid", "refunded", "disputed_won", "disputed_lost"];
 /** The dispute fee Stripe takes when funds are withdrawn (minor units). */
@@ -63,7 +69,12 @@ export function generateStorm(options: { invoices: number; poison?: number; seed
     const amount = 100 + Math.floor(random() * 500_000);
     if (i >= options.invoices) {
       const id = `evt_chaos${run}x${i}poison`;
-      events.push({ id, type: "invoice.paid", invoiceId, body: eventBody(id, "invoice.paid", invoiceObject(invoiceId, null, amount, "paid")) });
+      events.push({
+        id,
+        type: "invoice.paid",
+        invoiceId,
+        body: eventBody(id, "invoice.paid", invoiceObject(invoiceId, null, amount, "paid")),
+      });
       expected.push({ invoiceId, lifecycle: "poison", status: null, payment: null, money: NO_MONEY_OUT(0) });
       poisonEventIds.push(id);
       continue;
@@ -84,7 +95,13 @@ export function generateStorm(options: { invoices: number; poison?: number; seed
 }
 
 /** No money out: the net is the payment (0 when none). */
-const NO_MONEY_OUT = (net: number): ExpectedInvoice["money"] => ({ refunded: 0, disputeWithdrawn: 0, disputeFees: 0, disputeReinstated: 0, net });
+const NO_MONEY_OUT = (net: number): ExpectedInvoice["money"] => ({
+  refunded: 0,
+  disputeWithdrawn: 0,
+  disputeFees: 0,
+  disputeReinstated: 0,
+  net,
+});
 
 /**
  * The money-out events of a paid invoice's lifecycle, shaped like the money-out fixtures, and what
@@ -94,7 +111,12 @@ const NO_MONEY_OUT = (net: number): ExpectedInvoice["money"] => ({ refunded: 0, 
  * withdrawn (the whole amount and a fee, one balance transaction), closed won, funds reinstated (which
  * lists both transactions). `disputed_lost`: created, withdrawn, closed lost.
  */
-function moneyOutEvents(lifecycle: Lifecycle, key: string, invoiceId: string, amount: number): { events: StormEvent[]; expected: ExpectedInvoice["money"] } {
+function moneyOutEvents(
+  lifecycle: Lifecycle,
+  key: string,
+  invoiceId: string,
+  amount: number,
+): { events: StormEvent[]; expected: ExpectedInvoice["money"] } {
   if (lifecycle !== "refunded" && lifecycle !== "disputed_won" && lifecycle !== "disputed_lost") {
     return { events: [], expected: NO_MONEY_OUT(lifecycle === "void" ? 0 : amount) };
   }
@@ -106,15 +128,35 @@ function moneyOutEvents(lifecycle: Lifecycle, key: string, invoiceId: string, am
     events.push({ id, type, invoiceId, body: eventBody(id, type, object) });
   };
   add("ip", "invoice_payment.paid", {
-    id: `inpay_chaos${key}`, object: "invoice_payment", invoice: invoiceId, amount_paid: amount, currency: "usd", status: "paid",
+    id: `inpay_chaos${key}`,
+    object: "invoice_payment",
+    invoice: invoiceId,
+    amount_paid: amount,
+    currency: "usd",
+    status: "paid",
     payment: { type: "payment_intent", payment_intent: pi },
   });
   if (lifecycle === "refunded") {
     const refunded = Math.floor(amount / 4);
     const refund = (n: string, value: number, status: string, txn: string | null) => ({
-      id: `re_chaos${key}r${n}`, object: "refund", amount: value, charge, payment_intent: pi, currency: "usd", status, balance_transaction: txn,
+      id: `re_chaos${key}r${n}`,
+      object: "refund",
+      amount: value,
+      charge,
+      payment_intent: pi,
+      currency: "usd",
+      status,
+      balance_transaction: txn,
     });
-    add("ch", "charge.succeeded", { id: charge, object: "charge", amount, currency: "usd", payment_intent: pi, status: "succeeded", paid: true });
+    add("ch", "charge.succeeded", {
+      id: charge,
+      object: "charge",
+      amount,
+      currency: "usd",
+      payment_intent: pi,
+      status: "succeeded",
+      paid: true,
+    });
     add("r1c", "refund.created", refund("1", refunded, "pending", null));
     add("r1u", "refund.updated", refund("1", refunded, "succeeded", `txn_chaos${key}r1`));
     add("r2c", "refund.created", refund("2", 1, "pending", null));
@@ -124,7 +166,14 @@ function moneyOutEvents(lifecycle: Lifecycle, key: string, invoiceId: string, am
   const withdrawal = { id: `txn_chaos${key}dw`, object: "balance_transaction", amount: -amount, fee: DISPUTE_FEE, currency: "usd" };
   const reinstatement = { id: `txn_chaos${key}dr`, object: "balance_transaction", amount, fee: 0, currency: "usd" };
   const dispute = (status: string, transactions: object[]) => ({
-    id: `dp_chaos${key}`, object: "dispute", amount, charge, payment_intent: pi, currency: "usd", status, balance_transactions: transactions,
+    id: `dp_chaos${key}`,
+    object: "dispute",
+    amount,
+    charge,
+    payment_intent: pi,
+    currency: "usd",
+    status,
+    balance_transactions: transactions,
   });
   add("dc", "charge.dispute.created", dispute("needs_response", [withdrawal]));
   add("dw", "charge.dispute.funds_withdrawn", dispute("needs_response", [withdrawal]));
@@ -136,18 +185,42 @@ function moneyOutEvents(lifecycle: Lifecycle, key: string, invoiceId: string, am
 }
 
 function statusAfter(type: string): string {
-  return { "invoice.created": "draft", "invoice.finalized": "open", "invoice.voided": "void", "invoice.marked_uncollectible": "uncollectible" }[type] ?? "paid";
+  return (
+    { "invoice.created": "draft", "invoice.finalized": "open", "invoice.voided": "void", "invoice.marked_uncollectible": "uncollectible" }[
+      type
+    ] ?? "paid"
+  );
 }
 
 function invoiceObject(id: string, customer: string | null, amount: number, status: string): Record<string, unknown> {
   const paid = status === "paid";
   return {
-    id, object: "invoice", customer, currency: "usd", status,
-    amount_due: amount, amount_paid: paid ? amount : 0, amount_remaining: paid ? 0 : amount,
-    collection_method: "charge_automatically", livemode: false,
+    id,
+    object: "invoice",
+    customer,
+    currency: "usd",
+    status,
+    amount_due: amount,
+    amount_paid: paid ? amount : 0,
+    amount_remaining: paid ? 0 : amount,
+    collection_method: "charge_automatically",
+    livemode: false,
   };
 }
 
 function eventBody(id: string, type: string, object: Record<string, unknown>): string {
-  return JSON.stringify({ id, object: "event", api_version: "2025-09-30.clover", created: 1764461520, livemode: false, pending_webhooks: 1, type, data: { object } }, null, 2);
+  return JSON.stringify(
+    {
+      id,
+      object: "event",
+      api_version: "2025-09-30.clover",
+      created: 1764461520,
+      livemode: false,
+      pending_webhooks: 1,
+      type,
+      data: { object },
+    },
+    null,
+    2,
+  );
 }

@@ -28,7 +28,13 @@ export interface Supervised {
  * started again 250 ms later, as a process manager would: otherwise one early exit leaves the run a
  * receiver or worker short until the end.
  */
-export function supervise(name: string, args: string[], env: Record<string, string>, log: (line: string) => void, readyPattern: RegExp): Supervised {
+export function supervise(
+  name: string,
+  args: string[],
+  env: Record<string, string>,
+  log: (line: string) => void,
+  readyPattern: RegExp,
+): Supervised {
   let child: ChildProcess | undefined;
   let exited: Promise<number | null> = Promise.resolve(null);
   let isReady = false;

@@ -48,8 +48,15 @@ export interface StormStats {
 export async function sendStorm(events: readonly StormEvent[], o: StormOptions): Promise<StormStats> {
   const random = mulberry32(o.seed ^ 0x5bd1e995);
   const stats: StormStats = {
-    events: events.length, deliveries: 0, duplicates: 0, concurrentDuplicates: 0, requests: 0,
-    failedAttempts: {}, outcomes: {}, acknowledged: new Set(), unacknowledged: [],
+    events: events.length,
+    deliveries: 0,
+    duplicates: 0,
+    concurrentDuplicates: 0,
+    requests: 0,
+    failedAttempts: {},
+    outcomes: {},
+    acknowledged: new Set(),
+    unacknowledged: [],
   };
   const jobs = events.map((event) => {
     const copies = 1 + Math.floor(random() * 3);
@@ -99,18 +106,20 @@ export async function sendStorm(events: readonly StormEvent[], o: StormOptions):
   }
 
   let next = 0;
-  await Promise.all(Array.from({ length: o.senders }, async () => {
-    while (next < jobs.length) {
-      const job = jobs[next++];
-      if (!job) break;
-      await paced();
-      if (job.together) {
-        await Promise.all(Array.from({ length: job.copies }, () => deliverOnce(job.event)));
-      } else {
-        for (let i = 0; i < job.copies; i++) await deliverOnce(job.event);
+  await Promise.all(
+    Array.from({ length: o.senders }, async () => {
+      while (next < jobs.length) {
+        const job = jobs[next++];
+        if (!job) break;
+        await paced();
+        if (job.together) {
+          await Promise.all(Array.from({ length: job.copies }, () => deliverOnce(job.event)));
+        } else {
+          for (let i = 0; i < job.copies; i++) await deliverOnce(job.event);
+        }
       }
-    }
-  }));
+    }),
+  );
   return stats;
 }
 

@@ -7,16 +7,20 @@ import { childInput, hangUntilKilled, report } from "./child-runtime.ts";
 
 const receipt = requireHandler(receiptHandlers, "invoice.paid");
 const { db, event } = await childInput();
-await receiveSync(db, {
-  provider: "stripe",
-  endpoint: "billing",
-  handlers: {
-    "invoice.paid": async (tx, object, context) => {
-      await receipt(tx, object, context);
-      const [row] = await tx`select pg_backend_pid() as pid`;
-      report(`IN_TX ${String(row?.pid)}`);
-      await hangUntilKilled();
+await receiveSync(
+  db,
+  {
+    provider: "stripe",
+    endpoint: "billing",
+    handlers: {
+      "invoice.paid": async (tx, object, context) => {
+        await receipt(tx, object, context);
+        const [row] = await tx`select pg_backend_pid() as pid`;
+        report(`IN_TX ${String(row?.pid)}`);
+        await hangUntilKilled();
+      },
     },
   },
-}, event);
+  event,
+);
 report("UNREACHABLE: the transaction committed");
