@@ -29,7 +29,8 @@ const USAGE = `Usage: bun run chaos [options]
   --receivers N, --workers N receiver and worker processes (default 2 and 2; no workers in sync mode)
   --faults LIST              kill-receiver,kill-worker,restart-db (default all; "none" for none)
   --fault-every-ms N         mean time between faults (default 700)
-  --deadline-ms N            give up on an unacknowledged event after this (default 90000)
+  --deadline-ms N            give up on an unacknowledged event after this (default 90000, or three times
+                             the time the storm's deliveries take at --rate when that is longer)
   --seed N                   reproducible storm and fault schedule (default: random, printed)
   --json                     print the summary as one JSON line at the end
 With DATABASE_URL a fresh database is created on that server (and dropped afterwards; restart-db is
@@ -56,7 +57,7 @@ const { values: o } = (() => {
         workers: { type: "string", default: "2" },
         faults: { type: "string", default: FAULTS.join(",") },
         "fault-every-ms": { type: "string", default: "700" },
-        "deadline-ms": { type: "string", default: "90000" },
+        "deadline-ms": { type: "string" },
         seed: { type: "string", default: String(Math.floor(Math.random() * 1e9)) },
         json: { type: "boolean", default: false },
         help: { type: "boolean", short: "h", default: false },
@@ -202,7 +203,11 @@ const stats = await sendStorm(storm.events, {
   senders: num("senders", 1),
   seed,
   ratePerSec: num("rate", 1),
-  deadlineMs: num("deadline-ms", 1000),
+  // A storm that takes longer than the deadline just to send would be cut off and reported as lost acks.
+  deadlineMs:
+    o["deadline-ms"] !== undefined
+      ? num("deadline-ms", 1000)
+      : Math.max(90_000, Math.ceil(((storm.events.length * 2) / num("rate", 1)) * 3_000)),
 });
 storming = false;
 await faultLoop;
