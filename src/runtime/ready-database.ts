@@ -7,6 +7,8 @@ import { DatabaseWaitError, waitForDatabase } from "../db/wait-for-database.ts";
 import { openDatabase, type DatabaseHandle } from "./database.ts";
 import { loadMigrations } from "./migrations-fs.ts";
 
+/** How long a failed start waits for a stop signal that may be on its way, ms (see openReadyDatabase). */
+const STOP_GRACE_MS = 250;
 /** PgBouncer's refusal of a startup parameter it does not know (SQLSTATE 08P01). */
 const UNSUPPORTED_PARAMETER = /unsupported startup parameter/;
 
@@ -83,6 +85,10 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
     return { database, db, applied, schemaVersion: migrations.length, startupParameters };
   } catch (err) {
     await release();
+    // A stop sent to the whole process group also kills the helpers the embedded server's start runs
+    // (its OS-user lookup, initdb), and their failure can reach us before our own signal handler has
+    // run: give a pending stop a moment to arrive, so a stop is never reported as a failed start.
+    if (!signal.aborted) await new Promise((resolve) => setTimeout(resolve, STOP_GRACE_MS));
     if (signal.aborted) return null;
     console.error(`Cannot start ${options.command}: ${err instanceof Error ? err.message : String(err)}`);
     process.exit(1);
