@@ -93,7 +93,11 @@ console.log(
 );
 for (const [outcome, count] of Object.entries(summary.outcomes).sort()) console.log(`  ${outcome.padEnd(10)} ${count}`);
 for (const [status, count] of Object.entries(summary.retried).sort()) console.log(`  retried after ${status}: ${count}`);
-for (const f of summary.failures) console.error(`  FAILED ${f.name}: last status ${f.status}`);
+// A connection that broke before the answer may still have been recorded: delivering again shows it as duplicate.
+for (const f of summary.failures) {
+  const note = f.status === "network" ? " (no answer: it may have been recorded; deliver again to see)" : "";
+  console.error(`  FAILED ${f.name}: last status ${f.status}${note}`);
+}
 if (summary.gaveUp) {
   console.error(
     `Gave up: ${summary.gaveUp.reason}; ${summary.gaveUp.notSent} deliveries not sent. Is a receiver running there (bun run serve)?`,
