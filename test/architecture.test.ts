@@ -24,6 +24,7 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "writeback",
     "handlers",
     "providers",
+    "stripe-api",
     "inbox",
     "loop",
     "db",
@@ -40,6 +41,7 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "writeback",
     "handlers",
     "providers",
+    "stripe-api",
     "inbox",
     "loop",
     "db",
@@ -47,16 +49,33 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "errors",
     "log",
   ],
-  runtime: ["receiver", "worker", "outbox", "ops", "writeback", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  runtime: [
+    "receiver",
+    "worker",
+    "outbox",
+    "ops",
+    "writeback",
+    "handlers",
+    "providers",
+    "stripe-api",
+    "inbox",
+    "loop",
+    "db",
+    "config",
+    "errors",
+    "log",
+  ],
   // The package's importable core (package.json `exports` "."): Web APIs only, like the receiver.
   index: ["receiver", "worker", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   receiver: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
-  worker: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  worker: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log"],
   outbox: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
-  ops: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  ops: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log"],
   writeback: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   handlers: ["db", "config", "errors", "log"],
   providers: ["db", "config", "errors", "log"],
+  // The Stripe API client (backfill, reconciliation, thin-event fetches): settings and retries only.
+  "stripe-api": ["config", "errors", "log"],
   // The inbox stores verified events, whose shape the provider interface defines.
   inbox: ["providers", "db", "config", "errors", "log"],
   // The loops' retry backoff is the inbox's Backoff shape.
@@ -194,7 +213,7 @@ test("`violations()` reports each kind of broken rule as file → imported file:
     ),
   ];
   expect(violations(files)).toEqual([
-    "src/worker/worker.ts → src/receiver/receive.ts: src/worker may import only handlers, providers, inbox, loop, db, config, errors, log",
+    "src/worker/worker.ts → src/receiver/receive.ts: src/worker may import only handlers, providers, stripe-api, inbox, loop, db, config, errors, log",
     "src/receiver/app.ts → src/dev/deliver.ts: nothing outside src/dev/ imports src/dev/",
     "src/db/db.ts → src/handlers/handler-table.ts: src/db may import only errors, log",
     "src/providers/stripe.ts → node:crypto: src/providers uses Web APIs only; node: and bun: modules belong in bin/, adapter/, runtime/ or dev/",
@@ -203,7 +222,7 @@ test("`violations()` reports each kind of broken rule as file → imported file:
     "src/providers/stripe.ts → Bun: src/providers uses Web APIs only; Bun globals belong in bin/, adapter/, runtime/ or dev/",
     "src/errors.ts → src/log.ts: src/errors may import only nothing else of src/",
     "src/newfolder/thing.ts → (any): src/newfolder has no entry in the allowed-dependency table",
-    "src/runtime/signals.ts → src/bin/serve.ts: src/runtime may import only receiver, worker, outbox, ops, writeback, handlers, providers, inbox, loop, db, config, errors, log",
+    "src/runtime/signals.ts → src/bin/serve.ts: src/runtime may import only receiver, worker, outbox, ops, writeback, handlers, providers, stripe-api, inbox, loop, db, config, errors, log",
   ]);
 });
 

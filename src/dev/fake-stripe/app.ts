@@ -1,0 +1,147 @@
+// A local stand-in for the parts of Stripe's API that webhook-inbox reads, as a Web-standard fetch
+// app. It follows Stripe's API reference "Pagination" (newest first; `limit` 1–100, default 10;
+// `starting_after` pages to older objects, `ending_before` to newer ones, each page still newest
+// first; `has_more`), "List all events" (`created` as a number or a range of gt/gte/lt/lte, `type`
+// with a `*` wildcard, `types` up to 20, `delivery_success`) and "Errors" (JSON `error` bodies, 401 on a
+// wrong key, 404 `resource_missing`, 429 when rate limited). Query parameters are parsed in the
+// indexed bracket form stripe-node sends (`created[gte]=…`, `types[0]=…`).
+import type { FakeStripeStore, StoredObject } from "./store.ts";
+
+type Query = Record<string, string>;
+
+const json = (status: number, body: unknown): Response =>
+  new Response(JSON.stringify(body), {
+    status,
+    headers: { "content-type": "application/json", "request-id": `req_fake_${crypto.randomUUID().slice(0, 8)}` },
+  });
+
+/** A Stripe-shaped error response. */
+function stripeError(status: number, type: string, message: string, code?: string, param?: string): Response {
+  return json(status, { error: { type, message, ...(code ? { code } : {}), ...(param ? { param } : {}) } });
+}
+
+/** Whether `created` passes a `created` filter given as `created=N` or `created[gt|gte|lt|lte]=N`. */
+function createdMatches(created: number, q: Query): boolean | Response {
+  for (const [k, v] of Object.entries(q)) {
+    const m = /^created(?:\[(gt|gte|lt|lte)\])?$/.exec(k);
+    if (!m) continue;
+    const n = Number(v);
+    if (!/^\d+$/.test(v)) return stripeError(400, "invalid_request_error", `Invalid integer: ${v}`, "parameter_invalid_integer", k);
+    const op = m[1];
+    if (op === undefined && created !== n) return false;
+    if (op === "gt" && !(created > n)) return false;
+    if (op === "gte" && !(created >= n)) return false;
+    if (op === "lt" && !(created < n)) return false;
+    if (op === "lte" && !(created <= n)) return false;
+  }
+  return true;
+}
+
+/** Filters an event list by `type` (with `*` wildcard), `types[]` and `delivery_success`. */
+function eventFilter(store: FakeStripeStore, q: Query): ((e: StoredObject) => boolean) | Response {
+  const types = Object.entries(q)
+    .filter(([k]) => /^types\[\d+\]$/.test(k))
+    .map(([, v]) => v);
+  if (types.length > 20)
+    return stripeError(400, "invalid_request_error", "types may contain at most 20 entries", "parameter_invalid_array", "types");
+  if (types.length > 0 && q.type !== undefined)
+    return stripeError(400, "invalid_request_error", "You may pass either type or types, but not both", undefined, "types");
+  const pattern = q.type === undefined ? undefined : new RegExp(`^${q.type.replace(/[.+?^${}()|[\]\\]/g, "\\$&").replace(/\*/g, ".*")}$`);
+  const delivery = q.delivery_success;
+  return (e) =>
+    (types.length === 0 || types.includes(String(e.type))) &&
+    (!pattern || pattern.test(String(e.type))) &&
+    (delivery === undefined || (delivery === "false") === store.undelivered.has(e.id));
+}
+
+/** One page of `all` (newest first) for the query's limit and cursors, as Stripe's list object. */
+function page(all: StoredObject[], q: Query, url: string): Response {
+  const limit = q.limit === undefined ? 10 : Number(q.limit);
+  if (!Number.isInteger(limit) || limit < 1 || limit > 100)
+    return stripeError(
+      400,
+      "invalid_request_error",
+      "This value must be greater than or equal to 1 and less than or equal to 100.",
+      undefined,
+      "limit",
+    );
+  if (q.starting_after !== undefined && q.ending_before !== undefined)
+    return stripeError(400, "invalid_request_error", "You may only specify one of these parameters: ending_before, starting_after.");
+  let data: StoredObject[];
+  let hasMore: boolean;
+  const cursor = q.starting_after ?? q.ending_before;
+  if (cursor !== undefined) {
+    const at = all.findIndex((o) => o.id === cursor);
+    if (at < 0)
+      return stripeError(
+        400,
+        "invalid_request_error",
+        `No such object: '${cursor}'`,
+        "resource_missing",
+        q.starting_after !== undefined ? "starting_after" : "ending_before",
+      );
+    if (q.starting_after !== undefined) {
+      data = all.slice(at + 1, at + 1 + limit);
+      hasMore = at + 1 + limit < all.length;
+    } else {
+      const from = Math.max(0, at - limit);
+      data = all.slice(from, at);
+      hasMore = from > 0;
+    }
+  } else {
+    data = all.slice(0, limit);
+    hasMore = limit < all.length;
+  }
+  return json(200, { object: "list", data, has_more: hasMore, url });
+}
+
+/**
+ * The fake's fetch handler. Routes: `GET /v1/<resource>` (list, filtered by `created`; events also
+ * by type, types and delivery_success; invoices also by `status`) and `GET /v1/<resource>/<id>`
+ * (retrieve; 404 `resource_missing` when absent). Every request needs `Authorization: Bearer <key>`
+ * when the store has a key (401 otherwise). Injected faults answer first (429 `rate_limit`, 5xx
+ * `api_error`). Everything else is 404 `invalid_request_error` "Unrecognized request URL".
+ */
+export function fakeStripeApi(store: FakeStripeStore): (request: Request) => Promise<Response> {
+  return async (request) => {
+    const url = new URL(request.url);
+    const query: Query = {};
+    for (const [k, v] of url.searchParams) query[k] = v;
+    const answer = respond(store, request, url, query);
+    store.requests.push({ method: request.method, path: url.pathname, query, status: answer.status });
+    return answer;
+  };
+}
+
+function respond(store: FakeStripeStore, request: Request, url: URL, q: Query): Response {
+  if (store.apiKey !== undefined && request.headers.get("authorization") !== `Bearer ${store.apiKey}`)
+    return stripeError(401, "invalid_request_error", "Invalid API Key provided.");
+  const fault = store.takeFault(url.pathname);
+  if (fault === 429) return stripeError(429, "invalid_request_error", "Request rate limit exceeded.", "rate_limit");
+  if (fault !== undefined) return stripeError(fault, "api_error", "An unknown error occurred (injected).");
+  const m = /^\/v1\/([a-z_]+)(?:\/([A-Za-z0-9_]+))?$/.exec(url.pathname);
+  if (request.method !== "GET" || !m)
+    return stripeError(404, "invalid_request_error", `Unrecognized request URL (${request.method}: ${url.pathname}).`);
+  const [, resource, id] = m as unknown as [string, string, string | undefined];
+  if (id !== undefined) {
+    const object = store.get(resource, id);
+    if (!object)
+      return stripeError(404, "invalid_request_error", `No such ${resource.replace(/s$/, "")}: '${id}'`, "resource_missing", "id");
+    return json(200, object);
+  }
+  const filterEvent = resource === "events" ? eventFilter(store, q) : undefined;
+  if (filterEvent instanceof Response) return filterEvent;
+  const all: StoredObject[] = [];
+  for (const o of store.objects.get(resource) ?? []) {
+    const created = createdMatches(o.created, q);
+    if (created instanceof Response) return created;
+    if (!created) continue;
+    if (filterEvent && !filterEvent(o)) continue;
+    if (resource === "invoices" && q.status !== undefined && o.status !== q.status) continue;
+    all.push(o);
+  }
+  // Newest first; same second: the later insertion first.
+  const order = new Map((store.objects.get(resource) ?? []).map((o, i) => [o.id, i]));
+  all.sort((a, b) => b.created - a.created || (order.get(b.id) ?? 0) - (order.get(a.id) ?? 0));
+  return page(all, q, `/v1/${resource}`);
+}

@@ -1,0 +1,93 @@
+// The fake Stripe API's in-memory state: objects per resource in creation order, which events failed
+// delivery, and faults to inject. Tests and chaos fill it; the fake's fetch app (app.ts) reads it.
+
+/** A Stripe API object as stored: at least `id`, `object` and `created` (Unix seconds). */
+export interface StoredObject {
+  id: string;
+  object: string;
+  created: number;
+  [field: string]: unknown;
+}
+
+/** One request the fake answered (for tests that check how the client paged). */
+export interface SeenRequest {
+  method: string;
+  path: string;
+  query: Record<string, string>;
+  status: number;
+}
+
+/** An injected failure: the next `count` requests (matching `path` when given) get `status`. */
+export interface Fault {
+  status: number;
+  count: number;
+  path?: RegExp;
+}
+
+/**
+ * The fake's state. `objects` maps a list path segment (`events`, `invoices`, `charges`, `refunds`,
+ * `disputes`, `invoice_payments`, …) to its objects in insertion order; the list order is newest
+ * first by `created`, ties broken by later insertion first (how Stripe orders same-second objects).
+ */
+export class FakeStripeStore {
+  readonly objects = new Map<string, StoredObject[]>();
+  /** Event ids Stripe failed to deliver (what `delivery_success=false` lists). */
+  readonly undelivered = new Set<string>();
+  readonly faults: Fault[] = [];
+  readonly requests: SeenRequest[] = [];
+  /** Random 429s: this fraction of list/retrieve requests is refused (0 = off), from a seeded generator. */
+  rateLimitFraction = 0;
+  private seed = 1;
+
+  /** @param apiKey the key every request must carry as `Authorization: Bearer …` (undefined accepts any). */
+  constructor(readonly apiKey?: string) {}
+
+  /** Adds (or replaces, keeping its position) an object under `resource`, e.g. `put("invoices", invoice)`. */
+  put(resource: string, object: StoredObject): void {
+    const list = this.objects.get(resource) ?? [];
+    const at = list.findIndex((o) => o.id === object.id);
+    if (at >= 0) list[at] = object;
+    else list.push(object);
+    this.objects.set(resource, list);
+  }
+
+  /** Adds an event; `delivered: false` also lists it under `delivery_success=false`. */
+  putEvent(event: StoredObject, delivered = true): void {
+    this.put("events", event);
+    if (!delivered) this.undelivered.add(event.id);
+  }
+
+  /** Removes an object (a later retrieve is a 404 `resource_missing`). */
+  remove(resource: string, id: string): void {
+    const list = this.objects.get(resource) ?? [];
+    this.objects.set(
+      resource,
+      list.filter((o) => o.id !== id),
+    );
+  }
+
+  /** The object with `id` under `resource`, or undefined. */
+  get(resource: string, id: string): StoredObject | undefined {
+    return this.objects.get(resource)?.find((o) => o.id === id);
+  }
+
+  /** Makes the next `count` requests (to paths matching `path`, when given) fail with `status` (429, 500, …). */
+  failNext(count: number, status = 429, path?: RegExp): void {
+    this.faults.push({ status, count, path });
+  }
+
+  /** @internal The status to fail `path` with, consuming one injected fault, or undefined. */
+  takeFault(path: string): number | undefined {
+    for (const f of this.faults) {
+      if (f.count > 0 && (!f.path || f.path.test(path))) {
+        f.count--;
+        return f.status;
+      }
+    }
+    if (this.rateLimitFraction > 0) {
+      this.seed = (this.seed * 1103515245 + 12345) & 0x7fffffff;
+      if (this.seed / 0x7fffffff < this.rateLimitFraction) return 429;
+    }
+    return undefined;
+  }
+}

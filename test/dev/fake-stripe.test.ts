@@ -1,0 +1,93 @@
+// The fake Stripe API, driven through the real stripe-node client (no network beyond loopback).
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import type Stripe from "stripe";
+import { startFakeStripe, type RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
+import { FakeStripeStore } from "../../src/dev/fake-stripe/store.ts";
+import { stripeApiClient } from "../../src/stripe-api/client.ts";
+import { withStripeRetry } from "../../src/stripe-api/retry.ts";
+
+const KEY = "sk_test_fakefakefake123";
+let fake: RunningFakeStripe;
+let stripe: Stripe;
+
+beforeAll(() => {
+  const store = new FakeStripeStore(KEY);
+  // 25 events over 10 seconds, several in the same second; every third one undelivered.
+  for (let i = 0; i < 25; i++) {
+    store.putEvent(
+      {
+        id: `evt_${String(i).padStart(3, "0")}`,
+        object: "event",
+        created: 1_700_000_000 + Math.floor(i / 3),
+        type: i % 2 ? "invoice.paid" : "invoice.created",
+      },
+      i % 3 !== 0,
+    );
+  }
+  store.put("invoices", { id: "in_1", object: "invoice", created: 1_700_000_000, status: "paid" });
+  fake = startFakeStripe({ store });
+  stripe = stripeApiClient({ apiKey: KEY, apiBase: new URL(fake.url) });
+});
+afterAll(() => fake.stop());
+
+test("`events.list` auto-pagination goes newest first with starting_after, same-second events in reverse insertion order", async () => {
+  const seen: string[] = [];
+  for await (const e of stripe.events.list({ limit: 4 })) seen.push(e.id);
+  expect(seen).toEqual(Array.from({ length: 25 }, (_, i) => `evt_${String(24 - i).padStart(3, "0")}`));
+  const pages = fake.store.requests.filter((r) => r.path === "/v1/events");
+  expect(pages.length).toBe(7);
+  expect(pages[1]!.query.starting_after).toBe("evt_021");
+});
+
+test("`events.list` with ending_before pages toward newer events, so auto-pagination runs oldest first", async () => {
+  const seen: string[] = [];
+  for await (const e of stripe.events.list({ limit: 5, ending_before: "evt_003" })) seen.push(e.id);
+  expect(seen).toEqual(Array.from({ length: 21 }, (_, i) => `evt_${String(i + 4).padStart(3, "0")}`));
+});
+
+test("`events.list` filters by created range, types and delivery_success", async () => {
+  const page = await stripe.events.list({ created: { gte: 1_700_000_002, lt: 1_700_000_004 }, types: ["invoice.paid"], limit: 100 });
+  expect(page.data.map((e) => e.id).sort()).toEqual(["evt_007", "evt_009", "evt_011"]);
+  expect(page.has_more).toBe(false);
+  const undelivered = await stripe.events.list({ delivery_success: false, limit: 100 });
+  expect(undelivered.data.length).toBe(9);
+  const wildcard = await stripe.events.list({ type: "invoice.*", limit: 3 });
+  expect(wildcard.data.length).toBe(3);
+  expect(wildcard.has_more).toBe(true);
+});
+
+test("the fake answers 404 resource_missing, 401 on a wrong key and 400 on a bad limit, as stripe-node errors", async () => {
+  expect((await stripe.invoices.retrieve("in_1")).status).toBe("paid");
+  expect(stripe.invoices.retrieve("in_missing")).rejects.toMatchObject({ statusCode: 404, code: "resource_missing" });
+  const wrong = stripeApiClient({ apiKey: "sk_test_wrongwrongwrong", apiBase: new URL(fake.url) });
+  expect(wrong.invoices.retrieve("in_1")).rejects.toMatchObject({ statusCode: 401 });
+  expect(stripe.events.list({ limit: 101 })).rejects.toMatchObject({ statusCode: 400, param: "limit" });
+});
+
+test("`withStripeRetry()` retries injected 429s and 500s and returns the page; a 404 is final at once", async () => {
+  fake.store.failNext(2, 429, /^\/v1\/invoices/);
+  fake.store.failNext(1, 500, /^\/v1\/invoices/);
+  const retries: string[] = [];
+  const list = await withStripeRetry(() => stripe.invoices.list({ limit: 10 }), {
+    sleep: async () => {},
+    onRetry: (_a, _w, r) => retries.push(r),
+  });
+  expect(list.data.map((i) => i.id)).toEqual(["in_1"]);
+  expect(retries).toEqual(["HTTP 429", "HTTP 429", "HTTP 500"]);
+  let calls = 0;
+  const missing = withStripeRetry(
+    () => {
+      calls++;
+      return stripe.invoices.retrieve("in_missing");
+    },
+    { sleep: async () => {} },
+  );
+  expect(missing).rejects.toMatchObject({ statusCode: 404 });
+  await missing.catch(() => {});
+  expect(calls).toBe(1);
+});
+
+test("`withStripeRetry()` gives up after its attempts and throws the last 429", async () => {
+  fake.store.failNext(3, 429, /^\/v1\/events/);
+  expect(withStripeRetry(() => stripe.events.list(), { attempts: 3, sleep: async () => {} })).rejects.toMatchObject({ statusCode: 429 });
+});
