@@ -1,4 +1,5 @@
 import type { Db, Tx } from "../db/db.ts";
+import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
 
 /** The fields of a Stripe invoice the comparison reads (Stripe API reference, "The Invoice object"); amounts in minor units. */
 export interface StripeInvoiceRow {
@@ -36,8 +37,7 @@ export type DriftClass =
   | "amount_due_differs";
 
 /** One drifted invoice: Stripe's side, the local side (null fields when absent) and its class. */
-export interface InvoiceDrift {
-  invoiceId: string;
+export interface InvoiceDrift extends ObjectDrift {
   drift: DriftClass;
   stripe: { status: string; currency: string; amountDue: number; amountPaid: number };
   local: {
@@ -73,8 +73,9 @@ const num = (v: string | null): number | null => (v === null ? null : Number(v))
  * sees its own writes: a repair re-checks its invoice this way).
  * @throws the database error.
  */
-export async function findInvoiceDrift(db: Db | Tx, invoices: readonly StripeInvoiceRow[]): Promise<InvoiceDrift[]> {
-  if (invoices.length === 0) return [];
+export async function findInvoiceDrift(db: Db | Tx, objects: readonly StripeObject[]): Promise<InvoiceDrift[]> {
+  if (objects.length === 0) return [];
+  const invoices = objects.map(invoiceRow);
   const rows = await db<Row[]>`
     with stripe as (
       select e.o ->> 'id' as id, e.o ->> 'status' as status, e.o ->> 'currency' as currency,
@@ -110,18 +111,21 @@ export async function findInvoiceDrift(db: Db | Tx, invoices: readonly StripeInv
   `;
   return rows
     .filter((r) => r.drift !== null)
-    .map((r) => ({
-      invoiceId: r.id,
-      drift: r.drift,
-      stripe: { status: r.status, currency: r.currency, amountDue: Number(r.amount_due), amountPaid: Number(r.amount_paid) },
-      local: {
-        status: r.local_status,
-        currency: r.local_currency,
-        amountDue: num(r.local_amount_due),
-        amountPaid: num(r.local_amount_paid),
-        booked: num(r.booked),
-      },
-    }));
+    .map((r) =>
+      withRepairable({
+        id: r.id,
+        repairable: false,
+        drift: r.drift,
+        stripe: { status: r.status, currency: r.currency, amountDue: Number(r.amount_due), amountPaid: Number(r.amount_paid) },
+        local: {
+          status: r.local_status,
+          currency: r.local_currency,
+          amountDue: num(r.local_amount_due),
+          amountPaid: num(r.local_amount_paid),
+          booked: num(r.booked),
+        },
+      }),
+    );
 }
 
 /**
@@ -133,3 +137,44 @@ export function isRepairable(drift: InvoiceDrift): boolean {
   if (drift.drift === "missing_locally" || drift.drift === "status_behind") return true;
   return drift.drift === "payment_missing" && drift.local.status !== "paid";
 }
+
+function withRepairable(drift: InvoiceDrift): InvoiceDrift {
+  return { ...drift, repairable: isRepairable(drift) };
+}
+
+/** The fields of a listed invoice the comparison reads. */
+function invoiceRow(o: StripeObject): StripeInvoiceRow {
+  return {
+    id: o.id,
+    status: String(o.status),
+    currency: String(o.currency),
+    amount_due: Number(o.amount_due ?? 0),
+    amount_paid: Number(o.amount_paid ?? 0),
+  };
+}
+
+/** The event type whose handler moves an invoice to Stripe's `status` (billing.ts). */
+const EVENT_FOR_STATUS: Readonly<Record<string, string>> = {
+  draft: "invoice.created",
+  open: "invoice.finalized",
+  uncollectible: "invoice.marked_uncollectible",
+  void: "invoice.voided",
+  paid: "invoice.paid",
+};
+
+/**
+ * Invoices (`stripe.invoices.list`). A repair is recorded as `reconcile:<invoice id>:<status>:<amount_paid>`,
+ * deterministic in Stripe's state (a later state is a repair of its own), with the type whose
+ * handler moves the invoice to Stripe's status; it settles the invoice's needs-review `invoice.*` rows.
+ */
+export const invoiceKind: ObjectKind = {
+  name: "invoices",
+  permission: "Invoices: Read",
+  list: async (stripe, params) => (await stripe.invoices.list(params)) as unknown as { data: StripeObject[]; has_more: boolean },
+  findDrift: findInvoiceDrift,
+  repairEvent(object) {
+    const row = invoiceRow(object);
+    return { key: `reconcile:${row.id}:${row.status}:${row.amount_paid}`, type: EVENT_FOR_STATUS[row.status] ?? `invoice.${row.status}` };
+  },
+  reviewTypes: ["invoice.%"],
+};

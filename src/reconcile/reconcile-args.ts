@@ -26,7 +26,7 @@ const ISO = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d
  * @throws UsageError naming an unknown option, a stray argument, or a `--since` that is neither a
  *   positive duration with s, m, h or d nor an ISO 8601 date or date-time.
  */
-export function parseReconcileArgs(args: readonly string[], now: Date): ReconcileArgs {
+export function parseReconcileArgs(args: readonly string[], now: Date, command = "reconcile"): ReconcileArgs {
   const out: ReconcileArgs = { since: new Date(now.getTime() - 30 * UNIT_MS.d), repair: false, dryRun: false, json: false, help: false };
   for (let i = 0; i < args.length; i++) {
     const [flag, inline] = splitFlag(args[i]!);
@@ -39,7 +39,7 @@ export function parseReconcileArgs(args: readonly string[], now: Date): Reconcil
       if (value === undefined) throw new UsageError("--since needs a value (30d or an ISO time)");
       out.since = readSince(value, now);
     } else if (flag.startsWith("-")) throw new UsageError(`Unknown option ${JSON.stringify(flag)}`);
-    else throw new UsageError(`reconcile invoices takes no arguments, got ${JSON.stringify(flag)}`);
+    else throw new UsageError(`${command} takes no arguments, got ${JSON.stringify(flag)}`);
     if (inline !== undefined && flag !== "--since") throw new UsageError(`${flag} takes no value`);
   }
   return out;

@@ -9,7 +9,8 @@ import { FakeStripeStore } from "../../src/dev/fake-stripe/store.ts";
 import { PermanentError } from "../../src/handlers/handler-table.ts";
 import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
 import type { DriftClass } from "../../src/reconcile/invoice-drift.ts";
-import { reconcileInvoicesCommand, type InvoiceReconciliation } from "../../src/reconcile/invoices-command.ts";
+import { reconcileInvoicesCommand } from "../../src/reconcile/invoices-command.ts";
+import type { Reconciliation } from "../../src/reconcile/reconcile-command.ts";
 import { receiveSync, recordFallback, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
@@ -49,7 +50,7 @@ async function reconcile(args: string[], options: { env?: Record<string, string 
     pageSize: 3,
   });
   const text = out.join("\n");
-  return { code, text, err: err.join("\n"), json: () => JSON.parse(text) as InvoiceReconciliation };
+  return { code, text, err: err.join("\n"), json: () => JSON.parse(text) as Reconciliation };
 }
 
 /** Stripe's side: an invoice in the fake, created `ageSec` ago. */
@@ -125,15 +126,15 @@ describe("reconcile invoices", () => {
     expect(run.code).toBe(1);
     const report = run.json();
     expect(report.checked).toBe(10); // in_old is outside the 30-day window
-    expect(Object.fromEntries(report.drift.map((d) => [d.invoiceId, d.drift]))).toEqual(CLASSES);
+    expect(Object.fromEntries(report.drift.map((d) => [d.id, d.drift]))).toEqual(CLASSES);
     expect(Object.values(report.byClass).every((n) => n === 1)).toBe(true);
     expect(
       report.drift
         .filter((d) => d.repairable)
-        .map((d) => d.invoiceId)
+        .map((d) => d.id)
         .sort(),
     ).toEqual([...REPAIRABLE].sort());
-    expect(report.drift.find((d) => d.invoiceId === "in_differs")).toMatchObject({
+    expect(report.drift.find((d) => d.id === "in_differs")).toMatchObject({
       stripe: { status: "paid", amountPaid: 2500, currency: "usd" },
       local: { status: "paid", booked: 2000 },
     });
@@ -142,7 +143,7 @@ describe("reconcile invoices", () => {
     expect(store.requests.filter((r) => r.path === "/v1/invoices").length).toBe(4);
     const text = await reconcile([]);
     expect(text.code).toBe(1);
-    expect(text.text).toContain("Checked 10 Stripe invoice(s)");
+    expect(text.text).toContain("Checked 10 Stripe invoices");
     expect(text.text).toContain("in_void  booked_but_void");
   });
 
@@ -151,7 +152,7 @@ describe("reconcile invoices", () => {
     const before = await snapshot();
     const run = await reconcile(["--repair", "--dry-run", "--json"]);
     expect(run.code).toBe(1);
-    const repairs = Object.fromEntries(run.json().drift.map((d) => [d.invoiceId, d.repair]));
+    const repairs = Object.fromEntries(run.json().drift.map((d) => [d.id, d.repair]));
     expect(repairs.in_missing).toEqual({ key: "reconcile:in_missing:paid:2000", outcome: "would_repair" });
     expect(repairs.in_void).toEqual({ key: "reconcile:in_void:void:0", outcome: "would_park" });
     expect(await snapshot()).toEqual(before);
@@ -161,7 +162,7 @@ describe("reconcile invoices", () => {
     await everyClass();
     const first = await reconcile(["--repair", "--json"]);
     expect(first.code).toBe(1);
-    const outcomes = Object.fromEntries(first.json().drift.map((d) => [d.invoiceId, d.repair?.outcome]));
+    const outcomes = Object.fromEntries(first.json().drift.map((d) => [d.id, d.repair?.outcome]));
     for (const id of Object.keys(CLASSES)) expect(outcomes[id]).toBe(REPAIRABLE.includes(id) ? "repaired" : "needs_review");
 
     const after = await snapshot();
@@ -200,7 +201,7 @@ describe("reconcile invoices", () => {
     const second = await reconcile(["--repair", "--json"]);
     expect(second.code).toBe(1); // the parked drift is still there until an operator acts
     const left = second.json().drift;
-    expect(left.map((d) => d.invoiceId).sort()).toEqual(
+    expect(left.map((d) => d.id).sort()).toEqual(
       Object.keys(CLASSES)
         .filter((id) => !REPAIRABLE.includes(id))
         .sort(),
@@ -216,7 +217,7 @@ describe("reconcile invoices", () => {
     await local("in_open", "open");
     const run = await reconcile(["--repair"]);
     expect(run.code).toBe(0);
-    expect(run.text).toContain("Checked 2 Stripe invoice(s)");
+    expect(run.text).toContain("Checked 2 Stripe invoices");
     expect(run.text).toContain("no drift");
     expect((await snapshot()).inbox.length).toBe(0);
   });
@@ -373,5 +374,5 @@ test("`bun run reconcile:invoices` runs the command as a process: --json on stdo
   });
   const [stdout] = await Promise.all([new Response(proc.stdout).text(), proc.exited]);
   expect(proc.exitCode).toBe(1);
-  expect((JSON.parse(stdout) as InvoiceReconciliation).byClass).toEqual({ missing_locally: 1 });
+  expect((JSON.parse(stdout) as Reconciliation).byClass).toEqual({ missing_locally: 1 });
 });
