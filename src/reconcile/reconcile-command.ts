@@ -7,7 +7,7 @@ import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts"
 import { withStripeRetry, type StripeRetryOptions } from "../stripe-api/retry.ts";
 import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
 import { parseReconcileArgs, UsageError, type ReconcileArgs } from "./reconcile-args.ts";
-import { repairObject, type RepairResult, type RepairTarget } from "./repair-object.ts";
+import { repairKeyOf, repairObject, type RepairResult, type RepairTarget } from "./repair-object.ts";
 
 /** The usage text of `reconcile <kind.name>`. */
 export function reconcileUsage(kind: ObjectKind): string {
@@ -119,7 +119,7 @@ async function reconcile(db: Db, stripe: Stripe, kind: ObjectKind, opts: Reconci
       const object = byId.get(d.id)!;
       const reported: ReportedDrift = { ...d };
       if (opts.repair && opts.dryRun)
-        reported.repair = { key: kind.repairEvent(object).key, outcome: d.repairable ? "would_repair" : "would_park" };
+        reported.repair = { key: repairKeyOf(kind, d, object), outcome: d.repairable ? "would_repair" : "would_park" };
       else if (opts.repair) reported.repair = await repairObject(db, TARGET, kind, d, object);
       report.drift.push(reported);
       report.byClass[d.drift] = (report.byClass[d.drift] ?? 0) + 1;

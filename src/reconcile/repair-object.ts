@@ -43,7 +43,8 @@ export async function repairObject(
   drift: ObjectDrift,
   object: StripeObject,
 ): Promise<RepairResult> {
-  const { key, type } = kind.repairEvent(object);
+  const { type } = kind.repairEvent(object);
+  const key = repairKeyOf(kind, drift, object);
   const payload = envelope(key, type, object);
   const handler = target.handlers[type];
   if (!drift.repairable || !handler) {
@@ -62,6 +63,17 @@ export async function repairObject(
     if (!isPermanent(err)) throw err;
     return park(db, target, key, type, payload, describeError(err));
   }
+}
+
+/**
+ * The inbox key of a repair: `kind.repairEvent(object).key` when the handlers can repair the drift
+ * (also when they then refuse the object, parked under it), that key with `:<drift class>` when they
+ * cannot: a drift left after a repair (a refund whose status was repaired but whose charge is unknown)
+ * is then recorded for an operator once, instead of being a duplicate of the repair.
+ */
+export function repairKeyOf(kind: ObjectKind, drift: ObjectDrift, object: StripeObject): string {
+  const { key } = kind.repairEvent(object);
+  return drift.repairable ? key : `${key}:${drift.drift}`;
 }
 
 /** The payload of a repair's inbox row: a Stripe event envelope around Stripe's current object, so replay and the worker read it like any event. */

@@ -154,7 +154,7 @@ describe("reconcile invoices", () => {
     expect(run.code).toBe(1);
     const repairs = Object.fromEntries(run.json().drift.map((d) => [d.id, d.repair]));
     expect(repairs.in_missing).toEqual({ key: "reconcile:in_missing:paid:2000", outcome: "would_repair" });
-    expect(repairs.in_void).toEqual({ key: "reconcile:in_void:void:0", outcome: "would_park" });
+    expect(repairs.in_void).toEqual({ key: "reconcile:in_void:void:0:booked_but_void", outcome: "would_park" });
     expect(await snapshot()).toEqual(before);
   });
 
@@ -185,17 +185,19 @@ describe("reconcile invoices", () => {
     expect(after.outbox.map((o) => o.aggregate_id).sort()).toEqual(["in_missing", "in_paymiss"]);
     // Every repair is an inbox row of its own, source reconcile: processed, or parked for an operator.
     expect(after.inbox.map((r) => [r.event_id, r.event_type, r.outcome, r.source, r.parked])).toEqual([
-      ["reconcile:in_ahead:open:0", "invoice.finalized", null, "reconcile", true],
+      ["reconcile:in_ahead:open:0:status_ahead", "invoice.finalized", null, "reconcile", true],
       ["reconcile:in_behind:void:0", "invoice.voided", "processed", "reconcile", false],
-      ["reconcile:in_cur:open:0", "invoice.finalized", null, "reconcile", true],
-      ["reconcile:in_differs:paid:2500", "invoice.paid", null, "reconcile", true],
-      ["reconcile:in_due:open:0", "invoice.finalized", null, "reconcile", true],
+      ["reconcile:in_cur:open:0:currency_differs", "invoice.finalized", null, "reconcile", true],
+      ["reconcile:in_differs:paid:2500:payment_amount_differs", "invoice.paid", null, "reconcile", true],
+      ["reconcile:in_due:open:0:amount_due_differs", "invoice.finalized", null, "reconcile", true],
       ["reconcile:in_missing:paid:2000", "invoice.paid", "processed", "reconcile", false],
-      ["reconcile:in_paidvoid:paid:2000", "invoice.paid", null, "reconcile", true],
+      ["reconcile:in_paidvoid:paid:2000:paid_but_void_locally", "invoice.paid", null, "reconcile", true],
       ["reconcile:in_paymiss:paid:3000", "invoice.paid", "processed", "reconcile", false],
-      ["reconcile:in_void:void:0", "invoice.voided", null, "reconcile", true],
+      ["reconcile:in_void:void:0:booked_but_void", "invoice.voided", null, "reconcile", true],
     ]);
-    const [parked] = await db<{ last_error: string }[]>`select last_error from webhook_inbox where event_id = 'reconcile:in_void:void:0'`;
+    const [parked] = await db<
+      { last_error: string }[]
+    >`select last_error from webhook_inbox where event_id = 'reconcile:in_void:void:0:booked_but_void'`;
     expect(parked?.last_error).toContain("booked_but_void");
 
     const second = await reconcile(["--repair", "--json"]);
@@ -321,7 +323,7 @@ describe("reconcile invoices", () => {
     }
     expect((await snapshot()).outbox.length).toBe(5);
     expect((await reconcile([])).code).toBe(0);
-  });
+  }, 60_000);
 
   test("`reconcileInvoicesCommand()` gets through a 429 storm from Stripe: slower, same result", async () => {
     for (let i = 0; i < 7; i++) inStripe(`in_storm_${i}`, { status: "open" });
@@ -365,7 +367,7 @@ describe("reconcile invoices", () => {
 
 test("`bun run reconcile:invoices` runs the command as a process: --json on stdout, exit 1 on drift", async () => {
   inStripe("in_cli", { status: "open" });
-  const proc = Bun.spawn([process.execPath, "src/bin/reconcile-invoices.ts", "--json"], {
+  const proc = Bun.spawn([process.execPath, "src/bin/reconcile-objects.ts", "invoices", "--json"], {
     cwd: join(import.meta.dir, "..", ".."),
     env: { ...process.env, ...ENV, DATABASE_URL: fresh.url },
     stdout: "pipe",
