@@ -7,7 +7,7 @@ import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts"
 import { withStripeRetry, type StripeRetryOptions } from "../stripe-api/retry.ts";
 import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
 import { parseReconcileArgs, UsageError, type ReconcileArgs } from "./reconcile-args.ts";
-import { repairKeyOf, repairObject, type RepairResult, type RepairTarget } from "./repair-object.ts";
+import { repairKeyOf, repairObject, resolveCleared, type RepairResult, type RepairTarget } from "./repair-object.ts";
 
 /** The usage text of `reconcile <kind.name>`. */
 export function reconcileUsage(kind: ObjectKind): string {
@@ -51,6 +51,8 @@ export interface Reconciliation {
   repair: boolean;
   dryRun: boolean;
   drift: ReportedDrift[];
+  /** With --repair: needs-review rows reconciliation parked earlier about objects now in sync, resolved by this run (event ids). */
+  cleared: string[];
 }
 
 /** Where repairs go: the Stripe handler table, recorded under the default endpoint `billing`. */
@@ -107,6 +109,7 @@ async function reconcile(db: Db, stripe: Stripe, kind: ObjectKind, opts: Reconci
     repair: opts.repair,
     dryRun: opts.dryRun,
     drift: [],
+    cleared: [],
   };
   const retry: StripeRetryOptions = {
     ...io.retry,
@@ -115,7 +118,12 @@ async function reconcile(db: Db, stripe: Stripe, kind: ObjectKind, opts: Reconci
   for await (const page of pages(stripe, kind, opts.since, io.pageSize ?? 100, retry)) {
     report.checked += page.length;
     const byId = new Map(page.map((o) => [o.id, o]));
-    for (const d of await kind.findDrift(db, page)) {
+    const drifted = await kind.findDrift(db, page);
+    if (opts.repair && !opts.dryRun) {
+      const inSync = page.map((o) => o.id).filter((id) => !drifted.some((d) => d.id === id));
+      report.cleared.push(...(await resolveCleared(db, TARGET.provider, kind, inSync)));
+    }
+    for (const d of drifted) {
       const object = byId.get(d.id)!;
       const reported: ReportedDrift = { ...d };
       if (opts.repair && opts.dryRun)
@@ -156,6 +164,7 @@ function render(r: Reconciliation): string[] {
     const repair = d.repair ? ` → ${d.repair.outcome} ${d.repair.key}` : d.repairable ? "" : " (needs an operator)";
     lines.push(`${d.id}  ${d.drift}  stripe: ${fields(d.stripe)}  local: ${fields(d.local)}${repair}`);
   }
+  if (r.cleared.length > 0) lines.push(`Resolved ${r.cleared.length} needs-review row(s) reconcile parked earlier: now in sync`);
   if (r.drifted > 0 && !r.repair)
     lines.push("Run with --repair to apply Stripe's objects through the handlers (--dry-run first to see what it records)");
   return lines.map(escape);

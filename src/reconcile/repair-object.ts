@@ -131,3 +131,28 @@ async function resolveSettled(tx: Tx, t: RepairTarget, kind: ObjectKind, id: str
   `;
   return rows.length;
 }
+
+/**
+ * Resolves the needs-review rows reconciliation itself parked (`source = 'reconcile'`) about objects
+ * that now match Stripe (`ids`, found without drift by this run): what they reported is gone (say the
+ * missing charge event arrived and booked the refund), so they leave the operators' backlog with a
+ * note. Rows parked by webhooks are left for the operator. Returns the event ids resolved.
+ */
+export async function resolveCleared(db: Db, provider: string, kind: ObjectKind, ids: readonly string[]): Promise<string[]> {
+  if (ids.length === 0) return [];
+  const note = `Cleared by reconcile ${kind.name}: the local state now matches Stripe's current object`;
+  const rows = await db<{ event_id: string }[]>`
+    update webhook_inbox
+       set processed_at = now(),
+           outcome = 'resolved',
+           resolution_note = ${note},
+           needs_review_at = null
+     where provider = ${provider}
+       and source = 'reconcile'
+       and needs_review_at is not null
+       and processed_at is null
+       and payload -> 'data' -> 'object' ->> 'id' = any(${ids as string[]}::text[])
+    returning event_id
+  `;
+  return rows.map((r) => r.event_id);
+}

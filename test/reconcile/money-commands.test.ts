@@ -148,6 +148,21 @@ describe("reconcile refunds", () => {
     expect(third.json().drift.every((d) => d.repair?.outcome === "duplicate")).toBe(true);
     expect(await state()).toEqual(before);
     expect(before.ledger.filter((l) => l.source_id === "re_nocharge1")).toEqual([]);
+    // The missing charge arrives at last (a late webhook, or event backfill) and books the waiting
+    // refund; the next run finds it in sync and resolves the row it parked about it.
+    const charge = JSON.parse(moneyOutEvent("05_").body) as { data: { object: Record<string, unknown> } };
+    const late = { ...charge.data.object, id: "ch_neverseen1", payment_intent: "pi_neverseen1" };
+    expect(await receiveSync(db, BILLING, verified(eventBody("evt_charge_at_last", "charge.succeeded", late)))).toBe("processed");
+    expect([...(await db`select amount::int from ledger_entries where source_id = 're_nocharge1'`)]).toEqual([{ amount: 2500 }]);
+    const fourth = await run(reconcileRefundsCommand, ["--repair", "--json"]);
+    expect(fourth.json().drift.some((d) => d.id === "re_nocharge1")).toBe(false);
+    expect(fourth.json().cleared).toEqual(["reconcile:re_nocharge1:succeeded:txn_nocharge1:not_booked"]);
+    const [row] = await db<{ state: string; resolution_note: string }[]>`
+      select state, resolution_note from webhook_inbox_state where event_id = 'reconcile:re_nocharge1:succeeded:txn_nocharge1:not_booked'
+    `;
+    expect(row?.state).toBe("resolved");
+    expect(row?.resolution_note).toContain("now matches Stripe");
+    expect((await run(reconcileRefundsCommand, ["--repair", "--json"])).json().cleared).toEqual([]);
   });
 
   test("`reconcileRefundsCommand()` --repair and the late refund webhook at the same moment book the refund once", async () => {
