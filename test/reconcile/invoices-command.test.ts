@@ -8,6 +8,7 @@ import { startFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { FakeStripeStore } from "../../src/dev/fake-stripe/store.ts";
 import { PermanentError } from "../../src/handlers/handler-table.ts";
 import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
+import { replayEvent } from "../../src/ops/replay.ts";
 import type { DriftClass } from "../../src/reconcile/invoice-drift.ts";
 import { reconcileInvoicesCommand } from "../../src/reconcile/invoices-command.ts";
 import type { Reconciliation } from "../../src/reconcile/reconcile-command.ts";
@@ -199,6 +200,14 @@ describe("reconcile invoices", () => {
       { last_error: string }[]
     >`select last_error from webhook_inbox where event_id = 'reconcile:in_void:void:0:booked_but_void'`;
     expect(parked?.last_error).toContain("booked_but_void");
+
+    // A repair row is an event like any other for operators: replaying it changes nothing.
+    const replayed = await replayEvent(
+      db,
+      { provider: "stripe", endpoint: "billing", eventId: "reconcile:in_missing:paid:2000" },
+      stripeHandlers,
+    );
+    expect(replayed.inserted).toBe(0);
 
     const second = await reconcile(["--repair", "--json"]);
     expect(second.code).toBe(1); // the parked drift is still there until an operator acts
