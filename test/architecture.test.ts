@@ -17,6 +17,7 @@ const ROOT = join(import.meta.dir, "..");
 export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   bin: [
     "runtime",
+    "reconcile",
     "receiver",
     "worker",
     "outbox",
@@ -70,6 +71,8 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   receiver: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   worker: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log"],
   outbox: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  // Backfill and reconciliation: Stripe's API through the same handlers and inbox as a webhook.
+  reconcile: ["receiver", "worker", "handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log"],
   ops: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log"],
   writeback: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   handlers: ["db", "config", "errors", "log"],

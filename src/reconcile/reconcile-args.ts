@@ -1,0 +1,65 @@
+/** A command-line problem: the caller prints it with the usage and exits 2. */
+export class UsageError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = "UsageError";
+  }
+}
+
+/** The options of `reconcile invoices` (and of the other object reconciliations). */
+export interface ReconcileArgs {
+  /** Start of the `created` window. */
+  since: Date;
+  repair: boolean;
+  dryRun: boolean;
+  json: boolean;
+  help: boolean;
+}
+
+const UNIT_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+const ISO = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/;
+
+/**
+ * Reads `--since 30d|ISO` (default 30d: how long Stripe keeps events, the window backfill cannot
+ * reach beyond), `--repair`, `--dry-run`, `--json`, `--help` (`--since=…` also accepted). `now` is
+ * the clock for a duration.
+ * @throws UsageError naming an unknown option, a stray argument, or a `--since` that is neither a
+ *   positive duration with s, m, h or d nor an ISO 8601 date or date-time.
+ */
+export function parseReconcileArgs(args: readonly string[], now: Date, command = "reconcile"): ReconcileArgs {
+  const out: ReconcileArgs = { since: new Date(now.getTime() - 30 * UNIT_MS.d), repair: false, dryRun: false, json: false, help: false };
+  for (let i = 0; i < args.length; i++) {
+    const [flag, inline] = splitFlag(args[i]!);
+    if (flag === "--repair") out.repair = true;
+    else if (flag === "--dry-run") out.dryRun = true;
+    else if (flag === "--json") out.json = true;
+    else if (flag === "--help" || flag === "-h") out.help = true;
+    else if (flag === "--since") {
+      const value = inline ?? args[++i];
+      if (value === undefined) throw new UsageError("--since needs a value (30d or an ISO time)");
+      out.since = readSince(value, now);
+    } else if (flag.startsWith("-")) throw new UsageError(`Unknown option ${JSON.stringify(flag)}`);
+    else throw new UsageError(`${command} takes no arguments, got ${JSON.stringify(flag)}`);
+    if (inline !== undefined && flag !== "--since") throw new UsageError(`${flag} takes no value`);
+  }
+  return out;
+}
+
+function splitFlag(arg: string): [string, string | undefined] {
+  const at = arg.indexOf("=");
+  return arg.startsWith("--") && at > 0 ? [arg.slice(0, at), arg.slice(at + 1)] : [arg, undefined];
+}
+
+/** `30d`, `12h`, … before `now`, or an ISO 8601 date or date-time that is a real calendar day. */
+function readSince(value: string, now: Date): Date {
+  const duration = /^(\d+)(s|m|h|d)$/.exec(value);
+  if (duration && Number(duration[1]) > 0 && Number(duration[1]) <= 36_500)
+    return new Date(now.getTime() - Number(duration[1]) * UNIT_MS[duration[2] as keyof typeof UNIT_MS]);
+  if (ISO.test(value)) {
+    const [y, m, d] = value.slice(0, 10).split("-").map(Number) as [number, number, number];
+    const day = new Date(Date.UTC(y, m - 1, d));
+    const at = new Date(value);
+    if (day.getUTCMonth() === m - 1 && day.getUTCDate() === d && !Number.isNaN(at.getTime())) return at;
+  }
+  throw new UsageError(`--since must be a duration (30d, 12h) or an ISO time (2026-11-01T00:00:00Z), got ${JSON.stringify(value)}`);
+}
