@@ -16,7 +16,20 @@ import { changeOnceTable } from "../../src/handlers/change-once.ts";
 import type { HandlerTable } from "../../src/handlers/handler-table.ts";
 import { stripeProvider } from "../../src/providers/stripe.ts";
 import { stripeThinProvider } from "../../src/providers/stripe-thin.ts";
-import { count, eventBody, freshDatabase, invoice, lifecycle, OTHER_SECRET, SECRET, signedRequest } from "../support/helpers.ts";
+import {
+  count,
+  eventBody,
+  freshDatabase,
+  invoice,
+  lifecycle,
+  OTHER_SECRET,
+  readFixtures,
+  SECRET,
+  signedRequest,
+} from "../support/helpers.ts";
+import { deliver as deliverFiles } from "../../src/dev/deliver.ts";
+import { readThinNotification } from "../../src/providers/stripe-thin.ts";
+import Stripe from "stripe";
 import { healthEvent, healthNotification, thinFromClassic } from "../support/thin.ts";
 import { waitUntil } from "../support/wait-until.ts";
 
@@ -173,6 +186,39 @@ describe("thin endpoint", () => {
     expect(lines.some((l) => l.outcome === "deferred")).toBe(true);
     expect(await count(db, "webhook_inbox", "needs_review_at is not null")).toBe(0);
     expect(await count(db, "webhook_inbox", "outcome = 'processed' and attempts = 1")).toBe(11);
+  });
+});
+
+describe("thin fixtures", () => {
+  const fixtures = readFixtures("stripe/thin-lifecycle");
+
+  test("the thin-lifecycle fixtures are what `thinFromClassic()` (typed by stripe-node's notification types) builds, and stripe-node parses each", () => {
+    const classic = lifecycle();
+    expect(fixtures).toHaveLength(classic.length);
+    const parser = new Stripe("sk_test_unused");
+    for (const [i, f] of fixtures.entries()) {
+      const parsed = JSON.parse(f.body) as { id: string; type: string };
+      expect(parsed).toEqual(JSON.parse(JSON.stringify(thinFromClassic(classic[i]!.body, parsed.id))));
+      expect(readThinNotification(parsed).type).toBe(parsed.type);
+      expect(parser.parseEventNotificationWithoutVerification(f.body).type).toBe(parsed.type as never);
+    }
+  });
+
+  test("`deliver()` sends the thin fixtures signed like Stripe's, shuffled with copies, and the worker ends them in the classic end state", async () => {
+    lifecycleWithStore();
+    const app = createApp({ db, endpoints: endpoints() });
+    const summary = await deliverFiles(fixtures, {
+      url: `${BASE}/thin`,
+      secret: OTHER_SECRET,
+      copies: 2,
+      shuffle: true,
+      seed: 5,
+      concurrency: 4,
+      fetch: (request) => app.fetch(request),
+    });
+    expect(summary.outcomes).toEqual({ queued: 11, ignored: 1, duplicate: 12 });
+    await drain();
+    expect(await invoices()).toEqual(END_STATE);
   });
 });
 
