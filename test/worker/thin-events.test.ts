@@ -357,3 +357,21 @@ describe("health notification", () => {
     expect(fake.store.requests.filter((r) => r.path === `/v2/core/events/${id}`).length).toBe(1);
   });
 });
+
+describe("bun run worker", () => {
+  test("`bun run worker` with a thin endpoint and no STRIPE_API_KEY exits 2 naming the key and the endpoint", async () => {
+    const child = Bun.spawn([process.execPath, "src/bin/worker.ts"], {
+      cwd: `${import.meta.dir}/../..`,
+      // Settings are checked before any database is opened; the worker needs no webhook secret.
+      env: { PATH: process.env.PATH ?? "", STRIPE_ENDPOINTS: "events", STRIPE_ENDPOINT_KIND_EVENTS: "thin" },
+      stdin: "ignore",
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 20_000,
+    });
+    const [stderr, code] = await Promise.all([new Response(child.stderr).text(), child.exited]);
+    expect(code).toBe(2);
+    expect(stderr).toContain("STRIPE_API_KEY is required for this command");
+    expect(stderr).toContain("thin endpoints: events");
+  }, 30_000);
+});
