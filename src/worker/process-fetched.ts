@@ -27,6 +27,9 @@ export interface FetchedOptions extends ProcessOptions {
  * outlasted the fetcher's retries defers the row (due again after the worker's backoff, its attempt
  * given back, `last_error` set): a 429 storm delays rows and never parks them. Other failures are
  * recorded like the worker's ({@link recordFailure}). Never throws for handler or API errors.
+ * A fetch that outlives the claim's lease is safe: another worker may claim the row meanwhile, and
+ * whichever applies first settles it; the other finds it settled at the `FOR UPDATE` re-check (and the
+ * change claim would stop a second effect anyway).
  */
 export async function processFetched(
   db: Db,
