@@ -29,6 +29,7 @@ create table event_backfill_requests (
   window_start       timestamptz not null,
   window_end         timestamptz not null,
   requested_at       timestamptz not null default now(),
-  started_at         timestamptz,              -- set by the backfill runner when it takes the request
+  started_at         timestamptz,              -- set when a backfill run takes the request (taken again if it never finishes)
+  finished_at        timestamptz,              -- set when that run has backfilled the whole window
   check (window_start <= window_end)
 );

@@ -5,6 +5,7 @@ import type { BackfillWindow, Fetcher, Resolution } from "./stripe-fetch.ts";
 import { retryableStripeError } from "../stripe-api/retry.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import { changeOnce } from "../handlers/change-once.ts";
+import { recordBackfillRequest } from "../inbox/backfill-requests.ts";
 
 /** What a fetched row came to: the worker's outcomes, plus `object_missing` and `deferred` (API unavailable: due again later, no attempt used). */
 export type FetchedOutcome = WorkOutcome | "object_missing" | "deferred";
@@ -97,16 +98,16 @@ async function settle(tx: Tx, claim: Claim, resolution: Resolution, options: Fet
       await markSettled(tx, claim, "ignored", null);
       return { outcome: "ignored" };
     case "backfill": {
-      const [row] = await tx<{ id: string }[]>`
-        insert into event_backfill_requests (endpoint, requested_by, window_start, window_end)
-        values (${claim.endpoint}, ${claim.eventId}, ${resolution.window.start}, ${resolution.window.end})
-        on conflict (requested_by) do nothing
-        returning id
-      `;
+      const id = await recordBackfillRequest(tx, {
+        endpoint: claim.endpoint,
+        requestedBy: claim.eventId,
+        start: resolution.window.start,
+        end: resolution.window.end,
+      });
       await markSettled(tx, claim, "processed", null);
       return {
         outcome: "processed",
-        ...(row ? { backfill: { id: Number(row.id), endpoint: claim.endpoint, window: resolution.window } } : {}),
+        ...(id !== undefined ? { backfill: { id, endpoint: claim.endpoint, window: resolution.window } } : {}),
       };
     }
   }

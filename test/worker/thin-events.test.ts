@@ -5,7 +5,8 @@ import { createApp, type Endpoint } from "../../src/receiver/app.ts";
 import { stripeEndpoints, handlersFor, migratingHandlersFor } from "../../src/receiver/endpoints.ts";
 import { connect, type Db } from "../../src/db/db.ts";
 import { runWorker, type WorkerOptions } from "../../src/worker/worker.ts";
-import { stripeFetcher } from "../../src/worker/stripe-fetch.ts";
+import { healthWindow, stripeFetcher } from "../../src/worker/stripe-fetch.ts";
+import { finishBackfillRequest, takeBackfillRequest } from "../../src/inbox/backfill-requests.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
 import { startFakeStripe, type RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { FakeStripeStore } from "../../src/dev/fake-stripe/store.ts";
@@ -355,6 +356,64 @@ describe("health notification", () => {
     ]);
     expect(requested).toHaveLength(1);
     expect(fake.store.requests.filter((r) => r.path === `/v2/core/events/${id}`).length).toBe(1);
+
+    // The seam the event backfill takes its work from: one runner at a time, taken again if its run died.
+    const taken = await takeBackfillRequest(db);
+    expect(taken).toMatchObject({
+      endpoint: "thin",
+      start: new Date("2026-12-01T08:30:00.000Z"),
+      end: new Date("2026-12-01T09:45:00.000Z"),
+    });
+    expect(await takeBackfillRequest(db)).toBeUndefined();
+    expect((await takeBackfillRequest(db, 0))?.id).toBe(taken!.id);
+    expect(await finishBackfillRequest(db, taken!.id)).toBe(true);
+    expect(await takeBackfillRequest(db, 0)).toBeUndefined();
+  });
+
+  test("`healthWindow()` ends at resolved_at (else created) and starts at started_at, impact.started_at, else the lookback", () => {
+    const created = "2026-12-01T10:00:00.000Z";
+    const at = (iso: string) => new Date(iso);
+    expect(healthWindow({ data: { resolved_at: "2026-12-01T09:00:00Z", started_at: "2026-12-01T08:00:00Z" } }, created, 3_600_000)).toEqual(
+      {
+        start: at("2026-12-01T08:00:00Z"),
+        end: at("2026-12-01T09:00:00Z"),
+      },
+    );
+    expect(healthWindow({ data: { impact: { started_at: "2026-12-01T07:00:00Z" } } }, created, 3_600_000)).toEqual({
+      start: at("2026-12-01T07:00:00Z"),
+      end: at(created),
+    });
+    expect(healthWindow({ data: { resolved_at: "2026-12-01T09:00:00Z" } }, created, 3_600_000)).toEqual({
+      start: at("2026-12-01T08:00:00Z"),
+      end: at("2026-12-01T09:00:00Z"),
+    });
+  });
+});
+
+describe("a worker without Stripe API settings", () => {
+  test("`runWorker()` without a fetcher defers thin rows, attempts given back and the reason in last_error, never parks them", async () => {
+    const app = createApp({ db, endpoints: endpoints() });
+    const [created] = lifecycleWithStore();
+    expect(await deliver(app, "thin", JSON.stringify(thinFromClassic(created!.body, "evt_test_thin_nofetch")))).toBe("queued");
+    const pool = connect(fresh.url, { max: 2 });
+    const controller = new AbortController();
+    const worker = runWorker({
+      db: pool,
+      handlersFor,
+      signal: controller.signal,
+      pollMs: 20,
+      backoff: { baseMs: 5, capMs: 20 },
+      log: () => {},
+    });
+    try {
+      await waitUntil("the thin row deferred", async () => (await count(db, "webhook_inbox", "last_error like 'Thin event waits%'")) === 1);
+    } finally {
+      controller.abort();
+      await worker;
+      await pool.end({ timeout: 5 });
+    }
+    const [row] = await db`select attempts, processed_at, needs_review_at from webhook_inbox`;
+    expect(row).toEqual({ attempts: 0, processed_at: null, needs_review_at: null });
   });
 });
 
