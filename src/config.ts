@@ -11,8 +11,18 @@ export interface EndpointSettings {
   secrets: string[];
   /** The env variable the secrets came from (for messages), or `generated` for the dev secret. */
   source: string;
-  /** `INBOX_MODE` for billing, `INBOX_MODE_<NAME>` for others; default `sync`. */
+  /** `INBOX_MODE` for billing, `INBOX_MODE_<NAME>` for others; default `sync` (`async` for thin and refetch endpoints, which allow only async). */
   mode: "sync" | "async" | "hybrid";
+  /**
+   * `STRIPE_ENDPOINT_KIND` for billing, `STRIPE_ENDPOINT_KIND_<NAME>` for others: `classic` (default, snapshot
+   * events: the object in the body) or `thin` (an Event Destination's thin notifications, fetched by the worker).
+   */
+  kind?: "classic" | "thin";
+  /**
+   * `INBOX_REFETCH` / `INBOX_REFETCH_<NAME>` = `true` (classic endpoints only): the worker applies the
+   * object's current state read from the API instead of the event's copy. Default false.
+   */
+  refetch?: boolean;
 }
 
 /** Every setting of the receiver, read and checked at once by {@link loadConfig}. */
@@ -105,10 +115,11 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   };
   const readSecrets = (name: string, variable: string): void => {
     const raw = env[variable];
-    const mode = readMode(name === "billing" ? "INBOX_MODE" : `INBOX_MODE_${name.toUpperCase().replaceAll("-", "_")}`);
+    const suffix = name === "billing" ? "" : `_${name.toUpperCase().replaceAll("-", "_")}`;
+    const { mode, ...kindAndRefetch } = readKind(env, suffix, readMode, problems);
     if (raw === undefined || raw.trim() === "") {
       if (name === "billing" && databaseUrl === undefined && !production && devSecret) {
-        endpoints.push({ name, secrets: [devSecret], source: "generated", mode });
+        endpoints.push({ name, secrets: [devSecret], source: "generated", mode, ...kindAndRefetch });
       } else {
         problems.push(`${variable} is required (the ${name} endpoint's whsec_… signing secret)`);
       }
@@ -121,7 +132,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
           `${variable} value ${i + 1} of ${secrets.length} is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)`,
         );
     });
-    endpoints.push({ name, secrets, source: variable, mode });
+    endpoints.push({ name, secrets, source: variable, mode, ...kindAndRefetch });
   };
   readSecrets("billing", "STRIPE_WEBHOOK_SECRET");
   const seen = new Set(["billing"]);
@@ -163,6 +174,42 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   return config;
 }
 
+/**
+ * An endpoint's kind, refetch flag and mode from `STRIPE_ENDPOINT_KIND<suffix>`, `INBOX_REFETCH<suffix>` and
+ * `INBOX_MODE<suffix>` (`suffix` is `""` for billing, `_<NAME>` otherwise). Thin endpoints and refetch
+ * endpoints read the Stripe API before applying, which only the worker does: their mode defaults to and
+ * must be `async`. Refetch applies to classic endpoints only. Appends a problem naming the variable for
+ * each invalid value.
+ */
+function readKind(
+  env: Record<string, string | undefined>,
+  suffix: string,
+  readMode: (variable: string) => EndpointSettings["mode"],
+  problems: string[],
+): Pick<EndpointSettings, "mode" | "kind" | "refetch"> {
+  // Only values other than the defaults are returned (classic, no refetch), so settings read as before stay as they were.
+  const kindVar = `STRIPE_ENDPOINT_KIND${suffix}`;
+  const rawKind = env[kindVar] || "classic";
+  const kind = rawKind === "thin" ? "thin" : "classic";
+  if (rawKind !== "thin" && rawKind !== "classic") problems.push(`${kindVar} must be classic or thin, got "${rawKind}"`);
+  const refetchVar = `INBOX_REFETCH${suffix}`;
+  const rawRefetch = env[refetchVar] || "false";
+  const refetch = rawRefetch === "true";
+  if (rawRefetch !== "true" && rawRefetch !== "false") problems.push(`${refetchVar} must be true or false, got "${rawRefetch}"`);
+  if (refetch && kind === "thin")
+    problems.push(`${refetchVar} applies to classic endpoints only: a thin endpoint (${kindVar}=thin) always reads the current object`);
+  const modeVar = `INBOX_MODE${suffix}`;
+  if (kind === "classic" && !refetch) return { mode: readMode(modeVar) };
+  const rawMode = env[modeVar];
+  if (rawMode && rawMode !== "async") {
+    const why = kind === "thin" ? `${kindVar}=thin` : `${refetchVar}=true`;
+    problems.push(
+      `${modeVar} must be async (or unset) with ${why}: the worker reads the Stripe API before applying, never the request; got "${rawMode}"`,
+    );
+  }
+  return kind === "thin" ? { mode: "async", kind } : { mode: "async", refetch };
+}
+
 /** Why `NODE_ENV=production` cannot use the embedded server (shared by config and every command). */
 export const PRODUCTION_NEEDS_DATABASE_URL =
   "DATABASE_URL is required when NODE_ENV=production: the embedded PostgreSQL (postgres/postgres on 127.0.0.1, data in .data/) is for local development only";
@@ -201,4 +248,23 @@ export function readDatabaseWaitMs(env: Record<string, string | undefined>, prob
   if (/^\d+$/.test(raw.trim()) && Number.isSafeInteger(value)) return value;
   problems.push(`DATABASE_WAIT_MS must be a whole number of milliseconds ≥ 0, got "${raw}"`);
   return DEFAULT_DATABASE_WAIT_MS;
+}
+
+/**
+ * The endpoints whose rows the worker reads from the Stripe API before applying: `thin` (endpoints with
+ * `STRIPE_ENDPOINT_KIND[_<NAME>]=thin`) and `refetch` (`INBOX_REFETCH[_<NAME>]=true`), over `billing` and
+ * `STRIPE_ENDPOINTS`, without reading secrets (the worker has none). Values are checked as
+ * {@link loadConfig} checks them; problems are appended naming the variable.
+ */
+export function readApiEndpoints(env: Record<string, string | undefined>, problems: string[]): { thin: Set<string>; refetch: Set<string> } {
+  const thin = new Set<string>();
+  const refetch = new Set<string>();
+  const names = ["billing", ...(env.STRIPE_ENDPOINTS ?? "").split(",").map((s) => s.trim())].filter((n) => ENDPOINT_NAME.test(n));
+  for (const name of new Set(names)) {
+    const suffix = name === "billing" ? "" : `_${name.toUpperCase().replaceAll("-", "_")}`;
+    const read = readKind(env, suffix, () => "sync", problems);
+    if (read.kind === "thin") thin.add(name);
+    if (read.refetch) refetch.add(name);
+  }
+  return { thin, refetch };
 }

@@ -2,7 +2,7 @@
 // Node app through a bundler) needs to receive, apply and work off webhooks in its own process. Web
 // APIs only; loading the sql/ migrations from disk is the separate "webhook-inbox/migrations" entry.
 export { createApp, type App, type AppDeps, type Endpoint } from "./receiver/app.ts";
-export { handlersFor, handlerTables, stripeEndpoints } from "./receiver/endpoints.ts";
+export { handlersFor, handlerTables, migratingHandlersFor, stripeEndpoints, thinHandlers } from "./receiver/endpoints.ts";
 export type { HybridOptions, Mode, Outcome } from "./receiver/receive.ts";
 export {
   PermanentError,
@@ -19,6 +19,8 @@ export { providerNamed, providers, subjectOf, type ProviderName } from "./provid
 export type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./providers/provider.ts";
 export { signStripePayload, stripeProvider, stripeSubject } from "./providers/stripe.ts";
 export { standardWebhooksProvider } from "./providers/standard-webhooks.ts";
+export { stripeThinProvider, type ThinNotification } from "./providers/stripe-thin.ts";
+export { changeOnce, changeOnceTable } from "./handlers/change-once.ts";
 export { connect, type ConnectOptions, type Db, type Tx } from "./db/db.ts";
 export { assertPatchedPostgres } from "./db/patched-postgres.ts";
 export { migrate, type Migration } from "./db/migrate.ts";

@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { ConfigError, loadConfig } from "../src/config.ts";
+import { ConfigError, loadConfig, readApiEndpoints } from "../src/config.ts";
 import { OTHER_SECRET, SECRET } from "./support/helpers.ts";
 
 const DEV_SECRET = "whsec_dev_generated_0123456789abcdef";
@@ -279,5 +279,61 @@ describe("loadConfig()", () => {
       "STRIPE_ENDPOINTS entry number 2 (not shown: it looks like a secret or is too long) must match ^[a-z][a-z0-9-]{0,62}$",
     );
     expect(String(err) + err.problems.join("\n")).not.toContain("leakedSecretValue");
+  });
+});
+
+describe("endpoint kinds and refetch mode", () => {
+  const base = {
+    STRIPE_WEBHOOK_SECRET: SECRET,
+    STRIPE_ENDPOINTS: "events-thin,ops",
+    STRIPE_WEBHOOK_SECRET_EVENTS_THIN: OTHER_SECRET,
+    STRIPE_WEBHOOK_SECRET_OPS: OTHER_SECRET,
+  };
+
+  test("`loadConfig()` reads a thin endpoint (async by nature) and a classic endpoint in refetch mode (async)", () => {
+    const config = loadConfig({ ...base, STRIPE_ENDPOINT_KIND_EVENTS_THIN: "thin", INBOX_REFETCH_OPS: "true" });
+    expect(config.endpoints).toEqual([
+      { name: "billing", secrets: [SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" },
+      { name: "events-thin", secrets: [OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET_EVENTS_THIN", mode: "async", kind: "thin" },
+      { name: "ops", secrets: [OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET_OPS", mode: "async", refetch: true },
+    ]);
+    expect(loadConfig({ ...base, STRIPE_ENDPOINT_KIND_EVENTS_THIN: "thin", INBOX_MODE_EVENTS_THIN: "async" }).endpoints[1]?.mode).toBe(
+      "async",
+    );
+  });
+
+  test("`loadConfig()` refuses an unknown kind, a refetch value that is not true/false, sync or hybrid with thin or refetch, and refetch on a thin endpoint", () => {
+    expect(
+      configError({
+        ...base,
+        STRIPE_ENDPOINT_KIND: "thinn",
+        INBOX_REFETCH: "yes",
+        STRIPE_ENDPOINT_KIND_EVENTS_THIN: "thin",
+        INBOX_MODE_EVENTS_THIN: "sync",
+        INBOX_REFETCH_OPS: "true",
+        INBOX_MODE_OPS: "hybrid",
+      }).problems,
+    ).toEqual([
+      'STRIPE_ENDPOINT_KIND must be classic or thin, got "thinn"',
+      'INBOX_REFETCH must be true or false, got "yes"',
+      'INBOX_MODE_EVENTS_THIN must be async (or unset) with STRIPE_ENDPOINT_KIND_EVENTS_THIN=thin: the worker reads the Stripe API before applying, never the request; got "sync"',
+      'INBOX_MODE_OPS must be async (or unset) with INBOX_REFETCH_OPS=true: the worker reads the Stripe API before applying, never the request; got "hybrid"',
+    ]);
+    expect(configError({ ...base, STRIPE_ENDPOINT_KIND_OPS: "thin", INBOX_REFETCH_OPS: "true" }).problems).toEqual([
+      "INBOX_REFETCH_OPS applies to classic endpoints only: a thin endpoint (STRIPE_ENDPOINT_KIND_OPS=thin) always reads the current object",
+    ]);
+  });
+
+  test("`readApiEndpoints()` finds thin and refetch endpoints without any secret", () => {
+    const problems: string[] = [];
+    const found = readApiEndpoints(
+      { STRIPE_ENDPOINTS: "events-thin,ops", STRIPE_ENDPOINT_KIND_EVENTS_THIN: "thin", INBOX_REFETCH: "true" },
+      problems,
+    );
+    expect({ thin: [...found.thin], refetch: [...found.refetch], problems }).toEqual({
+      thin: ["events-thin"],
+      refetch: ["billing"],
+      problems: [],
+    });
   });
 });

@@ -66,7 +66,7 @@ if (ready) {
   );
   for (const e of config.endpoints) {
     console.log(
-      `  endpoint ${e.name} (${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`,
+      `  endpoint ${e.name} (${e.kind === "thin" ? "thin, " : e.refetch ? "refetch, " : ""}${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`,
     );
   }
   if (database.embedded) {

@@ -1,11 +1,14 @@
 // Entry file: `bun run worker [options]`: processes async and hybrid rows. Env, args and signals live here.
 import { parseArgs } from "node:util";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
-import { readDatabaseWaitMs, readPooler } from "../config.ts";
+import { readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
 import { connect } from "../db/db.ts";
-import { handlersFor } from "../receiver/endpoints.ts";
+import { handlersFor, migratingHandlersFor } from "../receiver/endpoints.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { runWorker } from "../worker/worker.ts";
+import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
+import { stripeFetcher, type Fetcher } from "../worker/stripe-fetch.ts";
+import { handlerTables } from "../receiver/endpoints.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
   --concurrency N     batches processed at once (default 4)
@@ -17,7 +20,10 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
   --no-listen         do not LISTEN; poll only (implied by DATABASE_POOLER=transaction)
-  DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)`;
+  DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)
+  STRIPE_API_KEY, STRIPE_API_BASE   the Stripe API thin endpoints and refetch endpoints are read from
+                      (required when STRIPE_ENDPOINT_KIND[_<NAME>]=thin or INBOX_REFETCH[_<NAME>]=true)
+  STRIPE_API_REQUESTS_PER_SEC       API requests started per second at most (default 20)`;
 
 function usageError(message: string): never {
   console.error(`${message}\n\n${USAGE}`);
@@ -48,7 +54,39 @@ const batchSize = Number(rawBatch);
 if (!/^\d+$/.test(rawBatch) || !Number.isSafeInteger(batchSize) || batchSize < 1)
   problems.push(`--batch-size (WORKER_BATCH_SIZE) must be a whole number ≥ 1, got "${rawBatch}"`);
 const waitMs = readDatabaseWaitMs(process.env, problems);
+const apiEndpoints = readApiEndpoints(process.env, problems);
+const fetcher = readFetcher(problems);
 if (problems[0]) usageError(problems.join("\n"));
+
+/**
+ * The worker's Stripe API reader: required when a thin or refetch endpoint is configured, built whenever
+ * STRIPE_API_KEY is set (thin rows recorded earlier still need it). Appends problems.
+ */
+function readFetcher(problems: string[]): Fetcher | undefined {
+  const needed = apiEndpoints.thin.size > 0 || apiEndpoints.refetch.size > 0;
+  if (!needed && !process.env.STRIPE_API_KEY) return undefined;
+  const rawRate = process.env.STRIPE_API_REQUESTS_PER_SEC || "20";
+  const rate = Number(rawRate);
+  if (!/^\d+$/.test(rawRate) || rate < 1) problems.push(`STRIPE_API_REQUESTS_PER_SEC must be a whole number ≥ 1, got "${rawRate}"`);
+  try {
+    const api = readStripeApiSettings(process.env);
+    return stripeFetcher({
+      stripe: stripeApiClient(api),
+      refetchEndpoints: apiEndpoints.refetch,
+      requestsPerSecond: rate,
+      handledTypes: new Set(Object.keys(handlerTables.stripe)),
+    });
+  } catch (err) {
+    const listed = (err as { problems?: string[] }).problems ?? [String(err)];
+    problems.push(
+      ...listed.map(
+        (p) =>
+          `${p} (thin endpoints: ${[...apiEndpoints.thin].join(", ") || "none"}; refetch: ${[...apiEndpoints.refetch].join(", ") || "none"})`,
+      ),
+    );
+    return undefined;
+  }
+}
 const poolerProblems: string[] = [];
 const pooler = readPooler(process.env, poolerProblems);
 if (poolerProblems[0]) usageError(poolerProblems[0]);
@@ -96,7 +134,8 @@ console.log(
 );
 await runWorker({
   db,
-  handlersFor,
+  // Next to thin endpoints, classic rows claim their change like the receiver's classic endpoints then do.
+  handlersFor: apiEndpoints.thin.size > 0 ? migratingHandlersFor : handlersFor,
   signal: controller.signal,
   concurrency: settings.concurrency,
   batchSize,
@@ -106,6 +145,10 @@ await runWorker({
   pollMs: settings["poll-ms"],
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   listen,
+  ...(fetcher ? { fetcher } : {}),
+  // The event backfill reads event_backfill_requests (sql/0015); this line makes each request visible at once.
+  onBackfillRequested: (r) =>
+    console.log(JSON.stringify({ worker: "backfill_requested", id: r.id, endpoint: r.endpoint, from: r.window.start, to: r.window.end })),
 });
 await db.end({ timeout: 5 });
 await database.close();

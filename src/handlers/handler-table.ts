@@ -10,6 +10,11 @@ export interface HandlerContext {
   /** Provider event id (evt_…). */
   eventId: string;
   eventType: string;
+  /**
+   * The Stripe change this event carries, when it is not `eventId`: a thin event's `snapshot_event`
+   * (the classic event of the same change). {@link changeOnce} claims it; undefined means `eventId`.
+   */
+  changeId?: string;
 }
 
 /**

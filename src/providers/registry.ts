@@ -2,6 +2,7 @@ import { PermanentError } from "../errors.ts";
 import type { Subject, WebhookProvider } from "./provider.ts";
 import { standardWebhooksProvider } from "./standard-webhooks.ts";
 import { stripeProvider } from "./stripe.ts";
+import { stripeThinProvider } from "./stripe-thin.ts";
 
 /**
  * Every provider this service knows, by the name stored in the inbox's `provider` column. The worker,
@@ -10,6 +11,7 @@ import { stripeProvider } from "./stripe.ts";
  */
 export const providers = {
   stripe: stripeProvider,
+  "stripe-thin": stripeThinProvider,
   "standard-webhooks": standardWebhooksProvider,
 } as const satisfies Record<string, WebhookProvider>;
 

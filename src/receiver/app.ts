@@ -27,6 +27,8 @@ export interface Endpoint {
   /** Inbox `endpoint` column and URL segment, e.g. `billing`. */
   name: string;
   provider: WebhookProvider;
+  /** The URL's provider segment, `/webhooks/<route>/<name>`; default `provider.name` (thin Stripe endpoints: `stripe`). */
+  route?: string;
   /** Every currently valid signing secret (several during a rotation). */
   secrets: readonly string[];
   handlers: HandlerTable;
@@ -230,7 +232,7 @@ function wrongMethod(request: Request): Response {
 }
 
 function findEndpoint(endpoints: readonly Endpoint[], provider?: string, name?: string): Endpoint | undefined {
-  return endpoints.find((e) => e.provider.name === provider && (name === undefined ? e.isDefault === true : e.name === name));
+  return endpoints.find((e) => (e.route ?? e.provider.name) === provider && (name === undefined ? e.isDefault === true : e.name === name));
 }
 
 /** Maps any failure to the error the client sees. Unexpected errors become 500 with a generic message. */

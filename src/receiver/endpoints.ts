@@ -5,6 +5,8 @@ import type { Mode } from "./receive.ts";
 import { stripeHandlers } from "../handlers/stripe-money.ts";
 import type { ProviderName } from "../providers/registry.ts";
 import { stripeProvider } from "../providers/stripe.ts";
+import { EVENT_GENERATION_RESOLVED, stripeThinProvider } from "../providers/stripe-thin.ts";
+import { changeOnceTable } from "../handlers/change-once.ts";
 
 /**
  * The handler table each registered provider's rows feed, one line per provider that has handlers
@@ -16,6 +18,9 @@ export const handlerTables = {
   stripe: stripeHandlers,
 } as const satisfies Readonly<Partial<Record<ProviderName, HandlerTable>>>;
 
+/** The Stripe table with every handler claiming its change (built once: statement handlers cache their checked shapes). */
+const stripeChangeOnce = changeOnceTable(handlerTables.stripe);
+
 /**
  * Wires configured Stripe endpoints to the Stripe provider and its handler table (invoices and money
  * going out). The first (`billing`) is also served at `/webhooks/stripe`; every endpoint at
@@ -23,18 +28,42 @@ export const handlerTables = {
  * `mode` defaults to sync; `hybridBudgetMs` is the hybrid in-request budget in ms.
  */
 export function stripeEndpoints(
-  settings: readonly (Pick<EndpointSettings, "name" | "secrets"> & { mode?: Mode })[],
+  settings: readonly (Pick<EndpointSettings, "name" | "secrets" | "kind"> & { mode?: Mode })[],
   hybridBudgetMs = 2_000,
 ): Endpoint[] {
+  // While thin endpoints run next to classic ones (a migration), classic events claim their change too,
+  // so a classic and a thin event of one change apply once in any order (handlers/change-once.ts).
+  const classic = settings.some((s) => s.kind === "thin") ? stripeChangeOnce : handlerTables.stripe;
   return settings.map((s, i) => ({
     name: s.name,
-    provider: stripeProvider,
+    provider: s.kind === "thin" ? stripeThinProvider : stripeProvider,
+    route: "stripe",
     secrets: s.secrets,
-    handlers: handlerTables.stripe,
+    handlers: s.kind === "thin" ? thinHandlers : classic,
     isDefault: i === 0,
-    mode: s.mode ?? "sync",
+    // A thin endpoint is async by nature: the worker fetches what a notification points to.
+    mode: s.kind === "thin" ? "async" : (s.mode ?? "sync"),
     hybrid: { budgetMs: hybridBudgetMs, backoff: { baseMs: 1_000, capMs: 600_000 } },
   }));
+}
+
+/**
+ * What a thin endpoint records as work for the worker (the receiver reads only which types have an entry:
+ * others are recorded `ignored`): `v1.<type>` for every Stripe handler's `<type>`, and the health type that
+ * requests an event backfill. The worker never runs these entries: it fetches the object and applies the
+ * Stripe handler of `<type>` (worker/process-fetched.ts).
+ */
+export const thinHandlers: HandlerTable = Object.fromEntries([
+  ...Object.entries(stripeChangeOnce).map(([type, handler]) => [`v1.${type}`, handler] as const),
+  [EVENT_GENERATION_RESOLVED, async () => {}] as const,
+]);
+
+/**
+ * {@link handlersFor} for a worker next to thin endpoints: Stripe rows get the change-once table, as the
+ * receiver's classic endpoints do then ({@link stripeEndpoints}).
+ */
+export function migratingHandlersFor(provider: string): HandlerTable | undefined {
+  return provider === "stripe" ? stripeChangeOnce : handlersFor(provider);
 }
 
 /** The handler table for rows of `provider` (an inbox row's `provider`), for the worker and replay; undefined when none is registered. */

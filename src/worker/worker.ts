@@ -7,6 +7,10 @@ import { processBatch } from "./process-batch.ts";
 import { createWakeUp } from "../loop/wake-up.ts";
 import { describeError } from "../errors.ts";
 import { assertPatchedPostgres } from "../db/patched-postgres.ts";
+import type { Fetcher } from "./stripe-fetch.ts";
+import { deferClaim, processFetched, type FetchedOptions } from "./process-fetched.ts";
+
+const NO_FETCHER = "Thin event waits: this worker has no Stripe API settings (STRIPE_API_KEY, STRIPE_API_BASE) to fetch what it points to";
 
 /** Settings of {@link runWorker}; times in ms (the shared ones in {@link LoopOptions}). */
 export interface WorkerOptions extends LoopOptions {
@@ -17,6 +21,14 @@ export interface WorkerOptions extends LoopOptions {
    * every row its own transaction. A failing row makes its batch redo each row on its own.
    */
   batchSize?: number;
+  /**
+   * Reads from the Stripe API what thin rows point to and what refetch endpoints' rows are about
+   * (stripe-fetch.ts); such rows are processed one by one with {@link processFetched}. Without it, thin
+   * rows are deferred (due again later, no attempt used) with a `last_error` saying so.
+   */
+  fetcher?: Fetcher;
+  /** Told about each backfill request a health notification recorded, after its commit. */
+  onBackfillRequested?: FetchedOptions["onBackfillRequested"];
 }
 
 /**
@@ -51,7 +63,24 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     const started = Date.now();
     const line = (claim: Claim) => ({ event_id: claim.eventId, endpoint: claim.endpoint, type: claim.eventType, attempt: claim.attempt });
     try {
-      const results = await processBatch(db, claims, { handlersFor: options.handlersFor, timeoutMs, maxAttempts, backoff });
+      const processOptions = { handlersFor: options.handlersFor, timeoutMs, maxAttempts, backoff };
+      const fetcher = options.fetcher;
+      const viaApi = claims.filter((c) => c.provider === "stripe-thin" || fetcher?.needsFetch(c));
+      for (const claim of viaApi) {
+        const result = fetcher
+          ? await processFetched(db, claim, fetcher, { ...processOptions, onBackfillRequested: options.onBackfillRequested })
+          : await deferClaim(db, claim, NO_FETCHER, processOptions).then(() => ({ outcome: "deferred", error: NO_FETCHER }));
+        if (result.outcome === "processed") outbox.wake();
+        log({
+          ...line(claim),
+          outcome: result.outcome,
+          ...(result.error ? { error: result.error } : {}),
+          duration_ms: Date.now() - started,
+        });
+      }
+      claims = claims.filter((c) => !viaApi.includes(c));
+      if (claims.length === 0) return;
+      const results = await processBatch(db, claims, processOptions);
       if (results.some((r) => r.outcome === "processed")) outbox.wake(); // their handlers may have written outbox rows
       for (const r of results) {
         log({

@@ -3,6 +3,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import type Stripe from "stripe";
 import { startFakeStripe, type RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { FakeStripeStore } from "../../src/dev/fake-stripe/store.ts";
+import { V2_EVENTS } from "../../src/dev/fake-stripe/app.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
 import { withStripeRetry } from "../../src/stripe-api/retry.ts";
 
@@ -90,4 +91,40 @@ test("`withStripeRetry()` retries injected 429s and 500s and returns the page; a
 test("`withStripeRetry()` gives up after its attempts and throws the last 429", async () => {
   fake.store.failNext(3, 429, /^\/v1\/events/);
   expect(withStripeRetry(() => stripe.events.list(), { attempts: 3, sleep: async () => {} })).rejects.toMatchObject({ statusCode: 429 });
+});
+
+test("a thin notification's `fetchEvent()` reads GET /v2/core/events/<id> and `fetchRelatedObject()` its related_object.url from the fake", async () => {
+  fake.store.put(V2_EVENTS, {
+    id: "evt_test_v2fake",
+    object: "v2.core.event",
+    type: "v1.invoice.paid",
+    created: 1_700_000_000,
+    livemode: false,
+  });
+  const notification = stripe.parseEventNotificationWithoutVerification(
+    JSON.stringify({
+      id: "evt_test_v2fake",
+      object: "v2.core.event",
+      type: "v1.invoice.paid",
+      created: "2023-11-14T22:13:20.000Z",
+      livemode: false,
+      related_object: { id: "in_1", type: "invoice", url: "/v1/invoices/in_1" },
+    }),
+  ) as Stripe.Events.V1InvoicePaidEventNotification;
+  expect((await notification.fetchEvent()).id).toBe("evt_test_v2fake");
+  expect((await notification.fetchRelatedObject()).status).toBe("paid");
+  expect(fake.store.requests.slice(-2).map((r) => [r.path, r.status])).toEqual([
+    ["/v2/core/events/evt_test_v2fake", 200],
+    ["/v1/invoices/in_1", 200],
+  ]);
+  const missing = stripe.parseEventNotificationWithoutVerification(
+    JSON.stringify({
+      id: "evt_test_v2none",
+      object: "v2.core.event",
+      type: "v1.invoice.paid",
+      created: "2023-11-14T22:13:20.000Z",
+      livemode: false,
+    }),
+  );
+  expect(missing.fetchEvent()).rejects.toMatchObject({ statusCode: 404, code: "resource_missing" });
 });

@@ -10,6 +10,9 @@ import { parseArgs } from "node:util";
 import { checkStorm, passed } from "../chaos/check.ts";
 import { generateStorm } from "../chaos/model.ts";
 import { sendStorm } from "../chaos/storm.ts";
+import { thinStorm } from "../chaos/thin-storm.ts";
+import { startFakeStripe } from "../fake-stripe/serve.ts";
+import { FakeStripeStore } from "../fake-stripe/store.ts";
 import { readPooler } from "../../config.ts";
 import { connect } from "../../db/db.ts";
 import { mulberry32 } from "../random.ts";
@@ -28,6 +31,8 @@ const USAGE = `Usage: bun run chaos [options]
   --rate N                   deliveries per second over all senders (default 150)
   --receivers N, --workers N receiver and worker processes (default 2 and 2; no workers in sync mode)
   --faults LIST              kill-receiver,kill-worker,restart-db (default all; "none" for none)
+  --thin                     deliver the storm as thin event notifications to a thin endpoint; workers fetch
+                             each object from a local fake Stripe API that answers 5% of requests with 429
   --fault-every-ms N         mean time between faults (default 700)
   --deadline-ms N            give up on an unacknowledged event after this (default 90000, or three times
                              the time the storm's deliveries take at --rate when that is longer)
@@ -60,6 +65,7 @@ const { values: o } = (() => {
         "deadline-ms": { type: "string" },
         seed: { type: "string", default: String(Math.floor(Math.random() * 1e9)) },
         json: { type: "boolean", default: false },
+        thin: { type: "boolean", default: false },
         help: { type: "boolean", short: "h", default: false },
       },
     });
@@ -81,7 +87,8 @@ if (mode !== "sync" && mode !== "async" && mode !== "hybrid") usage(`--mode must
 const faults = new Set(o.faults === "none" ? [] : o.faults.split(","));
 for (const f of faults) if (!(FAULTS as readonly string[]).includes(f)) usage(`Unknown fault "${f}": use ${FAULTS.join(", ")} or none`);
 const seed = num("seed", 0);
-const workerCount = mode === "sync" ? 0 : num("workers", 1);
+// A thin endpoint is processed by workers whatever --mode says (it applies to the classic billing endpoint).
+const workerCount = mode === "sync" && !o.thin ? 0 : num("workers", 1);
 const random = mulberry32(seed);
 const started = Date.now();
 const workDir = mkdtempSync(join(tmpdir(), "webhook-inbox-chaos-"));
@@ -126,7 +133,17 @@ const db = connect(url, { max: 2, applicationName: "webhook-inbox chaos", pooler
 await migrate(db, loadMigrations());
 
 // 2. The real commands as children: receivers on fixed ports (kept across restarts), workers.
-const receiverEnv = { DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, DB_POOL_MAX: "4", HOST: "127.0.0.1" };
+// --thin: a thin endpoint next to billing, and the fake Stripe API the workers read (its objects come with the storm).
+const API_KEY = "sk_test_chaosthinchaos";
+const fakeStripe = o.thin ? startFakeStripe({ store: new FakeStripeStore(API_KEY) }) : undefined;
+if (fakeStripe) fakeStripe.store.rateLimitFraction = 0.05;
+const thinEnv: Record<string, string> = fakeStripe
+  ? { STRIPE_ENDPOINTS: "thin", STRIPE_WEBHOOK_SECRET_THIN: SECRET, STRIPE_ENDPOINT_KIND_THIN: "thin" }
+  : {};
+const apiEnv: Record<string, string> = fakeStripe
+  ? { ...thinEnv, STRIPE_API_KEY: API_KEY, STRIPE_API_BASE: fakeStripe.url, STRIPE_API_REQUESTS_PER_SEC: "500" }
+  : {};
+const receiverEnv = { DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, DB_POOL_MAX: "4", HOST: "127.0.0.1", ...thinEnv };
 const ports = await Promise.all(Array.from({ length: num("receivers", 1) }, () => freePort()));
 const bin = (name: string) => fileURLToPath(new URL(`../../bin/${name}.ts`, import.meta.url));
 const receivers = ports.map((port, i) =>
@@ -146,7 +163,7 @@ const workerArgs = [
   "1000",
 ];
 const workers = Array.from({ length: workerCount }, (_, i) =>
-  supervise(`worker${i}`, workerArgs, { DATABASE_URL: url }, log, /"worker":"started"/),
+  supervise(`worker${i}`, workerArgs, { DATABASE_URL: url, ...apiEnv }, log, /"worker":"started"/),
 );
 children.push(...receivers, ...workers);
 for (const child of children) child.start();
@@ -192,13 +209,14 @@ async function restartDatabase(): Promise<void> {
 }
 
 // 4. The storm.
-const storm = generateStorm({ invoices: num("invoices", 1), poison: num("poison", 0), seed });
+const classicStorm = generateStorm({ invoices: num("invoices", 1), poison: num("poison", 0), seed });
+const storm = fakeStripe ? thinStorm(classicStorm, fakeStripe.store) : classicStorm;
 say(
-  `chaos: mode ${mode}, seed ${seed}, ${storm.events.length} events, ${receivers.length} receivers, ${workers.length} workers, faults ${[...faults].join(",") || "none"}`,
+  `chaos: ${o.thin ? "thin endpoint" : `mode ${mode}`}, seed ${seed}, ${storm.events.length} events, ${receivers.length} receivers, ${workers.length} workers, faults ${[...faults].join(",") || "none"}`,
 );
 const stats = await sendStorm(storm.events, {
   receivers: ports.map((p) => `http://127.0.0.1:${p}`),
-  path: "/webhooks/stripe",
+  path: o.thin ? "/webhooks/stripe/thin" : "/webhooks/stripe",
   secret: SECRET,
   senders: num("senders", 1),
   seed,
@@ -220,12 +238,14 @@ await Promise.all([...receivers, ...workers].map((c) => c.ready(30_000)));
 const exits = await Promise.all([...receivers, ...workers].map(async (c) => ({ name: c.name, code: await c.stop("SIGTERM") })));
 
 // 6. The verdict.
-const verdict = await checkStorm(db, storm, "billing", stats.acknowledged, stats.unacknowledged);
+const verdict = o.thin
+  ? await checkStorm(db, storm, "thin", stats.acknowledged, stats.unacknowledged, "stripe-thin")
+  : await checkStorm(db, storm, "billing", stats.acknowledged, stats.unacknowledged);
 // A run that was asked to restart PostgreSQL but ended before it could proves less than it claims.
 const dbRestartMissed = faults.has("restart-db") && counts.dbRestarts === 0;
 const ok = passed(verdict) && drained && !dbRestartMissed;
 const summary = {
-  mode,
+  mode: o.thin ? "thin" : mode,
   seed,
   events: stats.events,
   deliveries: stats.deliveries,
@@ -237,6 +257,7 @@ const summary = {
   receiver_kills: counts.receiverKills,
   worker_kills: counts.workerKills,
   db_restarts: counts.dbRestarts,
+  ...(fakeStripe ? { api_429s: fakeStripe.store.requests.filter((r) => r.status === 429).length } : {}),
   // Children that exited without being killed (e.g. a start-up failure), started again by supervise().
   self_exits: children.reduce((n, c) => n + c.selfExits, 0),
   lost: verdict.lost.length,
@@ -280,6 +301,7 @@ if (!o.json) {
   console.log(JSON.stringify(summary));
 }
 await db.end({ timeout: 5 });
+await fakeStripe?.stop();
 await embedded?.stop();
 await dropDatabase();
 if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });

@@ -30,6 +30,7 @@ export interface Verdict {
  * entry; no unprocessed rows; needs-review rows only for injected poison events. Money out: exactly one
  * ledger row and one outbox message per (balance transaction, kind), every row linked to an invoice, and
  * each invoice's refunded, dispute amounts and net (view invoice_net) equal to the model's.
+ * `provider` and `endpoint` name the inbox rows of the storm (`stripe-thin` for a thin storm).
  */
 export async function checkStorm(
   db: Db,
@@ -37,11 +38,12 @@ export async function checkStorm(
   endpoint: string,
   acknowledged: ReadonlySet<string>,
   unacknowledged: readonly string[],
+  provider = "stripe",
 ): Promise<Verdict> {
   const inbox = await db<{ event_id: string; processed: boolean; parked: boolean }[]>`
     select event_id, processed_at is not null as processed, needs_review_at is not null as parked
       from webhook_inbox
-     where provider = 'stripe'
+     where provider = ${provider}
        and endpoint = ${endpoint}
   `;
   const byId = new Map(inbox.map((r) => [r.event_id, r]));

@@ -9,6 +9,8 @@ export interface StormEvent {
   type: string;
   invoiceId: string;
   body: string;
+  /** The order Stripe created the events in (before the shuffle): the last event of an object carries its current state. */
+  seq?: number;
 }
 
 /** What the database must say for one invoice once the storm has drained. Amounts in minor units. */
@@ -90,6 +92,7 @@ export function generateStorm(options: { invoices: number; poison?: number; seed
     const paid = lifecycle !== "void";
     expected.push({ invoiceId, lifecycle, status: paid ? "paid" : "void", payment: paid ? amount : null, money: money.expected });
   }
+  events.forEach((e, seq) => (e.seq = seq));
   shuffleInPlace(events, random);
   return { events, expected, poisonEventIds };
 }

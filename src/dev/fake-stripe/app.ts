@@ -95,8 +95,12 @@ function page(all: StoredObject[], q: Query, url: string): Response {
   return json(200, { object: "list", data, has_more: hasMore, url });
 }
 
+/** The store resource of v2 events (thin events' full form, `GET /v2/core/events/<id>`). */
+export const V2_EVENTS = "v2/core/events";
+
 /**
- * The fake's fetch handler. Routes: `GET /v1/<resource>` (list, filtered by `created`; events also
+ * The fake's fetch handler. Routes: `GET /v2/core/events/<id>` (a v2 event put under {@link V2_EVENTS},
+ * what stripe-node's `fetchEvent()` on a thin notification reads; 404 `resource_missing` when absent), `GET /v1/<resource>` (list, filtered by `created`; events also
  * by type, types and delivery_success; invoices also by `status`) and `GET /v1/<resource>/<id>`
  * (retrieve; 404 `resource_missing` when absent). Every request needs `Authorization: Bearer <key>`
  * when the store has a key (401 otherwise). Injected faults answer first (429 `rate_limit`, 5xx
@@ -119,6 +123,12 @@ function respond(store: FakeStripeStore, request: Request, url: URL, q: Query): 
   const fault = store.takeFault(url.pathname);
   if (fault === 429) return stripeError(429, "invalid_request_error", "Request rate limit exceeded.", "rate_limit");
   if (fault !== undefined) return stripeError(fault, "api_error", "An unknown error occurred (injected).");
+  const v2 = /^\/v2\/core\/events\/([A-Za-z0-9_]+)$/.exec(url.pathname);
+  if (request.method === "GET" && v2) {
+    const event = store.get(V2_EVENTS, v2[1]!);
+    if (!event) return stripeError(404, "invalid_request_error", `No such event: '${v2[1]}'`, "resource_missing", "id");
+    return json(200, event);
+  }
   const m = /^\/v1\/([a-z_]+)(?:\/([A-Za-z0-9_]+))?$/.exec(url.pathname);
   if (request.method !== "GET" || !m)
     return stripeError(404, "invalid_request_error", `Unrecognized request URL (${request.method}: ${url.pathname}).`);

@@ -1,0 +1,436 @@
+// Thin events end to end: signed notifications through the receiver into the inbox, the worker reading
+// what they point to from the fake Stripe API (stripe-node over loopback), the Stripe handlers applying it.
+import { afterAll, afterEach, beforeEach, describe, expect, test } from "bun:test";
+import { createApp, type Endpoint } from "../../src/receiver/app.ts";
+import { stripeEndpoints, handlersFor, migratingHandlersFor } from "../../src/receiver/endpoints.ts";
+import { connect, type Db } from "../../src/db/db.ts";
+import { runWorker, type WorkerOptions } from "../../src/worker/worker.ts";
+import { healthWindow, stripeFetcher } from "../../src/worker/stripe-fetch.ts";
+import { finishBackfillRequest, takeBackfillRequest } from "../../src/inbox/backfill-requests.ts";
+import { stripeApiClient } from "../../src/stripe-api/client.ts";
+import { startFakeStripe, type RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
+import { FakeStripeStore } from "../../src/dev/fake-stripe/store.ts";
+import { V2_EVENTS } from "../../src/dev/fake-stripe/app.ts";
+import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
+import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
+import { changeOnceTable } from "../../src/handlers/change-once.ts";
+import type { HandlerTable } from "../../src/handlers/handler-table.ts";
+import { stripeProvider } from "../../src/providers/stripe.ts";
+import { stripeThinProvider } from "../../src/providers/stripe-thin.ts";
+import {
+  count,
+  eventBody,
+  freshDatabase,
+  invoice,
+  lifecycle,
+  OTHER_SECRET,
+  readFixtures,
+  SECRET,
+  signedRequest,
+} from "../support/helpers.ts";
+import { deliver as deliverFiles } from "../../src/dev/deliver.ts";
+import { readThinNotification } from "../../src/providers/stripe-thin.ts";
+import Stripe from "stripe";
+import { healthEvent, healthNotification, thinFromClassic } from "../support/thin.ts";
+import { waitUntil } from "../support/wait-until.ts";
+
+const fresh = await freshDatabase();
+const db = fresh.db;
+afterAll(() => fresh.drop());
+
+const KEY = "sk_test_thinthinthin123";
+const BASE = "http://receiver.test/webhooks/stripe";
+let fake: RunningFakeStripe;
+
+beforeEach(async () => {
+  await db`truncate webhook_inbox, outbox, ledger_entries, invoices, stripe_change_claims, event_backfill_requests`;
+  fake = startFakeStripe({ store: new FakeStripeStore(KEY) });
+});
+afterEach(() => fake.stop());
+
+/** Classic `billing` and thin `thin` endpoints, as STRIPE_ENDPOINTS with STRIPE_ENDPOINT_KIND_THIN=thin configures them. */
+function endpoints(): Endpoint[] {
+  return stripeEndpoints([
+    { name: "billing", secrets: [SECRET] },
+    { name: "thin", secrets: [OTHER_SECRET], kind: "thin" },
+  ]);
+}
+
+/** Posts `body` to `/webhooks/stripe/<endpoint>` signed with that endpoint's secret; returns the answer's outcome. */
+async function deliver(app: ReturnType<typeof createApp>, endpoint: "billing" | "thin" | "refetch", body: string): Promise<string> {
+  const secret = endpoint === "thin" ? OTHER_SECRET : SECRET;
+  const res = await app.fetch(await signedRequest(`${BASE}/${endpoint}`, body, { secret }));
+  const answer = (await res.json()) as { outcome?: string; error?: string };
+  expect({ status: res.status, error: answer.error }).toEqual({ status: 200, error: undefined });
+  return answer.outcome ?? "";
+}
+
+/** Runs one worker (its own pool) against the fake until no row is unprocessed, then stops it; returns its log lines. */
+async function drain(overrides: Partial<WorkerOptions> & { requestsPerSecond?: number } = {}): Promise<Record<string, unknown>[]> {
+  const lines: Record<string, unknown>[] = [];
+  const pool = connect(fresh.url, { max: 3 });
+  const controller = new AbortController();
+  const fetcher = stripeFetcher({
+    stripe: stripeApiClient({ apiKey: KEY, apiBase: new URL(fake.url) }),
+    refetchEndpoints: new Set(["refetch"]),
+    handledTypes: new Set(Object.keys(stripeHandlers)),
+    requestsPerSecond: overrides.requestsPerSecond ?? 1_000,
+    retry: { attempts: 2, baseMs: 1, maxMs: 5 },
+  });
+  const worker = runWorker({
+    db: pool,
+    handlersFor: migratingHandlersFor,
+    signal: controller.signal,
+    pollMs: 20,
+    backoff: { baseMs: 5, capMs: 20 },
+    log: (line) => lines.push(line),
+    fetcher,
+    ...overrides,
+  });
+  try {
+    await waitUntil(
+      "an empty backlog",
+      async () => (await count(db, "webhook_inbox", "processed_at is null and needs_review_at is null")) === 0,
+      {
+        timeoutMs: 30_000,
+      },
+    );
+  } finally {
+    controller.abort();
+    await worker;
+    await pool.end({ timeout: 5 });
+  }
+  return lines;
+}
+
+/** The invoice lifecycle's classic events, and Stripe's current state of each of their objects (the last event's copy). */
+function lifecycleWithStore(): { name: string; body: string }[] {
+  const events = lifecycle();
+  for (const e of events) {
+    const object = (JSON.parse(e.body) as { data: { object: { id: string; object: string } } }).data.object;
+    const resource = object.object === "invoice" ? "invoices" : `${object.object}s`;
+    fake.store.put(resource, { ...object, created: 1_764_461_000 } as never);
+  }
+  return events;
+}
+
+const END_STATE = [
+  { id: "in_1SkA1pLgUG5tbmjcQ7nB2vXa", status: "paid", amount_paid: 2000 },
+  { id: "in_1SkA2qLgUG5tbmjcR8oC3wYb", status: "void", amount_paid: 0 },
+  { id: "in_1SkA3rLgUG5tbmjcS9pD4xZc", status: "paid", amount_paid: 129900 },
+];
+const invoices = async () => [...(await db`select id, status, amount_paid::int as amount_paid from invoices order by id`)];
+
+describe("thin endpoint", () => {
+  test("`createApp()` records a thin notification unprocessed and answers queued; a redelivery is a duplicate; a classic event there is refused", async () => {
+    const app = createApp({ db, endpoints: endpoints() });
+    const [classic] = lifecycleWithStore();
+    const thin = JSON.stringify(thinFromClassic(classic!.body, "evt_test_thin_rec_1"));
+    expect(await deliver(app, "thin", thin)).toBe("queued");
+    expect(await deliver(app, "thin", thin)).toBe("duplicate");
+    const [row] =
+      await db`select provider, endpoint, event_type, processed_at, payload->'related_object'->>'url' as url from webhook_inbox`;
+    expect(row).toEqual({
+      provider: "stripe-thin",
+      endpoint: "thin",
+      event_type: "v1.invoice.created",
+      processed_at: null,
+      url: "/v1/invoices/in_1SkA1pLgUG5tbmjcQ7nB2vXa",
+    });
+    const refused = await app.fetch(await signedRequest(`${BASE}/thin`, classic!.body, { secret: OTHER_SECRET }));
+    expect([refused.status, ((await refused.json()) as { error: string }).error]).toEqual([400, "invalid_event"]);
+    expect(await count(db, "webhook_inbox")).toBe(1);
+  });
+
+  test.each([7, 99])("`runWorker()` ends a thin lifecycle shuffled (seed %d) with 3 copies each in the classic end state", async (seed) => {
+    const app = createApp({ db, endpoints: endpoints() });
+    const bodies = lifecycleWithStore().map((e, i) => JSON.stringify(thinFromClassic(e.body, `evt_test_thin_${seed}_${i}`)));
+    const queue = bodies.flatMap((b) => [b, b, b]);
+    shuffleInPlace(queue, mulberry32(seed));
+    const outcomes: Record<string, number> = {};
+    for (const b of queue) {
+      const o = await deliver(app, "thin", b);
+      outcomes[o] = (outcomes[o] ?? 0) + 1;
+    }
+    // plan.created has no handler: recorded ignored at once, like on a classic endpoint.
+    expect(outcomes).toEqual({ queued: 11, ignored: 1, duplicate: 24 });
+    await drain();
+    expect(await invoices()).toEqual(END_STATE);
+    expect(await count(db, "ledger_entries", "kind = 'payment'")).toBe(2);
+    expect(await count(db, "outbox")).toBe(2);
+    expect(await count(db, "webhook_inbox", "outcome = 'processed'")).toBe(11);
+  });
+
+  test("`runWorker()` settles a thin event whose object Stripe no longer has as object_missing after one attempt", async () => {
+    const app = createApp({ db, endpoints: endpoints() });
+    const body = eventBody("evt_gone_classic", "invoice.paid", invoice({ id: "in_gone", status: "paid", amount_paid: 2000 }));
+    expect(await deliver(app, "thin", JSON.stringify(thinFromClassic(body, "evt_test_thin_gone")))).toBe("queued");
+    await drain();
+    const [row] = await db`select outcome, attempts, last_error from webhook_inbox`;
+    expect(row?.outcome).toBe("object_missing");
+    expect(row?.attempts).toBe(1);
+    expect(String(row?.last_error)).toContain("in_gone");
+    expect(fake.store.requests.filter((r) => r.path === "/v1/invoices/in_gone").length).toBe(1);
+    expect(await count(db, "invoices")).toBe(0);
+  });
+
+  test("`runWorker()` through a 429 storm from the API applies every thin event, using no attempt on the storm", async () => {
+    const app = createApp({ db, endpoints: endpoints() });
+    const bodies = lifecycleWithStore().map((e, i) => JSON.stringify(thinFromClassic(e.body, `evt_test_thin_storm_${i}`)));
+    for (const b of bodies) await deliver(app, "thin", b);
+    fake.store.failNext(25, 429);
+    fake.store.rateLimitFraction = 0.5;
+    const lines = await drain();
+    expect(await invoices()).toEqual(END_STATE);
+    expect(await count(db, "ledger_entries", "kind = 'payment'")).toBe(2);
+    expect(fake.store.requests.filter((r) => r.status === 429).length).toBeGreaterThanOrEqual(25);
+    expect(lines.some((l) => l.outcome === "deferred")).toBe(true);
+    expect(await count(db, "webhook_inbox", "needs_review_at is not null")).toBe(0);
+    expect(await count(db, "webhook_inbox", "outcome = 'processed' and attempts = 1")).toBe(11);
+  });
+});
+
+describe("thin fixtures", () => {
+  const fixtures = readFixtures("stripe/thin-lifecycle");
+
+  test("the thin-lifecycle fixtures are what `thinFromClassic()` (typed by stripe-node's notification types) builds, and stripe-node parses each", () => {
+    const classic = lifecycle();
+    expect(fixtures).toHaveLength(classic.length);
+    const parser = new Stripe("sk_test_unused");
+    for (const [i, f] of fixtures.entries()) {
+      const parsed = JSON.parse(f.body) as { id: string; type: string };
+      expect(parsed).toEqual(JSON.parse(JSON.stringify(thinFromClassic(classic[i]!.body, parsed.id))));
+      expect(readThinNotification(parsed).type).toBe(parsed.type);
+      expect(parser.parseEventNotificationWithoutVerification(f.body).type).toBe(parsed.type as never);
+    }
+  });
+
+  test("`deliver()` sends the thin fixtures signed like Stripe's, shuffled with copies, and the worker ends them in the classic end state", async () => {
+    lifecycleWithStore();
+    const app = createApp({ db, endpoints: endpoints() });
+    const summary = await deliverFiles(fixtures, {
+      url: `${BASE}/thin`,
+      secret: OTHER_SECRET,
+      copies: 2,
+      shuffle: true,
+      seed: 5,
+      concurrency: 4,
+      fetch: (request) => app.fetch(request),
+    });
+    expect(summary.outcomes).toEqual({ queued: 11, ignored: 1, duplicate: 12 });
+    await drain();
+    expect(await invoices()).toEqual(END_STATE);
+  });
+});
+
+describe("migration: classic and thin events of one change", () => {
+  test.each([
+    ["classic first", ["billing", "thin"]],
+    ["thin first", ["thin", "billing"]],
+  ] as const)(
+    "the lifecycle delivered to both endpoints (%s) books each payment once and claims each change once",
+    async (_name, order) => {
+      const app = createApp({ db, endpoints: endpoints() });
+      const classic = lifecycleWithStore();
+      const thin = classic.map((e, i) => JSON.stringify(thinFromClassic(e.body, `evt_test_thin_mig_${i}`)));
+      for (const endpoint of order) {
+        if (endpoint === "billing") for (const e of classic) await deliver(app, "billing", e.body);
+        else for (const b of thin) await deliver(app, "thin", b);
+        await drain();
+      }
+      expect(await invoices()).toEqual(END_STATE);
+      expect(await count(db, "ledger_entries", "kind = 'payment'")).toBe(2);
+      expect(await count(db, "stripe_change_claims")).toBe(11);
+    },
+  );
+
+  /** A handler that is NOT idempotent on its own: every run adds a row. Only the change claim keeps it to one per change. */
+  async function countingTable(): Promise<HandlerTable> {
+    await db`create table if not exists applied_runs (event_id text not null)`;
+    await db`truncate applied_runs`;
+    return { "invoice.paid": async (tx, _object, ctx) => void (await tx`insert into applied_runs values (${ctx.eventId})`) };
+  }
+
+  test.each([1, 2, 3])(
+    "`runWorker()` and `createApp()` apply a non-idempotent handler once per change with classic and thin racing (round %d)",
+    async (round) => {
+      const table = await countingTable();
+      const migrating = changeOnceTable(table);
+      const app = createApp({
+        db,
+        endpoints: [
+          { name: "billing", provider: stripeProvider, route: "stripe", secrets: [SECRET], handlers: migrating, mode: "sync" },
+          {
+            name: "thin",
+            provider: stripeThinProvider,
+            route: "stripe",
+            secrets: [OTHER_SECRET],
+            handlers: { "v1.invoice.paid": migrating["invoice.paid"]! },
+            mode: "async",
+          },
+        ],
+      });
+      const changes = Array.from({ length: 6 }, (_, i) => {
+        const object = invoice({ id: `in_race_${round}_${i}`, status: "paid", amount_paid: 2000 });
+        fake.store.put("invoices", { ...object, created: 1_764_461_000 } as never);
+        const classic = eventBody(`evt_race_${round}_${i}`, "invoice.paid", object);
+        return { classic, thin: JSON.stringify(thinFromClassic(classic, `evt_test_thin_race_${round}_${i}`)) };
+      });
+      for (const c of changes) await deliver(app, "thin", c.thin);
+      // The worker applies thin rows while the classic copies arrive on their own connections.
+      const deliveries = Promise.all(changes.map(async (c) => deliver(app, "billing", c.classic)));
+      await drain({ handlersFor: () => table });
+      await deliveries;
+      const runs = await db<{ n: number }[]>`select count(*)::int as n from applied_runs`;
+      expect(runs[0]?.n).toBe(6);
+      expect(await count(db, "stripe_change_claims")).toBe(6);
+    },
+  );
+
+  test("a thin event whose classic event was processed before any change was claimed applies nothing", async () => {
+    const app = createApp({ db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET] }]) });
+    const [, , paid] = lifecycleWithStore();
+    expect(await deliver(app, "billing", paid!.body)).toBe("processed");
+    // Were the thin event applied again, it would move the invoice back to paid and book the payment again.
+    await db`delete from ledger_entries`;
+    await db`update invoices set status = 'open'`;
+    const migrating = createApp({ db, endpoints: endpoints() });
+    expect(await deliver(migrating, "thin", JSON.stringify(thinFromClassic(paid!.body, "evt_test_thin_late")))).toBe("queued");
+    await drain();
+    expect(await count(db, "ledger_entries")).toBe(0);
+    expect(await count(db, "invoices", "status = 'open'")).toBe(1);
+    expect(await count(db, "webhook_inbox", "provider = 'stripe-thin' and outcome = 'processed'")).toBe(1);
+  });
+});
+
+describe("refetch mode", () => {
+  test("`runWorker()` applies Stripe's current object, not the stale copies of reordered same-second events", async () => {
+    const current = invoice({ id: "in_refetch_1", status: "paid", amount_due: 5000, amount_paid: 5000 });
+    fake.store.put("invoices", { ...current, created: 1_764_461_000 } as never);
+    const refetch = stripeEndpoints([{ name: "refetch", secrets: [SECRET], mode: "async" }]);
+    const app = createApp({ db, endpoints: refetch });
+    // All from the same second; copies stale (amounts of an earlier draft), delivered newest first.
+    const stale = invoice({ id: "in_refetch_1", status: "draft", amount_due: 4000, amount_paid: 0 });
+    const events = [
+      eventBody("evt_refetch_paid", "invoice.paid", { ...stale, status: "paid", amount_paid: 4000 }),
+      eventBody("evt_refetch_finalized", "invoice.finalized", { ...stale, status: "open" }),
+      eventBody("evt_refetch_created", "invoice.created", stale),
+    ];
+    for (const e of events) expect(await deliver(app, "refetch", e)).toBe("queued");
+    await drain({ handlersFor });
+    const [row] = await db`select status, amount_due::int as amount_due, amount_paid::int as amount_paid from invoices`;
+    expect(row).toEqual({ status: "paid", amount_due: 5000, amount_paid: 5000 });
+    expect(await db`select amount::int as amount from ledger_entries where kind = 'payment'`).toEqual([{ amount: 5000 }] as never);
+    expect(await count(db, "webhook_inbox", "outcome = 'processed'")).toBe(3);
+    expect(fake.store.requests.filter((r) => r.path === "/v1/invoices/in_refetch_1").length).toBe(3);
+  });
+});
+
+describe("health notification", () => {
+  test("`runWorker()` records one backfill request for the window a resolved event-generation failure reports", async () => {
+    const app = createApp({ db, endpoints: endpoints() });
+    const id = "evt_test_health_1";
+    fake.store.put(V2_EVENTS, {
+      ...healthEvent(id, "2026-12-01T10:00:00.000Z", {
+        alert_id: "alert_1",
+        grouping_key: "event_generation_failure",
+        started_at: "2026-12-01T08:30:00.000Z",
+        resolved_at: "2026-12-01T09:45:00.000Z",
+        summary: "Events were not generated",
+      }),
+      created: 1_764_583_200,
+    } as never);
+    const body = JSON.stringify(healthNotification(id, "2026-12-01T10:00:00.000Z"));
+    expect(await deliver(app, "thin", body)).toBe("queued");
+    expect(await deliver(app, "thin", body)).toBe("duplicate");
+    const requested: unknown[] = [];
+    await drain({ onBackfillRequested: (r) => requested.push(r) });
+    const rows = await db`select endpoint, requested_by, window_start, window_end from event_backfill_requests`;
+    expect([...rows]).toEqual([
+      {
+        endpoint: "thin",
+        requested_by: id,
+        window_start: new Date("2026-12-01T08:30:00.000Z"),
+        window_end: new Date("2026-12-01T09:45:00.000Z"),
+      },
+    ]);
+    expect(requested).toHaveLength(1);
+    expect(fake.store.requests.filter((r) => r.path === `/v2/core/events/${id}`).length).toBe(1);
+
+    // The seam the event backfill takes its work from: one runner at a time, taken again if its run died.
+    const taken = await takeBackfillRequest(db);
+    expect(taken).toMatchObject({
+      endpoint: "thin",
+      start: new Date("2026-12-01T08:30:00.000Z"),
+      end: new Date("2026-12-01T09:45:00.000Z"),
+    });
+    expect(await takeBackfillRequest(db)).toBeUndefined();
+    expect((await takeBackfillRequest(db, 0))?.id).toBe(taken!.id);
+    expect(await finishBackfillRequest(db, taken!.id)).toBe(true);
+    expect(await takeBackfillRequest(db, 0)).toBeUndefined();
+  });
+
+  test("`healthWindow()` ends at resolved_at (else created) and starts at started_at, impact.started_at, else the lookback", () => {
+    const created = "2026-12-01T10:00:00.000Z";
+    const at = (iso: string) => new Date(iso);
+    expect(healthWindow({ data: { resolved_at: "2026-12-01T09:00:00Z", started_at: "2026-12-01T08:00:00Z" } }, created, 3_600_000)).toEqual(
+      {
+        start: at("2026-12-01T08:00:00Z"),
+        end: at("2026-12-01T09:00:00Z"),
+      },
+    );
+    expect(healthWindow({ data: { impact: { started_at: "2026-12-01T07:00:00Z" } } }, created, 3_600_000)).toEqual({
+      start: at("2026-12-01T07:00:00Z"),
+      end: at(created),
+    });
+    expect(healthWindow({ data: { resolved_at: "2026-12-01T09:00:00Z" } }, created, 3_600_000)).toEqual({
+      start: at("2026-12-01T08:00:00Z"),
+      end: at("2026-12-01T09:00:00Z"),
+    });
+  });
+});
+
+describe("a worker without Stripe API settings", () => {
+  test("`runWorker()` without a fetcher defers thin rows, attempts given back and the reason in last_error, never parks them", async () => {
+    const app = createApp({ db, endpoints: endpoints() });
+    const [created] = lifecycleWithStore();
+    expect(await deliver(app, "thin", JSON.stringify(thinFromClassic(created!.body, "evt_test_thin_nofetch")))).toBe("queued");
+    const pool = connect(fresh.url, { max: 2 });
+    const controller = new AbortController();
+    const worker = runWorker({
+      db: pool,
+      handlersFor,
+      signal: controller.signal,
+      pollMs: 20,
+      backoff: { baseMs: 5, capMs: 20 },
+      log: () => {},
+    });
+    try {
+      await waitUntil("the thin row deferred", async () => (await count(db, "webhook_inbox", "last_error like 'Thin event waits%'")) === 1);
+    } finally {
+      controller.abort();
+      await worker;
+      await pool.end({ timeout: 5 });
+    }
+    const [row] = await db`select attempts, processed_at, needs_review_at from webhook_inbox`;
+    expect(row).toEqual({ attempts: 0, processed_at: null, needs_review_at: null });
+  });
+});
+
+describe("bun run worker", () => {
+  test("`bun run worker` with a thin endpoint and no STRIPE_API_KEY exits 2 naming the key and the endpoint", async () => {
+    const child = Bun.spawn([process.execPath, "src/bin/worker.ts"], {
+      cwd: `${import.meta.dir}/../..`,
+      // Settings are checked before any database is opened; the worker needs no webhook secret.
+      env: { PATH: process.env.PATH ?? "", STRIPE_ENDPOINTS: "events", STRIPE_ENDPOINT_KIND_EVENTS: "thin" },
+      stdin: "ignore",
+      stdout: "pipe",
+      stderr: "pipe",
+      timeout: 20_000,
+    });
+    const [stderr, code] = await Promise.all([new Response(child.stderr).text(), child.exited]);
+    expect(code).toBe(2);
+    expect(stderr).toContain("STRIPE_API_KEY is required for this command");
+    expect(stderr).toContain("thin endpoints: events");
+  }, 30_000);
+});
