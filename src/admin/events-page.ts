@@ -1,10 +1,13 @@
 // The events list: filters, a page of rows newest first, the next page's link, the bulk actions.
 import type { Db } from "../db/db.ts";
-import { pageEvents, TEXT_SCAN_ROWS, type EventSummary } from "../ops/events.ts";
+import { pageEvents, PageTooSlowError, TEXT_SCAN_ROWS, type EventSummary } from "../ops/events.ts";
 import { filterFields, type AdminFilter } from "./filters.ts";
 import { html, type Html } from "./html.ts";
 
 const PAGE_ROWS = 50;
+
+/** Longest a page of rows may take to read, ms: past it the operator is asked to narrow the filter. */
+export const PAGE_MAX_MS = 3_000;
 
 /** The link to one event's page. */
 export function eventHref(eventId: string): string {
@@ -36,7 +39,15 @@ export async function eventsBody(
       <ul class="error">
         ${filter.problems.map((p) => html`<li>${p}</li>`)}
       </ul>`;
-  const result = await pageEvents(db, filter.rows, { limit: PAGE_ROWS, after, text: filter.text });
+  const result = await pageEvents(db, filter.rows, { limit: PAGE_ROWS, after, text: filter.text, maxMs: PAGE_MAX_MS }).catch(
+    (err: unknown) => {
+      if (err instanceof PageTooSlowError) return err;
+      throw err;
+    },
+  );
+  if (result instanceof PageTooSlowError)
+    return html`${form}
+      <p class="error">${result.message}.</p>`;
   const bulk =
     readonly || filter.text !== undefined
       ? false

@@ -1,4 +1,4 @@
-import type { Db } from "../db/db.ts";
+import { sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
 import { containing, whereRows, type RowFilter, type RowState } from "./filter.ts";
 
 /** One inbox row's metadata, as operators see it. Times are ISO 8601 strings. */
@@ -70,6 +70,21 @@ export interface PageOptions {
   text?: string;
   /** With `text`: rows read at most; default {@link TEXT_SCAN_ROWS}. */
   scanRows?: number;
+  /**
+   * Longest the page's query may run, ms (a server-side `statement_timeout` for its transaction).
+   * Unset: no bound. A filter that matches almost nothing among settled rows (attempts or an error
+   * text without a state, a type that never arrived) makes PostgreSQL read the received_at index to
+   * its end; this bounds it.
+   */
+  maxMs?: number;
+}
+
+/** Thrown by {@link pageEvents} when `maxMs` passed: the filter must be narrowed. */
+export class PageTooSlowError extends Error {
+  constructor(ms: number) {
+    super(`Cannot list these rows within ${ms} ms: the filter matches too few of the rows it reads; narrow it with since, state or type`);
+    this.name = "PageTooSlowError";
+  }
 }
 
 /** One page of {@link pageEvents}. */
@@ -94,9 +109,24 @@ export const TEXT_SCAN_ROWS = 10_000;
  * does. With `options.text` only rows whose payload contains it are returned, and the search reads at
  * most `options.scanRows` ({@link TEXT_SCAN_ROWS}) rows (those matching the other filters); `next` then continues after the
  * last row read, so "older" pages search further back. Never returns payloads.
- * @throws Error when `options.after` is not a cursor this function made.
+ * @throws Error when `options.after` is not a cursor this function made; {@link PageTooSlowError}
+ *   past `options.maxMs`.
  */
 export async function pageEvents(db: Db, filter: RowFilter, options: PageOptions = {}): Promise<EventPage> {
+  const maxMs = options.maxMs;
+  if (maxMs === undefined) return readPage(db, filter, options);
+  try {
+    return (await db.begin(async (tx) => {
+      await tx`select set_config('statement_timeout', ${String(maxMs)}, true)`;
+      return readPage(tx, filter, options);
+    })) as EventPage;
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.queryCanceled) throw new PageTooSlowError(maxMs);
+    throw err;
+  }
+}
+
+async function readPage(db: Db | Tx, filter: RowFilter, options: PageOptions): Promise<EventPage> {
   const limit = options.limit ?? 50;
   const after = options.after === undefined ? undefined : readCursor(options.after);
   const older = after
@@ -114,14 +144,20 @@ export async function pageEvents(db: Db, filter: RowFilter, options: PageOptions
        order by received_at desc, provider desc, endpoint desc, event_id desc
        limit ${scan}
     )
-    select s.*, ${
-      options.text === undefined
-        ? db`true`
-        : db`exists (select 1 from webhook_inbox w
-                      where (w.provider, w.endpoint, w.event_id) = (s.provider, s.endpoint, s.event_id)
-                        and coalesce(w.payload::text, w.raw_body) ilike ${containing(options.text)})`
-    } as hit
+    select s.*, ${options.text === undefined ? db`true` : db`coalesce(h.hit, false)`} as hit
       from scanned s
+      ${
+        options.text === undefined
+          ? db``
+          : // One primary-key lookup per scanned row: "offset 0" keeps the planner from turning this
+            // into a join, which it may run as a hash join over every payload of the table.
+            db`left join lateral (
+                select coalesce(w.payload::text, w.raw_body) ilike ${containing(options.text)} as hit
+                  from webhook_inbox w
+                 where (w.provider, w.endpoint, w.event_id) = (s.provider, s.endpoint, s.event_id)
+                offset 0
+              ) h on true`
+      }
      order by s.received_at desc, s.provider desc, s.endpoint desc, s.event_id desc
   `;
   const hits = rows.filter((r) => r.hit);

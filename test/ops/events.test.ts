@@ -1,7 +1,8 @@
 // pageEvents(): keyset paging newest first, the attempts filter, and the bounded payload search.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Db } from "../../src/db/db.ts";
-import { pageEvents, TEXT_SCAN_ROWS } from "../../src/ops/events.ts";
+import { pageEvents, PageTooSlowError, TEXT_SCAN_ROWS } from "../../src/ops/events.ts";
+import { connect } from "../../src/db/db.ts";
 import { freshDatabase } from "../support/helpers.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
@@ -77,4 +78,25 @@ test("`pageEvents()` reads at most `scanRows` rows per search page; the next pag
 
 test("`pageEvents()` refuses a cursor it did not make", async () => {
   await expect(pageEvents(db, {}, { after: "bm90IGEgY3Vyc29y" })).rejects.toThrow("Cannot read the page cursor");
+});
+
+test("`pageEvents()` stops a page past `maxMs` with PageTooSlowError (here: waiting on a lock another connection holds)", async () => {
+  const other = connect(database.url, { max: 1 });
+  let release!: () => void;
+  const held = new Promise<void>((resolve) => (release = resolve));
+  const locked = new Promise<void>((ready) => {
+    void other.begin(async (tx) => {
+      await tx`lock table webhook_inbox in access exclusive mode`;
+      ready();
+      await held;
+    });
+  });
+  try {
+    await locked;
+    await expect(pageEvents(db, { minAttempts: 99 }, { maxMs: 200 })).rejects.toBeInstanceOf(PageTooSlowError);
+  } finally {
+    release();
+    await other.end({ timeout: 5 });
+  }
+  expect((await pageEvents(db, { minAttempts: 5 }, { maxMs: 10_000 })).rows).toHaveLength(13);
 });
