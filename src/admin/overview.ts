@@ -22,8 +22,8 @@ export function age(sec: number): string {
 /**
  * The overview's body: for each endpoint (configured ones first, then any the database holds) a
  * stacked bar per minute of the last hour (rows received, by their state now), the duplicate rate
- * since the receiver started (from `deliveries`, in memory; absent on workerd, where the app lives for
- * one request), unprocessed rows and the oldest one's age, needs-review rows; then the outbox and,
+ * since the receiver started (from `deliveries`, in memory: "n/a" without them, empty on workerd,
+ * where the app lives for one request), unprocessed rows and the oldest one's age, needs-review rows; then the outbox and,
  * once its table exists, the reconciliation checkpoint's age.
  */
 export async function overviewBody(

@@ -142,6 +142,53 @@ describe("createAdmin()", () => {
     expect(row?.n).toBe(3);
   });
 
+  test("`createAdmin()` resolves a needs-review row with its note (400 without one) and replays a processed row through its handler", async () => {
+    await parkRow(server.db, "evt_resolve_1");
+    const form = await csrfOf("/admin/events/evt_resolve_1");
+    const key = { provider: "stripe", endpoint: "billing" };
+    const blank = await post("/admin/events/evt_resolve_1/resolve", { ...key, ...form, note: "  " });
+    expect(blank.status).toBe(400);
+    await blank.text();
+    expect(await stateOf(server.db, "evt_resolve_1")).toBe("needs_review");
+    const resolved = await post("/admin/events/evt_resolve_1/resolve", { ...key, ...form, note: "Refunded by hand in the dashboard" });
+    expect(resolved.status).toBe(200);
+    await resolved.text();
+    expect(await stateOf(server.db, "evt_resolve_1")).toBe("resolved");
+    expect(await (await get("/admin/events/evt_resolve_1")).text()).toContain("Refunded by hand in the dashboard");
+    const again = await post("/admin/events/evt_resolve_1/resolve", { ...key, ...form, note: "twice" });
+    expect(again.status).toBe(409);
+    await again.text();
+    const replayForm = await csrfOf("/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx");
+    const replayed = await post("/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx/replay", { ...key, ...replayForm });
+    expect(replayed.status).toBe(200);
+    expect(await replayed.text()).toContain("0 inserted");
+    const [ledger] = await server.db<
+      { n: number }[]
+    >`select count(*)::int as n from ledger_entries where event_id = 'evt_1SkB1cLgUG5tbmjc0paidxx'`;
+    expect(ledger?.n).toBe(1);
+  });
+
+  test("`createAdmin()` bulk resolve needs a note and closes exactly the confirmed rows with it", async () => {
+    await parkRow(server.db, "evt_bres_1", { type: "invoice.bres" });
+    await parkRow(server.db, "evt_bres_2", { type: "invoice.bres" });
+    const confirm = await (await get("/admin/bulk?action=resolve&type=invoice.bres")).text();
+    const fields = Object.fromEntries(
+      [...confirm.matchAll(/<input\s+type="hidden"\s+name="([^"]+)"\s+value="([^"]*)"\s*\/?>/g)].map((m) => [m[1]!, m[2]!]),
+    );
+    const noNote = await post("/admin/bulk", fields);
+    expect(noNote.status).toBe(400);
+    await noNote.text();
+    const done = await post("/admin/bulk", { ...fields, note: "Settled with the customer" });
+    expect(done.status).toBe(200);
+    await done.text();
+    const rows = await server.db<{ state: string; resolution_note: string }[]>`
+      select state, resolution_note from webhook_inbox_state where event_type = 'invoice.bres' order by event_id`;
+    expect([...rows]).toEqual([
+      { state: "resolved", resolution_note: "Settled with the customer" },
+      { state: "resolved", resolution_note: "Settled with the customer" },
+    ]);
+  });
+
   test("`createAdmin()` overview shows each endpoint's last hour, duplicates from the receiver's counters, and the backlogs", async () => {
     const text = await (await get("/admin")).text();
     expect(text).toContain("stripe / billing");
