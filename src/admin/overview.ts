@@ -1,7 +1,7 @@
 // The overview: per endpoint, the last hour per minute by outcome, duplicates, backlogs; the outbox.
 import type { Db } from "../db/db.ts";
 import { activityPerMinute, type MinuteActivity } from "../ops/activity.ts";
-import { reconciliationCheckpointAge } from "../ops/checkpoint.ts";
+import { reconciliationCheckpointAges } from "../ops/checkpoint.ts";
 import { inboxStatus } from "../ops/status.ts";
 import { html, type Html } from "./html.ts";
 
@@ -23,18 +23,19 @@ export function age(sec: number): string {
  * The overview's body: for each endpoint (configured ones first, then any the database holds) a
  * stacked bar per minute of the last hour (rows received, by their state now), the duplicate rate
  * since the receiver started (from `deliveries`, in memory: "n/a" without them, empty on workerd,
- * where the app lives for one request), unprocessed rows and the oldest one's age, needs-review rows; then the outbox and,
- * once its table exists, the reconciliation checkpoint's age.
+ * where the app lives for one request), unprocessed rows and the oldest one's age, needs-review rows
+ * and, once its table exists and the endpoint has one, the reconciliation checkpoint's age (see
+ * `reconciliationCheckpointAges`); then the outbox.
  */
 export async function overviewBody(
   db: Db,
   endpoints: readonly { provider: string; name: string }[],
   deliveries?: DeliveryCounts,
 ): Promise<Html> {
-  const [status, activity, checkpointAge] = await Promise.all([
+  const [status, activity, checkpoints] = await Promise.all([
     inboxStatus(db),
     activityPerMinute(db, MINUTES),
-    reconciliationCheckpointAge(db),
+    reconciliationCheckpointAges(db),
   ]);
   const keys = new Map<string, { provider: string; endpoint: string }>();
   for (const e of endpoints) keys.set(`${e.provider}/${e.name}`, { provider: e.provider, endpoint: e.name });
@@ -48,6 +49,7 @@ export async function overviewBody(
     const answered = counts?.filter((d) => d.outcome !== "rejected").reduce((n, d) => n + d.count, 0) ?? 0;
     const duplicates = counts?.find((d) => d.outcome === "duplicate")?.count ?? 0;
     const received = rows.reduce((n, r) => n + OUTCOMES.reduce((m, o) => m + count(r, o), 0), 0);
+    const checkpoint = checkpoints?.find((c) => c.provider === k.provider && c.endpoint === k.endpoint);
     return html`<section class="endpoint">
       <h2>${k.provider} / ${k.endpoint}</h2>
       <div class="tiles">
@@ -63,6 +65,7 @@ export async function overviewBody(
           <b><a href="/admin/events?state=needs_review&amp;endpoint=${encodeURIComponent(k.endpoint)}">${b?.needsReview ?? 0}</a></b
           >needs review
         </div>
+        ${checkpoint ? html`<div class="tile checkpoint"><b>${age(checkpoint.ageSec)}</b>since the reconciliation checkpoint</div>` : false}
       </div>
       ${chart(rows, nowMinute)}
     </section>`;
@@ -78,7 +81,6 @@ export async function overviewBody(
         <b>${status.outbox.pending}</b>pending${status.outbox.pending > 0 ? `, oldest ${age(status.outbox.oldestPendingAgeSec)}` : ""}
       </div>
       <div class="tile${status.outbox.needsReview > 0 ? " warn" : ""}"><b>${status.outbox.needsReview}</b>needs review</div>
-      ${checkpointAge === null ? false : html`<div class="tile"><b>${age(checkpointAge)}</b>since the reconciliation checkpoint</div>`}
     </div>`;
 }
 

@@ -1,8 +1,8 @@
-// eventEffects(), activityPerMinute() and reconciliationCheckpointAge() on real rows.
+// eventEffects(), activityPerMinute() and reconciliationCheckpointAges() on real rows.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Db } from "../../src/db/db.ts";
 import { activityPerMinute } from "../../src/ops/activity.ts";
-import { reconciliationCheckpointAge } from "../../src/ops/checkpoint.ts";
+import { reconciliationCheckpointAges } from "../../src/ops/checkpoint.ts";
 import { eventEffects } from "../../src/ops/effects.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
 import { handlersFor } from "../../src/receiver/endpoints.ts";
@@ -42,13 +42,14 @@ test("`activityPerMinute()` counts this hour's rows per minute by state", async 
   expect(rows.every((r) => r.endpoint === "billing")).toBe(true);
 });
 
-test("`reconciliationCheckpointAge()` is null without its table and reads the newest checkpoint once it exists", async () => {
-  expect(await reconciliationCheckpointAge(db)).toBeNull();
-  await db`create table reconciliation_checkpoints (name text primary key, updated_at timestamptz not null)`;
-  expect(await reconciliationCheckpointAge(db)).toBeNull();
-  await db`insert into reconciliation_checkpoints values ('stripe', now() - interval '90 seconds')`;
-  const age = await reconciliationCheckpointAge(db);
-  expect(age).toBeGreaterThanOrEqual(90);
-  expect(age).toBeLessThan(3600);
-  await db`drop table reconciliation_checkpoints`;
+test("`reconciliationCheckpointAges()` is null without its table and reads each endpoint's covered_until once it exists", async () => {
+  expect(await reconciliationCheckpointAges(db)).toBeNull();
+  await db`create table event_backfill_checkpoints (provider text, endpoint text, covered_until timestamptz, primary key (provider, endpoint))`;
+  expect(await reconciliationCheckpointAges(db)).toEqual([]);
+  await db`insert into event_backfill_checkpoints values ('stripe', 'billing', now() - interval '90 seconds'), ('stripe', 'ops', null)`;
+  const ages = await reconciliationCheckpointAges(db);
+  expect(ages?.map((a) => a.endpoint)).toEqual(["billing"]);
+  expect(ages?.[0]?.ageSec).toBeGreaterThanOrEqual(90);
+  expect(ages?.[0]?.ageSec).toBeLessThan(3600);
+  await db`drop table event_backfill_checkpoints`;
 });
