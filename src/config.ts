@@ -62,6 +62,10 @@ export interface Config {
   metricsToken: string | undefined;
   /** Stripe endpoints; `billing` (from `STRIPE_WEBHOOK_SECRET`) first. */
   endpoints: EndpointSettings[];
+  /** Password of the operator's page at `/admin` (≥ 32 characters). `ADMIN_TOKEN`; unset = the page is off (404). */
+  adminToken: string | undefined;
+  /** `ADMIN_READONLY=true`: the page shows everything and refuses every action. Default false. */
+  adminReadonly: boolean;
 }
 
 /** All configuration problems at once, one per line, each naming its variable. */
@@ -163,6 +167,8 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     hybridBudgetMs: int("HYBRID_BUDGET_MS", 2000, 1),
     metricsToken: env.METRICS_TOKEN || undefined,
     endpoints,
+    adminToken: env.ADMIN_TOKEN || undefined,
+    adminReadonly: readFlag(env, "ADMIN_READONLY", problems),
   };
   if (config.maxInflightBodyBytes < config.maxBodyBytes) {
     problems.push(
@@ -170,6 +176,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     );
   }
   if (config.metricsToken !== undefined && config.metricsToken.length < 16) problems.push("METRICS_TOKEN must be at least 16 characters");
+  if (config.adminToken !== undefined && config.adminToken.length < 32) problems.push("ADMIN_TOKEN must be at least 32 characters");
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
 }
@@ -208,6 +215,15 @@ function readKind(
     );
   }
   return kind === "thin" ? { mode: "async", kind } : { mode: "async", refetch };
+}
+
+/** A boolean variable: unset, empty or `false` is false, `true` is true; anything else is a problem naming it. */
+function readFlag(env: Record<string, string | undefined>, name: string, problems: string[]): boolean {
+  const raw = env[name];
+  if (raw === undefined || raw === "" || raw === "false") return false;
+  if (raw === "true") return true;
+  problems.push(`${name} must be true or false, got "${raw}"`);
+  return false;
 }
 
 /** Why `NODE_ENV=production` cannot use the embedded server (shared by config and every command). */

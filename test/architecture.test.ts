@@ -9,14 +9,15 @@ const ROOT = join(import.meta.dir, "..");
 
 /**
  * Folder (or root leaf module) of src/ → the folders and leaves it may import, besides itself.
- * Top to bottom: entry points (bin, adapter) → production wiring (runtime) → the receiver and the
- * loops and operator functions (receiver, worker, outbox, ops, writeback) → what they build on
+ * Top to bottom: entry points (bin, adapter) → production wiring (runtime) → the operator's page
+ * (admin) → the receiver and the loops and operator functions (receiver, worker, outbox, ops, writeback) → what they build on
  * (handlers, providers, inbox, loop) → PostgreSQL plumbing (db) → shared leaves (config, errors, log).
  * dev (bench, chaos, the delivery tool) may import anything and nothing may import it.
  */
 export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   bin: [
     "runtime",
+    "admin",
     "reconcile",
     "receiver",
     "worker",
@@ -35,6 +36,8 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   ],
   adapter: [
     "runtime",
+    "admin",
+    "reconcile",
     "receiver",
     "worker",
     "outbox",
@@ -51,6 +54,8 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "log",
   ],
   runtime: [
+    "admin",
+    "reconcile",
     "receiver",
     "worker",
     "outbox",
@@ -68,6 +73,8 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   ],
   // The package's importable core (package.json `exports` "."): Web APIs only, like the receiver.
   index: ["receiver", "worker", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  // The operator's page: the operator functions rendered as HTML; only the wiring (runtime) mounts it.
+  admin: ["ops", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   receiver: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   worker: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log"],
   outbox: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
@@ -214,6 +221,8 @@ test("`violations()` reports each kind of broken rule as file → imported file:
       "src/runtime/signals.ts",
       `import { on } from "node:events";\nprocess.on("SIGTERM", () => {});\nimport { serve } from "../bin/serve.ts";`,
     ),
+    scan("src/receiver/probes.ts", `import { createAdmin } from "../admin/admin.ts";`),
+    scan("src/admin/admin.ts", `import { createApp } from "../receiver/app.ts";\nconst s = Bun.file("x");`),
   ];
   expect(violations(files)).toEqual([
     "src/worker/worker.ts → src/receiver/receive.ts: src/worker may import only handlers, providers, stripe-api, inbox, loop, db, config, errors, log",
@@ -225,7 +234,10 @@ test("`violations()` reports each kind of broken rule as file → imported file:
     "src/providers/stripe.ts → Bun: src/providers uses Web APIs only; Bun globals belong in bin/, adapter/, runtime/ or dev/",
     "src/errors.ts → src/log.ts: src/errors may import only nothing else of src/",
     "src/newfolder/thing.ts → (any): src/newfolder has no entry in the allowed-dependency table",
-    "src/runtime/signals.ts → src/bin/serve.ts: src/runtime may import only receiver, worker, outbox, ops, writeback, handlers, providers, stripe-api, inbox, loop, db, config, errors, log",
+    "src/runtime/signals.ts → src/bin/serve.ts: src/runtime may import only admin, reconcile, receiver, worker, outbox, ops, writeback, handlers, providers, stripe-api, inbox, loop, db, config, errors, log",
+    "src/receiver/probes.ts → src/admin/admin.ts: src/receiver may import only handlers, providers, inbox, loop, db, config, errors, log",
+    "src/admin/admin.ts → src/receiver/app.ts: src/admin may import only ops, handlers, providers, inbox, loop, db, config, errors, log",
+    "src/admin/admin.ts → Bun: src/admin uses Web APIs only; Bun globals belong in bin/, adapter/, runtime/ or dev/",
   ]);
 });
 

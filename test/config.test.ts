@@ -33,6 +33,8 @@ describe("loadConfig()", () => {
       hybridBudgetMs: 2000,
       metricsToken: undefined,
       endpoints: [{ name: "billing", secrets: [SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
+      adminToken: undefined,
+      adminReadonly: false,
     });
   });
 
@@ -47,6 +49,8 @@ describe("loadConfig()", () => {
       DB_POOL_MAX: "3",
       DATABASE_WAIT_MS: "0",
       METRICS_TOKEN: "metrics-token-0123456789",
+      ADMIN_TOKEN: "admin-token-0123456789abcdefghijklmnop",
+      ADMIN_READONLY: "true",
       STRIPE_WEBHOOK_SECRET: ` ${SECRET} , ${OTHER_SECRET} `,
     });
     expect(config).toEqual({
@@ -64,7 +68,14 @@ describe("loadConfig()", () => {
       hybridBudgetMs: 2000,
       metricsToken: "metrics-token-0123456789",
       endpoints: [{ name: "billing", secrets: [SECRET, OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
+      adminToken: "admin-token-0123456789abcdefghijklmnop",
+      adminReadonly: true,
     });
+  });
+
+  test("`loadConfig()` refuses an ADMIN_TOKEN under 32 characters and an ADMIN_READONLY that is not true or false, without echoing the token", () => {
+    const problems = configError({ STRIPE_WEBHOOK_SECRET: SECRET, ADMIN_TOKEN: "short-admin-token", ADMIN_READONLY: "yes" }).problems;
+    expect(problems).toEqual(['ADMIN_READONLY must be true or false, got "yes"', "ADMIN_TOKEN must be at least 32 characters"]);
   });
 
   test("`loadConfig()` refuses MAX_INFLIGHT_BODY_BYTES below MAX_BODY_BYTES", () => {

@@ -6,7 +6,7 @@ import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { handlersFor } from "../receiver/endpoints.ts";
 import { migrate } from "../db/migrate.ts";
 import { requeueOutbox } from "../outbox/requeue.ts";
-import { listEvents, showEvent } from "../ops/events.ts";
+import { pageEvents, showEvent } from "../ops/events.ts";
 import { parseDuration, type RowFilter } from "../ops/filter.ts";
 import { listOutbox } from "../ops/outbox.ts";
 import { printable, printableJson, printableRow } from "../ops/printable.ts";
@@ -21,9 +21,10 @@ import { loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
   status                                  backlog per endpoint and of the outbox; arrivals per type over the last hour
-  list [--needs-review | --unprocessed] [--type T] [--endpoint E] [--since 2h|ISO] [--limit N]
+  list [--needs-review | --unprocessed] [--type T] [--endpoint E] [--since 2h|ISO] [--attempts N] [--text T] [--limit N]
+                                          --text: payloads containing T, among the 10 000 newest rows matching the rest
   show <event_id> [--payload]             every row of an event as a table: state, attempts, last error (payload on request)
-  requeue [--id evt_…] [--type T] [--endpoint E] [--error TEXT] [--dry-run]
+  requeue [--id evt_…] [--type T] [--endpoint E] [--error TEXT] [--attempts N] [--dry-run]
                                           needs-review rows back to the queue, attempts reset
   resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] --note TEXT [--dry-run]
                                           close needs-review rows settled by hand (no handler runs)
@@ -58,6 +59,8 @@ const {
         payload: { type: "boolean", default: false },
         id: { type: "string" },
         error: { type: "string" },
+        attempts: { type: "string" },
+        text: { type: "string" },
         note: { type: "string" },
         "dry-run": { type: "boolean", default: false },
         "older-than": { type: "string", default: "30d" },
@@ -80,10 +83,10 @@ const [command, ...args] = positionals;
  * arguments. Anything else is a usage error rather than silently ignored: `requeue evt_X` without
  * --id would otherwise match every needs-review row.
  */
-const FILTER = ["type", "endpoint", "since", "id", "error"];
+const FILTER = ["type", "endpoint", "since", "id", "error", "attempts"];
 const ACCEPTS: Record<string, { options: string[]; positionals: [min: number, max: number] }> = {
   status: { options: [], positionals: [0, 0] },
-  list: { options: [...FILTER, "needs-review", "unprocessed", "limit"], positionals: [0, 0] },
+  list: { options: [...FILTER, "needs-review", "unprocessed", "text", "limit"], positionals: [0, 0] },
   show: { options: ["payload"], positionals: [1, 1] },
   requeue: { options: [...FILTER, "dry-run"], positionals: [0, 0] },
   resolve: { options: [...FILTER, "note", "dry-run"], positionals: [0, 0] },
@@ -126,9 +129,10 @@ function print(value: unknown, table?: Record<string, unknown>[]): void {
   else console.log(typeof value === "string" ? printable(value) : value);
 }
 
-function wholeNumber(name: string, raw: string): number {
+function wholeNumber(name: string, raw: string, min = 1): number {
   const n = Number(raw);
-  if (!Number.isSafeInteger(n) || n < 1) throw new UsageError(`--${name} must be a whole number ≥ 1, got "${raw}"`);
+  if (!/^\d+$/.test(raw) || !Number.isSafeInteger(n) || n < min)
+    throw new UsageError(`--${name} must be a whole number ≥ ${min}, got "${raw}"`);
   return n;
 }
 
@@ -167,6 +171,7 @@ function filter(): RowFilter {
     since,
     eventId: opts.id,
     error: opts.error,
+    minAttempts: opts.attempts === undefined ? undefined : wholeNumber("attempts", opts.attempts, 0),
   };
 }
 
@@ -226,7 +231,7 @@ async function run(db: Db): Promise<number> {
       return 0;
     }
     case "list": {
-      const rows = await listEvents(db, filter(), wholeNumber("limit", opts.limit));
+      const rows = (await pageEvents(db, filter(), { limit: wholeNumber("limit", opts.limit), text: opts.text })).rows;
       print(
         rows,
         rows.map((r) => ({

@@ -1,4 +1,4 @@
-import type { Db } from "../db/db.ts";
+import type { Db, Tx } from "../db/db.ts";
 import { NOTIFY_CHANNEL } from "../inbox/inbox.ts";
 import { whereRows, type RowFilter } from "./filter.ts";
 
@@ -14,7 +14,7 @@ export interface RequeueResult {
  * Only needs-review rows are touched, whatever `filter.state` says. With `dryRun` nothing changes and
  * the rows that would be requeued are returned.
  */
-export async function requeue(db: Db, filter: RowFilter, dryRun: boolean): Promise<RequeueResult> {
+export async function requeue(db: Db | Tx, filter: RowFilter, dryRun: boolean): Promise<RequeueResult> {
   const match = whereRows(db, { ...filter, state: "needs_review" });
   const rows = dryRun
     ? await db<{ provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; last_error: string | null }[]>`

@@ -1,4 +1,4 @@
-import type { Db } from "../db/db.ts";
+import type { Db, Tx } from "../db/db.ts";
 import { whereRows, type RowFilter } from "./filter.ts";
 
 /** The rows a resolve settled (or would settle, on a dry run). */
@@ -17,7 +17,7 @@ export interface ResolveResult {
  * whatever `filter.state` says. With `dryRun` nothing changes and the matching rows are returned.
  * @throws Error when `note` is blank (the note is the audit trail of a manual decision).
  */
-export async function resolveReviewed(db: Db, filter: RowFilter, note: string, dryRun: boolean): Promise<ResolveResult> {
+export async function resolveReviewed(db: Db | Tx, filter: RowFilter, note: string, dryRun: boolean): Promise<ResolveResult> {
   if (note.trim() === "") throw new Error("Cannot resolve without a note: say what was done about the event (--note)");
   const match = whereRows(db, { ...filter, state: "needs_review" });
   type Row = { provider: string; endpoint: string; event_id: string; event_type: string; last_error: string | null };

@@ -83,6 +83,11 @@ export interface AppDeps {
    * a pooler may hold it waiting for a server connection, where no cancel reaches it.
    */
   statementTimeoutMs?: number;
+  /**
+   * The operator's page, answering every path under `/admin` (built by the wiring from `src/admin`
+   * when `ADMIN_TOKEN` is set); absent, those paths are 404 like any unknown route.
+   */
+  admin?: App;
 }
 
 /** A Web-standard fetch handler, served as it is by Bun, Deno, Node.js adapters and Workers (see src/adapter/). */
@@ -216,7 +221,9 @@ export function createApp(deps: AppDeps): App {
     .all("/healthz", wrongMethod)
     .all("/readyz", wrongMethod)
     .all("/metrics", wrongMethod)
-    .all("*", (request) => errorResponse(new AppError("not_found", `No route for ${new URL(request.url).pathname}`)));
+    .all("/admin", (request) => (deps.admin ? deps.admin.fetch(request) : notFound(request)))
+    .all("/admin/*", (request) => (deps.admin ? deps.admin.fetch(request) : notFound(request)))
+    .all("*", notFound);
 
   return {
     async fetch(request) {
@@ -225,6 +232,10 @@ export function createApp(deps: AppDeps): App {
       return request.method === "HEAD" ? new Response(null, { status: response.status, headers: response.headers }) : response;
     },
   };
+}
+
+function notFound(request: Request): Response {
+  return errorResponse(new AppError("not_found", `No route for ${new URL(request.url).pathname}`));
 }
 
 function wrongMethod(request: Request): Response {

@@ -23,9 +23,20 @@ export interface BacklogSnapshot {
   outbox: OutboxBacklog;
 }
 
+/** One counter of {@link Metrics.deliveryCounts}. */
+export interface DeliveryCount {
+  provider: string;
+  endpoint: string;
+  /** processed | duplicate | ignored | queued | needs_review | rejected */
+  outcome: string;
+  count: number;
+}
+
 /** In-process counters of one receiver, rendered in the Prometheus text format. */
 export interface Metrics {
   observe(o: DeliveryObservation): void;
+  /** Deliveries answered since this registry was made, per provider, endpoint and outcome (rejections of every reason summed). */
+  deliveryCounts(): DeliveryCount[];
   /** Prometheus text exposition format 0.0.4; `backlog` null when the database could not be read. */
   render(backlog: BacklogSnapshot | null, endpoints: readonly { provider: string; endpoint: string }[]): string;
 }
@@ -51,10 +62,14 @@ interface Histogram {
 export function createMetrics(): Metrics {
   const deliveries = new Map<string, number>();
   const durations = new Map<string, Histogram>();
+  const byOutcome = new Map<string, DeliveryCount>();
 
   function observe(o: DeliveryObservation): void {
     const key = labels({ provider: o.provider, endpoint: o.endpoint, outcome: o.outcome, ...(o.reason ? { reason: o.reason } : {}) });
     deliveries.set(key, (deliveries.get(key) ?? 0) + 1);
+    const outcomeKey = JSON.stringify([o.provider, o.endpoint, o.outcome]);
+    const counted = byOutcome.get(outcomeKey) ?? { provider: o.provider, endpoint: o.endpoint, outcome: o.outcome, count: 0 };
+    byOutcome.set(outcomeKey, { ...counted, count: counted.count + 1 });
     const hKey = labels({ provider: o.provider, endpoint: o.endpoint });
     const h = durations.get(hKey) ?? { counts: BUCKETS.map(() => 0), sum: 0, count: 0 };
     BUCKETS.forEach((le, i) => {
@@ -125,7 +140,7 @@ export function createMetrics(): Metrics {
     return `${out.join("\n")}\n`;
   }
 
-  return { observe, render };
+  return { observe, render, deliveryCounts: () => [...byOutcome.values()] };
 }
 
 function labels(values: Record<string, string>): string {

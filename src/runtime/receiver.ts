@@ -9,6 +9,8 @@ import { migrate, type Migration } from "../db/migrate.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 import { waitForDatabase } from "../db/wait-for-database.ts";
 import { stripeEndpoints } from "../receiver/endpoints.ts";
+import { createMetrics } from "../receiver/metrics.ts";
+import { createAdmin } from "../admin/admin.ts";
 
 /** A configuration whose database is given (every runtime but `bun run serve` needs `DATABASE_URL`). */
 export type ServerConfig = Config & { databaseUrl: string };
@@ -60,13 +62,31 @@ export interface ReceiverOptions {
   probeDb?: Db;
 }
 
-/** The core `fetch(Request) → Response` for `config` on `db`. */
+/**
+ * The core `fetch(Request) → Response` for `config` on `db`, with the operator's page under `/admin`
+ * when `config.adminToken` is set (its duplicate rate read from this app's delivery counters).
+ */
 export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {}): App {
+  const endpoints = stripeEndpoints(config.endpoints, config.hybridBudgetMs);
+  const metrics = createMetrics();
+  const admin =
+    config.adminToken === undefined
+      ? undefined
+      : createAdmin({
+          db,
+          token: config.adminToken,
+          readonly: config.adminReadonly,
+          endpoints: endpoints.map((e) => ({ provider: e.provider.name, name: e.name, handlers: e.handlers })),
+          deliveryCounts: metrics.deliveryCounts,
+          log: options.log,
+        });
   return createApp({
     db,
     probeDb: options.probeDb,
     log: options.log,
-    endpoints: stripeEndpoints(config.endpoints, config.hybridBudgetMs),
+    metrics,
+    admin,
+    endpoints,
     toleranceSec: config.toleranceSec,
     maxBodyBytes: config.maxBodyBytes,
     bodyBudget: createBodyBudget(config.maxInflightBodyBytes),

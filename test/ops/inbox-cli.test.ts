@@ -500,6 +500,25 @@ describe("inbox CLI", () => {
   );
 
   test(
+    "`inbox list --attempts N --text T` lists rows with at least N attempts whose payload contains T; a bad --attempts is a usage error",
+    async () => {
+      const plain = await processed();
+      const needle = await queued();
+      await db`update webhook_inbox set attempts = 3 where event_id = ${needle.eventId}`;
+      await db`update webhook_inbox set payload = jsonb_set(payload, '{data,object,customer}', '"cus_needle_cli"') where event_id = ${needle.eventId}`;
+      const ids = async (args: string[]) => (await inboxJson<EventSummary[]>(["list", ...args])).map((r) => r.eventId);
+      expect(await ids(["--attempts", "3"])).toEqual([needle.eventId]);
+      expect(await ids(["--attempts", "0"])).toEqual(expect.arrayContaining([plain.eventId, needle.eventId]));
+      expect(await ids(["--text", "CUS_NEEDLE_CLI"])).toEqual([needle.eventId]);
+      expect(await ids(["--text", "cus_needle_cli", "--attempts", "4"])).toEqual([]);
+      const bad = await inbox(["list", "--attempts", "two"]);
+      expect(bad.code).toBe(2);
+      expect(bad.stderr).toContain(`--attempts must be a whole number ≥ 0, got "two"`);
+    },
+    WAITS,
+  );
+
+  test(
     "`inbox status` on a schema behind the code exits 1 telling to run `bun run inbox migrate`, and `inbox migrate` fixes it",
     async () => {
       const behind = await freshDatabase({ migrated: false });

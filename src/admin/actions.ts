@@ -1,0 +1,93 @@
+// The actions on one inbox row: the operator functions of `bun run inbox`, one row at a time.
+import type { Db } from "../db/db.ts";
+import type { HandlerTable } from "../handlers/handler-table.ts";
+import { replayEvent } from "../ops/replay.ts";
+import { requeue } from "../ops/requeue.ts";
+import { resolveReviewed } from "../ops/resolve.ts";
+import { html, type Html } from "./html.ts";
+import { eventHref } from "./events-page.ts";
+
+/** A row action's answer: a message for the page and its HTTP status (200 done, 409 nothing to do, 400 bad input). */
+export interface ActionResult {
+  status: number;
+  body: Html;
+}
+
+/** Which row action a POST names. */
+export type RowAction = "requeue" | "resolve" | "replay";
+
+/**
+ * Runs `action` on the row (`provider`, `endpoint`, `eventId`): `requeue` and `resolve` (with
+ * `note`) through {@link requeue} and {@link resolveReviewed} narrowed to that one row (they touch
+ * only needs-review rows), `replay` through {@link replayEvent} with the endpoint's handlers. Expected
+ * refusals (the row is not in a state for it, a blank note, a replay the row's state forbids) are
+ * answered 409 or 400 with the reason; nothing else is caught.
+ */
+export async function runRowAction(
+  db: Db,
+  action: RowAction,
+  row: { provider: string; endpoint: string; eventId: string },
+  note: string,
+  handlersFor: (provider: string, endpoint: string) => HandlerTable | undefined,
+): Promise<ActionResult> {
+  const back = html`<p><a href="${eventHref(row.eventId)}">Back to ${row.eventId}</a></p>`;
+  const only = { provider: row.provider, endpoint: row.endpoint, eventId: row.eventId };
+  switch (action) {
+    case "requeue": {
+      const result = await requeue(db, only, false);
+      return result.rows.length === 1
+        ? {
+            status: 200,
+            body: html`<p class="ok">Requeued ${row.eventId} at ${row.endpoint}: attempts reset, workers woken.</p>
+              ${back}`,
+          }
+        : {
+            status: 409,
+            body: html`<p class="error">Nothing requeued: ${row.eventId} at ${row.endpoint} is not needs-review.</p>
+              ${back}`,
+          };
+    }
+    case "resolve": {
+      if (note.trim() === "")
+        return {
+          status: 400,
+          body: html`<p class="error">Resolve needs a note: say what was done about the event.</p>
+            ${back}`,
+        };
+      const result = await resolveReviewed(db, only, note, false);
+      return result.rows.length === 1
+        ? {
+            status: 200,
+            body: html`<p class="ok">Resolved ${row.eventId} at ${row.endpoint} with the note “${note.trim()}”.</p>
+              ${back}`,
+          }
+        : {
+            status: 409,
+            body: html`<p class="error">Nothing resolved: ${row.eventId} at ${row.endpoint} is not needs-review.</p>
+              ${back}`,
+          };
+    }
+    case "replay": {
+      try {
+        const r = await replayEvent(db, only, handlersFor(row.provider, row.endpoint));
+        return {
+          status: 200,
+          body: html`<p class="ok">
+              Replayed ${row.eventId} (${r.eventType}) at ${row.endpoint}:
+              ${r.handled ? `${r.inserted} inserted, ${r.updated} updated, ${r.deleted} deleted` : "no handler for this type, nothing ran"}.
+            </p>
+            ${back}`,
+        };
+      } catch (err) {
+        const message = (err as Error).message;
+        if (message.startsWith("Cannot replay"))
+          return {
+            status: 409,
+            body: html`<p class="error">${message}</p>
+              ${back}`,
+          };
+        throw err;
+      }
+    }
+  }
+}

@@ -1,0 +1,78 @@
+import type { Db } from "../db/db.ts";
+
+/** What one event changed in the billing tables, as operators see it. Amounts in minor units; times ISO 8601. */
+export interface EventEffects {
+  invoices: {
+    id: string;
+    customerId: string;
+    status: string;
+    currency: string;
+    amountDue: string;
+    amountPaid: string;
+    updatedAt: string;
+  }[];
+  ledgerEntries: { id: string; invoiceId: string; kind: string; amount: string; currency: string; bookedAt: string }[];
+  outbox: { id: string; aggregateType: string; aggregateId: string; eventType: string; createdAt: string; publishedAt: string | null }[];
+}
+
+/**
+ * The rows `eventId` changed: the ledger entries it booked (`ledger_entries.event_id`), the outbox
+ * messages its transaction wrote (their payload's `event_id`), and the invoices those entries belong
+ * to plus the invoice the event itself is about (`data.object.id` of an `invoice.*` event). Reads
+ * through the indexes of sql/0016_event_effects.sql. Empty lists for an unknown id.
+ */
+export async function eventEffects(db: Db, eventId: string): Promise<EventEffects> {
+  const ledger = await db<{ id: string; invoice_id: string; kind: string; amount: string; currency: string; booked_at: Date }[]>`
+    select id::text, invoice_id, kind, amount::text, currency, booked_at
+      from ledger_entries
+     where event_id = ${eventId}
+     order by id
+  `;
+  const outbox = await db<
+    { id: string; aggregate_type: string; aggregate_id: string; event_type: string; created_at: Date; published_at: Date | null }[]
+  >`
+    select id::text, aggregate_type, aggregate_id, event_type, created_at, published_at
+      from outbox
+     where payload ->> 'event_id' = ${eventId}
+     order by id
+  `;
+  const invoices = await db<
+    { id: string; customer_id: string; status: string; currency: string; amount_due: string; amount_paid: string; updated_at: Date }[]
+  >`
+    select id, customer_id, status, currency, amount_due::text, amount_paid::text, updated_at
+      from invoices
+     where id = any(${ledger.map((l) => l.invoice_id)}::text[])
+        or id in (select payload -> 'data' -> 'object' ->> 'id'
+                    from webhook_inbox
+                   where event_id = ${eventId}
+                     and event_type like 'invoice.%')
+     order by id
+  `;
+  return {
+    invoices: invoices.map((i) => ({
+      id: i.id,
+      customerId: i.customer_id,
+      status: i.status,
+      currency: i.currency,
+      amountDue: i.amount_due,
+      amountPaid: i.amount_paid,
+      updatedAt: i.updated_at.toISOString(),
+    })),
+    ledgerEntries: ledger.map((l) => ({
+      id: l.id,
+      invoiceId: l.invoice_id,
+      kind: l.kind,
+      amount: l.amount,
+      currency: l.currency,
+      bookedAt: l.booked_at.toISOString(),
+    })),
+    outbox: outbox.map((o) => ({
+      id: o.id,
+      aggregateType: o.aggregate_type,
+      aggregateId: o.aggregate_id,
+      eventType: o.event_type,
+      createdAt: o.created_at.toISOString(),
+      publishedAt: o.published_at?.toISOString() ?? null,
+    })),
+  };
+}

@@ -1,0 +1,112 @@
+// Test support for the operator's page: a real receiver (Bun.serve on a free loopback port, the
+// production wiring of src/runtime/receiver.ts) on a fresh database, and rows to look at.
+import { loadConfig } from "../../src/config.ts";
+import type { Db } from "../../src/db/db.ts";
+import { handlersFor } from "../../src/receiver/endpoints.ts";
+import { receiverApp } from "../../src/runtime/receiver.ts";
+import { runWorker } from "../../src/worker/worker.ts";
+import { eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest } from "../support/helpers.ts";
+
+/** The admin token of every admin test (never a real one). */
+export const ADMIN_TOKEN = "admin-test-token-0123456789abcdefghij";
+
+/** A running receiver with the operator's page, on its own database. */
+export interface AdminServer {
+  url: string;
+  db: Db;
+  /** Posts a signed event to the billing endpoint; resolves to the answer's outcome. */
+  deliver(body: string): Promise<string>;
+  /** Runs a worker until `done()` holds (or 10 s pass), then stops it. */
+  work(done: () => Promise<boolean>): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** Starts a receiver with `ADMIN_TOKEN` set (and `ADMIN_READONLY=true` when `readonly`). */
+export async function startAdminServer(options: { readonly?: boolean } = {}): Promise<AdminServer> {
+  const database = await freshDatabase();
+  const config = loadConfig({
+    DATABASE_URL: database.url,
+    STRIPE_WEBHOOK_SECRET: SECRET,
+    ADMIN_TOKEN,
+    ADMIN_READONLY: options.readonly ? "true" : "false",
+  });
+  const app = receiverApp(config, database.db, { log: () => {} });
+  const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: (request) => app.fetch(request) });
+  const url = `http://127.0.0.1:${server.port}`;
+  return {
+    url,
+    db: database.db,
+    async deliver(body) {
+      const response = await app.fetch(await signedRequest(`${url}/webhooks/stripe`, body));
+      return ((await response.json()) as { outcome: string }).outcome;
+    },
+    async work(done) {
+      const stop = new AbortController();
+      const worker = runWorker({ db: database.db, signal: stop.signal, handlersFor, pollMs: 50, listen: false, log: () => {} });
+      const deadline = Date.now() + 10_000;
+      try {
+        while (!(await done()) && Date.now() < deadline) await Bun.sleep(20);
+      } finally {
+        stop.abort();
+        await worker;
+      }
+    },
+    async stop() {
+      await server.stop(true);
+      await database.drop();
+    },
+  };
+}
+
+/**
+ * A needs-review row as a worker leaves it after its last attempt failed for a passing reason
+ * (payload valid: a requeue lets the worker process it). `receivedAgoSec` back-dates it.
+ */
+export async function parkRow(
+  db: Db,
+  eventId: string,
+  options: { type?: string; attempts?: number; receivedAgoSec?: number; invoiceId?: string } = {},
+): Promise<void> {
+  const type = options.type ?? "invoice.created";
+  const payload = JSON.parse(eventBody(eventId, type, invoice({ id: options.invoiceId ?? `in_${eventId}` }))) as Record<string, unknown>;
+  await db`
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, attempts, last_error, needs_review_at, received_at)
+    values ('stripe', 'billing', ${eventId}, ${type}, ${db.json(payload as never)}, ${options.attempts ?? 10},
+            'Error: connection terminated unexpectedly', now(), now() - ${options.receivedAgoSec ?? 0} * interval '1 second')
+  `;
+}
+
+/** The state of the billing row of `eventId`, or undefined. */
+export async function stateOf(db: Db, eventId: string): Promise<string | undefined> {
+  const [row] = await db<{ state: string }[]>`select state from webhook_inbox_state where event_id = ${eventId}`;
+  return row?.state;
+}
+
+/** Delivers the invoice lifecycle fixtures twice (the second time duplicates) through the receiver. */
+export async function deliverLifecycle(server: AdminServer): Promise<void> {
+  for (const f of lifecycle()) await server.deliver(f.body);
+  for (const f of lifecycle()) await server.deliver(f.body);
+}
+
+/** Basic credentials for the admin token. */
+export function basic(token = ADMIN_TOKEN): string {
+  return `Basic ${btoa(`operator:${token}`)}`;
+}
+
+/**
+ * Rows for the overview's chart: `perMinute` rows in each of the last 60 minutes, mostly processed,
+ * some ignored, a few unprocessed and needs-review (ids `evt_hour_<minute>_<n>`).
+ */
+export async function seedLastHour(db: Db, perMinute = 6): Promise<void> {
+  await db`
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, received_at, processed_at, outcome, needs_review_at, last_error)
+    select 'stripe', 'billing', 'evt_hour_' || m || '_' || n, 'invoice.finalized', '{"id": "seed"}'::jsonb,
+           now() - m * interval '1 minute' - n * interval '1 second',
+           case when kind < 8 then now() end,
+           case when kind < 7 then 'processed' when kind < 8 then 'ignored' end,
+           case when kind = 9 then now() end,
+           case when kind = 9 then 'Error: seeded failure' end
+      from generate_series(0, 59) as m, generate_series(1, ${perMinute} + (m % 5)) as n,
+           lateral (select (m * 7 + n * 3) % 10 as kind) k
+  `;
+}

@@ -1,0 +1,217 @@
+// The operator's page through HTTP on a real receiver and PostgreSQL, without a browser: credentials,
+// headers, CSRF, read-only, escaping, the bulk confirmation's exactness.
+import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { ADMIN_TOKEN, basic, deliverLifecycle, parkRow, startAdminServer, stateOf, type AdminServer } from "./admin-server.ts";
+
+let server: AdminServer;
+let readonlyServer: AdminServer;
+
+beforeAll(async () => {
+  server = await startAdminServer();
+  readonlyServer = await startAdminServer({ readonly: true });
+  await deliverLifecycle(server);
+});
+
+afterAll(async () => {
+  await server?.stop();
+  await readonlyServer?.stop();
+});
+
+const get = (path: string, auth: string | null = basic(), s = server) =>
+  fetch(`${s.url}${path}`, { headers: auth ? { authorization: auth } : {} });
+
+/** The hidden CSRF fields of the first form on `path`'s page. */
+async function csrfOf(path: string): Promise<{ csrf_nonce: string; csrf_token: string }> {
+  const text = await (await get(path)).text();
+  const nonce = /name="csrf_nonce"\s+value="([^"]+)"/.exec(text)?.[1];
+  const token = /name="csrf_token"\s+value="([^"]+)"/.exec(text)?.[1];
+  if (!nonce || !token) throw new Error(`No CSRF fields on ${path}`);
+  return { csrf_nonce: nonce, csrf_token: token };
+}
+
+const post = (path: string, fields: Record<string, string>, headers: Record<string, string> = {}, s = server) =>
+  fetch(`${s.url}${path}`, {
+    method: "POST",
+    headers: { authorization: basic(), origin: s.url, "sec-fetch-site": "same-origin", ...headers },
+    body: new URLSearchParams(fields),
+  });
+
+describe("createAdmin()", () => {
+  test("`createAdmin()` answers 401 with only the Basic challenge to a missing, wrong or short token", async () => {
+    for (const auth of [null, basic("x".repeat(40)), `Bearer ${ADMIN_TOKEN.slice(0, -1)}`, "Basic !!!", basic(`${ADMIN_TOKEN}x`)]) {
+      const response = await get("/admin/events", auth);
+      expect(response.status).toBe(401);
+      expect(response.headers.get("www-authenticate")).toBe('Basic realm="webhook-inbox admin"');
+      expect(await response.text()).toBe("Unauthorized\n");
+    }
+  });
+
+  test("`createAdmin()` serves every page with the security headers to Basic and Bearer credentials", async () => {
+    for (const auth of [basic(), `Bearer ${ADMIN_TOKEN}`]) {
+      for (const path of ["/admin", "/admin/events", "/admin/events/evt_1SkB1aLgUG5tbmjc0created", "/admin/admin.css"]) {
+        const response = await get(path, auth);
+        expect(response.status, path).toBe(200);
+        expect(response.headers.get("content-security-policy")).toContain("default-src 'none'");
+        expect(response.headers.get("content-security-policy")).toContain("frame-ancestors 'none'");
+        expect(response.headers.get("x-frame-options")).toBe("DENY");
+        expect(response.headers.get("cache-control")).toBe("no-store");
+        expect(response.headers.get("referrer-policy")).toBe("same-origin");
+        await response.text();
+      }
+    }
+  });
+
+  test("`createAdmin()` is off without ADMIN_TOKEN: /admin is the receiver's 404", async () => {
+    const { receiverApp } = await import("../../src/runtime/receiver.ts");
+    const { loadConfig } = await import("../../src/config.ts");
+    const app = receiverApp(loadConfig({ STRIPE_WEBHOOK_SECRET: "whsec_test_0123456789abcdefghijklmnop" }), server.db, { log: () => {} });
+    const response = await app.fetch(new Request("http://x/admin", { headers: { authorization: basic() } }));
+    expect(response.status).toBe(404);
+    expect(((await response.json()) as { error: string }).error).toBe("not_found");
+  });
+
+  test("`createAdmin()` refuses a POST without a CSRF token, with a forged one, or from another site (403), and changes nothing", async () => {
+    await parkRow(server.db, "evt_csrf_1");
+    const path = "/admin/events/evt_csrf_1/requeue";
+    const key = { provider: "stripe", endpoint: "billing" };
+    const good = await csrfOf("/admin/events/evt_csrf_1");
+    const answers = [
+      await post(path, key),
+      await post(path, { ...key, csrf_nonce: good.csrf_nonce, csrf_token: "0".repeat(64) }),
+      await post(path, { ...key, ...good }, { origin: "http://evil.example", "sec-fetch-site": "cross-site" }),
+      await post(path, { ...key, ...good }, { "sec-fetch-site": "same-site" }),
+    ];
+    for (const response of answers) {
+      expect(response.status).toBe(403);
+      await response.text();
+    }
+    expect(await stateOf(server.db, "evt_csrf_1")).toBe("needs_review");
+    const done = await post(path, { ...key, ...good });
+    expect(done.status).toBe(200);
+    expect(await stateOf(server.db, "evt_csrf_1")).toBe("unprocessed");
+  });
+
+  test("`createAdmin()` read-only shows no action and refuses every POST with 403", async () => {
+    await parkRow(readonlyServer.db, "evt_ro_1");
+    const pageText = await (await get("/admin/events/evt_ro_1", basic(), readonlyServer)).text();
+    expect(pageText).not.toMatch(/<form[^>]*method="post"/);
+    expect(pageText).toContain("read-only");
+    for (const path of ["/admin/events/evt_ro_1/requeue", "/admin/events/evt_ro_1/resolve", "/admin/bulk"]) {
+      const response = await post(path, { provider: "stripe", endpoint: "billing", note: "x" }, {}, readonlyServer);
+      expect(response.status).toBe(403);
+      await response.text();
+    }
+    expect((await get("/admin/bulk?action=requeue&state=needs_review", basic(), readonlyServer)).status).toBe(403);
+    expect(await stateOf(readonlyServer.db, "evt_ro_1")).toBe("needs_review");
+  });
+
+  test("`createAdmin()` shows an event type holding markup as text", async () => {
+    const type = `<img src=x onerror=alert(1)>`;
+    await parkRow(server.db, "evt_xss_1", { type });
+    for (const path of ["/admin/events/evt_xss_1", "/admin/events?id=evt_xss_1"]) {
+      const text = await (await get(path)).text();
+      expect(text).not.toContain("<img");
+      expect(text).toContain("&lt;img src=x onerror=alert(1)&gt;");
+    }
+  });
+
+  test("`createAdmin()` applies a confirmed bulk requeue to exactly the confirmed rows, and to none when the set changed", async () => {
+    await parkRow(server.db, "evt_bulk_1", { type: "invoice.bulk" });
+    await parkRow(server.db, "evt_bulk_2", { type: "invoice.bulk" });
+    const confirm = await (await get("/admin/bulk?action=requeue&type=invoice.bulk")).text();
+    expect(confirm).toMatch(/<strong class="count">2<\/strong>/);
+    const fields = Object.fromEntries(
+      [...confirm.matchAll(/<input\s+type="hidden"\s+name="([^"]+)"\s+value="([^"]*)"\s*\/?>/g)].map((m) => [m[1]!, m[2]!]),
+    );
+    expect(fields.count).toBe("2");
+    await parkRow(server.db, "evt_bulk_3", { type: "invoice.bulk" });
+    const refused = await post("/admin/bulk", fields);
+    expect(refused.status).toBe(409);
+    expect(await refused.text()).toContain("2 then, 3 now");
+    expect([await stateOf(server.db, "evt_bulk_1"), await stateOf(server.db, "evt_bulk_3")]).toEqual(["needs_review", "needs_review"]);
+    const again = await (await get("/admin/bulk?action=requeue&type=invoice.bulk")).text();
+    const fields3 = Object.fromEntries(
+      [...again.matchAll(/<input\s+type="hidden"\s+name="([^"]+)"\s+value="([^"]*)"\s*\/?>/g)].map((m) => [m[1]!, m[2]!]),
+    );
+    const applied = await post("/admin/bulk", fields3);
+    expect(applied.status).toBe(200);
+    expect(await applied.text()).toMatch(/Requeued\s+<strong class="count">3<\/strong>/);
+    const [row] = await server.db<
+      { n: number }[]
+    >`select count(*)::int as n from webhook_inbox_state where event_type = 'invoice.bulk' and state = 'unprocessed'`;
+    expect(row?.n).toBe(3);
+  });
+
+  test("`createAdmin()` resolves a needs-review row with its note (400 without one) and replays a processed row through its handler", async () => {
+    await parkRow(server.db, "evt_resolve_1");
+    const form = await csrfOf("/admin/events/evt_resolve_1");
+    const key = { provider: "stripe", endpoint: "billing" };
+    const blank = await post("/admin/events/evt_resolve_1/resolve", { ...key, ...form, note: "  " });
+    expect(blank.status).toBe(400);
+    await blank.text();
+    expect(await stateOf(server.db, "evt_resolve_1")).toBe("needs_review");
+    const resolved = await post("/admin/events/evt_resolve_1/resolve", { ...key, ...form, note: "Refunded by hand in the dashboard" });
+    expect(resolved.status).toBe(200);
+    await resolved.text();
+    expect(await stateOf(server.db, "evt_resolve_1")).toBe("resolved");
+    expect(await (await get("/admin/events/evt_resolve_1")).text()).toContain("Refunded by hand in the dashboard");
+    const again = await post("/admin/events/evt_resolve_1/resolve", { ...key, ...form, note: "twice" });
+    expect(again.status).toBe(409);
+    await again.text();
+    const replayForm = await csrfOf("/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx");
+    const replayed = await post("/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx/replay", { ...key, ...replayForm });
+    expect(replayed.status).toBe(200);
+    expect(await replayed.text()).toContain("0 inserted");
+    const [ledger] = await server.db<
+      { n: number }[]
+    >`select count(*)::int as n from ledger_entries where event_id = 'evt_1SkB1cLgUG5tbmjc0paidxx'`;
+    expect(ledger?.n).toBe(1);
+  });
+
+  test("`createAdmin()` bulk resolve needs a note and closes exactly the confirmed rows with it", async () => {
+    await parkRow(server.db, "evt_bres_1", { type: "invoice.bres" });
+    await parkRow(server.db, "evt_bres_2", { type: "invoice.bres" });
+    const confirm = await (await get("/admin/bulk?action=resolve&type=invoice.bres")).text();
+    const fields = Object.fromEntries(
+      [...confirm.matchAll(/<input\s+type="hidden"\s+name="([^"]+)"\s+value="([^"]*)"\s*\/?>/g)].map((m) => [m[1]!, m[2]!]),
+    );
+    const noNote = await post("/admin/bulk", fields);
+    expect(noNote.status).toBe(400);
+    await noNote.text();
+    const done = await post("/admin/bulk", { ...fields, note: "Settled with the customer" });
+    expect(done.status).toBe(200);
+    await done.text();
+    const rows = await server.db<{ state: string; resolution_note: string }[]>`
+      select state, resolution_note from webhook_inbox_state where event_type = 'invoice.bres' order by event_id`;
+    expect([...rows]).toEqual([
+      { state: "resolved", resolution_note: "Settled with the customer" },
+      { state: "resolved", resolution_note: "Settled with the customer" },
+    ]);
+  });
+
+  test("`createAdmin()` overview shows each endpoint's last hour, duplicates from the receiver's counters, and the backlogs", async () => {
+    const text = await (await get("/admin")).text();
+    expect(text).toContain("stripe / billing");
+    expect(text).toMatch(/<svg\s+class="chart"/);
+    expect(text).toMatch(/duplicates\s+\(12 of 24 answered since start\)/);
+    expect(text).toContain("Outbox");
+    expect(text).not.toContain("reconciliation checkpoint");
+    await server.db`create table event_backfill_checkpoints (provider text, endpoint text, covered_until timestamptz, primary key (provider, endpoint))`;
+    await server.db`insert into event_backfill_checkpoints values ('stripe', 'billing', now() - interval '2 hours')`;
+    try {
+      expect(await (await get("/admin")).text()).toMatch(/<b>2\.0 h<\/b>since the reconciliation checkpoint/);
+    } finally {
+      await server.db`drop table event_backfill_checkpoints`;
+    }
+  });
+
+  test("`createAdmin()` event page shows what the event changed: invoice, ledger entry, outbox message", async () => {
+    const text = await (await get("/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx")).text();
+    expect(text).toContain("Ledger entries");
+    expect(text).toMatch(/<td>payment<\/td>/);
+    expect(text).toContain("InvoicePaymentBooked");
+    expect(text).not.toContain("<pre>");
+    const withPayload = await (await get("/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx?payload=1")).text();
+    expect(withPayload).toContain("<pre>");
+  });
+});

@@ -1,0 +1,55 @@
+// eventEffects(), activityPerMinute() and reconciliationCheckpointAges() on real rows.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import type { Db } from "../../src/db/db.ts";
+import { activityPerMinute } from "../../src/ops/activity.ts";
+import { reconciliationCheckpointAges } from "../../src/ops/checkpoint.ts";
+import { eventEffects } from "../../src/ops/effects.ts";
+import { receiveSync } from "../../src/receiver/receive.ts";
+import { handlersFor } from "../../src/receiver/endpoints.ts";
+import { freshDatabase, lifecycle, verified } from "../support/helpers.ts";
+
+let database: Awaited<ReturnType<typeof freshDatabase>>;
+let db: Db;
+
+beforeAll(async () => {
+  database = await freshDatabase();
+  db = database.db;
+  const target = { provider: "stripe", endpoint: "billing", handlers: handlersFor("stripe")! };
+  for (const f of lifecycle()) await receiveSync(db, target, verified(f.body), 10_000);
+});
+
+afterAll(() => database?.drop());
+
+test("`eventEffects()` returns the invoice, ledger entry and outbox message a paid event booked", async () => {
+  const effects = await eventEffects(db, "evt_1SkB1cLgUG5tbmjc0paidxx");
+  expect(effects.ledgerEntries.map((l) => l.kind)).toEqual(["payment"]);
+  expect(effects.outbox.map((o) => o.eventType)).toEqual(["InvoicePaymentBooked"]);
+  expect(effects.invoices.map((i) => i.id)).toEqual([effects.ledgerEntries[0]!.invoiceId]);
+  expect(effects.invoices[0]?.status).toBe("paid");
+});
+
+test("`eventEffects()` names the invoice of an event that booked nothing, and nothing for an unknown id", async () => {
+  const created = await eventEffects(db, "evt_1SkB1aLgUG5tbmjc0created");
+  expect(created.ledgerEntries).toEqual([]);
+  expect(created.invoices).toHaveLength(1);
+  expect(await eventEffects(db, "evt_unknown")).toEqual({ invoices: [], ledgerEntries: [], outbox: [] });
+});
+
+test("`activityPerMinute()` counts this hour's rows per minute by state", async () => {
+  const rows = await activityPerMinute(db);
+  const total = rows.reduce((n, r) => n + r.processed + r.ignored + r.resolved + r.unprocessed + r.needsReview, 0);
+  expect(total).toBe(lifecycle().length);
+  expect(rows.every((r) => r.endpoint === "billing")).toBe(true);
+});
+
+test("`reconciliationCheckpointAges()` is null without its table and reads each endpoint's covered_until once it exists", async () => {
+  expect(await reconciliationCheckpointAges(db)).toBeNull();
+  await db`create table event_backfill_checkpoints (provider text, endpoint text, covered_until timestamptz, primary key (provider, endpoint))`;
+  expect(await reconciliationCheckpointAges(db)).toEqual([]);
+  await db`insert into event_backfill_checkpoints values ('stripe', 'billing', now() - interval '90 seconds'), ('stripe', 'ops', null)`;
+  const ages = await reconciliationCheckpointAges(db);
+  expect(ages?.map((a) => a.endpoint)).toEqual(["billing"]);
+  expect(ages?.[0]?.ageSec).toBeGreaterThanOrEqual(90);
+  expect(ages?.[0]?.ageSec).toBeLessThan(3600);
+  await db`drop table event_backfill_checkpoints`;
+});
