@@ -17,6 +17,7 @@ const ROOT = join(import.meta.dir, "..");
 export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   bin: [
     "runtime",
+    "reconcile",
     "receiver",
     "worker",
     "outbox",
@@ -55,6 +56,7 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
     "outbox",
     "ops",
     "writeback",
+    "reconcile",
     "handlers",
     "providers",
     "stripe-api",
@@ -67,6 +69,8 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   ],
   // The package's importable core (package.json `exports` "."): Web APIs only, like the receiver.
   index: ["receiver", "worker", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
+  // Event backfill and object reconciliation: Stripe's API into the same inbox, through the receiver's modes.
+  reconcile: ["receiver", "worker", "handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log"],
   receiver: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   worker: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log"],
   outbox: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
@@ -222,7 +226,7 @@ test("`violations()` reports each kind of broken rule as file → imported file:
     "src/providers/stripe.ts → Bun: src/providers uses Web APIs only; Bun globals belong in bin/, adapter/, runtime/ or dev/",
     "src/errors.ts → src/log.ts: src/errors may import only nothing else of src/",
     "src/newfolder/thing.ts → (any): src/newfolder has no entry in the allowed-dependency table",
-    "src/runtime/signals.ts → src/bin/serve.ts: src/runtime may import only receiver, worker, outbox, ops, writeback, handlers, providers, stripe-api, inbox, loop, db, config, errors, log",
+    "src/runtime/signals.ts → src/bin/serve.ts: src/runtime may import only receiver, worker, outbox, ops, writeback, reconcile, handlers, providers, stripe-api, inbox, loop, db, config, errors, log",
   ]);
 });
 
