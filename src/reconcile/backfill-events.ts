@@ -33,7 +33,7 @@ export interface BackfillOptions {
   dryRun?: boolean;
   /** Events per list call, 1–100 (default 100). */
   pageSize?: number;
-  /** Lease holder name (unique per process and run) and lease length (default 300000 ms). */
+  /** Lease holder name (unique per process and run) and lease length (default 60000 ms; renewed by every page, so a killed run blocks the next for at most this long). */
   owner: string;
   leaseMs?: number;
   now?: () => number;
@@ -95,7 +95,7 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
   const key = { provider: target.provider, endpoint: target.endpoint };
   const now = options.now ?? Date.now;
   const pageSize = Math.min(Math.max(1, options.pageSize ?? MAX_PAGE_SIZE), MAX_PAGE_SIZE);
-  const leaseMs = options.leaseMs ?? 300_000;
+  const leaseMs = options.leaseMs ?? 60_000;
   const moves = !options.filtered && !options.dryRun;
   const nowSec = Math.floor(now() / 1000);
   const horizonSec = nowSec - EVENT_RETENTION_DAYS * 86_400;

@@ -1,5 +1,7 @@
 // Event backfill against the fake Stripe API (through stripe-node) and a real PostgreSQL.
-import { afterAll, beforeEach, expect, test } from "bun:test";
+import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
+
+setDefaultTimeout(60_000);
 import type { Db } from "../../src/db/db.ts";
 import type { RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { stripeApiEvent } from "../../src/providers/stripe.ts";
