@@ -6,6 +6,8 @@ import { connect } from "../db/db.ts";
 import { handlersFor } from "../receiver/endpoints.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { runWorker } from "../worker/worker.ts";
+import { ConfigError } from "../config.ts";
+import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
   --concurrency N     batches processed at once (default 4)
@@ -48,6 +50,13 @@ const batchSize = Number(rawBatch);
 if (!/^\d+$/.test(rawBatch) || !Number.isSafeInteger(batchSize) || batchSize < 1)
   problems.push(`--batch-size (WORKER_BATCH_SIZE) must be a whole number ≥ 1, got "${rawBatch}"`);
 const waitMs = readDatabaseWaitMs(process.env, problems);
+let catchUpSettings: CatchUpSettings = { idleAfterMs: undefined, everyMs: undefined };
+try {
+  catchUpSettings = readCatchUpSettings(process.env);
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  problems.push(...err.problems);
+}
 if (problems[0]) usageError(problems.join("\n"));
 const poolerProblems: string[] = [];
 const pooler = readPooler(process.env, poolerProblems);
@@ -94,6 +103,14 @@ console.log(
     "statement-timeout": statementTimeout,
   }),
 );
+// Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
+let catchUp: Promise<void> | undefined;
+try {
+  catchUp = startCatchUp(process.env, catchUpSettings, db, controller.signal, (line) => console.log(JSON.stringify(line)));
+} catch (err) {
+  console.error(err instanceof ConfigError ? err.message : err);
+  process.exit(2);
+}
 await runWorker({
   db,
   handlersFor,
@@ -107,6 +124,7 @@ await runWorker({
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   listen,
 });
+await catchUp;
 await db.end({ timeout: 5 });
 await database.close();
 console.log(JSON.stringify({ worker: "stopped" }));
