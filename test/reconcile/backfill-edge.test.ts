@@ -4,8 +4,11 @@ import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test"
 setDefaultTimeout(60_000);
 import type { Db } from "../../src/db/db.ts";
 import type { RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
+import { inboxStatus } from "../../src/ops/status.ts";
 import { summaryLines } from "../../src/reconcile/events-command.ts";
-import { freshDatabase } from "../support/helpers.ts";
+import { createApp } from "../../src/receiver/app.ts";
+import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
+import { freshDatabase, SECRET } from "../support/helpers.ts";
 import { fakeWith, recentEvents, runBackfill } from "./backfill-support.ts";
 
 const DAY = 86_400;
@@ -70,4 +73,16 @@ test("`backfillEvents()` within 30 days starts after the newest older event and 
   // Events of the seconds before `since` are left out; the first page starts at the anchor before it.
   expect(summary.fresh).toBe(held.filter((e) => e.created >= NOW - 10 * DAY + 5).length);
   expect(f.store.requests.some((r) => r.query["created[lt]"] !== undefined && r.query.limit === "1")).toBe(true);
+});
+
+test("`inboxStatus()` and `/metrics` show the backfill checkpoint's age per endpoint", async () => {
+  const { f } = thirtyDayFake();
+  await runBackfill(db, f);
+  await db`update event_backfill_checkpoints set covered_until = now() - interval '2 days'`;
+  const status = await inboxStatus(db);
+  expect(status.backfill.map((b) => [b.endpoint, Math.round(b.ageSec / 3600)])).toEqual([["billing", 48]]);
+  const app = createApp({ db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET] }]) });
+  const text = await (await app.fetch(new Request("http://x/metrics"))).text();
+  const line = text.split("\n").find((l) => l.startsWith('webhook_backfill_checkpoint_age_seconds{provider="stripe",endpoint="billing"}'));
+  expect(Math.round(Number(line?.split(" ")[1]) / 3600)).toBe(48);
 });
