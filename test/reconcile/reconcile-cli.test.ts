@@ -6,6 +6,7 @@ import type { RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { stripeApiEvent } from "../../src/providers/stripe.ts";
 import { handlersFor } from "../../src/receiver/endpoints.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
+import { reconcileEventsCommand } from "../../src/reconcile/events-command.ts";
 import { spawnBun } from "../support/bun-child.ts";
 import { connections, freshDatabase, SECRET } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
@@ -121,3 +122,37 @@ test("`reconcile events` killed (SIGKILL) in the middle of a page and run again 
   expect(await endState(db)).toEqual(await endState(other.db));
   await other.drop();
 }, 120_000);
+
+test("`reconcileEventsCommand()` with --every runs again after each wait until stopped, printing progress per page and a summary per run", async () => {
+  const other = await freshDatabase();
+  const out: string[] = [];
+  const progress: string[] = [];
+  const stop = new AbortController();
+  let waits = 0;
+  try {
+    const code = await reconcileEventsCommand(
+      ["--every", "1m", "--page-size", "10", "--types", "invoice.paid,invoice.voided"],
+      env({ DATABASE_URL: other.url }),
+      {
+        openDb: async () => ({ db: other.db, close: async () => {} }),
+        out: (line) => out.push(line),
+        err: () => {},
+        progress: (line) => progress.push(line),
+        signal: stop.signal,
+        sleep: async () => {
+          if (++waits === 2) stop.abort();
+        },
+      },
+    );
+    expect(code).toBe(0);
+    expect(waits).toBe(2);
+    const paid = events.filter((e) => e.type === "invoice.paid" || e.type === "invoice.voided").length;
+    // Two runs (the stop came during the second wait): the first records them, the second finds them recorded.
+    expect(out.filter((l) => l.startsWith("billing:")).length).toBe(2);
+    expect(out[0]).toContain(`recorded ${paid} new, 0 already recorded`);
+    expect(out.at(-2)).toContain(`recorded 0 new, ${paid} already recorded`);
+    expect(progress[0]).toMatch(/^billing: page 1: \d+ event\(s\), \d+ new, \d+ already recorded/);
+  } finally {
+    await other.drop();
+  }
+}, 60_000);
