@@ -19,7 +19,8 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
   --no-listen         do not LISTEN; poll only (implied by DATABASE_POOLER=transaction)
-  DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)`;
+  DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)
+  RECONCILE_IDLE_AFTER, RECONCILE_EVERY   event catch-up from Stripe's Events API (1h, 15m; off by default; needs STRIPE_API_KEY)`;
 
 function usageError(message: string): never {
   console.error(`${message}\n\n${USAGE}`);

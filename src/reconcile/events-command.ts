@@ -17,7 +17,8 @@ export const EVENTS_USAGE = `Usage: bun run reconcile events [options]
   --page-size N      events per Stripe list call, 1–100 (default 100)
   --every 15m        run again at this interval until stopped (SIGTERM/Ctrl-C)
 STRIPE_API_KEY (a restricted key with Events read is enough) and STRIPE_API_BASE (default https://api.stripe.com).
-Exit codes: 0 everything recorded, 1 a failure, an interval older than Stripe's 30 days or another run holding the lease, 2 usage.`;
+Exit codes: 0 everything recorded, 1 a failure, an interval older than Stripe's 30 days, another run holding the lease or a stop
+before the end (the checkpoint is after the last page recorded), 2 usage.`;
 
 /** What the command needs from its entry file: the database, output streams and a stop signal. */
 export interface EventsCommandDeps {
@@ -139,7 +140,8 @@ export function summaryLines(s: BackfillSummary): string[] {
 /**
  * Runs `reconcile events` with `args` (after the subcommand) against `env`. Returns the exit code:
  * 0 when every endpoint's window was recorded, 1 on a failure (Stripe after retries, the database),
- * an interval past Stripe's 30 days (reported, the rest recorded) or a lease held by another run,
+ * an interval past Stripe's 30 days (reported, the rest recorded), a lease held by another run or a
+ * stop (`signal`) before the end,
  * 2 on a usage or configuration error. Never prints the API key or payloads.
  */
 export async function reconcileEventsCommand(
@@ -196,7 +198,7 @@ export async function reconcileEventsCommand(
               ),
           });
           summaries.push(s);
-          if (s.unrecoverable || s.status === "busy") code = 1;
+          if (s.unrecoverable || s.status !== "done") code = 1;
         } catch (err) {
           code = 1;
           const message =

@@ -156,3 +156,21 @@ test("`reconcileEventsCommand()` with --every runs again after each wait until s
     await other.drop();
   }
 }, 60_000);
+
+test("`serve` with RECONCILE_IDLE_AFTER backfills at start what it never received, and stops cleanly on SIGTERM", async () => {
+  const other = await freshDatabase();
+  try {
+    const serve = spawnBun(["src/bin/serve.ts"], env({ DATABASE_URL: other.url, PORT: "0", RECONCILE_IDLE_AFTER: "1h" }), tracked);
+    await waitUntil(
+      "the catch-up to record every event",
+      async () => (await other.db`select count(*)::int as n from webhook_inbox where source = 'api'`)[0]!.n === events.length,
+      { timeoutMs: 60_000 },
+    );
+    serve.child.kill("SIGTERM");
+    expect(await serve.child.exited).toBe(0);
+    await serve.stdoutDone;
+    expect(serve.lines.some((l) => l.includes('"catch_up":"done"') && l.includes(`"new":${events.length}`))).toBe(true);
+  } finally {
+    await other.drop();
+  }
+}, 90_000);
