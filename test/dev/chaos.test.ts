@@ -66,10 +66,14 @@ describe("bun run chaos", () => {
           "300",
           "--deadline-ms",
           "60000",
+          "--outage-ms",
+          "3000",
+          "--give-up-ms",
+          "2000",
         ],
         { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
       );
-      const killer = setTimeout(() => child.kill("SIGKILL"), 110_000);
+      const killer = setTimeout(() => child.kill("SIGKILL"), 170_000);
       const [stdout, stderr, code] = await Promise.all([
         new Response(child.stdout).text(),
         new Response(child.stderr).text(),
@@ -103,7 +107,7 @@ describe("bun run chaos", () => {
       expect(summary.concurrent_duplicates).toBeGreaterThan(0);
       expect(summary.graceful_exits).toBe(summary.children);
     },
-    120_000,
+    180_000,
   );
 });
 
