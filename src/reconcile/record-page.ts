@@ -23,8 +23,8 @@ export function noCounts(): PageCounts {
  * - sync: inbox row and handler together (a statement handler as one statement with the insert);
  * - async: the row unprocessed for a worker (types without a handler `ignored` at once);
  * - hybrid: like sync; a handler failure rolls back to the event's savepoint and queues the row for
- *   the worker with `attempts = 1` and `last_error`.
- * A permanent handler failure parks the event as needs-review, in every mode. Each event runs in a
+ *   the worker with `attempts = 1` and `last_error` (no time budget: no request waits for the answer).
+ * A permanent handler failure parks the event as needs-review (sync and hybrid). Each event runs in a
  * savepoint so that parking one keeps the others. A key already recorded is a `duplicate` and changes
  * nothing (a webhook delivery racing the page waits on the unique index for whichever inserts first).
  * Then `afterRows(tx)` runs in the same transaction (the checkpoint's move); when it returns false
