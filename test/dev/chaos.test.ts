@@ -65,7 +65,7 @@ describe("bun run chaos", () => {
           "--fault-every-ms",
           "300",
           "--deadline-ms",
-          "60000",
+          "100000",
           "--outage-ms",
           "3000",
           "--give-up-ms",
