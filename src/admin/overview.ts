@@ -1,7 +1,7 @@
 // The overview: per endpoint, the last hour per minute by outcome, duplicates, backlogs; the outbox.
 import type { Db } from "../db/db.ts";
 import { activityPerMinute, type MinuteActivity } from "../ops/activity.ts";
-import { reconciliationCheckpointAges } from "../ops/checkpoint.ts";
+import { readBackfillAges } from "../inbox/backlog.ts";
 import { inboxStatus } from "../ops/status.ts";
 import { html, type Html } from "./html.ts";
 
@@ -24,8 +24,7 @@ export function age(sec: number): string {
  * stacked bar per minute of the last hour (rows received, by their state now), the duplicate rate
  * since the receiver started (from `deliveries`, in memory: "n/a" without them, empty on workerd,
  * where the app lives for one request), unprocessed rows and the oldest one's age, needs-review rows
- * and, once its table exists and the endpoint has one, the reconciliation checkpoint's age (see
- * `reconciliationCheckpointAges`); then the outbox.
+ * and, once event backfill has run for the endpoint, its checkpoint's age (`readBackfillAges`); then the outbox.
  */
 export async function overviewBody(
   db: Db,
@@ -35,7 +34,7 @@ export async function overviewBody(
   const [status, activity, checkpoints] = await Promise.all([
     inboxStatus(db),
     activityPerMinute(db, MINUTES),
-    reconciliationCheckpointAges(db),
+    readBackfillAges(db),
   ]);
   const keys = new Map<string, { provider: string; endpoint: string }>();
   for (const e of endpoints) keys.set(`${e.provider}/${e.name}`, { provider: e.provider, endpoint: e.name });
@@ -65,7 +64,7 @@ export async function overviewBody(
           <b><a href="/admin/events?state=needs_review&amp;endpoint=${encodeURIComponent(k.endpoint)}">${b?.needsReview ?? 0}</a></b
           >needs review
         </div>
-        ${checkpoint ? html`<div class="tile checkpoint"><b>${age(checkpoint.ageSec)}</b>since the reconciliation checkpoint</div>` : false}
+        ${checkpoint ? html`<div class="tile checkpoint"><b>${age(checkpoint.ageSec)}</b>since the event backfill checkpoint</div>` : false}
       </div>
       ${chart(rows, nowMinute)}
     </section>`;

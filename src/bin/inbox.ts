@@ -228,6 +228,13 @@ async function run(db: Db): Promise<number> {
           needs_review: a.needsReview,
         })),
       );
+      console.log(
+        "event backfill (`bun run reconcile events`): every event Stripe listed before covered_until is recorded; past 30 days a gap cannot be backfilled",
+      );
+      print(
+        s,
+        s.backfill.map((b) => ({ endpoint: b.endpoint, covered_until: b.coveredUntil, age_s: Math.round(b.ageSec) })),
+      );
       return 0;
     }
     case "list": {

@@ -6,12 +6,15 @@ import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { connectProbes, connectReceiver, receiverApp } from "../runtime/receiver.ts";
 import { onStopSignals } from "../runtime/signals.ts";
 import { createStartingApp } from "../receiver/starting-app.ts";
+import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
 
 const env = process.env;
 let config: Config;
+let catchUpSettings: CatchUpSettings;
 try {
   // No development secret is made (or written to .data/) where it could not be used.
   config = loadConfig(env, env.DATABASE_URL || env.NODE_ENV === "production" ? undefined : devWebhookSecret());
+  catchUpSettings = readCatchUpSettings(env);
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(1);
@@ -23,6 +26,7 @@ try {
 // (Handlers run at the first await below, once `server` and `startup` exist.)
 const stopping = new AbortController();
 let probeDb: Db | undefined;
+let catchUp: Promise<void> | undefined;
 onStopSignals(
   (signal) => void shutdown(signal),
   () => process.exit(1),
@@ -74,6 +78,9 @@ if (ready) {
       `  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"} (not for production: set DATABASE_URL)`,
     );
   }
+  // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
+  catchUp = startCatchUp(env, catchUpSettings, db, stopping.signal, (line) => console.log(JSON.stringify(line)));
+  if (catchUp) console.log("  event catch-up from Stripe's Events API: on (RECONCILE_IDLE_AFTER / RECONCILE_EVERY)");
   if (config.endpoints[0]?.source === "generated") {
     console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");
   }
@@ -86,6 +93,7 @@ async function shutdown(signal: string): Promise<void> {
   const opened = await startup;
   await server.stop();
   if (opened) {
+    await catchUp;
     await Promise.all([opened.db.end({ timeout: 5 }), probeDb?.end({ timeout: 1 })]);
     await opened.database.close();
   }

@@ -1,14 +1,14 @@
 // Entry file: `bun run worker [options]`: processes async and hybrid rows. Env, args and signals live here.
 import { parseArgs } from "node:util";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
-import { readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
+import { ConfigError, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
 import { connect } from "../db/db.ts";
-import { handlersFor, migratingHandlersFor } from "../receiver/endpoints.ts";
+import { handlerTables, handlersFor, migratingHandlersFor } from "../receiver/endpoints.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { runWorker } from "../worker/worker.ts";
 import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
 import { stripeFetcher, type Fetcher } from "../worker/stripe-fetch.ts";
-import { handlerTables } from "../receiver/endpoints.ts";
+import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
   --concurrency N     batches processed at once (default 4)
@@ -23,7 +23,8 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)
   STRIPE_API_KEY, STRIPE_API_BASE   the Stripe API thin endpoints and refetch endpoints are read from
                       (required when STRIPE_ENDPOINT_KIND[_<NAME>]=thin or INBOX_REFETCH[_<NAME>]=true)
-  STRIPE_API_REQUESTS_PER_SEC       API requests started per second at most (default 20)`;
+  STRIPE_API_REQUESTS_PER_SEC       API requests started per second at most (default 20)
+  RECONCILE_IDLE_AFTER, RECONCILE_EVERY   event catch-up from Stripe's Events API (1h, 15m; off by default; needs STRIPE_API_KEY)`;
 
 function usageError(message: string): never {
   console.error(`${message}\n\n${USAGE}`);
@@ -56,6 +57,13 @@ if (!/^\d+$/.test(rawBatch) || !Number.isSafeInteger(batchSize) || batchSize < 1
 const waitMs = readDatabaseWaitMs(process.env, problems);
 const apiEndpoints = readApiEndpoints(process.env, problems);
 const fetcher = readFetcher(problems);
+let catchUpSettings: CatchUpSettings = { idleAfterMs: undefined, everyMs: undefined };
+try {
+  catchUpSettings = readCatchUpSettings(process.env);
+} catch (err) {
+  if (!(err instanceof ConfigError)) throw err;
+  problems.push(...err.problems);
+}
 if (problems[0]) usageError(problems.join("\n"));
 
 /**
@@ -132,6 +140,14 @@ console.log(
     "statement-timeout": statementTimeout,
   }),
 );
+// Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
+let catchUp: Promise<void> | undefined;
+try {
+  catchUp = startCatchUp(process.env, catchUpSettings, db, controller.signal, (line) => console.log(JSON.stringify(line)));
+} catch (err) {
+  console.error(err instanceof ConfigError ? err.message : err);
+  process.exit(2);
+}
 await runWorker({
   db,
   // Next to thin endpoints, classic rows claim their change like the receiver's classic endpoints then do.
@@ -146,10 +162,11 @@ await runWorker({
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   listen,
   ...(fetcher ? { fetcher } : {}),
-  // The event backfill reads event_backfill_requests (sql/0015); this line makes each request visible at once.
+  // The event backfill reads event_backfill_requests (sql/0015_thin_events.sql); this line makes each request visible at once.
   onBackfillRequested: (r) =>
     console.log(JSON.stringify({ worker: "backfill_requested", id: r.id, endpoint: r.endpoint, from: r.window.start, to: r.window.end })),
 });
+await catchUp;
 await db.end({ timeout: 5 });
 await database.close();
 console.log(JSON.stringify({ worker: "stopped" }));

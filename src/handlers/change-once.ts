@@ -10,7 +10,7 @@ function changeOf(context: HandlerContext): string {
  * Wraps a Stripe handler so that each Stripe change is applied once, whichever of its events comes
  * first: the classic event (its own id is the change) or a thin event for the same change (its
  * `snapshot_event`, passed as `context.changeId`). The run first inserts the change into
- * `stripe_change_claims` (sql/0015) in the same transaction, `on conflict do nothing`; when the change
+ * `stripe_change_claims` (sql/0015_thin_events.sql) in the same transaction, `on conflict do nothing`; when the change
  * was already claimed, the business steps do nothing and the event is still settled. The unique key
  * serializes concurrent claims like the inbox key does; a run that rolls back releases its claim.
  * A statement handler stays one statement: the claim is one more step, and the handler's own steps see

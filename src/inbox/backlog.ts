@@ -62,3 +62,24 @@ export async function readOutboxBacklog(db: Db | Tx): Promise<OutboxBacklog> {
   `;
   return { pending: row?.pending ?? 0, oldestPendingAgeSec: row?.oldest ?? 0, needsReview: row?.needs_review ?? 0 };
 }
+
+/** How far event backfill got for one endpoint (sql/0017_event_backfill.sql). */
+export interface BackfillAge {
+  provider: string;
+  endpoint: string;
+  /** ISO time before which every event Stripe listed is recorded. */
+  coveredUntil: string;
+  /** Seconds since `coveredUntil`: past 30 days (2592000) events of the gap can no longer be backfilled. */
+  ageSec: number;
+}
+
+/** The backfill checkpoint of every endpoint that has one (a handful of rows), for `inbox status` and `/metrics`. */
+export async function readBackfillAges(db: Db | Tx): Promise<BackfillAge[]> {
+  const rows = await db<{ provider: string; endpoint: string; covered_until: Date; age: number }[]>`
+    select provider, endpoint, covered_until, extract(epoch from now() - covered_until)::float8 as age
+      from event_backfill_checkpoints
+     where covered_until is not null
+     order by provider, endpoint
+  `;
+  return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, coveredUntil: r.covered_until.toISOString(), ageSec: r.age }));
+}

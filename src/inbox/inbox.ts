@@ -39,10 +39,10 @@ export interface Backoff {
  */
 export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEvent, as: RecordedAs): Promise<boolean> {
   const rows = await tx`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome, source)
     values (
       ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
-      case when ${as}::text is null then null else now() end, ${as}::text
+      case when ${as}::text is null then null else now() end, ${as}::text, ${sourceOf(event)}
     )
     on conflict (provider, endpoint, event_id) do nothing
     returning 1
@@ -59,7 +59,7 @@ export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEve
  * @throws the database error when it cannot be written (the caller must then answer 5xx).
  */
 export async function recordFailedAttempt(
-  db: Db,
+  db: Db | Tx,
   key: InboxKey,
   event: VerifiedEvent,
   error: string,
@@ -67,11 +67,11 @@ export async function recordFailedAttempt(
   backoff: Backoff,
 ): Promise<boolean> {
   const rows = await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, attempts, last_error, available_at, needs_review_at)
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, attempts, last_error, available_at, needs_review_at, source)
     values (
       ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
       1, ${error}, now() + webhook_inbox_backoff(1, ${backoff.baseMs}, ${backoff.capMs}),
-      case when ${permanent} then now() end
+      case when ${permanent} then now() end, ${sourceOf(event)}
     )
     on conflict (provider, endpoint, event_id) do nothing
     returning 1
@@ -104,7 +104,7 @@ export interface StatementEffect {
  * @throws the statement's error when the key is not recorded (nothing of this attempt remains).
  */
 export async function recordAndApply(
-  db: Db,
+  db: Db | Tx,
   key: InboxKey,
   event: VerifiedEvent,
   effect: StatementEffect,
@@ -112,10 +112,10 @@ export async function recordAndApply(
 ): Promise<boolean> {
   const query = db<{ inserted: boolean }[]>`
     with inbox as (
-      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome, source)
       values (
         ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
-        now(), 'processed'
+        now(), 'processed', ${sourceOf(event)}
       )
       on conflict (provider, endpoint, event_id) do nothing
       returning 1
@@ -155,8 +155,8 @@ export async function isRecorded(db: Db | Tx, key: InboxKey): Promise<boolean> {
  */
 export async function recordUnstorable(db: Db, key: InboxKey, event: VerifiedEvent, error: string): Promise<boolean> {
   const rows = await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, attempts, last_error, needs_review_at)
-    values (${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, null, ${event.body}, 1, ${error}, now())
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, attempts, last_error, needs_review_at, source)
+    values (${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, null, ${event.body}, 1, ${error}, now(), ${sourceOf(event)})
     on conflict (provider, endpoint, event_id) do nothing
     returning 1
   `;
@@ -171,6 +171,11 @@ export function storedJson(event: VerifiedEvent): string {
 /** `raw_body` of a row with a sanitized payload: the exact verified bytes; null otherwise (the payload is them). */
 function rawBody(event: VerifiedEvent): string | null {
   return event.sanitized ? event.body : null;
+}
+
+/** The `source` column of a row this event inserts: `webhook` unless the event says otherwise. */
+function sourceOf(event: VerifiedEvent): string {
+  return event.source ?? "webhook";
 }
 
 /** `payload_sanitized`: what the stored copy replaced, or null. */

@@ -1,5 +1,5 @@
 import type { Db } from "../db/db.ts";
-import { readBacklog, readOutboxBacklog, type Backlog, type OutboxBacklog } from "../inbox/backlog.ts";
+import { readBackfillAges, readBacklog, readOutboxBacklog, type BackfillAge, type Backlog, type OutboxBacklog } from "../inbox/backlog.ts";
 
 /** Arrivals of one event type at one endpoint within the status window. */
 export interface Arrivals {
@@ -22,6 +22,8 @@ export interface InboxStatus {
   /** Window of `arrivals`, seconds (default the last hour). */
   windowSec: number;
   arrivals: Arrivals[];
+  /** Event backfill checkpoints: how far `reconcile events` (or the catch-up) got per endpoint, and its age. */
+  backfill: BackfillAge[];
 }
 
 /** The inbox and outbox backlogs plus arrivals per endpoint and event type over the last `windowSec` seconds (default 3600). */
@@ -54,6 +56,7 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
   return {
     backlog: await readBacklog(db),
     outbox: await readOutboxBacklog(db),
+    backfill: await readBackfillAges(db),
     windowSec,
     arrivals: arrivals.map((r) => ({
       provider: r.provider,

@@ -14,8 +14,14 @@ export interface VerifiedEvent {
   payload: Record<string, unknown>;
   /** What the event is about, read from `payload` by its provider's {@link WebhookProvider.subject}. */
   subject: Subject;
-  /** The verified request body, exactly as received. */
+  /** The verified request body, exactly as received (for an event read from Stripe's API: the event as the API returned it, serialized). */
   body: string;
+  /**
+   * Where the event came from, stored in the inbox's `source` column when this event inserts the row
+   * (a later duplicate changes nothing): `webhook` (default, a signed delivery) or `api` (read from
+   * the provider's API by event backfill, trusted because it came over TLS with our key).
+   */
+  source?: EventSource;
   /**
    * Present when `body` holds what PostgreSQL's jsonb refuses (a `\u0000`, a lone surrogate escape):
    * the copy stored as the inbox payload, which `payload`, `type` and `id` were read from; the inbox
@@ -26,6 +32,9 @@ export interface VerifiedEvent {
     typeChanged: boolean;
   };
 }
+
+/** The inbox's `source` values (sql/0014_inbox_source.sql). */
+export type EventSource = "webhook" | "api" | "reconcile";
 
 /** What a provider's verifier gets: the raw body (already size-limited and UTF-8 checked) and the headers. */
 export interface VerifyInput {

@@ -176,6 +176,20 @@ export function stripeSubject(payload: Record<string, unknown>): Subject {
   return { object: fields, key };
 }
 
+/**
+ * An event read from Stripe's Events API (`stripe.events.list`) as the inbox records it: the same id,
+ * type, payload and subject a webhook delivery of that event gives, with `source: "api"`. There is no
+ * signed body: it is trusted because it came from Stripe over TLS with our key. `body` is the event
+ * as the API returned it, serialized with JSON.stringify (a webhook body is the same object); the
+ * inbox stores it as the payload and keeps it in `raw_body` only when jsonb needs a sanitized copy,
+ * exactly as for a delivery (jsonb-text.ts).
+ * @throws AppError `invalid_event` when the object is not a Stripe event (object "event", id evt_…,
+ *   type, data.object).
+ */
+export function stripeApiEvent(event: unknown): VerifiedEvent {
+  return { ...toVerifiedEvent(event, JSON.stringify(event)), source: "api" };
+}
+
 /** The Stripe provider: inbox `provider = 'stripe'`, verified by {@link verifyStripeEvent}, read by {@link stripeSubject}. */
 export const stripeProvider: WebhookProvider = { name: "stripe", verify: verifyStripeEvent, subject: stripeSubject };
 

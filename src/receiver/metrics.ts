@@ -1,4 +1,4 @@
-import type { Backlog, OutboxBacklog } from "../inbox/backlog.ts";
+import type { BackfillAge, Backlog, OutboxBacklog } from "../inbox/backlog.ts";
 
 /** Label pair of the backlog of endpoints that are not configured (see `render`). */
 const UNCONFIGURED = { provider: "_unconfigured", endpoint: "_unconfigured" };
@@ -21,6 +21,8 @@ export interface DeliveryObservation {
 export interface BacklogSnapshot {
   inbox: Backlog[];
   outbox: OutboxBacklog;
+  /** Event backfill checkpoints (absent: not read). */
+  backfill?: BackfillAge[];
 }
 
 /** One counter of {@link Metrics.deliveryCounts}. */
@@ -136,6 +138,14 @@ export function createMetrics(): Metrics {
         backlog.outbox.oldestPendingAgeSec,
       );
       single("webhook_outbox_needs_review", "Outbox rows parked for an operator (dead letter).", backlog.outbox.needsReview);
+      // Configured endpoints only, like the other labels; an endpoint never backfilled has no sample.
+      const ages = (backlog.backfill ?? []).filter((a) => endpoints.some((e) => e.provider === a.provider && e.endpoint === a.endpoint));
+      out.push(
+        "# HELP webhook_backfill_checkpoint_age_seconds Seconds since the newest moment event backfill has covered (Stripe keeps events 30 days).",
+        "# TYPE webhook_backfill_checkpoint_age_seconds gauge",
+      );
+      for (const a of ages)
+        out.push(`webhook_backfill_checkpoint_age_seconds{${labels({ provider: a.provider, endpoint: a.endpoint })}} ${a.ageSec}`);
     }
     return `${out.join("\n")}\n`;
   }

@@ -1,7 +1,7 @@
 import type { Db } from "../db/db.ts";
 import { AppError, errorResponse } from "../errors.ts";
 import type { Metrics } from "./metrics.ts";
-import { readBacklog, readOutboxBacklog } from "../inbox/backlog.ts";
+import { readBackfillAges, readBacklog, readOutboxBacklog } from "../inbox/backlog.ts";
 
 /** Dependencies of {@link createProbes}. */
 export interface ProbeDeps {
@@ -57,7 +57,7 @@ export function createProbes(deps: ProbeDeps) {
     // is cancelled by PostgreSQL and frees the probe connection, so /readyz does not queue behind it.
     const read = deps.db.begin(async (tx) => {
       await tx`select set_config('statement_timeout', ${String(PROBE_TIMEOUT_MS - 250)}, true)`;
-      return { inbox: await readBacklog(tx), outbox: await readOutboxBacklog(tx) };
+      return { inbox: await readBacklog(tx), outbox: await readOutboxBacklog(tx), backfill: await readBackfillAges(tx) };
     });
     const backlog = await withTimeout(read, PROBE_TIMEOUT_MS).catch(() => null);
     return new Response(deps.metrics.render(backlog, deps.endpoints), {

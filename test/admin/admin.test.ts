@@ -195,13 +195,12 @@ describe("createAdmin()", () => {
     expect(text).toMatch(/<svg\s+class="chart"/);
     expect(text).toMatch(/duplicates\s+\(12 of 24 answered since start\)/);
     expect(text).toContain("Outbox");
-    expect(text).not.toContain("reconciliation checkpoint");
-    await server.db`create table event_backfill_checkpoints (provider text, endpoint text, covered_until timestamptz, primary key (provider, endpoint))`;
-    await server.db`insert into event_backfill_checkpoints values ('stripe', 'billing', now() - interval '2 hours')`;
+    expect(text).not.toContain("event backfill checkpoint");
+    await server.db`insert into event_backfill_checkpoints (provider, endpoint, covered_until) values ('stripe', 'billing', now() - interval '2 hours')`;
     try {
-      expect(await (await get("/admin")).text()).toMatch(/<b>2\.0 h<\/b>since the reconciliation checkpoint/);
+      expect(await (await get("/admin")).text()).toMatch(/<b>2\.0 h<\/b>since the event backfill checkpoint/);
     } finally {
-      await server.db`drop table event_backfill_checkpoints`;
+      await server.db`delete from event_backfill_checkpoints`;
     }
   });
 

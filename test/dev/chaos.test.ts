@@ -21,6 +21,10 @@ interface Summary {
   receiver_kills: number;
   worker_kills: number;
   db_restarts: number;
+  outages: number;
+  gave_up: number;
+  recovered_by_reconcile: number;
+  reconcile_exit: number | null;
   lost: number;
   unacknowledged: number;
   double_booked: number;
@@ -39,7 +43,7 @@ describe("bun run chaos", () => {
     ["async", 202],
     ["hybrid", 303],
   ])(
-    "`chaos --mode %s` loses nothing and books nothing twice through SIGKILLs and a PostgreSQL restart",
+    "`chaos --mode %s` loses nothing and books nothing twice through SIGKILLs, a PostgreSQL restart and an outage the senders give up on",
     async (mode, seed) => {
       const env: Record<string, string | undefined> = { ...process.env };
       delete env.DATABASE_URL; // its own embedded server, so it can restart it
@@ -61,11 +65,15 @@ describe("bun run chaos", () => {
           "--fault-every-ms",
           "300",
           "--deadline-ms",
-          "60000",
+          "100000",
+          "--outage-ms",
+          "3000",
+          "--give-up-ms",
+          "2000",
         ],
         { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
       );
-      const killer = setTimeout(() => child.kill("SIGKILL"), 110_000);
+      const killer = setTimeout(() => child.kill("SIGKILL"), 170_000);
       const [stdout, stderr, code] = await Promise.all([
         new Response(child.stdout).text(),
         new Response(child.stderr).text(),
@@ -91,11 +99,15 @@ describe("bun run chaos", () => {
         poison_parked: 1,
       });
       expect(summary.db_restarts).toBe(1);
+      // The outage outlasted the senders' retries: what they gave up on came back through `reconcile events`.
+      expect(summary.outages).toBe(1);
+      expect(summary.reconcile_exit).toBe(0);
+      expect(summary.gave_up).toBeGreaterThan(0);
       expect(summary.receiver_kills + summary.worker_kills).toBeGreaterThanOrEqual(2);
       expect(summary.concurrent_duplicates).toBeGreaterThan(0);
       expect(summary.graceful_exits).toBe(summary.children);
     },
-    120_000,
+    180_000,
   );
 });
 

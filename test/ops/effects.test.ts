@@ -1,8 +1,7 @@
-// eventEffects(), activityPerMinute() and reconciliationCheckpointAges() on real rows.
+// eventEffects() and activityPerMinute() on real rows.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Db } from "../../src/db/db.ts";
 import { activityPerMinute } from "../../src/ops/activity.ts";
-import { reconciliationCheckpointAges } from "../../src/ops/checkpoint.ts";
 import { eventEffects } from "../../src/ops/effects.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
 import { handlersFor } from "../../src/receiver/endpoints.ts";
@@ -42,14 +41,3 @@ test("`activityPerMinute()` counts this hour's rows per minute by state", async 
   expect(rows.every((r) => r.endpoint === "billing")).toBe(true);
 });
 
-test("`reconciliationCheckpointAges()` is null without its table and reads each endpoint's covered_until once it exists", async () => {
-  expect(await reconciliationCheckpointAges(db)).toBeNull();
-  await db`create table event_backfill_checkpoints (provider text, endpoint text, covered_until timestamptz, primary key (provider, endpoint))`;
-  expect(await reconciliationCheckpointAges(db)).toEqual([]);
-  await db`insert into event_backfill_checkpoints values ('stripe', 'billing', now() - interval '90 seconds'), ('stripe', 'ops', null)`;
-  const ages = await reconciliationCheckpointAges(db);
-  expect(ages?.map((a) => a.endpoint)).toEqual(["billing"]);
-  expect(ages?.[0]?.ageSec).toBeGreaterThanOrEqual(90);
-  expect(ages?.[0]?.ageSec).toBeLessThan(3600);
-  await db`drop table event_backfill_checkpoints`;
-});

@@ -536,6 +536,7 @@ describe("inbox CLI", () => {
         expect(await inboxJson<InboxStatus>(["status"], behind.url)).toEqual({
           backlog: [],
           outbox: { pending: 0, oldestPendingAgeSec: 0, needsReview: 0 },
+          backfill: [],
           windowSec: 3_600,
           arrivals: [],
         });

@@ -374,9 +374,9 @@ describe("reconcile invoices", () => {
   });
 });
 
-test("`bun run reconcile:invoices` runs the command as a process: --json on stdout, exit 1 on drift", async () => {
+test("`bun run reconcile invoices` runs the command as a process: --json on stdout, exit 1 on drift", async () => {
   inStripe("in_cli", { status: "open" });
-  const proc = Bun.spawn([process.execPath, "src/bin/reconcile-objects.ts", "invoices", "--json"], {
+  const proc = Bun.spawn([process.execPath, "src/bin/reconcile.ts", "invoices", "--json"], {
     cwd: join(import.meta.dir, "..", ".."),
     env: { ...process.env, ...ENV, DATABASE_URL: fresh.url },
     stdout: "pipe",

@@ -30,9 +30,14 @@ const USAGE = `Usage: bun run chaos [options]
   --senders N                concurrent Stripe-like senders (default 8)
   --rate N                   deliveries per second over all senders (default 150)
   --receivers N, --workers N receiver and worker processes (default 2 and 2; no workers in sync mode)
-  --faults LIST              kill-receiver,kill-worker,restart-db (default all; "none" for none)
+  --faults LIST              kill-receiver,kill-worker,restart-db,outage (default all; "none" for none;
+                             --thin leaves the outage out)
   --thin                     deliver the storm as thin event notifications to a thin endpoint; workers fetch
                              each object from a local fake Stripe API that answers 5% of requests with 429
+  --outage-ms N              outage: every receiver down this long, once (default 8000), longer than
+  --give-up-ms N             the senders' retries: a delivery failing this long is given up, as Stripe
+                             gives up after three days (default 5000); then \`reconcile events\` recovers
+                             those from a fake Stripe Events API
   --fault-every-ms N         mean time between faults (default 700)
   --deadline-ms N            give up on an unacknowledged event after this (default 90000, or three times
                              the time the storm's deliveries take at --rate when that is longer)
@@ -42,7 +47,8 @@ With DATABASE_URL a fresh database is created on that server (and dropped afterw
 skipped: only an embedded server can be restarted); otherwise a throwaway embedded PostgreSQL is used.`;
 
 const SECRET = "whsec_chaos_0123456789abcdefghijklmn";
-const FAULTS = ["kill-receiver", "kill-worker", "restart-db"] as const;
+const FAULTS = ["kill-receiver", "kill-worker", "restart-db", "outage"] as const;
+const API_KEY = "sk_test_chaos0123456789";
 
 function usage(message: string): never {
   console.error(`${message}\n\n${USAGE}`);
@@ -63,6 +69,8 @@ const { values: o } = (() => {
         faults: { type: "string", default: FAULTS.join(",") },
         "fault-every-ms": { type: "string", default: "700" },
         "deadline-ms": { type: "string" },
+        "outage-ms": { type: "string", default: "8000" },
+        "give-up-ms": { type: "string", default: "5000" },
         seed: { type: "string", default: String(Math.floor(Math.random() * 1e9)) },
         json: { type: "boolean", default: false },
         thin: { type: "boolean", default: false },
@@ -87,6 +95,11 @@ if (mode !== "sync" && mode !== "async" && mode !== "hybrid") usage(`--mode must
 const faults = new Set(o.faults === "none" ? [] : o.faults.split(","));
 for (const f of faults) if (!(FAULTS as readonly string[]).includes(f)) usage(`Unknown fault "${f}": use ${FAULTS.join(", ")} or none`);
 const seed = num("seed", 0);
+// The outage's recovery reads the classic Events API; a thin storm is recovered by its own fetches.
+if (o.thin) faults.delete("outage");
+const outage = faults.has("outage");
+if (outage && num("give-up-ms", 1) >= num("outage-ms", 1))
+  usage("--give-up-ms must be shorter than --outage-ms: the outage must outlast the senders' retries");
 // A thin endpoint is processed by workers whatever --mode says (it applies to the classic billing endpoint).
 const workerCount = mode === "sync" && !o.thin ? 0 : num("workers", 1);
 const random = mulberry32(seed);
@@ -134,14 +147,14 @@ await migrate(db, loadMigrations());
 
 // 2. The real commands as children: receivers on fixed ports (kept across restarts), workers.
 // --thin: a thin endpoint next to billing, and the fake Stripe API the workers read (its objects come with the storm).
-const API_KEY = "sk_test_chaosthinchaos";
-const fakeStripe = o.thin ? startFakeStripe({ store: new FakeStripeStore(API_KEY) }) : undefined;
-if (fakeStripe) fakeStripe.store.rateLimitFraction = 0.05;
-const thinEnv: Record<string, string> = fakeStripe
+const THIN_API_KEY = "sk_test_chaosthinchaos";
+const thinApi = o.thin ? startFakeStripe({ store: new FakeStripeStore(THIN_API_KEY) }) : undefined;
+if (thinApi) thinApi.store.rateLimitFraction = 0.05;
+const thinEnv: Record<string, string> = thinApi
   ? { STRIPE_ENDPOINTS: "thin", STRIPE_WEBHOOK_SECRET_THIN: SECRET, STRIPE_ENDPOINT_KIND_THIN: "thin" }
   : {};
-const apiEnv: Record<string, string> = fakeStripe
-  ? { ...thinEnv, STRIPE_API_KEY: API_KEY, STRIPE_API_BASE: fakeStripe.url, STRIPE_API_REQUESTS_PER_SEC: "500" }
+const apiEnv: Record<string, string> = thinApi
+  ? { ...thinEnv, STRIPE_API_KEY: THIN_API_KEY, STRIPE_API_BASE: thinApi.url, STRIPE_API_REQUESTS_PER_SEC: "500" }
   : {};
 const receiverEnv = { DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: mode, DB_POOL_MAX: "4", HOST: "127.0.0.1", ...thinEnv };
 const ports = await Promise.all(Array.from({ length: num("receivers", 1) }, () => freePort()));
@@ -170,18 +183,24 @@ for (const child of children) child.start();
 await Promise.all(ports.map((port) => waitReady(`http://127.0.0.1:${port}`)));
 
 // 3. Faults while the storm runs.
-const counts = { receiverKills: 0, workerKills: 0, dbRestarts: 0 };
+const counts = { receiverKills: 0, workerKills: 0, dbRestarts: 0, outages: 0 };
+// The outage begins a third of the way into the storm's expected sending time.
+const outageAtMs = () => (storm.events.length * 2 * 1000) / num("rate", 1) / 3;
 let storming = true;
 const faultLoop = (async () => {
   let dbRestartDue = faults.has("restart-db");
+  let outageDue = outage;
   const stormStarted = Date.now();
   await sleep(300);
   while (storming) {
-    const kinds = [...faults].filter((f) => f !== "restart-db" && (f !== "kill-worker" || workers.length > 0));
+    const kinds = [...faults].filter((f) => f !== "restart-db" && f !== "outage" && (f !== "kill-worker" || workers.length > 0));
     // PostgreSQL goes down once, about a second into the storm, while deliveries are in flight.
     if (dbRestartDue && Date.now() - stormStarted > 1_000) {
       dbRestartDue = false;
       await restartDatabase();
+    } else if (outageDue && Date.now() - stormStarted > outageAtMs()) {
+      outageDue = false;
+      await receiverOutage();
     } else if (kinds.length > 0) {
       const kind = kinds[Math.floor(random() * kinds.length)];
       const pool = kind === "kill-receiver" ? receivers : workers;
@@ -198,6 +217,16 @@ const faultLoop = (async () => {
   }
 })();
 
+/** Every receiver down for --outage-ms (longer than the senders' retries), then up again. */
+async function receiverOutage(): Promise<void> {
+  log("chaos outage: every receiver down");
+  await Promise.all(receivers.map((r) => r.stop("SIGKILL")));
+  counts.outages++;
+  await sleep(num("outage-ms", 1));
+  for (const r of receivers) r.start();
+  log("chaos outage over");
+}
+
 async function restartDatabase(): Promise<void> {
   if (!dataDir || !embedded) return;
   log("chaos immediate shutdown of PostgreSQL");
@@ -210,7 +239,15 @@ async function restartDatabase(): Promise<void> {
 
 // 4. The storm.
 const classicStorm = generateStorm({ invoices: num("invoices", 1), poison: num("poison", 0), seed });
-const storm = fakeStripe ? thinStorm(classicStorm, fakeStripe.store) : classicStorm;
+const storm = thinApi ? thinStorm(classicStorm, thinApi.store) : classicStorm;
+// Stripe's Events API holds every event of the storm, ten per second in the storm's order, ending a
+// moment ago (the bodies' fixed \`created\` is older than the 30 days Stripe keeps events).
+const stripeStore = new FakeStripeStore(API_KEY);
+const firstCreated = Math.floor(Date.now() / 1000) - Math.ceil(storm.events.length / 10) - 1;
+storm.events.forEach((e, i) =>
+  stripeStore.putEvent({ ...(JSON.parse(e.body) as { id: string; object: string }), created: firstCreated + Math.floor(i / 10) }),
+);
+const fakeStripe = outage ? startFakeStripe({ store: stripeStore }) : undefined;
 say(
   `chaos: ${o.thin ? "thin endpoint" : `mode ${mode}`}, seed ${seed}, ${storm.events.length} events, ${receivers.length} receivers, ${workers.length} workers, faults ${[...faults].join(",") || "none"}`,
 );
@@ -226,24 +263,32 @@ const stats = await sendStorm(storm.events, {
     o["deadline-ms"] !== undefined
       ? num("deadline-ms", 1000)
       : Math.max(90_000, Math.ceil(((storm.events.length * 2) / num("rate", 1)) * 3_000)),
+  giveUpMs: outage ? num("give-up-ms", 1) : undefined,
 });
 storming = false;
 await faultLoop;
 
 // 5. Everything up again, the backlog drained, children stopped gracefully.
 for (const child of children) child.start();
+// What the senders gave up on comes back from Stripe's Events API through the real command.
+const reconcile = fakeStripe ? await reconcileEvents(fakeStripe.url) : undefined;
 const drained = await waitDrained(60_000);
 // A child restarted a moment ago may not have installed its signal handlers yet: wait before SIGTERM.
 await Promise.all([...receivers, ...workers].map((c) => c.ready(30_000)));
 const exits = await Promise.all([...receivers, ...workers].map(async (c) => ({ name: c.name, code: await c.stop("SIGTERM") })));
 
 // 6. The verdict.
+// With the outage, every event must end in the inbox (by webhook or by backfill): "lost" covers all.
+const mustBeRecorded = outage ? new Set(storm.events.map((e) => e.id)) : stats.acknowledged;
 const verdict = o.thin
   ? await checkStorm(db, storm, "thin", stats.acknowledged, stats.unacknowledged, "stripe-thin")
-  : await checkStorm(db, storm, "billing", stats.acknowledged, stats.unacknowledged);
+  : await checkStorm(db, storm, "billing", mustBeRecorded, stats.unacknowledged);
+const [recovered] = await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where source = 'api'`;
 // A run that was asked to restart PostgreSQL but ended before it could proves less than it claims.
 const dbRestartMissed = faults.has("restart-db") && counts.dbRestarts === 0;
-const ok = passed(verdict) && drained && !dbRestartMissed;
+const outageMissed = outage && counts.outages === 0;
+const reconcileFailed = reconcile !== undefined && reconcile !== 0;
+const ok = passed(verdict) && drained && !dbRestartMissed && !outageMissed && !reconcileFailed;
 const summary = {
   mode: o.thin ? "thin" : mode,
   seed,
@@ -257,7 +302,12 @@ const summary = {
   receiver_kills: counts.receiverKills,
   worker_kills: counts.workerKills,
   db_restarts: counts.dbRestarts,
-  ...(fakeStripe ? { api_429s: fakeStripe.store.requests.filter((r) => r.status === 429).length } : {}),
+  ...(thinApi ? { api_429s: thinApi.store.requests.filter((r) => r.status === 429).length } : {}),
+  outages: counts.outages,
+  // Deliveries the senders gave up on during the outage, and rows \`reconcile events\` recorded from the API.
+  gave_up: stats.gaveUp.length,
+  recovered_by_reconcile: recovered?.n ?? 0,
+  reconcile_exit: reconcile ?? null,
   // Children that exited without being killed (e.g. a start-up failure), started again by supervise().
   self_exits: children.reduce((n, c) => n + c.selfExits, 0),
   lost: verdict.lost.length,
@@ -294,6 +344,8 @@ if (!o.json) {
   }
   for (const p of verdict.poison) console.log(`injected poison ${p.eventId}: ${p.parked ? "needs-review, as expected" : "NOT parked"}`);
   if (!drained) console.log("VIOLATION: the backlog did not drain within 60 s");
+  if (outageMissed) console.log("INCOMPLETE: the storm ended before the outage; use more --invoices or a lower --rate");
+  if (reconcileFailed) console.log(`VIOLATION: reconcile events exited ${reconcile} (see ${logFile})`);
   if (dbRestartMissed)
     console.log("INCOMPLETE: the storm ended before PostgreSQL could be restarted; use more --invoices or a lower --rate");
   console.log(ok ? "PASSED (child output removed)" : `FAILED: child output kept in ${logFile}`);
@@ -302,11 +354,32 @@ if (!o.json) {
 }
 await db.end({ timeout: 5 });
 await fakeStripe?.stop();
+await thinApi?.stop();
 await embedded?.stop();
 await dropDatabase();
 if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
 if (ok) rmSync(workDir, { recursive: true, force: true });
 process.exit(ok ? 0 : 1);
+
+/** Runs \`bun run reconcile events\` against the fake Stripe API at \`apiBase\`; its output goes to the log. Returns its exit code. */
+async function reconcileEvents(apiBase: string): Promise<number> {
+  const child = Bun.spawn([process.execPath, bin("reconcile"), "events"], {
+    env: {
+      ...process.env,
+      DATABASE_URL: url,
+      STRIPE_WEBHOOK_SECRET: SECRET,
+      INBOX_MODE: mode,
+      STRIPE_API_KEY: API_KEY,
+      STRIPE_API_BASE: apiBase,
+    },
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const [out, err, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
+  for (const line of `${out}${err}`.split("\n").filter(Boolean)) log(`reconcile ${line}`);
+  say(`chaos: reconcile events exited ${code}: ${out.split("\n")[0] ?? ""}`);
+  return code;
+}
 
 async function waitReady(base: string): Promise<void> {
   const deadline = Date.now() + 30_000;

@@ -16,6 +16,11 @@ export interface StormOptions {
   ratePerSec: number;
   /** Give up on an event not acknowledged by then (counted as unacknowledged). */
   deadlineMs: number;
+  /**
+   * A delivery still failing this long after its first attempt is given up, as Stripe gives up after
+   * three days of retries (counted in `gaveUp`, not retried again); undefined: retry until the deadline.
+   */
+  giveUpMs?: number;
 }
 
 /** What the senders saw. */
@@ -36,13 +41,15 @@ export interface StormStats {
   acknowledged: Set<string>;
   /** Deliveries that never got a 2xx before the deadline. */
   unacknowledged: string[];
+  /** Deliveries the sender gave up on after `giveUpMs` (what only a backfill from the Events API can recover). */
+  gaveUp: string[];
 }
 
 /**
  * Delivers every event 1–3 times, in shuffled order, from `senders` concurrent senders that behave
  * like Stripe: each delivery is retried after any non-2xx or connection failure with jittered
  * exponential backoff (capped at 1 s here to keep runs short) and a fresh signature per attempt,
- * until a 2xx or the deadline. About a third of the duplicated events send their copies at the same
+ * until a 2xx, the deadline, or (with `giveUpMs`) the sender giving up on it. About a third of the duplicated events send their copies at the same
  * moment. Never throws for HTTP failures.
  */
 export async function sendStorm(events: readonly StormEvent[], o: StormOptions): Promise<StormStats> {
@@ -57,6 +64,7 @@ export async function sendStorm(events: readonly StormEvent[], o: StormOptions):
     outcomes: {},
     acknowledged: new Set(),
     unacknowledged: [],
+    gaveUp: [],
   };
   const jobs = events.map((event) => {
     const copies = 1 + Math.floor(random() * 3);
@@ -76,7 +84,12 @@ export async function sendStorm(events: readonly StormEvent[], o: StormOptions):
   };
 
   async function deliverOnce(event: StormEvent): Promise<void> {
+    const first = Date.now();
     for (let attempt = 1; Date.now() < deadline; attempt++) {
+      if (o.giveUpMs !== undefined && Date.now() - first > o.giveUpMs) {
+        stats.gaveUp.push(event.id);
+        return;
+      }
       const url = `${o.receivers[Math.floor(random() * o.receivers.length)]}${o.path}`;
       stats.requests++;
       let failure: string;

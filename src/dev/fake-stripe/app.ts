@@ -3,7 +3,9 @@
 // `starting_after` pages to older objects, `ending_before` to newer ones, each page still newest
 // first; `has_more`), "List all events" (`created` as a number or a range of gt/gte/lt/lte, `type`
 // with a `*` wildcard, `types` up to 20, `delivery_success`) and "Errors" (JSON `error` bodies, 401 on a
-// wrong key, 404 `resource_missing`, 429 when rate limited). Query parameters are parsed in the
+// wrong key, 404 `resource_missing`, 429 when rate limited). With `eventRetentionSec` set, events
+// older than that are gone, as Stripe keeps events for 30 days: not listed, and a 400
+// `resource_missing` as a cursor. Query parameters are parsed in the
 // indexed bracket form stripe-node sends (`created[gte]=…`, `types[0]=…`).
 import type { FakeStripeStore, StoredObject } from "./store.ts";
 
@@ -54,8 +56,12 @@ function eventFilter(store: FakeStripeStore, q: Query): ((e: StoredObject) => bo
     (delivery === undefined || (delivery === "false") === store.undelivered.has(e.id));
 }
 
-/** One page of `all` (newest first) for the query's limit and cursors, as Stripe's list object. */
-function page(all: StoredObject[], q: Query, url: string): Response {
+/**
+ * One page of `all` (newest first, filtered) for the query's limit and cursors, as Stripe's list
+ * object. A cursor is placed among `every` object of the resource (newest first, unfiltered), as
+ * Stripe does: it need not match the filters, only exist.
+ */
+function page(all: StoredObject[], every: StoredObject[], q: Query, url: string): Response {
   const limit = q.limit === undefined ? 10 : Number(q.limit);
   if (!Number.isInteger(limit) || limit < 1 || limit > 100)
     return stripeError(
@@ -71,7 +77,12 @@ function page(all: StoredObject[], q: Query, url: string): Response {
   let hasMore: boolean;
   const cursor = q.starting_after ?? q.ending_before;
   if (cursor !== undefined) {
-    const at = all.findIndex((o) => o.id === cursor);
+    const position = every.findIndex((o) => o.id === cursor);
+    // Where the cursor sits in the filtered list: at itself, or before the first object older than it.
+    const rank = new Map(every.map((o, i) => [o.id, i]));
+    const after = all.findIndex((o) => (rank.get(o.id) ?? 0) >= position);
+    const at = position < 0 ? -1 : after < 0 ? all.length : after;
+    const self = all[at]?.id === cursor ? 1 : 0;
     if (at < 0)
       return stripeError(
         400,
@@ -81,8 +92,8 @@ function page(all: StoredObject[], q: Query, url: string): Response {
         q.starting_after !== undefined ? "starting_after" : "ending_before",
       );
     if (q.starting_after !== undefined) {
-      data = all.slice(at + 1, at + 1 + limit);
-      hasMore = at + 1 + limit < all.length;
+      data = all.slice(at + self, at + self + limit);
+      hasMore = at + self + limit < all.length;
     } else {
       const from = Math.max(0, at - limit);
       data = all.slice(from, at);
@@ -135,14 +146,15 @@ function respond(store: FakeStripeStore, request: Request, url: URL, q: Query): 
   const [, resource, id] = m as unknown as [string, string, string | undefined];
   if (id !== undefined) {
     const object = store.get(resource, id);
-    if (!object)
+    if (!object || !store.holds(resource, object))
       return stripeError(404, "invalid_request_error", `No such ${resource.replace(/s$/, "")}: '${id}'`, "resource_missing", "id");
     return json(200, object);
   }
   const filterEvent = resource === "events" ? eventFilter(store, q) : undefined;
   if (filterEvent instanceof Response) return filterEvent;
   const all: StoredObject[] = [];
-  for (const o of store.objects.get(resource) ?? []) {
+  const held = (store.objects.get(resource) ?? []).filter((o) => store.holds(resource, o));
+  for (const o of held) {
     const created = createdMatches(o.created, q);
     if (created instanceof Response) return created;
     if (!created) continue;
@@ -152,6 +164,7 @@ function respond(store: FakeStripeStore, request: Request, url: URL, q: Query): 
   }
   // Newest first; same second: the later insertion first.
   const order = new Map((store.objects.get(resource) ?? []).map((o, i) => [o.id, i]));
-  all.sort((a, b) => b.created - a.created || (order.get(b.id) ?? 0) - (order.get(a.id) ?? 0));
-  return page(all, q, `/v1/${resource}`);
+  const newestFirst = (a: StoredObject, b: StoredObject) => b.created - a.created || (order.get(b.id) ?? 0) - (order.get(a.id) ?? 0);
+  all.sort(newestFirst);
+  return page(all, held.sort(newestFirst), q, `/v1/${resource}`);
 }

@@ -38,6 +38,10 @@ export class FakeStripeStore {
   /** Random 429s: this fraction of list/retrieve requests is refused (0 = off), from a seeded generator. */
   rateLimitFraction = 0;
   private seed = 1;
+  /** Events older than this many seconds before `now()` are gone (Stripe keeps 30 days: 2592000); undefined keeps every event. */
+  eventRetentionSec: number | undefined;
+  /** The fake's clock, Unix ms (tests move it). */
+  now: () => number = Date.now;
 
   /** @param apiKey the key every request must carry as `Authorization: Bearer …` (undefined accepts any). */
   constructor(readonly apiKey?: string) {}
@@ -63,6 +67,15 @@ export class FakeStripeStore {
     this.objects.set(
       resource,
       list.filter((o) => o.id !== id),
+    );
+  }
+
+  /** Whether the API still holds `object` (events past `eventRetentionSec` are gone). */
+  holds(resource: string, object: StoredObject): boolean {
+    return (
+      resource !== "events" ||
+      this.eventRetentionSec === undefined ||
+      object.created >= Math.floor(this.now() / 1000) - this.eventRetentionSec
     );
   }
 

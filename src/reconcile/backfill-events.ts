@@ -1,0 +1,253 @@
+// Event backfill: Stripe's Events API, oldest first, into the same inbox as webhook deliveries.
+import type { Db } from "../db/db.ts";
+import { isPermanent, sqlState, SQLSTATE } from "../db/db.ts";
+import type { Backoff } from "../inbox/inbox.ts";
+import { stripeApiEvent } from "../providers/stripe.ts";
+import type { Mode, ReceiveTarget } from "../receiver/receive.ts";
+import { advanceCheckpoint, readCheckpoint, releaseLease, takeLease, type Advance } from "./checkpoint.ts";
+import { findWindowStart } from "./find-start.ts";
+import { noCounts, recordPage, type PageCounts } from "./record-page.ts";
+import { isMissingCursor, type ListEvents } from "./stripe-events.ts";
+
+/** Stripe keeps events for 30 days (API reference, "List all events"). */
+export const EVENT_RETENTION_DAYS = 30;
+/** Window of a run without `since` and without a checkpoint: Stripe's three days of webhook retries. */
+export const DEFAULT_WINDOW_SEC = 3 * 86_400;
+/** Largest page Stripe lists (and the default). */
+export const MAX_PAGE_SIZE = 100;
+
+/** What {@link backfillEvents} needs. Times are Unix milliseconds unless named `…Sec`. */
+export interface BackfillOptions {
+  db: Db;
+  list: ListEvents;
+  /** The endpoint: inbox key's provider and endpoint, its handler table, and its mode. */
+  target: ReceiveTarget;
+  mode: Mode;
+  /** Hybrid fallback's first retry delay and cap (the receiver's). */
+  backoff: Backoff;
+  /** Window start; default the checkpoint (its cursor), else {@link DEFAULT_WINDOW_SEC} ago. */
+  since?: Date;
+  /** The run lists with `types` or `delivery_success=false`: it records what it finds but leaves the checkpoint alone (it does not cover every event). */
+  filtered?: boolean;
+  /** Count new vs already recorded; write nothing (no rows, no checkpoint, no lease). */
+  dryRun?: boolean;
+  /** Events per list call, 1–100 (default 100). */
+  pageSize?: number;
+  /** Lease holder name (unique per process and run) and lease length (default 60000 ms; renewed by every page, so a killed run blocks the next for at most this long). */
+  owner: string;
+  leaseMs?: number;
+  now?: () => number;
+  /** Told after each page. */
+  onPage?: (progress: PageProgress) => void;
+  /** Stops after the current page (the checkpoint then says how far the run got). */
+  signal?: AbortSignal;
+}
+
+/** One page's progress. */
+export interface PageProgress {
+  page: number;
+  events: number;
+  /** Recorded by this page (would be, with dryRun). */
+  fresh: number;
+  alreadyRecorded: number;
+  /** `created` of the newest event of the page, Unix seconds. */
+  newestCreatedSec: number;
+}
+
+/** The end of a run, for the terminal and `--json`. Times are ISO strings. */
+export interface BackfillSummary {
+  endpoint: string;
+  /** `busy`: another process holds the endpoint's lease (nothing was done). */
+  status: "done" | "interrupted" | "busy";
+  dryRun: boolean;
+  pages: number;
+  events: number;
+  fresh: number;
+  alreadyRecorded: number;
+  outcomes: PageCounts;
+  /** Window start actually read (after the 30-day edge) and the end (when listing began). */
+  from: string | null;
+  to: string;
+  /** Set when the window began before the events Stripe still holds: that interval cannot be backfilled. */
+  unrecoverable: { from: string; to: string } | null;
+  /** The checkpoint's `covered_until` after the run. */
+  coveredUntil: string | null;
+}
+
+const iso = (sec: number) => new Date(sec * 1000).toISOString();
+
+/**
+ * Reads Stripe's events oldest first and records each in the inbox under the key a webhook delivery
+ * uses, through the endpoint's mode (record-page.ts), one page per transaction together with the
+ * endpoint's checkpoint (checkpoint.ts), so a run killed at any moment and run again leaves no gap
+ * and applies nothing twice. Pages go oldest first with `ending_before` from a cursor: the
+ * checkpoint's newest event, or the event just before the window (find-start.ts); same-second events
+ * are never skipped because the cursor is an event, not a time. A cursor Stripe no longer holds
+ * (400 `resource_missing`) restarts from its second. A window starting before the 30 days Stripe
+ * keeps is cut at that edge and the lost interval is returned in `unrecoverable` (never silently).
+ * An unfiltered, non-dry run holds the endpoint's lease for its duration (`busy` when another process
+ * has it) and gives it back at the end.
+ * @throws stripe-node errors after their retries; database errors; a sync-mode handler failure that
+ *   survived three tries of its page (nothing of that page remains; the checkpoint is before it).
+ */
+export async function backfillEvents(options: BackfillOptions): Promise<BackfillSummary> {
+  const { db, target } = options;
+  const key = { provider: target.provider, endpoint: target.endpoint };
+  const now = options.now ?? Date.now;
+  const pageSize = Math.min(Math.max(1, options.pageSize ?? MAX_PAGE_SIZE), MAX_PAGE_SIZE);
+  const leaseMs = options.leaseMs ?? 60_000;
+  const moves = !options.filtered && !options.dryRun;
+  const nowSec = Math.floor(now() / 1000);
+  const horizonSec = nowSec - EVENT_RETENTION_DAYS * 86_400;
+  const summary: BackfillSummary = {
+    endpoint: target.endpoint,
+    status: "done",
+    dryRun: options.dryRun === true,
+    pages: 0,
+    events: 0,
+    fresh: 0,
+    alreadyRecorded: 0,
+    outcomes: noCounts(),
+    from: null,
+    to: iso(nowSec),
+    unrecoverable: null,
+    coveredUntil: null,
+  };
+  if (moves && !(await takeLease(db, key, options.owner, leaseMs))) return { ...summary, status: "busy" };
+  try {
+    const checkpoint = await readCheckpoint(db, key);
+    const coveredSec = checkpoint.coveredUntil ? Math.floor(checkpoint.coveredUntil.getTime() / 1000) : undefined;
+    const requestedSec = options.since ? Math.floor(options.since.getTime() / 1000) : (coveredSec ?? nowSec - DEFAULT_WINDOW_SEC);
+    let startSec = requestedSec;
+    let cursor = !options.since && checkpoint.cursorEventId ? checkpoint.cursorEventId : undefined;
+    const cursorSec = checkpoint.cursorCreated ? Math.floor(checkpoint.cursorCreated.getTime() / 1000) : undefined;
+    if (cursor !== undefined && cursorSec !== undefined && cursorSec < horizonSec) cursor = undefined;
+    if (startSec < horizonSec) {
+      summary.unrecoverable = { from: iso(startSec), to: iso(horizonSec) };
+      startSec = horizonSec;
+    }
+    summary.from = iso(startSec);
+    // Only a run that starts where the checkpoint's coverage ends (or before) may move it; an interval
+    // lost past the 30 days is reported, not waited for.
+    const advance = (page: Omit<Advance, "startSec">) => (tx: Parameters<typeof advanceCheckpoint>[0]) =>
+      moves ? advanceCheckpoint(tx, key, options.owner, leaseMs, { ...page, startSec: requestedSec }) : Promise.resolve(true);
+    const record = async (newestFirst: Record<string, unknown>[], page: Omit<Advance, "startSec">) => {
+      const events = newestFirst.toReversed().map(stripeApiEvent);
+      const counts = options.dryRun
+        ? await dryCounts(
+            db,
+            target,
+            events.map((e) => e.id),
+          )
+        : await recordWithRetry(options, events, advance(page));
+      const duplicate = counts.duplicate;
+      const fresh = events.length - duplicate;
+      summary.pages++;
+      summary.events += events.length;
+      summary.fresh += fresh;
+      summary.alreadyRecorded += duplicate;
+      for (const [k, v] of Object.entries(counts)) summary.outcomes[k as keyof PageCounts] += v;
+      options.onPage?.({
+        page: summary.pages,
+        events: events.length,
+        fresh,
+        alreadyRecorded: duplicate,
+        newestCreatedSec: page.cursorCreatedSec,
+      });
+    };
+    if (cursor === undefined) {
+      const start = await findWindowStart(options.list, startSec, nowSec, pageSize);
+      cursor = start.cursor;
+      if (start.firstSecondSec !== undefined && cursor !== undefined) {
+        const s = start.firstSecondSec;
+        await record(start.firstSecond, { cursorEventId: cursor, cursorCreatedSec: s, coveredUntilSec: s });
+      }
+    }
+    let lastCreated = cursorSec ?? startSec;
+    while (cursor !== undefined) {
+      if (options.signal?.aborted) return { ...summary, status: "interrupted", coveredUntil: await covered(db, key) };
+      let page;
+      try {
+        page = await options.list({ limit: pageSize, endingBefore: cursor });
+      } catch (err) {
+        if (!isMissingCursor(err) || cursorSec === undefined || options.since) throw err;
+        // The checkpoint's cursor is gone: read its second again (recording is idempotent).
+        const start = await findWindowStart(options.list, Math.max(cursorSec, horizonSec), nowSec, pageSize);
+        cursor = start.cursor;
+        if (start.firstSecondSec !== undefined && cursor !== undefined)
+          await record(start.firstSecond, {
+            cursorEventId: cursor,
+            cursorCreatedSec: start.firstSecondSec,
+            coveredUntilSec: start.firstSecondSec,
+          });
+        continue;
+      }
+      const newest = page.data[0];
+      if (!newest) break;
+      lastCreated = Number(newest.created);
+      cursor = String(newest.id);
+      await record(page.data, {
+        cursorEventId: cursor,
+        cursorCreatedSec: lastCreated,
+        coveredUntilSec: page.hasMore ? lastCreated : nowSec,
+      });
+      if (!page.hasMore) return { ...summary, coveredUntil: await covered(db, key) };
+    }
+    // Nothing newer than the cursor: everything listed when the run began is covered.
+    if (moves && cursor !== undefined)
+      await recordWithRetry(options, [], advance({ cursorEventId: cursor, cursorCreatedSec: lastCreated, coveredUntilSec: nowSec }));
+    else if (moves && cursor === undefined) await coverEmptyWindow(options, key, requestedSec, nowSec);
+    return { ...summary, coveredUntil: await covered(db, key) };
+  } finally {
+    if (moves) await releaseLease(db, key, options.owner).catch(() => {});
+  }
+}
+
+/** A window with no event at all is covered up to now (no cursor yet: the checkpoint keeps its old one). */
+async function coverEmptyWindow(
+  options: BackfillOptions,
+  key: { provider: string; endpoint: string },
+  startSec: number,
+  nowSec: number,
+): Promise<void> {
+  await options.db`
+    update event_backfill_checkpoints
+       set covered_until = to_timestamp(${nowSec}), updated_at = now()
+     where (provider, endpoint) = (${key.provider}, ${key.endpoint})
+       and lease_owner = ${options.owner}
+       and (covered_until is null or covered_until >= to_timestamp(${startSec}))
+       and (covered_until is null or covered_until < to_timestamp(${nowSec}))
+  `;
+}
+
+async function covered(db: Db, key: { provider: string; endpoint: string }): Promise<string | null> {
+  return (await readCheckpoint(db, key)).coveredUntil?.toISOString() ?? null;
+}
+
+/** What a page would do: keys already in the inbox are `duplicate`; the rest are counted as `processed` (new). */
+async function dryCounts(db: Db, target: ReceiveTarget, ids: string[]): Promise<PageCounts> {
+  const rows = await db<{ event_id: string }[]>`
+    select event_id
+      from webhook_inbox
+     where provider = ${target.provider}
+       and endpoint = ${target.endpoint}
+       and event_id = any(${ids}::text[])
+  `;
+  return { ...noCounts(), duplicate: rows.length, processed: ids.length - rows.length };
+}
+
+/** recordPage, tried up to three times when it failed for a reason another try can fix (a deadlock with a concurrent delivery, a transient handler failure). */
+async function recordWithRetry(
+  options: BackfillOptions,
+  events: ReturnType<typeof stripeApiEvent>[],
+  afterRows: Parameters<typeof recordPage>[5],
+): Promise<PageCounts> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await recordPage(options.db, options.target, options.mode, options.backoff, events, afterRows);
+    } catch (err) {
+      const again = !isPermanent(err) && sqlState(err) !== SQLSTATE.undefinedTable && !/backfill lease/.test(String(err));
+      if (!again || attempt >= 3) throw err;
+    }
+  }
+}

@@ -1,0 +1,103 @@
+// Automatic catch-up: `serve` and `worker` backfill events by themselves after downtime and on a schedule.
+import type { Db } from "../db/db.ts";
+import type { Backoff } from "../inbox/inbox.ts";
+import type { LogFn } from "../log.ts";
+import type { Mode, ReceiveTarget } from "../receiver/receive.ts";
+import { backfillEvents, type BackfillSummary } from "./backfill-events.ts";
+import type { ListEvents } from "./stripe-events.ts";
+
+/** One endpoint catch-up backfills. */
+export interface CatchUpEndpoint {
+  target: ReceiveTarget;
+  mode: Mode;
+  backoff: Backoff;
+}
+
+/** Settings of {@link runCatchUp}. Durations in ms. */
+export interface CatchUpOptions {
+  db: Db;
+  list: ListEvents;
+  endpoints: readonly CatchUpEndpoint[];
+  /** At start, an endpoint is backfilled when its newest inbox row and its checkpoint are both older than this (or absent). */
+  idleAfterMs: number;
+  /** Then every endpoint is backfilled at this interval; undefined: only the start check. */
+  everyMs?: number;
+  /** Stops the schedule (a run in progress ends after its current page). */
+  signal: AbortSignal;
+  /** One JSON line per run that did something, failed or found another process running it. */
+  log: LogFn;
+  /** Waits `ms` or until the signal (tests replace it). */
+  sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
+}
+
+/**
+ * Runs event backfill without an operator: once at start for each endpoint that received nothing for
+ * `idleAfterMs` (the process was down, or Stripe stopped delivering), then for every endpoint every
+ * `everyMs`. Several processes may run it: the endpoint's lease (checkpoint.ts) lets one backfill
+ * at a time, and the others log `busy` and skip that round. A failure is logged and retried at the
+ * next round; it never stops the process. Returns when `signal` aborts.
+ */
+export async function runCatchUp(options: CatchUpOptions): Promise<void> {
+  const owner = `catch-up ${crypto.randomUUID()}`;
+  const once = async (endpoint: CatchUpEndpoint): Promise<void> => {
+    try {
+      const summary = await backfillEvents({ db: options.db, list: options.list, ...endpoint, owner, signal: options.signal });
+      if (summary.events > 0 || summary.status !== "done" || summary.unrecoverable) options.log(catchUpLine(summary));
+    } catch (err) {
+      options.log({
+        catch_up: "failed",
+        endpoint: endpoint.target.endpoint,
+        error: (err instanceof Error ? err.message : String(err)).slice(0, 300),
+      });
+    }
+  };
+  for (const endpoint of options.endpoints) {
+    if (options.signal.aborted) return;
+    if (await idle(options.db, endpoint.target, options.idleAfterMs)) await once(endpoint);
+  }
+  if (options.everyMs === undefined) return;
+  const sleep = options.sleep ?? abortableSleep;
+  while (!options.signal.aborted) {
+    await sleep(options.everyMs, options.signal);
+    for (const endpoint of options.endpoints) if (!options.signal.aborted) await once(endpoint);
+  }
+}
+
+function catchUpLine(s: BackfillSummary): Record<string, unknown> {
+  return {
+    catch_up: s.status,
+    endpoint: s.endpoint,
+    events: s.events,
+    new: s.fresh,
+    already_recorded: s.alreadyRecorded,
+    covered_until: s.coveredUntil,
+    ...(s.unrecoverable
+      ? { unrecoverable_from: s.unrecoverable.from, unrecoverable_to: s.unrecoverable.to, see: "bun run reconcile invoices" }
+      : {}),
+  };
+}
+
+/** Whether the endpoint's newest inbox row and its backfill checkpoint are both older than `ms` (or absent). */
+async function idle(db: Db, target: ReceiveTarget, ms: number): Promise<boolean> {
+  const [row] = await db<{ idle: boolean }[]>`
+    select coalesce(greatest(
+             (select max(received_at) from webhook_inbox where provider = ${target.provider} and endpoint = ${target.endpoint}),
+             (select covered_until from event_backfill_checkpoints where provider = ${target.provider} and endpoint = ${target.endpoint})
+           ) < now() - ${ms} * interval '1 millisecond', true) as idle
+  `;
+  return row?.idle ?? true;
+}
+
+function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    signal.addEventListener(
+      "abort",
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+}

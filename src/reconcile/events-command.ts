@@ -1,0 +1,229 @@
+// `bun run reconcile events`: the command line of event backfill (parsing, runs per endpoint, output).
+import type Stripe from "stripe";
+import { ConfigError, loadConfig, type Config } from "../config.ts";
+import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { stripeEndpoints } from "../receiver/endpoints.ts";
+import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
+import { backfillEvents, MAX_PAGE_SIZE, type BackfillSummary } from "./backfill-events.ts";
+import { stripeEventLister } from "./stripe-events.ts";
+
+export const EVENTS_USAGE = `Usage: bun run reconcile events [options]
+  --since 3d|ISO     window start (default: where the endpoint's checkpoint left off; without one, 3 days ago)
+  --endpoint NAME    one endpoint (default: every configured endpoint, billing first)
+  --types a,b        only these event types (at most 20; the checkpoint does not move)
+  --undelivered      only events Stripe failed to deliver (delivery_success=false; the checkpoint does not move)
+  --dry-run          write nothing: count new vs already recorded
+  --json             a machine summary on stdout
+  --page-size N      events per Stripe list call, 1–100 (default 100)
+  --every 15m        run again at this interval until stopped (SIGTERM/Ctrl-C)
+STRIPE_API_KEY (a restricted key with Events read is enough) and STRIPE_API_BASE (default https://api.stripe.com).
+Exit codes: 0 everything recorded, 1 a failure, an interval older than Stripe's 30 days, another run holding the lease or a stop
+before the end (the checkpoint is after the last page recorded), 2 usage.`;
+
+/** What the command needs from its entry file: the database, output streams and a stop signal. */
+export interface EventsCommandDeps {
+  openDb(config: Config): Promise<{ db: Db; close(): Promise<void> }>;
+  out(line: string): void;
+  err(line: string): void;
+  /** Progress lines (pages, events, new vs already recorded); undefined when stderr is not a terminal. */
+  progress?: (line: string) => void;
+  signal?: AbortSignal;
+  now?: () => number;
+  /** Waits `ms` or until `signal` aborts (for `--every`). */
+  sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+}
+
+/** Any `whsec_` value: backfill reads no signature, but the endpoint list comes from the same settings as `serve`. */
+const UNUSED_SECRET = "whsec_reconcile_reads_no_signatures";
+
+class UsageError extends Error {}
+
+/** `2h`, `3d`, `90m`, `30s` → ms; an ISO 8601 date or date-time → that time. */
+function parseSince(raw: string, nowMs: number): Date {
+  const m = /^(\d+)(s|m|h|d)$/.exec(raw);
+  if (m) return new Date(nowMs - Number(m[1]) * { s: 1e3, m: 6e4, h: 3.6e6, d: 8.64e7 }[m[2] as "s" | "m" | "h" | "d"]);
+  const date = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/.test(raw)
+    ? new Date(raw)
+    : new Date(Number.NaN);
+  if (Number.isNaN(date.getTime())) throw new UsageError(`--since must be a duration (3d, 12h) or an ISO time, got "${raw}"`);
+  return date;
+}
+
+function parseEvery(raw: string): number {
+  const m = /^(\d+)(s|m|h|d)$/.exec(raw);
+  if (!m || Number(m[1]) === 0) throw new UsageError(`--every must be a positive duration (15m, 1h), got "${raw}"`);
+  return Number(m[1]) * { s: 1e3, m: 6e4, h: 3.6e6, d: 8.64e7 }[m[2] as "s" | "m" | "h" | "d"];
+}
+
+const STRING_FLAGS = new Set(["since", "endpoint", "types", "page-size", "every"]);
+const BOOLEAN_FLAGS = new Set(["undelivered", "dry-run", "json", "help"]);
+
+/**
+ * `--name value`, `--name=value` and boolean `--name` (`-h` for help); anything else, a flag given
+ * twice or a positional argument is a usage error (never ignored). Web APIs only, like the rest of src/reconcile/.
+ */
+function readFlags(args: string[]): Record<string, string | boolean | undefined> {
+  const values: Record<string, string | boolean | undefined> = {};
+  for (let i = 0; i < args.length; i++) {
+    const arg = args[i]!;
+    const m = /^--([a-z-]+)(?:=(.*))?$/.exec(arg === "-h" ? "--help" : arg);
+    if (!m) throw new UsageError(`Unexpected argument "${arg}"`);
+    const name = m[1]!;
+    if (values[name] !== undefined) throw new UsageError(`--${name} is given twice`);
+    if (BOOLEAN_FLAGS.has(name) && m[2] === undefined) values[name] = true;
+    else if (STRING_FLAGS.has(name)) {
+      const value = m[2] ?? args[++i];
+      if (value === undefined) throw new UsageError(`--${name} needs a value`);
+      values[name] = value;
+    } else throw new UsageError(`Unknown option --${name}`);
+  }
+  return values;
+}
+
+/** Reads the flags. @throws UsageError. */
+function parse(args: string[], nowMs: number) {
+  const flags = readFlags(args);
+  const str = (name: string) => flags[name] as string | undefined;
+  const values = {
+    since: str("since"),
+    endpoint: str("endpoint"),
+    types: str("types"),
+    "page-size": str("page-size"),
+    every: str("every"),
+    undelivered: flags.undelivered === true,
+    "dry-run": flags["dry-run"] === true,
+    json: flags.json === true,
+    help: flags.help === true,
+  };
+  const types = values.types
+    ?.split(",")
+    .map((t) => t.trim())
+    .filter(Boolean);
+  if (types && (types.length === 0 || types.length > 20))
+    throw new UsageError("--types takes 1 to 20 comma-separated event types (Stripe's limit)");
+  const pageSize = values["page-size"] === undefined ? MAX_PAGE_SIZE : Number(values["page-size"]);
+  if (!Number.isInteger(pageSize) || pageSize < 1 || pageSize > MAX_PAGE_SIZE)
+    throw new UsageError(`--page-size must be a whole number from 1 to ${MAX_PAGE_SIZE}, got "${values["page-size"]}"`);
+  return {
+    help: values.help,
+    since: values.since === undefined ? undefined : parseSince(values.since, nowMs),
+    endpoint: values.endpoint,
+    types,
+    undelivered: values.undelivered,
+    dryRun: values["dry-run"],
+    json: values.json,
+    pageSize,
+    everyMs: values.every === undefined ? undefined : parseEvery(values.every),
+  };
+}
+
+/** One summary as text lines for the terminal. */
+export function summaryLines(s: BackfillSummary): string[] {
+  if (s.status === "busy") return [`${s.endpoint}: another process is backfilling this endpoint (it holds the lease); nothing done`];
+  const verb = s.dryRun ? "would record" : "recorded";
+  const lines = [
+    `${s.endpoint}: ${s.events} event(s) in ${s.pages} page(s) from ${s.from ?? "-"} to ${s.to}: ${verb} ${s.fresh} new, ${s.alreadyRecorded} already recorded` +
+      (s.dryRun
+        ? ""
+        : ` (processed ${s.outcomes.processed}, queued ${s.outcomes.queued}, ignored ${s.outcomes.ignored}, needs review ${s.outcomes.needs_review})`) +
+      (s.status === "interrupted" ? "; stopped early" : ""),
+  ];
+  if (!s.dryRun) lines.push(`  checkpoint: covered until ${s.coveredUntil ?? "(not set: filtered run)"}`);
+  if (s.unrecoverable)
+    lines.push(
+      `  Events created from ${s.unrecoverable.from} to ${s.unrecoverable.to} can no longer be backfilled (Stripe keeps events for 30 days): ` +
+        `reconcile objects for that interval with \`bun run reconcile invoices --since ${s.unrecoverable.from}\``,
+    );
+  return lines;
+}
+
+/**
+ * Runs `reconcile events` with `args` (after the subcommand) against `env`. Returns the exit code:
+ * 0 when every endpoint's window was recorded, 1 on a failure (Stripe after retries, the database),
+ * an interval past Stripe's 30 days (reported, the rest recorded), a lease held by another run or a
+ * stop (`signal`) before the end,
+ * 2 on a usage or configuration error. Never prints the API key or payloads.
+ */
+export async function reconcileEventsCommand(
+  args: string[],
+  env: Record<string, string | undefined>,
+  deps: EventsCommandDeps,
+): Promise<number> {
+  const now = deps.now ?? Date.now;
+  let options;
+  let config: Config;
+  let stripe: Stripe;
+  try {
+    options = parse(args, now());
+    if (options.help) return (deps.out(EVENTS_USAGE), 0);
+    config = loadConfig(env, UNUSED_SECRET);
+    stripe = stripeApiClient(readStripeApiSettings(env));
+  } catch (err) {
+    if (err instanceof UsageError) return (deps.err(`${err.message}\n\n${EVENTS_USAGE}`), 2);
+    if (err instanceof ConfigError) return (deps.err(err.message), 2);
+    throw err;
+  }
+  const endpoints = stripeEndpoints(config.endpoints, config.hybridBudgetMs).filter(
+    (e) => !options.endpoint || e.name === options.endpoint,
+  );
+  if (endpoints.length === 0) return (deps.err(`No endpoint named "${options.endpoint}" is configured (STRIPE_ENDPOINTS)`), 2);
+  const list = stripeEventLister(
+    stripe,
+    { types: options.types, undelivered: options.undelivered },
+    { onRetry: (attempt, waitMs, reason) => deps.err(`Stripe answered ${reason}; retrying in ${waitMs} ms (try ${attempt + 1})`) },
+  );
+  const { db, close } = await deps.openDb(config);
+  try {
+    for (;;) {
+      let code = 0;
+      const summaries: BackfillSummary[] = [];
+      for (const e of endpoints) {
+        try {
+          const s = await backfillEvents({
+            db,
+            list,
+            target: { provider: e.provider.name, endpoint: e.name, handlers: e.handlers },
+            mode: e.mode ?? "sync",
+            backoff: e.hybrid?.backoff ?? { baseMs: 1_000, capMs: 600_000 },
+            since: options.since,
+            filtered: options.types !== undefined || options.undelivered,
+            dryRun: options.dryRun,
+            pageSize: options.pageSize,
+            owner: `reconcile events ${crypto.randomUUID()}`,
+            now,
+            signal: deps.signal,
+            onPage: (p) =>
+              deps.progress?.(
+                `${e.name}: page ${p.page}: ${p.events} event(s), ${p.fresh} new, ${p.alreadyRecorded} already recorded (up to ${new Date(p.newestCreatedSec * 1000).toISOString()})`,
+              ),
+          });
+          summaries.push(s);
+          if (s.unrecoverable || s.status !== "done") code = 1;
+        } catch (err) {
+          code = 1;
+          const message =
+            sqlState(err) === SQLSTATE.undefinedTable
+              ? "the database schema is older than this code: run `bun run migrate` first"
+              : err instanceof Error
+                ? err.message
+                : String(err);
+          deps.err(`${e.name}: backfill failed: ${message.slice(0, 300)} (the checkpoint is after the last page recorded; run again)`);
+        }
+      }
+      if (options.json) deps.out(JSON.stringify({ exitCode: code, endpoints: summaries }));
+      else for (const s of summaries) for (const line of summaryLines(s)) deps.out(line);
+      if (options.everyMs === undefined || deps.signal?.aborted) return code;
+      await (
+        deps.sleep ??
+        ((ms, signal) =>
+          new Promise<void>((r) => {
+            const t = setTimeout(r, ms);
+            signal?.addEventListener("abort", () => (clearTimeout(t), r()), { once: true });
+          }))
+      )(options.everyMs, deps.signal);
+      if (deps.signal?.aborted) return code;
+    }
+  } finally {
+    await close();
+  }
+}

@@ -1,0 +1,60 @@
+// How backfill reads Stripe's Events API: one list call at a time, each retried on 429/5xx.
+import type Stripe from "stripe";
+import { withStripeRetry, type StripeRetryOptions } from "../stripe-api/retry.ts";
+
+/** Filters every list call of a run carries (Stripe API reference, "List all events"). */
+export interface EventFilters {
+  /** `types`: at most 20 event types (Stripe's limit). */
+  types?: readonly string[];
+  /** `delivery_success=false`: events not yet delivered to every endpoint ("process undelivered events"). */
+  undelivered?: boolean;
+}
+
+/** One page as Stripe returns it: newest first. */
+export interface EventPage {
+  data: Record<string, unknown>[];
+  hasMore: boolean;
+}
+
+/** Parameters of one list call besides the filters: `ending_before` / `starting_after` cursors, `created` bounds (Unix seconds). */
+export interface ListCall {
+  limit: number;
+  endingBefore?: string;
+  startingAfter?: string;
+  created?: number | { gte?: number; lt?: number };
+  /** Leave the run's filters out (to find an anchor event of any type). */
+  unfiltered?: boolean;
+}
+
+/** Lists one page of events. */
+export type ListEvents = (call: ListCall) => Promise<EventPage>;
+
+/**
+ * A {@link ListEvents} over `stripe.events.list`, each call retried with {@link withStripeRetry} on
+ * 429, 409, 5xx and connection errors (`retry` sets the backoff; `onRetry` is told each wait).
+ * @throws the stripe-node error of a final failure (a 4xx other than 409/429, or retries used up).
+ */
+export function stripeEventLister(stripe: Stripe, filters: EventFilters, retry: StripeRetryOptions = {}): ListEvents {
+  return async (call) => {
+    const params: Stripe.EventListParams = { limit: call.limit };
+    if (call.endingBefore !== undefined) params.ending_before = call.endingBefore;
+    if (call.startingAfter !== undefined) params.starting_after = call.startingAfter;
+    if (call.created !== undefined) params.created = call.created;
+    if (!call.unfiltered && filters.types?.length) params.types = [...filters.types];
+    if (!call.unfiltered && filters.undelivered) params.delivery_success = false;
+    const page = await withStripeRetry(() => stripe.events.list(params), retry);
+    return { data: page.data as unknown as Record<string, unknown>[], hasMore: page.has_more };
+  };
+}
+
+/** True when `err` is Stripe's 400 `resource_missing` for a cursor: the cursor event is gone (past the 30 days Stripe keeps events). */
+export function isMissingCursor(err: unknown): boolean {
+  const e = err as { statusCode?: unknown; code?: unknown; param?: unknown } | null;
+  return (
+    typeof e === "object" &&
+    e !== null &&
+    e.statusCode !== undefined &&
+    e.code === "resource_missing" &&
+    (e.param === "ending_before" || e.param === "starting_after")
+  );
+}

@@ -1,0 +1,120 @@
+// The automatic catch-up: at start after downtime, on a schedule, one process at a time.
+import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
+import type { Db } from "../../src/db/db.ts";
+import type { RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
+import { runCatchUp, type CatchUpEndpoint } from "../../src/reconcile/catch-up.ts";
+import { stripeEventLister } from "../../src/reconcile/stripe-events.ts";
+import { handlersFor } from "../../src/receiver/endpoints.ts";
+import { readCatchUpSettings } from "../../src/runtime/catch-up.ts";
+import { stripeApiClient } from "../../src/stripe-api/client.ts";
+import { closeAll, connections, freshDatabase } from "../support/helpers.ts";
+import { API_KEY, fakeWith, recentEvents } from "./backfill-support.ts";
+
+setDefaultTimeout(60_000);
+const NOW = Math.floor(Date.now() / 1000);
+const events = recentEvents(NOW - 3_600);
+const fakes: RunningFakeStripe[] = [];
+let database: Awaited<ReturnType<typeof freshDatabase>>;
+let db: Db;
+
+beforeEach(async () => {
+  await database?.drop();
+  database = await freshDatabase();
+  db = database.db;
+});
+afterAll(async () => {
+  await database?.drop();
+  await Promise.all(fakes.map((f) => f.stop()));
+});
+
+const endpoint: CatchUpEndpoint = {
+  target: { provider: "stripe", endpoint: "billing", handlers: handlersFor("stripe")! },
+  mode: "sync",
+  backoff: { baseMs: 1_000, capMs: 600_000 },
+};
+
+function catchUp(on: Db, fake: RunningFakeStripe, extra: { everyMs?: number; rounds?: number; log?: Record<string, unknown>[] } = {}) {
+  const controller = new AbortController();
+  let rounds = 0;
+  const stripe = stripeApiClient({ apiKey: API_KEY, apiBase: new URL(fake.url) });
+  return runCatchUp({
+    db: on,
+    list: stripeEventLister(stripe, {}, { sleep: async () => {} }),
+    endpoints: [endpoint],
+    idleAfterMs: 3_600_000,
+    everyMs: extra.everyMs,
+    signal: controller.signal,
+    log: (line) => extra.log?.push(line),
+    // Each wait of the schedule is one round; the test decides how many.
+    sleep: async () => {
+      if (++rounds > (extra.rounds ?? 0)) controller.abort();
+    },
+  });
+}
+
+test("`runCatchUp()` backfills at start an endpoint that received nothing for the threshold", async () => {
+  const f = fakeWith(events);
+  fakes.push(f);
+  const log: Record<string, unknown>[] = [];
+  await catchUp(db, f, { log });
+  expect((await db`select count(*)::int as n from webhook_inbox where source = 'api'`)[0]!.n).toBe(events.length);
+  expect(log[0]).toMatchObject({ catch_up: "done", endpoint: "billing", new: events.length });
+});
+
+test("`runCatchUp()` leaves an endpoint alone at start when it received an event within the threshold", async () => {
+  const f = fakeWith(events);
+  fakes.push(f);
+  await db`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'billing', 'evt_recent', 'x', '{}')`;
+  await catchUp(db, f);
+  expect((await db`select count(*)::int as n from webhook_inbox`)[0]!.n).toBe(1);
+});
+
+test("`runCatchUp()` with a schedule picks up events that appear later", async () => {
+  const f = fakeWith(events.slice(0, 10));
+  fakes.push(f);
+  const controller = new AbortController();
+  const stripe = stripeApiClient({ apiKey: API_KEY, apiBase: new URL(f.url) });
+  let rounds = 0;
+  await runCatchUp({
+    db,
+    list: stripeEventLister(stripe, {}, { sleep: async () => {} }),
+    endpoints: [endpoint],
+    idleAfterMs: 3_600_000,
+    everyMs: 60_000,
+    signal: controller.signal,
+    log: () => {},
+    sleep: async () => {
+      rounds++;
+      if (rounds === 1) for (const e of events.slice(10)) f.store.putEvent(e, false);
+      if (rounds === 2) controller.abort();
+    },
+  });
+  expect((await db`select count(*)::int as n from webhook_inbox`)[0]!.n).toBe(events.length);
+});
+
+test("`runCatchUp()` in two processes at once: one backfills, the other finds the lease taken (one connection each)", async () => {
+  const f = fakeWith(events);
+  fakes.push(f);
+  const [a, b] = connections(database.url, 2);
+  const logs: Record<string, unknown>[][] = [[], []];
+  try {
+    await Promise.all([catchUp(a!, f, { log: logs[0] }), catchUp(b!, f, { log: logs[1] })]);
+  } finally {
+    await closeAll([a!, b!]);
+  }
+  const statuses = logs.flat().map((l) => l.catch_up);
+  // Either one ran and the other was busy, or the second started after the first finished (then not idle).
+  expect(statuses.filter((s) => s === "done").length).toBe(1);
+  expect((await db`select count(*)::int as n from webhook_inbox`)[0]!.n).toBe(events.length);
+  expect((await db`select count(*)::int as n from ledger_entries`)[0]!.n).toBeGreaterThan(0);
+});
+
+test("`readCatchUpSettings()` is off by default and requires STRIPE_API_KEY once turned on", () => {
+  expect(readCatchUpSettings({})).toEqual({ idleAfterMs: undefined, everyMs: undefined });
+  expect(() => readCatchUpSettings({ RECONCILE_EVERY: "15m" })).toThrow(/STRIPE_API_KEY is required/);
+  expect(readCatchUpSettings({ RECONCILE_EVERY: "15m", RECONCILE_IDLE_AFTER: "1h", STRIPE_API_KEY: API_KEY })).toEqual({
+    idleAfterMs: 3_600_000,
+    everyMs: 900_000,
+  });
+  expect(() => readCatchUpSettings({ RECONCILE_EVERY: "soon" })).toThrow(/RECONCILE_EVERY must be a positive duration/);
+});
