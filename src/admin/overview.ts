@@ -31,11 +31,7 @@ export async function overviewBody(
   endpoints: readonly { provider: string; name: string }[],
   deliveries?: DeliveryCounts,
 ): Promise<Html> {
-  const [status, activity, checkpoints] = await Promise.all([
-    inboxStatus(db),
-    activityPerMinute(db, MINUTES),
-    readBackfillAges(db),
-  ]);
+  const [status, activity, checkpoints] = await Promise.all([inboxStatus(db), activityPerMinute(db, MINUTES), readBackfillAges(db)]);
   const keys = new Map<string, { provider: string; endpoint: string }>();
   for (const e of endpoints) keys.set(`${e.provider}/${e.name}`, { provider: e.provider, endpoint: e.name });
   for (const b of status.backlog) keys.set(`${b.provider}/${b.endpoint}`, b);

@@ -40,4 +40,3 @@ test("`activityPerMinute()` counts this hour's rows per minute by state", async 
   expect(total).toBe(lifecycle().length);
   expect(rows.every((r) => r.endpoint === "billing")).toBe(true);
 });
-
