@@ -169,11 +169,11 @@ export function storedJson(event: VerifiedEvent): string {
 }
 
 /** `raw_body` of a row with a sanitized payload: the exact verified bytes; null otherwise (the payload is them). */
-function rawBody(event: VerifiedEvent): string | null {
+export function rawBody(event: VerifiedEvent): string | null {
   return event.sanitized ? event.body : null;
 }
 
 /** `payload_sanitized`: what the stored copy replaced, or null. */
-function replaced(event: VerifiedEvent): string | null {
+export function replaced(event: VerifiedEvent): string | null {
   return event.sanitized?.replaced ?? null;
 }
