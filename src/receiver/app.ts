@@ -115,7 +115,14 @@ export function createApp(deps: AppDeps): App {
   const bodyBudget = deps.bodyBudget ?? createBodyBudget(DEFAULT_INFLIGHT_BODY_BYTES);
   const limiter = deps.maxInFlight === undefined ? undefined : createLimiter(deps.maxInFlight, deps.queueTimeoutMs ?? 2_000);
   const asyncGroupRows = deps.asyncGroupRows ?? DEFAULT_GROUP_ROWS;
-  const groups = asyncGroupRows > 1 ? createGroupCommit(deps.db, { maxRows: asyncGroupRows }) : undefined;
+  const groups =
+    asyncGroupRows > 1
+      ? createGroupCommit(deps.db, {
+          maxRows: asyncGroupRows,
+          // Each delivery still gets its own line; this one says why its group was redone one by one.
+          onFallback: (group, err) => log({ group_fallback: group.deliveries, detail: describeError(err) }),
+        })
+      : undefined;
   const probes = createProbes({
     db: deps.probeDb ?? deps.db,
     metrics,

@@ -1,4 +1,5 @@
 import { isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { recordEvent } from "../inbox/inbox.ts";
 import { notifierFor } from "../inbox/notifier.ts";
 import { keyText, recordEvents, type InboxEntry } from "../inbox/record-events.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
@@ -19,6 +20,8 @@ export interface GroupCommitOptions {
   maxRows?: number;
   /** Called as each group's insert is sent (synchronously, before its statement runs). */
   onGroup?: (group: GroupSent) => void;
+  /** Called when a group's statement was refused and its deliveries are retried one by one, with the error. */
+  onFallback?: (group: GroupSent, err: unknown) => void;
 }
 
 /** Async receive with group commit; see {@link createGroupCommit}. */
@@ -36,7 +39,7 @@ interface Waiting {
 
 /**
  * Async mode with group commit on `db`: concurrent deliveries are recorded by one multi-row insert
- * (recordEvents), one statement and so one commit, and each is answered from its own row's result
+ * (recordEvents; a group of one by recordEvent, as without group commit), one statement and so one commit, and each is answered from its own row's result
  * only after that commit, exactly as `receiveAsync` answers it alone.
  *
  * Collection ("natural batching", the leader/follower scheme of database group commit): a delivery
@@ -79,15 +82,17 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
       first.set(text, delivery);
       entries.push({ key, event: delivery.event, as: handled(delivery) ? null : "ignored" });
     }
-    options.onGroup?.({ deliveries: group.length, rows: entries.length });
+    const sent = { deliveries: group.length, rows: entries.length };
+    options.onGroup?.(sent);
     let inserted: Set<string>;
     try {
-      inserted = await recordEvents(db, entries);
+      inserted = await insertGroup(db, entries);
     } catch (err) {
       if (group.length === 1 || isDatabaseUnavailable(err) || sqlState(err) === SQLSTATE.queryCanceled) {
         for (const delivery of group) delivery.reject(err);
       } else {
         // One of the rows is refused: each delivery alone, so only that one fails.
+        options.onFallback?.(sent, err);
         for (const delivery of group) receiveAsync(db, delivery.target, delivery.event).then(delivery.resolve, delivery.reject);
       }
       return;
@@ -115,6 +120,13 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
       return promise;
     },
   };
+}
+
+/** The keys `entries` inserted: a lone row by recordEvent, the very statement of a delivery without group commit. */
+async function insertGroup(db: Db, entries: InboxEntry[]): Promise<Set<string>> {
+  const [only] = entries;
+  if (entries.length > 1 || !only) return recordEvents(db, entries);
+  return (await recordEvent(db, only.key, only.event, only.as)) ? new Set([keyText(only.key)]) : new Set();
 }
 
 function handled(delivery: Waiting): boolean {

@@ -43,24 +43,28 @@ async function row(eventId: string) {
   return found;
 }
 
-test("`createGroupCommit()` sends a lone delivery at once, alone, and writes the rows receiveAsync writes", async () => {
+test("`createGroupCommit()` sends a lone delivery at once, alone, and a group writes the rows receiveAsync writes", async () => {
   const sent: GroupSent[] = [];
-  const groups = createGroupCommit(db, { onGroup: (group) => sent.push(group) });
+  const fallbacks: unknown[] = [];
+  const groups = createGroupCommit(db, { onGroup: (group) => sent.push(group), onFallback: (_, err) => fallbacks.push(err) });
   const other: ReceiveTarget = { ...BILLING, endpoint: "other" };
   const plain = paid("evt_gc_lone");
   const body = eventBody("evt_gc_lone_nul", "invoice.paid", invoice({ id: "in_gc_lone_nul", description: "a\u0000b" }));
   const copy = jsonbCopy(body);
   const sanitized = { ...verified(body), sanitized: copy && { ...copy, typeChanged: false } };
   expect(sanitized.sanitized).toBeDefined();
-  const answer = groups.receive(BILLING, plain);
+  const answer = groups.receive(BILLING, paid("evt_gc_lone_first"));
   // Sent before receive() returned: no timer, no window.
   expect(sent).toEqual([{ deliveries: 1, rows: 1 }]);
+  // These two arrive while it is in flight: the next group, one multi-row insert.
+  const grouped = [groups.receive(BILLING, plain), groups.receive(BILLING, sanitized)];
   expect(await answer).toBe("queued");
-  expect(await groups.receive(BILLING, sanitized)).toBe("queued");
+  expect(await Promise.all(grouped)).toEqual(["queued", "queued"]);
   expect(sent).toEqual([
     { deliveries: 1, rows: 1 },
-    { deliveries: 1, rows: 1 },
+    { deliveries: 2, rows: 2 },
   ]);
+  expect(fallbacks).toEqual([]); // written by the group's statement, not redone one by one
   for (const event of [plain, sanitized]) {
     expect(await receiveAsync(db, other, event)).toBe("queued");
     const rows = await db`
@@ -77,7 +81,8 @@ test("`createGroupCommit()` sends a lone delivery at once, alone, and writes the
 
 test("`createGroupCommit()` records a group with an in-group duplicate as one row: one `queued`, one `duplicate`", async () => {
   const sent: GroupSent[] = [];
-  const groups = createGroupCommit(db, { onGroup: (group) => sent.push(group) });
+  const fallbacks: GroupSent[] = [];
+  const groups = createGroupCommit(db, { onGroup: (group) => sent.push(group), onFallback: (group) => fallbacks.push(group) });
   const unhandled = verified(eventBody("evt_gc_unhandled", "customer.created", { id: "cus_gc", object: "customer" }));
   const answers = [
     groups.receive(BILLING, paid("evt_gc_a")),
@@ -91,6 +96,7 @@ test("`createGroupCommit()` records a group with an in-group duplicate as one ro
     { deliveries: 1, rows: 1 },
     { deliveries: 4, rows: 3 },
   ]);
+  expect(fallbacks).toEqual([]);
   expect(await count(db, "webhook_inbox", "event_id in ('evt_gc_a', 'evt_gc_b', 'evt_gc_c', 'evt_gc_unhandled')")).toBe(4);
   expect(await row("evt_gc_c")).toMatchObject({ outcome: null, settled: false });
   expect(await row("evt_gc_unhandled")).toMatchObject({ outcome: "ignored", settled: true });
@@ -100,7 +106,8 @@ test("`createGroupCommit()` records a group with an in-group duplicate as one ro
 
 test("`createGroupCommit()` retries a group one by one when PostgreSQL refuses one row: only that delivery fails", async () => {
   const sent: GroupSent[] = [];
-  const groups = createGroupCommit(db, { onGroup: (group) => sent.push(group) });
+  const fallbacks: GroupSent[] = [];
+  const groups = createGroupCommit(db, { onGroup: (group) => sent.push(group), onFallback: (group) => fallbacks.push(group) });
   // \u0000 in a string, without the sanitized copy the verifier would make: jsonb refuses it (22P05).
   const refused = verified(eventBody("evt_gc_refused", "invoice.paid", invoice({ id: "in_gc_refused", description: "a\u0000b" })));
   const answers = [
@@ -114,6 +121,7 @@ test("`createGroupCommit()` retries a group one by one when PostgreSQL refuses o
     { deliveries: 1, rows: 1 },
     { deliveries: 3, rows: 3 },
   ]);
+  expect(fallbacks).toEqual([{ deliveries: 3, rows: 3 }]);
   expect([first, left, right]).toEqual(["queued", "queued", "queued"]);
   expect(isDataError(failure)).toBe(true);
   expect(await row("evt_gc_left")).toMatchObject({ outcome: null, settled: false });
