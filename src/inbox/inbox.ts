@@ -169,7 +169,7 @@ export function storedJson(event: VerifiedEvent): string {
 }
 
 /** `raw_body` of a row with a sanitized payload: the exact verified bytes; null otherwise (the payload is them). */
-function rawBody(event: VerifiedEvent): string | null {
+export function rawBody(event: VerifiedEvent): string | null {
   return event.sanitized ? event.body : null;
 }
 
@@ -179,6 +179,6 @@ function sourceOf(event: VerifiedEvent): string {
 }
 
 /** `payload_sanitized`: what the stored copy replaced, or null. */
-function replaced(event: VerifiedEvent): string | null {
+export function replaced(event: VerifiedEvent): string | null {
   return event.sanitized?.replaced ?? null;
 }

@@ -21,6 +21,7 @@ import { createLimiter } from "./limiter.ts";
 import { createMetrics, type Metrics } from "./metrics.ts";
 import { assertPatchedPostgres } from "../db/patched-postgres.ts";
 import { createProbes, RETRY_AFTER_SEC } from "./probes.ts";
+import { createGroupCommit, DEFAULT_GROUP_ROWS } from "./group-commit.ts";
 
 /** One configured webhook endpoint: a provider, its secrets and the handler table it feeds. */
 export interface Endpoint {
@@ -88,6 +89,11 @@ export interface AppDeps {
    * when `ADMIN_TOKEN` is set); absent, those paths are 404 like any unknown route.
    */
   admin?: App;
+  /**
+   * Async endpoints: most concurrent deliveries recorded by one multi-row insert and commit (see
+   * `createGroupCommit`); 1 records each delivery by its own insert. Default 64.
+   */
+  asyncGroupRows?: number;
 }
 
 /** A Web-standard fetch handler, served as it is by Bun, Deno, Node.js adapters and Workers (see src/adapter/). */
@@ -97,7 +103,7 @@ export interface App {
 
 /**
  * Builds the receiver: `POST /webhooks/:provider[/:endpoint]` verifies, then runs the endpoint's mode
- * ({@link receiveSync}, {@link receiveAsync} or {@link receiveHybrid}); `GET /healthz`, `/readyz` and
+ * ({@link receiveSync}, {@link receiveAsync} with group commit (`createGroupCommit`) or {@link receiveHybrid}); `GET /healthz`, `/readyz` and
  * `/metrics` come from {@link createProbes}. Answers 200 `{ outcome, event_id }` for processed, duplicate and
  * ignored (seed §5.5), 4xx `{ error, message }` for input that must not be recorded (nothing written),
  * 503 when the database is unavailable and 500 when processing failed (both rolled back: the provider
@@ -115,6 +121,15 @@ export function createApp(deps: AppDeps): App {
   const metrics = deps.metrics ?? createMetrics();
   const bodyBudget = deps.bodyBudget ?? createBodyBudget(DEFAULT_INFLIGHT_BODY_BYTES);
   const limiter = deps.maxInFlight === undefined ? undefined : createLimiter(deps.maxInFlight, deps.queueTimeoutMs ?? 2_000);
+  const asyncGroupRows = deps.asyncGroupRows ?? DEFAULT_GROUP_ROWS;
+  const groups =
+    asyncGroupRows > 1
+      ? createGroupCommit(deps.db, {
+          maxRows: asyncGroupRows,
+          // Each delivery still gets its own line; this one says why its group was redone one by one.
+          onFallback: (group, err) => log({ group_fallback: group.deliveries, detail: describeError(err) }),
+        })
+      : undefined;
   const probes = createProbes({
     db: deps.probeDb ?? deps.db,
     metrics,
@@ -198,7 +213,7 @@ export function createApp(deps: AppDeps): App {
         return receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000).catch(parkWhen(isPermanent));
       case "async":
         // Only the payload itself can be permanent here (jsonb cannot hold it): kept with its raw body.
-        return receiveAsync(deps.db, target, event).catch(parkWhen(isDataError));
+        return (groups ? groups.receive(target, event) : receiveAsync(deps.db, target, event)).catch(parkWhen(isDataError));
       case "hybrid":
         return receiveHybrid(deps.db, target, event, endpoint.hybrid ?? DEFAULT_HYBRID, (err) => {
           entry.fallback = describeError(err);

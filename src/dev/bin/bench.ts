@@ -1,6 +1,6 @@
 // Entry file: `bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only sections] [--out DIR]`. Measures
-// the receiver and the worker against the physical ceiling (pgbench running the same SQL) on this
-// machine, side by side in one run, and writes <out>/latest.json and latest.md (default bench-results/).
+// the receiver and the worker against the physical ceiling (pgbench running the same SQL) and against
+// peers (a naive Bun receiver doing the seed's SQL, graphile-worker) on this machine, side by side in one run, and writes <out>/latest.json and latest.md (default bench-results/).
 // pgbench: PGBENCH_BIN, else on PATH or Debian's /usr/lib/postgresql/<major>/bin. No timing is asserted
 // by the test suite (test/dev/bench.test.ts: a quick run completes, DATABASE_URL's data is left alone).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
@@ -172,9 +172,12 @@ try {
     requests: number;
     statuses: Record<string, number>;
   }
-  async function withServe<T>(env: Record<string, string>, fn: (base: string, pid: number) => Promise<T>): Promise<T> {
+  function withServe<T>(env: Record<string, string>, fn: (base: string, pid: number) => Promise<T>): Promise<T> {
+    return withReceiver(bin("serve"), env, fn);
+  }
+  async function withReceiver<T>(file: string, env: Record<string, string>, fn: (base: string, pid: number) => Promise<T>): Promise<T> {
     const port = await freePort();
-    const child = spawn(process.execPath, [bin("serve")], {
+    const child = spawn(process.execPath, [file], {
       env: { ...process.env, DATABASE_URL: url, STRIPE_WEBHOOK_SECRET: SECRET, PORT: String(port), ...env },
       stdio: ["ignore", "ignore", "inherit"],
     });
@@ -210,30 +213,44 @@ try {
     const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
     return Math.round(Number(hwm ?? 0) / 1024);
   }
+  // Ours through `serve`, then the naive receiver peer (src/dev/bench/naive-peer.ts) under the same load.
+  const receivers = [
+    { name: "receive", file: bin("serve"), env: (mode: string) => ({ INBOX_MODE: mode }), what: "HTTP through serve" },
+    {
+      name: "naive peer",
+      file: join(ROOT, "src", "dev", "bench", "naive-peer.ts"),
+      env: (mode: string) => ({ PEER_MODE: mode }),
+      what: "seed's SQL, 60-line Bun receiver",
+    },
+  ];
   for (const mode of ["sync", "async"] as const) {
     if (!sections.has(mode)) continue;
     for (const c of levels) {
-      await reset();
-      const measured = await withServe({ INBOX_MODE: mode, DB_POOL_MAX: String(Math.min(c, 64)) }, async (base, pid) => {
-        // Warm-up (discarded): opens the pool's connections and the load generator's sockets.
-        load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warm${mode}${c}${Date.now()}` });
-        const loads = Array.from({ length: runs }, (_, r) =>
-          load({
-            url: `${base}/webhooks/stripe`,
-            concurrency: c,
-            durationMs: seconds * 1000,
-            kind: "unique",
-            run: `${mode}${c}r${r}${Date.now()}`,
-          }),
-        );
-        return { loads, rss: peakRssMiB(pid) };
-      });
-      const name = `receive ${mode} (HTTP through serve)`;
-      const rps = stat(measured.loads.map((l) => l.rps));
-      const notes = `p50 ${stat(measured.loads.map((l) => l.p50)).median.toFixed(1)} ms, p99 ${stat(measured.loads.map((l) => l.p99)).median.toFixed(1)} ms, serve peak RSS ${measured.rss} MiB, statuses ${JSON.stringify(measured.loads[0]?.statuses)}`;
-      results[`${name} @${c}`] = { ...rps, loads: measured.loads, peak_rss_mib: measured.rss };
-      row(name, c, rps, "events/s", notes);
-      say(`${name} @${c}: ${JSON.stringify(rps)} ${notes}`);
+      for (const receiver of receivers) {
+        await reset();
+        const env = { ...receiver.env(mode), DB_POOL_MAX: String(Math.min(c, 64)) };
+        const measured = await withReceiver(receiver.file, env, async (base, pid) => {
+          // Warm-up (discarded): opens the pool's connections and the load generator's sockets.
+          load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warm${mode}${c}${Date.now()}` });
+          const loads = Array.from({ length: runs }, (_, r) =>
+            load({
+              url: `${base}/webhooks/stripe`,
+              concurrency: c,
+              durationMs: seconds * 1000,
+              kind: "unique",
+              run: `${mode}${c}r${r}${Date.now()}`,
+            }),
+          );
+          return { loads, rss: peakRssMiB(pid) };
+        });
+        const name = `${receiver.name} ${mode} (${receiver.what})`;
+        const rps = stat(measured.loads.map((l) => l.rps));
+        const p99 = stat(measured.loads.map((l) => l.p99));
+        const notes = `p50 ${stat(measured.loads.map((l) => l.p50)).median.toFixed(1)} ms, p99 ${p99.median.toFixed(1)} ms (${p99.min.toFixed(1)}–${p99.max.toFixed(1)}), peak RSS ${measured.rss} MiB, statuses ${JSON.stringify(measured.loads[0]?.statuses)}`;
+        results[`${name} @${c}`] = { ...rps, loads: measured.loads, peak_rss_mib: measured.rss };
+        row(name, c, rps, "events/s", notes);
+        say(`${name} @${c}: ${JSON.stringify(rps)} ${notes}`);
+      }
     }
   }
 

@@ -1,0 +1,134 @@
+import { isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { recordEvent } from "../inbox/inbox.ts";
+import { notifierFor } from "../inbox/notifier.ts";
+import { keyText, recordEvents, type InboxEntry } from "../inbox/record-events.ts";
+import type { VerifiedEvent } from "../providers/provider.ts";
+import { receiveAsync, type Outcome, type ReceiveTarget } from "./receive.ts";
+
+/** Default largest group: deliveries recorded by one statement. */
+export const DEFAULT_GROUP_ROWS = 64;
+
+/** One group as it is sent: `deliveries` answered by it, `rows` in its insert (in-group duplicates are one row). */
+export interface GroupSent {
+  deliveries: number;
+  rows: number;
+}
+
+/** Settings of {@link createGroupCommit}. */
+export interface GroupCommitOptions {
+  /** Most deliveries in one group; more wait for the next. Default {@link DEFAULT_GROUP_ROWS}. */
+  maxRows?: number;
+  /** Called as each group's insert is sent (synchronously, before its statement runs). */
+  onGroup?: (group: GroupSent) => void;
+  /** Called when a group's statement was refused and its deliveries are retried one by one, with the error. */
+  onFallback?: (group: GroupSent, err: unknown) => void;
+}
+
+/** Async receive with group commit; see {@link createGroupCommit}. */
+export interface GroupCommit {
+  /** Same contract as `receiveAsync(db, target, event)`: `queued`, `ignored` or `duplicate`, after the commit holding the row; throws the database error. */
+  receive(target: ReceiveTarget, event: VerifiedEvent): Promise<Outcome>;
+}
+
+interface Waiting {
+  target: ReceiveTarget;
+  event: VerifiedEvent;
+  resolve(outcome: Outcome): void;
+  reject(err: unknown): void;
+}
+
+/**
+ * Async mode with group commit on `db`: concurrent deliveries are recorded by one multi-row insert
+ * (recordEvents; a group of one by recordEvent, as without group commit), one statement and so one commit, and each is answered from its own row's result
+ * only after that commit, exactly as `receiveAsync` answers it alone.
+ *
+ * Collection ("natural batching", the leader/follower scheme of database group commit): a delivery
+ * that finds no group in flight is sent at once, alone, with no timer, so a lone delivery waits for
+ * nothing but its own insert; deliveries that arrive while a group's insert runs wait and form the
+ * next group, sent as soon as that insert settles (at most `maxRows`; the rest form the one after).
+ * One group in flight per pool: the group grows with the load instead of the connections in use.
+ *
+ * Inside a group, deliveries of one key are one row: the first delivery gets the insert's result,
+ * the others `duplicate`. Workers are woken once per group that queued a row, after its commit.
+ * When the group's statement fails because of its rows (any error but an unavailable database or a
+ * cancelled statement), every delivery of the group is retried alone with `receiveAsync`, so a row
+ * PostgreSQL refuses fails only its own delivery. When the database is unavailable or the statement
+ * was cancelled (statement timeout), every delivery of the group is rejected with that error: none
+ * is acknowledged, and the provider retries.
+ */
+export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): GroupCommit {
+  const maxRows = Math.max(1, options.maxRows ?? DEFAULT_GROUP_ROWS);
+  let waiting: Waiting[] = [];
+  let inFlight = false;
+
+  function send(): void {
+    const group = waiting.slice(0, maxRows);
+    waiting = waiting.slice(maxRows);
+    inFlight = true;
+    void commit(group).finally(() => {
+      inFlight = false;
+      if (waiting.length > 0) send();
+    });
+  }
+
+  /** Records `group`; settles every delivery of it. Resolves once its statement settled (a fallback runs on). */
+  async function commit(group: Waiting[]): Promise<void> {
+    const first = new Map<string, Waiting>();
+    const entries: InboxEntry[] = [];
+    for (const delivery of group) {
+      const key = { provider: delivery.target.provider, endpoint: delivery.target.endpoint, eventId: delivery.event.id };
+      const text = keyText(key);
+      if (first.has(text)) continue;
+      first.set(text, delivery);
+      entries.push({ key, event: delivery.event, as: handled(delivery) ? null : "ignored" });
+    }
+    const sent = { deliveries: group.length, rows: entries.length };
+    options.onGroup?.(sent);
+    let inserted: Set<string>;
+    try {
+      inserted = await insertGroup(db, entries);
+    } catch (err) {
+      if (group.length === 1 || isDatabaseUnavailable(err) || sqlState(err) === SQLSTATE.queryCanceled) {
+        for (const delivery of group) delivery.reject(err);
+      } else {
+        // One of the rows is refused: each delivery alone, so only that one fails.
+        options.onFallback?.(sent, err);
+        for (const delivery of group) receiveAsync(db, delivery.target, delivery.event).then(delivery.resolve, delivery.reject);
+      }
+      return;
+    }
+    let queued = false;
+    for (const delivery of group) {
+      const text = keyText({ provider: delivery.target.provider, endpoint: delivery.target.endpoint, eventId: delivery.event.id });
+      if (first.get(text) !== delivery || !inserted.has(text)) {
+        delivery.resolve("duplicate");
+      } else if (handled(delivery)) {
+        queued = true;
+        delivery.resolve("queued");
+      } else {
+        delivery.resolve("ignored");
+      }
+    }
+    if (queued) notifierFor(db).wake();
+  }
+
+  return {
+    receive(target, event) {
+      const { promise, resolve, reject } = Promise.withResolvers<Outcome>();
+      waiting.push({ target, event, resolve, reject });
+      if (!inFlight) send();
+      return promise;
+    },
+  };
+}
+
+/** The keys `entries` inserted: a lone row by recordEvent, the very statement of a delivery without group commit. */
+async function insertGroup(db: Db, entries: InboxEntry[]): Promise<Set<string>> {
+  const [only] = entries;
+  if (entries.length > 1 || !only) return recordEvents(db, entries);
+  return (await recordEvent(db, only.key, only.event, only.as)) ? new Set([keyText(only.key)]) : new Set();
+}
+
+function handled(delivery: Waiting): boolean {
+  return delivery.target.handlers[delivery.event.type] !== undefined;
+}

@@ -1,0 +1,170 @@
+// createGroupCommit (async mode with group commit) against real PostgreSQL. Groups are formed without
+// timers: the first delivery is sent alone, and deliveries made while its insert is in flight form
+// the next group, so each test builds its groups deterministically by calling receive() in one tick.
+import { afterAll, beforeAll, expect, test } from "bun:test";
+import { connect, isDataError, type Db } from "../../src/db/db.ts";
+import { billingHandlers } from "../../src/handlers/billing.ts";
+import { createGroupCommit, type GroupSent } from "../../src/receiver/group-commit.ts";
+import { jsonbCopy } from "../../src/providers/jsonb-text.ts";
+import { receiveAsync, type Outcome, type ReceiveTarget } from "../../src/receiver/receive.ts";
+import { closeAll, connections, count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
+
+let fresh: Awaited<ReturnType<typeof freshDatabase>>;
+let db: Db;
+const actors: Db[][] = [];
+
+beforeAll(async () => {
+  fresh = await freshDatabase();
+  db = fresh.db;
+});
+
+afterAll(async () => {
+  for (const group of actors) await closeAll(group);
+  await fresh?.drop();
+});
+
+const BILLING: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+
+/** Bun's default 5 s per test is too tight for the concurrent test; a bound, not a speed assertion. */
+const CONCURRENT_TEST_TIMEOUT_MS = 30_000;
+
+/** A verified invoice.paid event `id` (a handled type: recorded for a worker). */
+function paid(id: string) {
+  return verified(eventBody(id, "invoice.paid", invoice({ id: `in_${id}`, status: "paid", amount_paid: 2000 })));
+}
+
+/** The inbox row of `eventId`, as the columns a delivery writes. */
+async function row(eventId: string) {
+  const [found] = await db`
+    select event_type, payload, raw_body, payload_sanitized, outcome, processed_at is not null as settled, attempts, last_error
+      from webhook_inbox
+     where event_id = ${eventId}
+  `;
+  return found;
+}
+
+test("`createGroupCommit()` sends a lone delivery at once, alone, and a group writes the rows receiveAsync writes", async () => {
+  const sent: GroupSent[] = [];
+  const fallbacks: unknown[] = [];
+  const groups = createGroupCommit(db, { onGroup: (group) => sent.push(group), onFallback: (_, err) => fallbacks.push(err) });
+  const other: ReceiveTarget = { ...BILLING, endpoint: "other" };
+  const plain = paid("evt_gc_lone");
+  const body = eventBody("evt_gc_lone_nul", "invoice.paid", invoice({ id: "in_gc_lone_nul", description: "a\u0000b" }));
+  const copy = jsonbCopy(body);
+  const sanitized = { ...verified(body), sanitized: copy && { ...copy, typeChanged: false } };
+  expect(sanitized.sanitized).toBeDefined();
+  const answer = groups.receive(BILLING, paid("evt_gc_lone_first"));
+  // Sent before receive() returned: no timer, no window.
+  expect(sent).toEqual([{ deliveries: 1, rows: 1 }]);
+  // These two arrive while it is in flight: the next group, one multi-row insert.
+  const grouped = [groups.receive(BILLING, plain), groups.receive(BILLING, sanitized)];
+  expect(await answer).toBe("queued");
+  expect(await Promise.all(grouped)).toEqual(["queued", "queued"]);
+  expect(sent).toEqual([
+    { deliveries: 1, rows: 1 },
+    { deliveries: 2, rows: 2 },
+  ]);
+  expect(fallbacks).toEqual([]); // written by the group's statement, not redone one by one
+  for (const event of [plain, sanitized]) {
+    expect(await receiveAsync(db, other, event)).toBe("queued");
+    const rows = await db`
+      select event_type, payload, raw_body, payload_sanitized, outcome, processed_at is not null as settled, attempts, last_error
+        from webhook_inbox
+       where event_id = ${event.id}
+       order by endpoint
+    `;
+    expect(rows.length).toBe(2);
+    expect(rows[0]).toEqual(rows[1]!);
+  }
+  expect(await row("evt_gc_lone_nul")).toMatchObject({ payload_sanitized: copy?.replaced, raw_body: body });
+});
+
+test("`createGroupCommit()` records a group with an in-group duplicate as one row: one `queued`, one `duplicate`", async () => {
+  const sent: GroupSent[] = [];
+  const fallbacks: GroupSent[] = [];
+  const groups = createGroupCommit(db, { onGroup: (group) => sent.push(group), onFallback: (group) => fallbacks.push(group) });
+  const unhandled = verified(eventBody("evt_gc_unhandled", "customer.created", { id: "cus_gc", object: "customer" }));
+  const answers = [
+    groups.receive(BILLING, paid("evt_gc_a")),
+    groups.receive(BILLING, paid("evt_gc_b")),
+    groups.receive(BILLING, paid("evt_gc_c")),
+    groups.receive(BILLING, paid("evt_gc_c")),
+    groups.receive(BILLING, unhandled),
+  ];
+  expect(await Promise.all(answers)).toEqual(["queued", "queued", "queued", "duplicate", "ignored"]);
+  expect(sent).toEqual([
+    { deliveries: 1, rows: 1 },
+    { deliveries: 4, rows: 3 },
+  ]);
+  expect(fallbacks).toEqual([]);
+  expect(await count(db, "webhook_inbox", "event_id in ('evt_gc_a', 'evt_gc_b', 'evt_gc_c', 'evt_gc_unhandled')")).toBe(4);
+  expect(await row("evt_gc_c")).toMatchObject({ outcome: null, settled: false });
+  expect(await row("evt_gc_unhandled")).toMatchObject({ outcome: "ignored", settled: true });
+  // A later delivery of a grouped key is a duplicate, as always.
+  expect(await groups.receive(BILLING, paid("evt_gc_b"))).toBe("duplicate");
+});
+
+test("`createGroupCommit()` retries a group one by one when PostgreSQL refuses one row: only that delivery fails", async () => {
+  const sent: GroupSent[] = [];
+  const fallbacks: GroupSent[] = [];
+  const groups = createGroupCommit(db, { onGroup: (group) => sent.push(group), onFallback: (group) => fallbacks.push(group) });
+  // \u0000 in a string, without the sanitized copy the verifier would make: jsonb refuses it (22P05).
+  const refused = verified(eventBody("evt_gc_refused", "invoice.paid", invoice({ id: "in_gc_refused", description: "a\u0000b" })));
+  const answers = [
+    groups.receive(BILLING, paid("evt_gc_first")),
+    groups.receive(BILLING, paid("evt_gc_left")),
+    groups.receive(BILLING, refused).catch((err: unknown) => err),
+    groups.receive(BILLING, paid("evt_gc_right")),
+  ];
+  const [first, left, failure, right] = await Promise.all(answers);
+  expect(sent).toEqual([
+    { deliveries: 1, rows: 1 },
+    { deliveries: 3, rows: 3 },
+  ]);
+  expect(fallbacks).toEqual([{ deliveries: 3, rows: 3 }]);
+  expect([first, left, right]).toEqual(["queued", "queued", "queued"]);
+  expect(isDataError(failure)).toBe(true);
+  expect(await row("evt_gc_left")).toMatchObject({ outcome: null, settled: false });
+  expect(await row("evt_gc_right")).toMatchObject({ outcome: null, settled: false });
+  expect(await row("evt_gc_refused")).toBeUndefined();
+});
+
+test("`createGroupCommit()` rejects every delivery of a group when the database is unavailable", async () => {
+  const down = connect("postgres://nobody@127.0.0.1:1/none", { connectTimeoutSec: 1 });
+  try {
+    const groups = createGroupCommit(down);
+    const answers = ["evt_gc_down_1", "evt_gc_down_2", "evt_gc_down_3"].map((id) =>
+      groups.receive(BILLING, paid(id)).then(
+        (outcome) => outcome,
+        (err: unknown) => (err as { code?: string }).code,
+      ),
+    );
+    expect(await Promise.all(answers)).toEqual(["ECONNREFUSED", "ECONNREFUSED", "ECONNREFUSED"]);
+  } finally {
+    await down.end({ timeout: 1 });
+  }
+});
+
+test(
+  "`createGroupCommit()` records exactly one row per event for 240 parallel deliveries on 4 receivers, and every `queued` has its row",
+  async () => {
+    const pools = connections(fresh.url, 4);
+    actors.push(pools);
+    await Promise.all(pools.map((pool) => pool`select 1`));
+    const receivers = pools.map((pool) => createGroupCommit(pool, { maxRows: 16 }));
+    const ids = Array.from({ length: 60 }, (_, i) => `evt_gc_many_${i}`);
+    // Every event delivered 4 times, each time by another receiver and in another order.
+    const deliveries = ids.flatMap((id, i) => receivers.map((receiver, r) => ({ id, receiver, order: (i * 7 + r * 13) % 240 })));
+    deliveries.sort((a, b) => a.order - b.order);
+    const outcomes = await Promise.all(
+      deliveries.map(async ({ id, receiver }) => ({ id, outcome: (await receiver.receive(BILLING, paid(id))) as Outcome })),
+    );
+    const rows = await db<{ event_id: string }[]>`select event_id from webhook_inbox where event_id like 'evt_gc_many_%'`;
+    expect(rows.map((r) => r.event_id).sort()).toEqual([...ids].sort());
+    for (const id of ids) {
+      const mine = outcomes.filter((o) => o.id === id).map((o) => o.outcome);
+      expect(mine.sort()).toEqual(["duplicate", "duplicate", "duplicate", "queued"]);
+    }
+  },
+  CONCURRENT_TEST_TIMEOUT_MS,
+);
