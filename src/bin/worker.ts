@@ -8,7 +8,7 @@ import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { runWorker } from "../worker/worker.ts";
 import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
 import { stripeFetcher, type Fetcher } from "../worker/stripe-fetch.ts";
-import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
+import { readCatchUpSettings, startBackfillRequests, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
   --concurrency N     batches processed at once (default 4)
@@ -142,8 +142,21 @@ console.log(
 );
 // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
 let catchUp: Promise<void> | undefined;
+// Backfill requests recorded by health notifications of thin endpoints, served here (the worker holds
+// the API key thin endpoints need); woken as the worker records one, polled otherwise.
+let backfillRequests: Promise<void> | undefined;
+let wakeBackfill = (): void => {};
+const backfillWoken = () => new Promise<void>((resolve) => (wakeBackfill = resolve));
 try {
   catchUp = startCatchUp(process.env, catchUpSettings, db, controller.signal, (line) => console.log(JSON.stringify(line)));
+  if (fetcher)
+    backfillRequests = startBackfillRequests(
+      process.env,
+      db,
+      controller.signal,
+      (line) => console.log(JSON.stringify(line)),
+      backfillWoken,
+    );
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(2);
@@ -162,11 +175,14 @@ await runWorker({
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   listen,
   ...(fetcher ? { fetcher } : {}),
-  // The event backfill reads event_backfill_requests (sql/0015_thin_events.sql); this line makes each request visible at once.
-  onBackfillRequested: (r) =>
-    console.log(JSON.stringify({ worker: "backfill_requested", id: r.id, endpoint: r.endpoint, from: r.window.start, to: r.window.end })),
+  // Served by startBackfillRequests above (event_backfill_requests, sql/0015_thin_events.sql).
+  onBackfillRequested: (r) => {
+    console.log(JSON.stringify({ worker: "backfill_requested", id: r.id, endpoint: r.endpoint, from: r.window.start, to: r.window.end }));
+    wakeBackfill();
+  },
 });
 await catchUp;
+await backfillRequests;
 await db.end({ timeout: 5 });
 await database.close();
 console.log(JSON.stringify({ worker: "stopped" }));

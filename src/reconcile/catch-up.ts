@@ -5,6 +5,7 @@ import type { LogFn } from "../log.ts";
 import type { Mode, ReceiveTarget } from "../receiver/receive.ts";
 import { backfillEvents, type BackfillSummary } from "./backfill-events.ts";
 import type { ListEvents } from "./stripe-events.ts";
+import { finishBackfillRequest, takeBackfillRequest, type BackfillRequest } from "../inbox/backfill-requests.ts";
 
 /** One endpoint catch-up backfills. */
 export interface CatchUpEndpoint {
@@ -100,4 +101,70 @@ function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
       { once: true },
     );
   });
+}
+
+/** Settings of {@link runBackfillRequests}. Durations in ms. */
+export interface BackfillRequestOptions {
+  db: Db;
+  list: ListEvents;
+  /** Where a request's events are recorded, by the endpoint the health notification came to. */
+  endpoints: ReadonlyMap<string, CatchUpEndpoint>;
+  signal: AbortSignal;
+  log: LogFn;
+  /** How often to look for requests when not woken (default 30000). */
+  pollMs?: number;
+  /** Resolves when a request may be waiting (the worker calls it as it records one); optional. */
+  wake?: () => Promise<void>;
+  sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
+}
+
+/**
+ * Serves the backfill requests that Stripe's `v2.core.health.event_generation_failure.resolved`
+ * notifications record (inbox/backfill-requests.ts): takes one (one runner per request, `SKIP
+ * LOCKED`), backfills events created from its window's start through the endpoint's target, and marks
+ * it finished. The run is a filtered one (it leaves the endpoint's checkpoint and lease alone) and
+ * reads past the window's end up to now, which costs API reads only: recording is idempotent. A
+ * request for an endpoint this process does not serve, or whose backfill fails, is left for a retake
+ * (an hour later) and logged. Returns when `signal` aborts.
+ */
+export async function runBackfillRequests(options: BackfillRequestOptions): Promise<void> {
+  const sleep = options.sleep ?? abortableSleep;
+  const owner = `backfill-request ${crypto.randomUUID()}`;
+  while (!options.signal.aborted) {
+    let request: BackfillRequest | undefined;
+    try {
+      request = await takeBackfillRequest(options.db);
+    } catch (err) {
+      options.log({ backfill_request: "failed", error: (err instanceof Error ? err.message : String(err)).slice(0, 300) });
+    }
+    if (request) {
+      const endpoint = options.endpoints.get(request.endpoint);
+      if (!endpoint) {
+        options.log({ backfill_request: "unserved", id: request.id, endpoint: request.endpoint });
+        continue;
+      }
+      try {
+        const summary = await backfillEvents({
+          db: options.db,
+          list: options.list,
+          ...endpoint,
+          since: request.start,
+          filtered: true,
+          owner,
+          signal: options.signal,
+        });
+        if (summary.status === "done") await finishBackfillRequest(options.db, request.id);
+        options.log({ backfill_request: summary.status, id: request.id, ...catchUpLine(summary) });
+      } catch (err) {
+        options.log({
+          backfill_request: "failed",
+          id: request.id,
+          error: (err instanceof Error ? err.message : String(err)).slice(0, 300),
+        });
+      }
+      continue;
+    }
+    const pollMs = options.pollMs ?? 30_000;
+    await (options.wake ? Promise.race([sleep(pollMs, options.signal), options.wake()]) : sleep(pollMs, options.signal));
+  }
 }

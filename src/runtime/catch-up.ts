@@ -1,10 +1,10 @@
 // Wiring of the automatic event catch-up for `serve` and `worker`: settings from the environment.
-import { ConfigError, loadConfig } from "../config.ts";
+import { ConfigError, loadConfig, readApiEndpoints } from "../config.ts";
 import type { Db } from "../db/db.ts";
 import type { LogFn } from "../log.ts";
-import { runCatchUp } from "../reconcile/catch-up.ts";
+import { runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../reconcile/catch-up.ts";
 import { stripeEventLister } from "../reconcile/stripe-events.ts";
-import { stripeEndpoints } from "../receiver/endpoints.ts";
+import { migratingHandlersFor, stripeEndpoints } from "../receiver/endpoints.ts";
 import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
 
 /** Catch-up settings: both durations in ms; undefined `idleAfterMs` and `everyMs` mean off. */
@@ -60,20 +60,67 @@ export function startCatchUp(
   log: LogFn,
 ): Promise<void> | undefined {
   if (settings.idleAfterMs === undefined && settings.everyMs === undefined) return undefined;
-  const config = loadConfig(env, "whsec_catch_up_reads_no_signatures");
   const stripe = stripeApiClient(readStripeApiSettings(env));
-  const endpoints = stripeEndpoints(config.endpoints, config.hybridBudgetMs).map((e) => ({
-    target: { provider: e.provider.name, endpoint: e.name, handlers: e.handlers },
-    mode: e.mode ?? "sync",
-    backoff: e.hybrid?.backoff ?? { baseMs: 1_000, capMs: 600_000 },
-  }));
   return runCatchUp({
     db,
     list: stripeEventLister(stripe, {}),
-    endpoints,
+    endpoints: catchUpEndpoints(env),
     idleAfterMs: settings.idleAfterMs ?? settings.everyMs!,
     everyMs: settings.everyMs,
     signal,
     log,
+  });
+}
+
+/**
+ * Where event backfill records each configured Stripe endpoint's events: its own provider, handlers
+ * and mode; for a thin endpoint, the classic `stripe` provider with the change-once handlers under the
+ * thin endpoint's name (the Events API lists classic events, and each claims its change, so a thin
+ * notification of the same change applies nothing twice) in async mode.
+ * @throws ConfigError as {@link loadConfig}.
+ */
+export function catchUpEndpoints(env: Record<string, string | undefined>): CatchUpEndpoint[] {
+  const config = loadConfig(env, "whsec_catch_up_reads_no_signatures");
+  return stripeEndpoints(config.endpoints, config.hybridBudgetMs).map((e) => {
+    const backoff = e.hybrid?.backoff ?? { baseMs: 1_000, capMs: 600_000 };
+    if (e.provider.name === "stripe-thin")
+      return { target: { provider: "stripe", endpoint: e.name, handlers: migratingHandlersFor("stripe")! }, mode: "async", backoff };
+    return { target: { provider: e.provider.name, endpoint: e.name, handlers: e.handlers }, mode: e.mode ?? "sync", backoff };
+  });
+}
+
+/**
+ * Starts serving the backfill requests health notifications record (`runBackfillRequests`) for the
+ * thin endpoints of `env` (`STRIPE_ENDPOINT_KIND_<NAME>=thin`; no signing secrets needed), with
+ * `STRIPE_API_KEY`; the events are recorded as {@link catchUpEndpoints} records a thin endpoint's.
+ * Returns its promise (resolves after `signal` aborts), or undefined when no thin endpoint is
+ * configured. `wake` resolves when the worker records a request.
+ * @throws ConfigError for invalid endpoint settings or Stripe API settings.
+ */
+export function startBackfillRequests(
+  env: Record<string, string | undefined>,
+  db: Db,
+  signal: AbortSignal,
+  log: LogFn,
+  wake: () => Promise<void>,
+): Promise<void> | undefined {
+  const problems: string[] = [];
+  const { thin } = readApiEndpoints(env, problems);
+  if (problems.length > 0) throw new ConfigError(problems);
+  if (thin.size === 0) return undefined;
+  const stripe = stripeApiClient(readStripeApiSettings(env));
+  const handlers = migratingHandlersFor("stripe")!;
+  return runBackfillRequests({
+    db,
+    list: stripeEventLister(stripe, {}),
+    endpoints: new Map(
+      [...thin].map((name) => [
+        name,
+        { target: { provider: "stripe", endpoint: name, handlers }, mode: "async", backoff: { baseMs: 1_000, capMs: 600_000 } },
+      ]),
+    ),
+    signal,
+    log,
+    wake,
   });
 }

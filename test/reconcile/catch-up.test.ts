@@ -2,9 +2,10 @@
 import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test";
 import type { Db } from "../../src/db/db.ts";
 import type { RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
-import { runCatchUp, type CatchUpEndpoint } from "../../src/reconcile/catch-up.ts";
+import { runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../../src/reconcile/catch-up.ts";
+import { recordBackfillRequest } from "../../src/inbox/backfill-requests.ts";
 import { stripeEventLister } from "../../src/reconcile/stripe-events.ts";
-import { handlersFor } from "../../src/receiver/endpoints.ts";
+import { handlersFor, migratingHandlersFor } from "../../src/receiver/endpoints.ts";
 import { readCatchUpSettings } from "../../src/runtime/catch-up.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
 import { closeAll, connections, freshDatabase } from "../support/helpers.ts";
@@ -117,4 +118,44 @@ test("`readCatchUpSettings()` is off by default and requires STRIPE_API_KEY once
     everyMs: 900_000,
   });
   expect(() => readCatchUpSettings({ RECONCILE_EVERY: "soon" })).toThrow(/RECONCILE_EVERY must be a positive duration/);
+});
+
+test("`runBackfillRequests()` backfills a health notification's window for its thin endpoint once, as classic events claiming their change, and finishes the request", async () => {
+  const f = fakeWith(events);
+  fakes.push(f);
+  const window = { start: new Date((events[3]!.created as number) * 1000), end: new Date((NOW - 60) * 1000) };
+  const id = await db.begin((tx) => recordBackfillRequest(tx, { endpoint: "thin", requestedBy: "evt_health_1", ...window }));
+  const stripe = stripeApiClient({ apiKey: API_KEY, apiBase: new URL(f.url) });
+  const thin: CatchUpEndpoint = {
+    target: { provider: "stripe", endpoint: "thin", handlers: migratingHandlersFor("stripe")! },
+    mode: "async",
+    backoff: { baseMs: 1_000, capMs: 600_000 },
+  };
+  const serve = async () => {
+    const controller = new AbortController();
+    const log: Record<string, unknown>[] = [];
+    await runBackfillRequests({
+      db,
+      list: stripeEventLister(stripe, {}, { sleep: async () => {} }),
+      endpoints: new Map([["thin", thin]]),
+      signal: controller.signal,
+      log: (line) => log.push(line),
+      // No request left: the first wait ends the run.
+      sleep: async () => controller.abort(),
+    });
+    return log;
+  };
+  const log = await serve();
+  expect(log).toEqual([expect.objectContaining({ backfill_request: "done", id })]);
+  const rows = await db<{ n: number; first: string }[]>`
+    select count(*)::int as n, min(event_id) as first from webhook_inbox where provider = 'stripe' and endpoint = 'thin' and source = 'api' and processed_at is null`;
+  // Events from the window's start on (the window's first event and all later ones), queued for the worker.
+  expect(rows[0]!.n).toBe(events.length - 3);
+  const [request] = await db<
+    { finished: boolean }[]
+  >`select finished_at is not null as finished from event_backfill_requests where id = ${id!}`;
+  expect(request!.finished).toBe(true);
+  // The checkpoint and lease are untouched (a filtered run), and a second pass finds no request.
+  expect((await db`select count(*)::int as n from event_backfill_checkpoints where endpoint = 'thin'`)[0]!.n).toBe(0);
+  expect(await serve()).toEqual([]);
 });
