@@ -52,10 +52,22 @@ export function createMetrics(): Metrics {
   const deliveries = new Map<string, number>();
   const durations = new Map<string, Histogram>();
 
+  // Label texts per (provider, endpoint, outcome, reason): few, since each comes from configuration or a
+  // fixed set of codes; escaping them once keeps six regular-expression replaces off every delivery.
+  const labelTexts = new Map<string, { key: string; hKey: string }>();
+
   function observe(o: DeliveryObservation): void {
-    const key = labels({ provider: o.provider, endpoint: o.endpoint, outcome: o.outcome, ...(o.reason ? { reason: o.reason } : {}) });
+    const id = `${o.provider}\u0000${o.endpoint}\u0000${o.outcome}\u0000${o.reason ?? ""}`;
+    let texts = labelTexts.get(id);
+    if (!texts) {
+      texts = {
+        key: labels({ provider: o.provider, endpoint: o.endpoint, outcome: o.outcome, ...(o.reason ? { reason: o.reason } : {}) }),
+        hKey: labels({ provider: o.provider, endpoint: o.endpoint }),
+      };
+      labelTexts.set(id, texts);
+    }
+    const { key, hKey } = texts;
     deliveries.set(key, (deliveries.get(key) ?? 0) + 1);
-    const hKey = labels({ provider: o.provider, endpoint: o.endpoint });
     const h = durations.get(hKey) ?? { counts: BUCKETS.map(() => 0), sum: 0, count: 0 };
     BUCKETS.forEach((le, i) => {
       if (o.durationSec <= le) h.counts[i] = (h.counts[i] ?? 0) + 1;
