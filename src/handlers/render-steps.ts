@@ -47,6 +47,8 @@ interface Shape {
   ctes: TemplateStringsArray;
   /** The whole text of `wrote`: it has no values. */
   wrote: TemplateStringsArray;
+  /** `wrote` as a fragment, made at its first use. */
+  wroteFragment?: Step;
 }
 
 /** Shapes kept per handler: a handler whose steps vary more than this is still checked at every build. */
@@ -75,19 +77,22 @@ export function renderSteps(
         shape.names.length === steps.length &&
         steps.every(([name, body], i) => shape.names[i] === name && shape.templates[i] === templateOf(body)),
     );
+  // Fragments with no values are made once and spliced into every statement: postgres.js only reads a
+  // fragment's text when it builds the statement around it, and the allocations are on the sync path.
   // `"h_<name>"` per step name (names are checked identifiers, so quoting is all the escaping they need).
-  const references = new Map<string, TemplateStringsArray>();
+  const references = new Map<string, Step>();
+  let gate: Step | undefined;
   return (sql, object, context) => {
     const referenced = new Set<string>();
     const helpers = {
       step: (name: string): Step => {
         referenced.add(name);
-        let text = references.get(name);
-        if (!text && STEP_NAME.test(name) && references.size < MAX_REFERENCES)
-          references.set(name, (text = templateStrings([`"${cteName(name)}"`])));
-        return text ? sql(text) : sql`${sql(cteName(name))}`; // any other name is refused below
+        let reference = references.get(name);
+        if (!reference && STEP_NAME.test(name) && references.size < MAX_REFERENCES)
+          references.set(name, (reference = sql(templateStrings([`"${cteName(name)}"`]))));
+        return reference ?? sql`${sql(cteName(name))}`; // any other name is refused below
       },
-      gate: sql`exists (select 1 from inbox)`,
+      gate: (gate ??= sql`exists (select 1 from inbox)`),
     };
     const steps = Object.entries(build(sql, object, context, helpers));
     let shape = knownShape(steps);
@@ -98,7 +103,7 @@ export function renderSteps(
       shapes.push((shape = shapeOf(steps, writing)));
     }
     if (steps.length === 0) return { ctes: sql`h__none as (select 1)`, wrote: sql`false` };
-    return { ctes: sql(shape.ctes, ...steps.map(([, body]) => body)), wrote: sql(shape.wrote) };
+    return { ctes: sql(shape.ctes, ...steps.map(([, body]) => body)), wrote: (shape.wroteFragment ??= sql(shape.wrote)) };
   };
 }
 
