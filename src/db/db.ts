@@ -151,15 +151,24 @@ export const NO_ANSWER = "DATABASE_NO_ANSWER";
  * server connection up to `query_wait_timeout` (120 s) and ignores its cancel request meanwhile.
  */
 export function answerWithin<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const late = new Promise<never>((_, reject) => {
-    timer = setTimeout(
+  // One promise and one timer per call (no race of two promises and no finally chain): it is on every delivery.
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(
       () =>
         reject(Object.assign(new Error(`${what}: the database did not answer within ${(ms / 1000).toFixed(1)} s`), { code: NO_ANSWER })),
       Math.max(0, ms),
     );
+    work.then(
+      (value) => {
+        clearTimeout(timer);
+        resolve(value);
+      },
+      (err: unknown) => {
+        clearTimeout(timer);
+        reject(err);
+      },
+    );
   });
-  return Promise.race([work, late]).finally(() => clearTimeout(timer));
 }
 
 /**

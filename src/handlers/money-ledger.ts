@@ -41,7 +41,7 @@ export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: Handle
       insert into ledger_entries (kind, amount, currency, balance_transaction, payment_intent, charge, source_id, event_id)
       values (${entry.kind}::text, ${entry.amount}::bigint, ${entry.currency}::text, ${entry.balanceTransaction}::text,
               ${entry.paymentIntent}::text, ${entry.charge}::text, ${entry.sourceId}::text, ${context.eventId}::text)
-      on conflict (balance_transaction, kind) do update
+      on conflict (balance_transaction, kind) where kind <> 'payment' do update
          set amount = ledger_entries.amount
        -- Never updates: the same movement again is nothing to do; a different one under the same key
        -- is refused. CASE fixes the evaluation order.

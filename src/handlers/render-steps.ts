@@ -35,6 +35,29 @@ export interface RenderedSteps {
 }
 
 /**
+ * What is static about one shape of a handler's steps (their names, in order, and the places in the
+ * code that wrote them): which steps write, and the SQL text around the steps' bodies, so a build of a
+ * known shape makes two fragments that only carry the bodies (and so bind only their values).
+ */
+interface Shape {
+  names: string[];
+  templates: readonly (readonly string[])[];
+  writing: string[];
+  /** `"h_a" as (`, `), "h_b" as (`, …, `)`: the text around the bodies of `ctes`. */
+  ctes: TemplateStringsArray;
+  /** The whole text of `wrote`: it has no values. */
+  wrote: TemplateStringsArray;
+  /** `wrote` as a fragment, made at its first use. */
+  wroteFragment?: Step;
+}
+
+/** Shapes kept per handler: a handler whose steps vary more than this is still checked at every build. */
+const MAX_SHAPES = 16;
+
+/** Step names whose `"h_<name>"` text is kept per handler (names come from code, so few). */
+const MAX_REFERENCES = 64;
+
+/**
  * Turns a {@link StepsBuilder} into what the receiver and the worker splice into their statement:
  * each step becomes `h_<name> as (…)`, `step(name)` renders `"h_<name>"`, and the steps are checked
  * (a few regular expressions over their text, no SQL sent) before anything runs, at the first build
@@ -45,41 +68,80 @@ export function renderSteps(
   handler: string,
   build: StepsBuilder,
 ): (sql: Db | Tx, object: Record<string, unknown>, context: HandlerContext) => RenderedSteps {
-  // Step names with their templates already checked: the checks read only template text, so a build
-  // of a known shape skips them (a few pointer comparisons on the sync path instead).
-  const checked: { names: string[]; templates: readonly (readonly string[])[]; writing: string[] }[] = [];
+  // Shapes whose templates were already checked: the checks read only template text, so a build of a
+  // known shape skips them (a few pointer comparisons on the sync path instead).
+  const shapes: Shape[] = [];
   const knownShape = (steps: [string, Step][]) =>
-    checked.find(
+    shapes.find(
       (shape) =>
         shape.names.length === steps.length &&
         steps.every(([name, body], i) => shape.names[i] === name && shape.templates[i] === templateOf(body)),
     );
+  // Fragments with no values are made once and spliced into every statement: postgres.js only reads a
+  // fragment's text when it builds the statement around it, and the allocations are on the sync path.
+  // `"h_<name>"` per step name (names are checked identifiers, so quoting is all the escaping they need).
+  const references = new Map<string, Step>();
+  let gate: Step | undefined;
   return (sql, object, context) => {
     const referenced = new Set<string>();
     const helpers = {
       step: (name: string): Step => {
         referenced.add(name);
-        return sql`${sql(cteName(name))}`;
+        let reference = references.get(name);
+        if (!reference && STEP_NAME.test(name) && references.size < MAX_REFERENCES)
+          references.set(name, (reference = sql(templateStrings([`"${cteName(name)}"`]))));
+        return reference ?? sql`${sql(cteName(name))}`; // any other name is refused below
       },
-      gate: sql`exists (select 1 from inbox)`,
+      gate: (gate ??= sql`exists (select 1 from inbox)`),
     };
     const steps = Object.entries(build(sql, object, context, helpers));
-    let writing = knownShape(steps)?.writing;
-    for (const name of referenced) if (writing && !steps.some(([n]) => n === name)) writing = undefined;
-    if (!writing) {
-      writing = checkSteps(handler, steps, referenced);
-      const templates = steps.map(([, body]) => templateOf(body));
-      if (checked.length < 16 && steps.every(([, body]) => isTemplateFact(body)))
-        checked.push({ names: steps.map(([n]) => n), templates: templates as (readonly string[])[], writing });
+    let shape = knownShape(steps);
+    for (const name of referenced) if (shape && !steps.some(([n]) => n === name)) shape = undefined;
+    if (!shape) {
+      const writing = checkSteps(handler, steps, referenced);
+      if (shapes.length >= MAX_SHAPES || !steps.every(([, body]) => isTemplateFact(body))) return nested(sql, steps, writing);
+      shapes.push((shape = shapeOf(steps, writing)));
     }
     if (steps.length === 0) return { ctes: sql`h__none as (select 1)`, wrote: sql`false` };
-    let ctes: Step | undefined;
-    for (const [name, body] of steps)
-      ctes = ctes ? sql`${ctes}, ${sql(cteName(name))} as (${body})` : sql`${sql(cteName(name))} as (${body})`;
-    let wrote: Step = sql`false`;
-    for (const name of writing) wrote = sql`${wrote} or exists (select 1 from ${sql(cteName(name))})`;
-    return { ctes: ctes as Step, wrote };
+    return { ctes: sql(shape.ctes, ...steps.map(([, body]) => body)), wrote: (shape.wroteFragment ??= sql(shape.wrote)) };
   };
+}
+
+/**
+ * The same text as a {@link Shape} gives, built from nested fragments: for a shape that is not kept
+ * (its strings arrays would be new at every build, and postgres.js keeps an entry per strings array).
+ */
+function nested(sql: Db | Tx, steps: [string, Step][], writing: string[]): RenderedSteps {
+  if (steps.length === 0) return { ctes: sql`h__none as (select 1)`, wrote: sql`false` };
+  let ctes: Step | undefined;
+  for (const [name, body] of steps)
+    ctes = ctes ? sql`${ctes}, ${sql(cteName(name))} as (${body})` : sql`${sql(cteName(name))} as (${body})`;
+  let wrote: Step = sql`false`;
+  for (const name of writing) wrote = sql`${wrote} or exists (select 1 from ${sql(cteName(name))})`;
+  return { ctes: ctes as Step, wrote };
+}
+
+/** The static text of `steps` (checked, names valid) for {@link Shape}. */
+function shapeOf(steps: [string, Step][], writing: string[]): Shape {
+  const names = steps.map(([name]) => name);
+  const around = names.map((name, i) => `${i === 0 ? "" : "), "}"${cteName(name)}" as (`);
+  const wrote = ["false", ...writing.map((name) => `exists (select 1 from "${cteName(name)}")`)].join(" or ");
+  return {
+    names,
+    templates: steps.map(([, body]) => templateOf(body)) as (readonly string[])[],
+    writing,
+    ctes: templateStrings(names.length === 0 ? [""] : [...around, ")"]),
+    wrote: templateStrings([wrote]),
+  };
+}
+
+/**
+ * `parts` as postgres.js reads a tagged template's strings (an array with `raw`): its `sql` tag then
+ * makes a query fragment with the values between the parts, as for a template written in the code.
+ * Made once per shape and kept: postgres.js caches per strings array.
+ */
+function templateStrings(parts: string[]): TemplateStringsArray {
+  return Object.freeze(Object.assign([...parts], { raw: Object.freeze([...parts]) })) as unknown as TemplateStringsArray;
 }
 
 /** Enforces the rules of {@link StepsBuilder} on one build's steps; returns the names of the steps that write. */

@@ -241,10 +241,11 @@ export function createApp(deps: AppDeps): App {
     .all("*", notFound);
 
   return {
-    async fetch(request) {
-      const response: Response = await router.fetch(request);
+    fetch(request) {
+      const response: Promise<Response> = router.fetch(request);
+      if (request.method !== "HEAD") return response;
       // HEAD: same status and headers as GET, no body (RFC 9110 §9.3.2).
-      return request.method === "HEAD" ? new Response(null, { status: response.status, headers: response.headers }) : response;
+      return response.then((r) => new Response(null, { status: r.status, headers: r.headers }));
     },
   };
 }

@@ -21,20 +21,23 @@ export function createStartingApp(): StartingApp {
     ready(real) {
       app = real;
     },
-    async fetch(request) {
+    fetch(request) {
+      // The app's own promise, not one more async layer around it: this runs for every request.
       if (app) return app.fetch(request);
-      const path = new URL(request.url).pathname;
-      const response =
-        path === "/healthz" && (request.method === "GET" || request.method === "HEAD")
-          ? Response.json({ status: "ok" })
-          : errorResponse(
-              new AppError(
-                "database_unavailable",
-                "Starting: waiting for the database and its migrations; nothing was recorded, retry later",
-              ),
-              { "retry-after": RETRY_AFTER_SEC },
-            );
-      return request.method === "HEAD" ? new Response(null, { status: response.status, headers: response.headers }) : response;
+      return Promise.resolve(startingResponse(request));
     },
   };
+}
+
+/** `/healthz` 200, anything else 503 `database_unavailable` with Retry-After (HEAD: no body). */
+function startingResponse(request: Request): Response {
+  const path = new URL(request.url).pathname;
+  const response =
+    path === "/healthz" && (request.method === "GET" || request.method === "HEAD")
+      ? Response.json({ status: "ok" })
+      : errorResponse(
+          new AppError("database_unavailable", "Starting: waiting for the database and its migrations; nothing was recorded, retry later"),
+          { "retry-after": RETRY_AFTER_SEC },
+        );
+  return request.method === "HEAD" ? new Response(null, { status: response.status, headers: response.headers }) : response;
 }

@@ -186,6 +186,27 @@ describe("statementHandler()", () => {
   });
 });
 
+/** Two steps of one shape whatever the event, the second reading the first: its kept SQL text is reused. */
+const chained = statementHandler("chained", (sql, object, ctx, { gate, step }) => ({
+  created: sql`insert into things (id, state) select ${String(object.id)}::text, 'chained' where ${gate} returning id`,
+  marked: sql`insert into marks (event_id, note) select ${ctx.eventId}::text, id from ${step("created")} returning 1`,
+}));
+
+describe("statementHandler() kept shapes", () => {
+  test("`receiveSync()` binds each delivery's own values when a handler's shape repeats, and a redelivery still writes nothing", async () => {
+    const target: ReceiveTarget = { ...TARGET, handlers: { "thing.chained": chained } };
+    for (const n of [1, 2, 3])
+      expect(await receiveSync(db, target, verified(body(`evt_h_kept_${n}`, "thing.chained", `th_kept_${n}`)))).toBe("processed");
+    expect(await receiveSync(db, target, verified(body("evt_h_kept_2", "thing.chained", "th_kept_2")))).toBe("duplicate");
+    expect([...(await db`select event_id, note from marks order by event_id`)]).toEqual([
+      { event_id: "evt_h_kept_1", note: "th_kept_1" },
+      { event_id: "evt_h_kept_2", note: "th_kept_2" },
+      { event_id: "evt_h_kept_3", note: "th_kept_3" },
+    ]);
+    expect(await count(db, "things")).toBe(3);
+  });
+});
+
 describe("statementHandler() step classification", () => {
   const context = { provider: "stripe", endpoint: "hazards", eventId: "evt_shape", eventType: "thing.shape" };
   /** Renders a handler whose first step is `shape` and whose second plainly writes `marks`: the two-writers rule must name marks. */
