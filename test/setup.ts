@@ -23,26 +23,41 @@ if (!adminUrl) {
   adminUrl = server.url;
 }
 process.env.TEST_ADMIN_URL = adminUrl;
-if (server) await quietServerLog(adminUrl);
-
-const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
 try {
-  await admin.unsafe(`drop database if exists ${TEMPLATE_DB} with (force)`);
-  await admin.unsafe(`create database ${TEMPLATE_DB}`);
+  await prepareTemplate(adminUrl);
 } catch (err) {
-  console.error(`Cannot prepare the test database on ${new URL(adminUrl).host}: ${String(err)}`);
+  // The run fails here; a server left running would outlive it (nothing else stops it).
+  await stopServer();
   throw err;
-} finally {
-  await admin.end();
 }
-const template = postgres(withDatabase(adminUrl, TEMPLATE_DB), { max: 1, onnotice: () => {} });
-await migrate(template, loadMigrations());
-await template.end();
 
-afterAll(async () => {
+/** Creates the template database and migrates it (the server's log quietened first when it is ours). */
+async function prepareTemplate(adminUrl: string): Promise<void> {
+  if (server) await quietServerLog(adminUrl);
+  const admin = postgres(adminUrl, { max: 1, onnotice: () => {} });
+  try {
+    await admin.unsafe(`drop database if exists ${TEMPLATE_DB} with (force)`);
+    await admin.unsafe(`create database ${TEMPLATE_DB}`);
+  } catch (err) {
+    console.error(`Cannot prepare the test database on ${new URL(adminUrl).host}: ${String(err)}`);
+    throw err;
+  } finally {
+    await admin.end();
+  }
+  const template = postgres(withDatabase(adminUrl, TEMPLATE_DB), { max: 1, onnotice: () => {} });
+  try {
+    await migrate(template, loadMigrations());
+  } finally {
+    await template.end();
+  }
+}
+
+async function stopServer(): Promise<void> {
   await server?.stop();
   if (dataDir) await rm(dirname(dataDir), { recursive: true, force: true });
-});
+}
+
+afterAll(stopServer);
 
 /**
  * The embedded server writes its log to a pipe this process must keep draining. Under `.ci/run` the
