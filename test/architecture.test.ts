@@ -7,6 +7,26 @@ import { dirname, join, posix, relative } from "node:path";
 
 const ROOT = join(import.meta.dir, "..");
 
+/** Everything the production wiring may use: every folder below the entry points. */
+const BELOW_ENTRIES = [
+  "admin",
+  "reconcile",
+  "receiver",
+  "worker",
+  "outbox",
+  "ops",
+  "writeback",
+  "handlers",
+  "providers",
+  "stripe-api",
+  "inbox",
+  "loop",
+  "db",
+  "config",
+  "errors",
+  "log",
+] as const;
+
 /**
  * Folder (or root leaf module) of src/ → the folders and leaves it may import, besides itself.
  * Top to bottom: entry points (bin, adapter) → production wiring (runtime) → the operator's page
@@ -15,62 +35,9 @@ const ROOT = join(import.meta.dir, "..");
  * dev (bench, chaos, the delivery tool) may import anything and nothing may import it.
  */
 export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
-  bin: [
-    "runtime",
-    "admin",
-    "reconcile",
-    "receiver",
-    "worker",
-    "outbox",
-    "ops",
-    "writeback",
-    "handlers",
-    "providers",
-    "stripe-api",
-    "inbox",
-    "loop",
-    "db",
-    "config",
-    "errors",
-    "log",
-  ],
-  adapter: [
-    "runtime",
-    "admin",
-    "reconcile",
-    "receiver",
-    "worker",
-    "outbox",
-    "ops",
-    "writeback",
-    "handlers",
-    "providers",
-    "stripe-api",
-    "inbox",
-    "loop",
-    "db",
-    "config",
-    "errors",
-    "log",
-  ],
-  runtime: [
-    "admin",
-    "reconcile",
-    "receiver",
-    "worker",
-    "outbox",
-    "ops",
-    "writeback",
-    "handlers",
-    "providers",
-    "stripe-api",
-    "inbox",
-    "loop",
-    "db",
-    "config",
-    "errors",
-    "log",
-  ],
+  bin: ["runtime", ...BELOW_ENTRIES],
+  adapter: ["runtime", ...BELOW_ENTRIES],
+  runtime: BELOW_ENTRIES,
   // The package's importable core (package.json `exports` "."): Web APIs only, like the receiver.
   index: ["receiver", "worker", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log"],
   // The operator's page: the operator functions rendered as HTML; only the wiring (runtime) mounts it.
