@@ -62,7 +62,7 @@ export interface Config {
   metricsToken: string | undefined;
   /** Stripe endpoints; `billing` (from `STRIPE_WEBHOOK_SECRET`) first. */
   endpoints: EndpointSettings[];
-  /** Password of the operator's page at `/admin` (≥ 32 characters). `ADMIN_TOKEN`; unset = the page is off (404). */
+  /** Password of the operator's page at `/admin` (≥ 32 characters, no whitespace, ≥ 10 different characters). `ADMIN_TOKEN`; unset = the page is off (404). */
   adminToken: string | undefined;
   /** `ADMIN_READONLY=true`: the page shows everything and refuses every action. Default false. */
   adminReadonly: boolean;
@@ -177,6 +177,9 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   }
   if (config.metricsToken !== undefined && config.metricsToken.length < 16) problems.push("METRICS_TOKEN must be at least 16 characters");
   if (config.adminToken !== undefined && config.adminToken.length < 32) problems.push("ADMIN_TOKEN must be at least 32 characters");
+  // Length alone lets "aaaa…" or 32 spaces through: a guessable password for a page that can requeue and resolve.
+  else if (config.adminToken !== undefined && (/\s/.test(config.adminToken) || new Set(config.adminToken).size < 10))
+    problems.push("ADMIN_TOKEN must not contain whitespace and needs at least 10 different characters (e.g. openssl rand -hex 32)");
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
 }

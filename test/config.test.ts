@@ -73,6 +73,15 @@ describe("loadConfig()", () => {
     });
   });
 
+  test("`loadConfig()` refuses a long ADMIN_TOKEN made of whitespace or of few characters, without echoing it", () => {
+    for (const token of [" ".repeat(34), "a".repeat(40), "abababababababababababababababab\t"]) {
+      const problems = configError({ STRIPE_WEBHOOK_SECRET: SECRET, ADMIN_TOKEN: token }).problems;
+      expect(problems).toEqual([
+        "ADMIN_TOKEN must not contain whitespace and needs at least 10 different characters (e.g. openssl rand -hex 32)",
+      ]);
+    }
+  });
+
   test("`loadConfig()` refuses an ADMIN_TOKEN under 32 characters and an ADMIN_READONLY that is not true or false, without echoing the token", () => {
     const problems = configError({ STRIPE_WEBHOOK_SECRET: SECRET, ADMIN_TOKEN: "short-admin-token", ADMIN_READONLY: "yes" }).problems;
     expect(problems).toEqual(['ADMIN_READONLY must be true or false, got "yes"', "ADMIN_TOKEN must be at least 32 characters"]);

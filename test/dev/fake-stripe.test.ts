@@ -128,3 +128,32 @@ test("a thin notification's `fetchEvent()` reads GET /v2/core/events/<id> and `f
   );
   expect(missing.fetchEvent()).rejects.toMatchObject({ statusCode: 404, code: "resource_missing" });
 });
+
+test("`bun run fake-stripe` serves the fixture events and their objects to stripe-node until stopped", async () => {
+  const child = Bun.spawn([process.execPath, "src/dev/bin/fake-stripe.ts", "--port", "0", "--key", KEY], {
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  try {
+    const reader = child.stdout.getReader();
+    let text = "";
+    while (!text.includes("\n")) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += new TextDecoder().decode(value);
+    }
+    reader.releaseLock();
+    const url = /on (http:\/\/127\.0\.0\.1:\d+)/.exec(text)?.[1];
+    expect(url).toBeDefined();
+    expect(text).not.toContain(KEY);
+    const client = stripeApiClient({ apiKey: KEY, apiBase: new URL(url!) });
+    const events: string[] = [];
+    for await (const e of client.events.list({ limit: 100, delivery_success: false })) events.push(e.id);
+    expect(events.length).toBeGreaterThan(20);
+    expect((await client.invoices.list({ limit: 100 })).data.length).toBeGreaterThan(0);
+    expect((await client.refunds.list({ limit: 100 })).data.length).toBeGreaterThan(0);
+  } finally {
+    child.kill("SIGTERM");
+    expect(await child.exited).toBe(0);
+  }
+});
