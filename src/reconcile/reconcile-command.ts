@@ -91,8 +91,13 @@ export async function runReconcile(
     out(opts.json ? JSON.stringify(report, null, 2) : render(report).join("\n"));
     return report.drifted > 0 ? 1 : 0;
   } catch (e) {
-    if (sqlState(e) === SQLSTATE.undefinedTable) err(`Cannot read the local tables: ${describeError(e)} (run \`bun run migrate\` first?)`);
-    else err(`Cannot reconcile ${kind.name}: ${describeError(e)}`);
+    const message =
+      sqlState(e) === SQLSTATE.undefinedTable
+        ? `Cannot read the local tables: ${describeError(e)} (run \`bun run migrate\` first?)`
+        : `Cannot reconcile ${kind.name}: ${describeError(e)}`;
+    err(message);
+    // A --json consumer (a cron log, an alert) gets a document on failure too, not an empty stdout.
+    if (opts.json) out(JSON.stringify({ kind: kind.name, failed: true, error: message, exitCode: 1 }, null, 2));
     return 1;
   } finally {
     await close();

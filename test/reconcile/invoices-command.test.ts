@@ -387,3 +387,11 @@ test("`bun run reconcile invoices` runs the command as a process: --json on stdo
   expect(proc.exitCode).toBe(1);
   expect((JSON.parse(stdout) as Reconciliation).byClass).toEqual({ missing_locally: 1 });
 });
+
+test("`reconcile invoices --json` that fails (Stripe refuses the key) exits 1 and still prints a JSON document naming the failure, never the key", async () => {
+  const wrongKey = "sk_test_wrongwrongwrong99";
+  const r = await reconcile(["--json"], { env: { ...ENV, STRIPE_API_KEY: wrongKey } });
+  expect(r.code).toBe(1);
+  expect(JSON.parse(r.text)).toMatchObject({ kind: "invoices", failed: true, exitCode: 1 });
+  expect(r.text + r.err).not.toContain(wrongKey);
+});
