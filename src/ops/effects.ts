@@ -1,3 +1,4 @@
+import { subjectOf } from "../providers/registry.ts";
 import type { Db } from "../db/db.ts";
 
 /** What one event changed in the billing tables, as operators see it. Amounts in minor units; times ISO 8601. */
@@ -18,7 +19,8 @@ export interface EventEffects {
 /**
  * The rows `eventId` changed: the ledger entries it booked (`ledger_entries.event_id`), the outbox
  * messages its transaction wrote (their payload's `event_id`), and the invoices those entries belong
- * to plus the invoice the event itself is about (`data.object.id` of an `invoice.*` event). Reads
+ * to plus the invoice the event itself is about (its subject's key, read by the row's provider: for
+ * Stripe the object's `invoice`, else its own id). Reads
  * through the indexes of sql/0016_event_effects.sql. Empty lists for an unknown id.
  */
 export async function eventEffects(db: Db, eventId: string): Promise<EventEffects> {
@@ -36,16 +38,25 @@ export async function eventEffects(db: Db, eventId: string): Promise<EventEffect
      where payload ->> 'event_id' = ${eventId}
      order by id
   `;
+  // The invoice the event itself is about: its subject's business key, as its provider reads it.
+  const rows = await db<{ provider: string; payload: Record<string, unknown> | null }[]>`
+    select provider, payload from webhook_inbox where event_id = ${eventId}
+  `;
+  const subjectKeys = rows.flatMap((r) => {
+    try {
+      const key = r.payload ? subjectOf(r.provider, r.payload).key : undefined;
+      return key ? [key] : [];
+    } catch {
+      return []; // an event without a readable subject changed nothing this page can show
+    }
+  });
   const invoices = await db<
     { id: string; customer_id: string; status: string; currency: string; amount_due: string; amount_paid: string; updated_at: Date }[]
   >`
     select id, customer_id, status, currency, amount_due::text, amount_paid::text, updated_at
       from invoices
      where id = any(${ledger.map((l) => l.invoice_id)}::text[])
-        or id in (select payload -> 'data' -> 'object' ->> 'id'
-                    from webhook_inbox
-                   where event_id = ${eventId}
-                     and event_type like 'invoice.%')
+        or id = any(${subjectKeys}::text[])
      order by id
   `;
   return {
