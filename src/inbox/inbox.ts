@@ -174,7 +174,7 @@ export function rawBody(event: VerifiedEvent): string | null {
 }
 
 /** The `source` column of a row this event inserts: `webhook` unless the event says otherwise. */
-function sourceOf(event: VerifiedEvent): string {
+export function sourceOf(event: VerifiedEvent): string {
   return event.source ?? "webhook";
 }
 

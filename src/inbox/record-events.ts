@@ -1,6 +1,6 @@
 import type { EscapableArray } from "postgres";
 import type { Db } from "../db/db.ts";
-import { rawBody, replaced, storedJson, type InboxKey, type RecordedAs } from "./inbox.ts";
+import { rawBody, replaced, sourceOf, storedJson, type InboxKey, type RecordedAs } from "./inbox.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 
 /** One row of {@link recordEvents}: the key, the verified event, and how it is recorded (as in `recordEvent`). */
@@ -14,7 +14,7 @@ export interface InboxEntry {
  * Records several verified events in one statement (one transaction, one commit): a multi-row
  * `insert … on conflict do nothing returning` that writes each row exactly as `recordEvent` writes
  * it (the payload from the verified bytes or their sanitized copy, `raw_body`, `payload_sanitized`,
- * and `processed_at = now()` when `as` is set). Returns the {@link keyText} of every key this
+ * and `processed_at = now()` when `as` is set, and `source`). Returns the {@link keyText} of every key this
  * statement inserted; a key missing from it was already recorded (a duplicate). `entries` must not
  * hold one key twice (the statement would insert the first and report the second as inserted too).
  * @throws the database error when any row cannot be written: nothing of the statement remains.
@@ -31,12 +31,13 @@ export async function recordEvents(db: Db, entries: readonly InboxEntry[]): Prom
     rawBody(event),
     replaced(event),
     as,
+    sourceOf(event),
   ]);
   const inserted = await db<InboxKeyRow[]>`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome)
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome, source)
     select provider, endpoint, event_id, event_type, payload::text::jsonb, raw_body::text, payload_sanitized::text,
-           case when outcome::text is null then null else now() end, outcome::text
-      from (values ${db(rows as unknown as EscapableArray[])}) as entry (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, outcome)
+           case when outcome::text is null then null else now() end, outcome::text, source::text
+      from (values ${db(rows as unknown as EscapableArray[])}) as entry (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, outcome, source)
     on conflict (provider, endpoint, event_id) do nothing
     returning provider, endpoint, event_id
   `;

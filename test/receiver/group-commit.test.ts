@@ -5,6 +5,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { connect, isDataError, type Db } from "../../src/db/db.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { createGroupCommit, type GroupSent } from "../../src/receiver/group-commit.ts";
+import { recordEvents } from "../../src/inbox/record-events.ts";
 import { jsonbCopy } from "../../src/providers/jsonb-text.ts";
 import { receiveAsync, type Outcome, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { closeAll, connections, count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
@@ -168,3 +169,20 @@ test(
   },
   CONCURRENT_TEST_TIMEOUT_MS,
 );
+
+test("`recordEvents()` writes each row's source as recordEvent does: the event's own (api), else webhook", async () => {
+  const fromApi = { ...paid("evt_grp_src_api"), source: "api" as const };
+  const fromWebhook = paid("evt_grp_src_hook");
+  const key = (eventId: string) => ({ provider: "stripe", endpoint: "billing", eventId });
+  const inserted = await recordEvents(db, [
+    { key: key("evt_grp_src_api"), event: fromApi, as: null },
+    { key: key("evt_grp_src_hook"), event: fromWebhook, as: null },
+  ]);
+  expect(inserted.size).toBe(2);
+  const rows = await db<{ event_id: string; source: string }[]>`
+    select event_id, source from webhook_inbox where event_id in ('evt_grp_src_api', 'evt_grp_src_hook') order by event_id`;
+  expect([...rows]).toEqual([
+    { event_id: "evt_grp_src_api", source: "api" },
+    { event_id: "evt_grp_src_hook", source: "webhook" },
+  ]);
+});
