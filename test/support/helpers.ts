@@ -5,6 +5,7 @@ import { connect, type Db } from "../../src/db/db.ts";
 import { signStripePayload, stripeSubject } from "../../src/providers/stripe.ts";
 import { withDatabase } from "../../src/dev/scratch-database.ts";
 import { TEMPLATE_DB } from "../setup.ts";
+import { stripeEventBody } from "../../src/dev/stripe-event.ts";
 
 /** A test signing secret (never a real one). */
 export const SECRET = "whsec_test_0123456789abcdefghijklmnop";
@@ -94,22 +95,7 @@ export function invoice(overrides: Record<string, unknown> = {}): Record<string,
 }
 
 /** A Stripe event body (pretty-printed like Stripe's) for `type` with `object` as `data.object`. */
-export function eventBody(id: string, type: string, object: Record<string, unknown>): string {
-  return JSON.stringify(
-    {
-      id,
-      object: "event",
-      api_version: "2025-09-30.clover",
-      created: 1764461520,
-      livemode: false,
-      pending_webhooks: 1,
-      type,
-      data: { object },
-    },
-    null,
-    2,
-  );
-}
+export const eventBody = stripeEventBody;
 
 /** A VerifiedEvent built from a body (for calling receiveSync directly). */
 export function verified(body: string) {

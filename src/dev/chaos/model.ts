@@ -1,4 +1,5 @@
 import { mulberry32, shuffleInPlace } from "../random.ts";
+import { stripeEventBody as eventBody } from "../stripe-event.ts";
 
 /** How an invoice's life goes in a storm, and so its expected end state. */
 export type Lifecycle = "paid" | "void" | "uncollectible_then_paid" | "refunded" | "disputed_won" | "disputed_lost" | "poison";
@@ -209,21 +210,4 @@ function invoiceObject(id: string, customer: string | null, amount: number, stat
     collection_method: "charge_automatically",
     livemode: false,
   };
-}
-
-function eventBody(id: string, type: string, object: Record<string, unknown>): string {
-  return JSON.stringify(
-    {
-      id,
-      object: "event",
-      api_version: "2025-09-30.clover",
-      created: 1764461520,
-      livemode: false,
-      pending_webhooks: 1,
-      type,
-      data: { object },
-    },
-    null,
-    2,
-  );
 }
