@@ -92,6 +92,16 @@ export function connect(url: string, options: ConnectOptions = {}): Db {
   });
 }
 
+/**
+ * True when PostgreSQL rolled the whole transaction back because of a concurrent one, so the same
+ * transaction tried again may succeed: SQLSTATE 40P01 (deadlock_detected) or 40001
+ * (serialization_failure). PostgreSQL manual, 13.4 "Serialization Failure Handling".
+ */
+export function isRetryableConflict(err: unknown): boolean {
+  const state = sqlState(err);
+  return state === SQLSTATE.deadlockDetected || state === SQLSTATE.serializationFailure;
+}
+
 /** The SQLSTATE of a PostgreSQL error, or undefined for anything else. */
 export function sqlState(err: unknown): string | undefined {
   if (err instanceof postgres.PostgresError) return err.code;

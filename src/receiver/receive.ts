@@ -1,4 +1,4 @@
-import { isDatabaseUnavailable, isDataError, isPermanent, type Db } from "../db/db.ts";
+import { isDatabaseUnavailable, isDataError, isPermanent, isRetryableConflict, type Db } from "../db/db.ts";
 import { describeError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { recordAndApply, recordEvent, recordFailedAttempt, recordUnstorable, type Backoff } from "../inbox/inbox.ts";
@@ -31,10 +31,27 @@ export interface ReceiveTarget {
  * insert: one round trip and no BEGIN/COMMIT (a single statement is its own transaction), with the
  * same all-or-nothing guarantee; other handlers run in a `sql.begin` transaction.
  * After a processed event's commit, outbox dispatchers are woken (coalesced NOTIFY, notifier.ts).
+ * An attempt PostgreSQL rolled back as a deadlock or serialization failure (a concurrent transaction,
+ * such as a backfill or a worker, holding rows in the other order) is tried again at once, up to
+ * {@link SYNC_TRIES} attempts in all (PostgreSQL manual, 13.4 "Serialization Failure Handling"):
+ * nothing of the failed attempt remains, so a new one is safe.
  * Throws whatever the handler or the database threw, after the rollback: nothing of this attempt
  * remains, so the provider's retry processes it again (no Case A loss, no Case B double booking).
  */
 export async function receiveSync(db: Db, target: ReceiveTarget, event: VerifiedEvent, statementTimeoutMs?: number): Promise<Outcome> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await receiveSyncOnce(db, target, event, statementTimeoutMs);
+    } catch (err) {
+      if (!isRetryableConflict(err) || attempt >= SYNC_TRIES) throw err;
+    }
+  }
+}
+
+/** Attempts of {@link receiveSync} when PostgreSQL rolls one back as a deadlock or serialization failure. */
+export const SYNC_TRIES = 3;
+
+async function receiveSyncOnce(db: Db, target: ReceiveTarget, event: VerifiedEvent, statementTimeoutMs?: number): Promise<Outcome> {
   const handler = target.handlers[event.type];
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   if (handler?.statement) {

@@ -1,6 +1,5 @@
 // Event backfill: Stripe's Events API, oldest first, into the same inbox as webhook deliveries.
-import type { Db } from "../db/db.ts";
-import { isPermanent, sqlState, SQLSTATE } from "../db/db.ts";
+import type { Db, Tx } from "../db/db.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import { stripeApiEvent } from "../providers/stripe.ts";
 import type { Mode, ReceiveTarget } from "../receiver/receive.ts";
@@ -78,8 +77,8 @@ const iso = (sec: number) => new Date(sec * 1000).toISOString();
 
 /**
  * Reads Stripe's events oldest first and records each in the inbox under the key a webhook delivery
- * uses, through the endpoint's mode (record-page.ts), one page per transaction together with the
- * endpoint's checkpoint (checkpoint.ts), so a run killed at any moment and run again leaves no gap
+ * uses, through the endpoint's mode (record-page.ts), one event per transaction together with the
+ * move of the endpoint's checkpoint (checkpoint.ts) up to it, so a run killed at any moment and run again leaves no gap
  * and applies nothing twice. Pages go oldest first with `ending_before` from a cursor: the
  * checkpoint's newest event, or the event just before the window (find-start.ts); same-second events
  * are never skipped because the cursor is an event, not a time. A cursor Stripe no longer holds
@@ -88,7 +87,7 @@ const iso = (sec: number) => new Date(sec * 1000).toISOString();
  * An unfiltered, non-dry run holds the endpoint's lease for its duration (`busy` when another process
  * has it) and gives it back at the end.
  * @throws stripe-node errors after their retries; database errors; a sync-mode handler failure that
- *   survived three tries of its page (nothing of that page remains; the checkpoint is before it).
+ *   survived three tries of its event (that event rolled back; the checkpoint is just before it).
  */
 export async function backfillEvents(options: BackfillOptions): Promise<BackfillSummary> {
   const { db, target } = options;
@@ -129,17 +128,25 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
     summary.from = iso(startSec);
     // Only a run that starts where the checkpoint's coverage ends (or before) may move it; an interval
     // lost past the 30 days is reported, not waited for.
-    const advance = (page: Omit<Advance, "startSec">) => (tx: Parameters<typeof advanceCheckpoint>[0]) =>
-      moves ? advanceCheckpoint(tx, key, options.owner, leaseMs, { ...page, startSec: requestedSec }) : Promise.resolve(true);
+    const advance = (tx: Tx, to: Omit<Advance, "startSec">) =>
+      moves ? advanceCheckpoint(tx, key, options.owner, leaseMs, { ...to, startSec: requestedSec }) : Promise.resolve(true);
+    // Each event's transaction moves the checkpoint up to that event; the page's newest event moves it
+    // to where the page leaves it (`page`: its cursor and covered_until).
     const record = async (newestFirst: Record<string, unknown>[], page: Omit<Advance, "startSec">) => {
-      const events = newestFirst.toReversed().map(stripeApiEvent);
+      const oldestFirst = newestFirst.toReversed();
+      const events = oldestFirst.map(stripeApiEvent);
+      const upTo = (tx: Tx, i: number) => {
+        if (i === events.length - 1) return advance(tx, page);
+        const created = Number(oldestFirst[i]!.created);
+        return advance(tx, { cursorEventId: events[i]!.id, cursorCreatedSec: created, coveredUntilSec: created });
+      };
       const counts = options.dryRun
         ? await dryCounts(
             db,
             target,
             events.map((e) => e.id),
           )
-        : await recordWithRetry(options, events, advance(page));
+        : await recordPage(db, target, options.mode, options.backoff, events, upTo);
       const duplicate = counts.duplicate;
       const fresh = events.length - duplicate;
       summary.pages++;
@@ -194,8 +201,10 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
       if (!page.hasMore) return { ...summary, coveredUntil: await covered(db, key) };
     }
     // Nothing newer than the cursor: everything listed when the run began is covered.
-    if (moves && cursor !== undefined)
-      await recordWithRetry(options, [], advance({ cursorEventId: cursor, cursorCreatedSec: lastCreated, coveredUntilSec: nowSec }));
+    if (moves && cursor !== undefined) {
+      const to = { cursorEventId: cursor, cursorCreatedSec: lastCreated, coveredUntilSec: nowSec };
+      await recordPage(db, target, options.mode, options.backoff, [], (tx) => advance(tx, to));
+    }
     else if (moves && cursor === undefined) await coverEmptyWindow(options, key, requestedSec, nowSec);
     return { ...summary, coveredUntil: await covered(db, key) };
   } finally {
@@ -234,20 +243,4 @@ async function dryCounts(db: Db, target: ReceiveTarget, ids: string[]): Promise<
        and event_id = any(${ids}::text[])
   `;
   return { ...noCounts(), duplicate: rows.length, processed: ids.length - rows.length };
-}
-
-/** recordPage, tried up to three times when it failed for a reason another try can fix (a deadlock with a concurrent delivery, a transient handler failure). */
-async function recordWithRetry(
-  options: BackfillOptions,
-  events: ReturnType<typeof stripeApiEvent>[],
-  afterRows: Parameters<typeof recordPage>[5],
-): Promise<PageCounts> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await recordPage(options.db, options.target, options.mode, options.backoff, events, afterRows);
-    } catch (err) {
-      const again = !isPermanent(err) && sqlState(err) !== SQLSTATE.undefinedTable && !/backfill lease/.test(String(err));
-      if (!again || attempt >= 3) throw err;
-    }
-  }
 }
