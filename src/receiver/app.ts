@@ -74,7 +74,7 @@ export interface AppDeps {
   schemaVersion?: number;
   /** When set, `/metrics` requires this bearer token. */
   metricsToken?: string;
-  /** Deliveries using the database at once (match the pool size); more wait. Default: unbounded. */
+  /** Deliveries using the database at once (match the pool size); more wait. A group of async deliveries (`asyncGroupRows`) counts as one. Default: unbounded. */
   maxInFlight?: number;
   /** How long a delivery waits for a slot before 503 `overloaded`, ms. Default 2000. */
   queueTimeoutMs?: number;
@@ -128,6 +128,7 @@ export function createApp(deps: AppDeps): App {
           maxRows: asyncGroupRows,
           // Each delivery still gets its own line; this one says why its group was redone one by one.
           onFallback: (group, err) => log({ group_fallback: group.deliveries, detail: describeError(err) }),
+          limiter,
         })
       : undefined;
   const probes = createProbes({
@@ -155,7 +156,9 @@ export function createApp(deps: AppDeps): App {
         nowMs: now(),
       });
       Object.assign(entry, { event_id: event.id, type: event.type });
-      const outcome = limiter ? await limiter.run(() => receiveIn(endpoint, event, entry)) : await receiveIn(endpoint, event, entry);
+      // A grouped async delivery waits for its group, which holds one slot for all of its deliveries.
+      const grouped = groups !== undefined && endpoint.mode === "async";
+      const outcome = limiter && !grouped ? await limiter.run(() => receiveIn(endpoint, event, entry)) : await receiveIn(endpoint, event, entry);
       entry.outcome = outcome;
       response = Response.json({ outcome, event_id: event.id });
     } catch (err) {

@@ -1,8 +1,10 @@
 import { isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { AppError } from "../errors.ts";
 import { recordEvent } from "../inbox/inbox.ts";
 import { notifierFor } from "../inbox/notifier.ts";
 import { keyText, recordEvents, type InboxEntry } from "../inbox/record-events.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
+import type { Limiter } from "./limiter.ts";
 import { receiveAsync, type Outcome, type ReceiveTarget } from "./receive.ts";
 
 /** Default largest group: deliveries recorded by one statement. */
@@ -22,6 +24,13 @@ export interface GroupCommitOptions {
   onGroup?: (group: GroupSent) => void;
   /** Called when a group's statement was refused and its deliveries are retried one by one, with the error. */
   onFallback?: (group: GroupSent, err: unknown) => void;
+  /**
+   * The receiver's bound on database work at once: each group takes ONE slot for its statement (it
+   * uses one connection however many deliveries it answers), so grouped deliveries do not each hold
+   * a slot while they wait for their group. When no slot frees within the limiter's queue timeout,
+   * every delivery of the group is rejected with its `overloaded` error (nothing was sent).
+   */
+  limiter?: Limiter;
 }
 
 /** Async receive with group commit; see {@link createGroupCommit}. */
@@ -47,6 +56,8 @@ interface Waiting {
  * nothing but its own insert; deliveries that arrive while a group's insert runs wait and form the
  * next group, sent as soon as that insert settles (at most `maxRows`; the rest form the one after).
  * One group in flight per pool: the group grows with the load instead of the connections in use.
+ * With `limiter`, a group holds one of the receiver's database slots while its statement runs.
+ * Rows are inserted in key order (no deadlock between two groups holding the same keys).
  *
  * Inside a group, deliveries of one key are one row: the first delivery gets the insert's result,
  * the others `duplicate`. Workers are woken once per group that queued a row, after its commit.
@@ -82,12 +93,22 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
       first.set(text, delivery);
       entries.push({ key, event: delivery.event, as: handled(delivery) ? null : "ignored" });
     }
+    // Key order: two groups (two receiver processes, or a backfill) inserting the same keys take the
+    // unique index's entries in one order, so they wait for each other instead of deadlocking.
+    entries.sort((a, b) => compareText(keyText(a.key), keyText(b.key)));
     const sent = { deliveries: group.length, rows: entries.length };
-    options.onGroup?.(sent);
     let inserted: Set<string>;
     try {
-      inserted = await insertGroup(db, entries);
+      const insert = () => {
+        options.onGroup?.(sent);
+        return insertGroup(db, entries);
+      };
+      inserted = await (options.limiter ? options.limiter.run(insert) : insert());
     } catch (err) {
+      if (err instanceof AppError) {
+        for (const delivery of group) delivery.reject(err); // no slot: nothing was sent
+        return;
+      }
       if (group.length === 1 || isDatabaseUnavailable(err) || sqlState(err) === SQLSTATE.queryCanceled) {
         for (const delivery of group) delivery.reject(err);
       } else {
@@ -127,6 +148,10 @@ async function insertGroup(db: Db, entries: InboxEntry[]): Promise<Set<string>> 
   const [only] = entries;
   if (entries.length > 1 || !only) return recordEvents(db, entries);
   return (await recordEvent(db, only.key, only.event, only.as)) ? new Set([keyText(only.key)]) : new Set();
+}
+
+function compareText(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
 }
 
 function handled(delivery: Waiting): boolean {

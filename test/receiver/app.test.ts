@@ -145,6 +145,25 @@ describe("accepted deliveries", () => {
   });
 });
 
+describe("async group commit under a delivery limit", () => {
+  test("`createApp()` with maxInFlight 2 records 12 concurrent async deliveries in groups of more than 2: a group holds one slot, not one per delivery", async () => {
+    const endpoints = stripeEndpoints([{ name: "billing", secrets: [SECRET], mode: "async" }]);
+    const app = makeApp({ endpoints, maxInFlight: 2, queueTimeoutMs: 5_000 });
+    const bodies = Array.from({ length: 12 }, (_, i) =>
+      eventBody(`evt_limit_group_${i}`, "invoice.paid", invoice({ id: `in_limit_group_${i}`, status: "paid", amount_paid: 2000 })),
+    );
+    const requests = await Promise.all(bodies.map((b) => signed(b)));
+    const replies = await Promise.all(requests.map(async (r) => reply(await app.fetch(r))));
+    expect(replies.map((r) => r.body.outcome)).toEqual(Array(12).fill("queued"));
+    // Rows one statement inserted share its transaction id: with a slot per delivery no group could pass 2.
+    const [largest] = await db<{ n: number }[]>`
+      select max(n)::int as n from (select count(*) as n from webhook_inbox where event_id like 'evt_limit_group_%' group by xmin::text) as g
+    `;
+    expect(largest!.n).toBeGreaterThan(2);
+    expect(await count(db, "webhook_inbox", "event_id like 'evt_limit_group_%' and processed_at is null")).toBe(12);
+  });
+});
+
 describe("signature checks", () => {
   test("`createApp()` answers 400 signature_missing without a Stripe-Signature header", async () => {
     const res = await reply(await makeApp().fetch(post(fixture(CREATED), undefined)));

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import { connect, isDataError, type Db } from "../../src/db/db.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { createGroupCommit, type GroupSent } from "../../src/receiver/group-commit.ts";
+import { createLimiter } from "../../src/receiver/limiter.ts";
 import { recordEvents } from "../../src/inbox/record-events.ts";
 import { jsonbCopy } from "../../src/providers/jsonb-text.ts";
 import { receiveAsync, type Outcome, type ReceiveTarget } from "../../src/receiver/receive.ts";
@@ -169,6 +170,65 @@ test(
   },
   CONCURRENT_TEST_TIMEOUT_MS,
 );
+
+test("`createGroupCommit()` with a limiter: a group holds one slot for all its deliveries, and a group that gets no slot within the queue timeout is refused overloaded, nothing written", async () => {
+  const limiter = createLimiter(1, 150);
+  const sent: GroupSent[] = [];
+  const groups = createGroupCommit(db, { limiter, onGroup: (group) => sent.push(group) });
+  const settle = (id: string) =>
+    groups.receive(BILLING, paid(id)).then(
+      (outcome) => outcome,
+      (err: unknown) => (err as { code?: string }).code,
+    );
+  // The only slot is taken (a sync delivery stuck on a lock, say): neither group may send its insert.
+  let release!: () => void;
+  const held = limiter.run(() => new Promise<void>((resolve) => (release = resolve)));
+  const refused = await Promise.all(["evt_gc_slot_1", "evt_gc_slot_2", "evt_gc_slot_3"].map(settle));
+  expect(refused).toEqual(["overloaded", "overloaded", "overloaded"]);
+  expect(sent).toEqual([]);
+  expect(await count(db, "webhook_inbox", "event_id like 'evt_gc_slot_%'")).toBe(0);
+  release();
+  await held;
+  // With the slot free: one group of one, then one group of five, each holding the one slot.
+  const accepted = await Promise.all(["evt_gc_slot_4", "evt_gc_slot_5", "evt_gc_slot_6", "evt_gc_slot_7", "evt_gc_slot_8", "evt_gc_slot_9"].map(settle));
+  expect(accepted).toEqual(Array(6).fill("queued"));
+  expect(sent).toEqual([
+    { deliveries: 1, rows: 1 },
+    { deliveries: 5, rows: 5 },
+  ]);
+  expect(limiter.active).toBe(0);
+});
+
+test("`createGroupCommit()` inserts a group's rows in key order: two receivers given the same keys in opposite orders wait for each other instead of deadlocking", async () => {
+  const [blocker, ...pools] = connections(fresh.url, 3);
+  actors.push([blocker!, ...pools]);
+  const ids = Array.from({ length: 9 }, (_, i) => `evt_gc_order_${i}`);
+  const fallbacks: unknown[] = [];
+  const receivers = pools.map((pool) => createGroupCommit(pool, { onFallback: (_, err) => fallbacks.push(err) }));
+  // A transaction holding the middle key: both groups reach it and wait; when it rolls back, a group
+  // that had taken the keys after it in reverse order would deadlock with the other one.
+  let rollback!: () => void;
+  const holding = blocker!
+    .begin(async (tx) => {
+      await tx`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'billing', ${ids[4]!}, 'invoice.paid', '{}')`;
+      await new Promise<void>((resolve) => (rollback = resolve));
+      throw new Error("roll back");
+    })
+    .catch(() => {});
+  await Bun.sleep(50);
+  // One group per receiver: the first delivery of each is sent alone, so start each with a key of its own.
+  const first = receivers.map((r, i) => r.receive(BILLING, paid(`evt_gc_order_lead_${i}`)));
+  const forward = ids.map((id) => receivers[0]!.receive(BILLING, paid(id)));
+  const backward = ids.toReversed().map((id) => receivers[1]!.receive(BILLING, paid(id)));
+  await Promise.all(first);
+  await Bun.sleep(300); // both groups now wait on the held key
+  rollback();
+  await holding;
+  const outcomes = await Promise.all([...forward, ...backward]);
+  expect(fallbacks).toEqual([]); // no deadlock sent a group to one-by-one inserts
+  expect(outcomes.filter((o) => o === "queued").length).toBe(ids.length);
+  expect(await count(db, "webhook_inbox", "event_id like 'evt_gc_order_%' and event_id not like '%lead%'")).toBe(ids.length);
+});
 
 test("`recordEvents()` writes each row's source as recordEvent does: the event's own (api), else webhook", async () => {
   const fromApi = { ...paid("evt_grp_src_api"), source: "api" as const };
