@@ -6,7 +6,7 @@ import { fileURLToPath } from "node:url";
 import { databaseUrlProblem, nodeEnvProblem, PRODUCTION_NEEDS_DATABASE_URL, readPooler } from "../config.ts";
 import type { Pooler } from "../db/db.ts";
 import { startEmbeddedPostgres } from "./embedded-postgres.ts";
-import { forgetOwner, liveOwner, recordOwner, stopPostmaster } from "./embedded-owner.ts";
+import { forgetOwner, liveOwner, recordOwner, stopPostmaster, withStartLock } from "./embedded-owner.ts";
 
 /** The repository's gitignored `.data/` folder (embedded cluster, dev secret). */
 export const DATA_DIR = fileURLToPath(new URL("../../.data/", import.meta.url));
@@ -22,7 +22,7 @@ export interface DatabaseHandle {
 /**
  * `DATABASE_URL` when set; otherwise the embedded PostgreSQL 18 kept in `.data/postgres`
  * (`EMBEDDED_PG_DIR`), on 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329). When that cluster is already
- * running, it is reused: while the command that started it (its pid is recorded in the data directory,
+ * running, it is reused (two commands started at once take turns: see `withStartLock`): while the command that started it (its pid is recorded in the data directory,
  * see embedded-owner.ts) still runs, that command stops it, and this one says so on stderr; when that
  * command is gone (killed with SIGKILL, say), this one takes it over and stops it on close.
  * `options.signal` is a stop requested during start-up (see `EmbeddedOptions.signal`).
@@ -55,19 +55,26 @@ export async function openDatabase(
     throw new Error(`EMBEDDED_PG_PORT must be a port number from 1 to 65535, got "${env.EMBEDDED_PG_PORT}"`);
   }
   const url = `postgres://postgres:postgres@127.0.0.1:${port}/postgres`;
-  if (existsSync(join(dir, "postmaster.pid")) && (await answers(url))) return reuseEmbedded(dir, url, port);
-  // Its own process group: Ctrl-C must reach only this command, which stops the server after its
-  // graceful shutdown (a server in the terminal's group would stop at once under in-flight requests).
-  const server = await startEmbeddedPostgres({ dir, port, ownProcessGroup: true, signal: options.signal });
-  recordOwner(dir);
-  return {
-    url: server.url,
-    embedded: true,
-    close: async () => {
-      await server.stop();
-      forgetOwner(dir);
+  // One command at a time decides between reusing and starting (serve and worker started together).
+  return withStartLock(
+    dir,
+    async () => {
+      if (existsSync(join(dir, "postmaster.pid")) && (await answers(url))) return reuseEmbedded(dir, url, port);
+      // Its own process group: Ctrl-C must reach only this command, which stops the server after its
+      // graceful shutdown (a server in the terminal's group would stop at once under in-flight requests).
+      const server = await startEmbeddedPostgres({ dir, port, ownProcessGroup: true, signal: options.signal });
+      recordOwner(dir);
+      return {
+        url: server.url,
+        embedded: true,
+        close: async () => {
+          await server.stop();
+          forgetOwner(dir);
+        },
+      };
     },
-  };
+    options.signal,
+  );
 }
 
 /**
@@ -115,7 +122,13 @@ export function devWebhookSecret(): string {
   const bytes = crypto.getRandomValues(new Uint8Array(24));
   const secret = `whsec_dev_${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
   mkdirSync(DATA_DIR, { recursive: true });
-  writeFileSync(file, `${secret}\n`, { mode: 0o600 });
+  try {
+    writeFileSync(file, `${secret}\n`, { mode: 0o600, flag: "wx" });
+  } catch (err) {
+    // Another command created it at the same moment: use that one, so both sign and verify alike.
+    if ((err as { code?: unknown }).code === "EEXIST") return readFileSync(file, "utf8").trim();
+    throw err;
+  }
   return secret;
 }
 

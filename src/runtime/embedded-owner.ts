@@ -1,7 +1,7 @@
 // Edge file: which command stops the embedded PostgreSQL, recorded as a pid file in its data directory.
 // Runtime-specific (file system, signals to processes); the core never imports it.
-import { readFileSync, rmSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { dirname, join, resolve } from "node:path";
 
 /** Next to postmaster.pid: the pid of the command that stops the server when it exits. */
 const OWNER_FILE = "webhook-inbox-owner.pid";
@@ -72,5 +72,50 @@ export async function stopPostmaster(dir: string, timeoutMs = 30_000): Promise<v
   while (running(pid)) {
     if (Date.now() > deadline) throw new Error(`Cannot stop embedded PostgreSQL: process ${pid} still runs ${timeoutMs} ms after SIGINT`);
     await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
+/** How long {@link withStartLock} waits for another command's start (initdb included) before it gives up, ms. */
+export const START_LOCK_WAIT_MS = 120_000;
+
+/**
+ * Runs `fn` (reuse or start the embedded server on data directory `dir`) while holding `dir`'s start
+ * lock: a file `<dir>.starting` next to it, created exclusively (`O_EXCL`) and holding this process's
+ * pid, removed when `fn` settles. A second command started at the same moment (`serve` and `worker`
+ * together on a new directory) waits for the first to finish initdb and start, then finds the server
+ * running and reuses it, instead of both probing the port, each seeing the other's probe, and both
+ * failing. A lock whose process is gone (killed during a start) is taken over.
+ * @throws Error naming the lock file when another live process has held it for
+ *   {@link START_LOCK_WAIT_MS}; `signal.reason` when stopped while waiting; what `fn` throws.
+ */
+export async function withStartLock<T>(dir: string, fn: () => Promise<T>, signal?: AbortSignal, waitMs = START_LOCK_WAIT_MS): Promise<T> {
+  const lock = `${resolve(dir)}.starting`;
+  mkdirSync(dirname(lock), { recursive: true });
+  const deadline = Date.now() + waitMs;
+  for (;;) {
+    signal?.throwIfAborted();
+    try {
+      writeFileSync(lock, `${process.pid}\n`, { flag: "wx" });
+      break;
+    } catch (err) {
+      if ((err as { code?: unknown }).code !== "EEXIST") throw err;
+    }
+    const holder = pidIn(lock);
+    // No pid yet: its creator is between open and write; wait like for a live holder.
+    if (holder !== undefined && !running(holder)) {
+      rmSync(lock, { force: true });
+      continue;
+    }
+    if (Date.now() >= deadline) {
+      throw new Error(
+        `Cannot start embedded PostgreSQL: process ${holder ?? "?"} has been starting it in ${dir} for ${Math.round(waitMs / 1000)} s (remove ${lock} if no such command runs)`,
+      );
+    }
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  try {
+    return await fn();
+  } finally {
+    rmSync(lock, { force: true });
   }
 }

@@ -1,11 +1,12 @@
 // openDatabase(): the settings every command reads before it touches a database (src/runtime/database.ts).
 import { expect, test } from "bun:test";
-import { existsSync } from "node:fs";
+import { existsSync, writeFileSync } from "node:fs";
 import { rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { openDatabase } from "../../src/runtime/database.ts";
 import { freePort, temporaryDataDir } from "../../src/runtime/embedded-postgres.ts";
+import { withStartLock } from "../../src/runtime/embedded-owner.ts";
 
 test("`openDatabase()` refuses an unreadable DATABASE_URL without quoting it (the password would be in it)", async () => {
   const error = await openDatabase({ DATABASE_URL: "postgres://app:SEC/RET-pw@db.internal/inbox" }).catch((err: unknown) => err as Error);
@@ -49,3 +50,34 @@ test("`openDatabase()` says the embedded port is taken by another program, and i
     await rm(dirname(dir), { recursive: true, force: true });
   }
 }, 60_000);
+
+test("`openDatabase()` called twice at once on a new data directory starts one server and reuses it, instead of failing both on the port", async () => {
+  const dir = await temporaryDataDir("webhook-inbox-two-starts-");
+  const env = { EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(await freePort()) };
+  const opened = await Promise.allSettled([openDatabase(env), openDatabase(env)]);
+  try {
+    expect(opened.map((o) => o.status)).toEqual(["fulfilled", "fulfilled"]);
+    const handles = opened.flatMap((o) => (o.status === "fulfilled" ? [o.value] : []));
+    expect(handles[0]!.url).toBe(handles[1]!.url);
+    expect(existsSync(`${dir}.starting`)).toBe(false); // the start lock is given back
+  } finally {
+    // The second reused the first's server: closing it does nothing; the first stops the server.
+    for (const o of opened.toReversed()) if (o.status === "fulfilled") await o.value.close();
+    await rm(dirname(dir), { recursive: true, force: true });
+  }
+}, 120_000);
+
+test("`withStartLock()` takes over a lock left by a process that is gone, and names a live holder's lock when it waited too long", async () => {
+  const dir = await temporaryDataDir("webhook-inbox-start-lock-");
+  try {
+    const gone = Bun.spawn(["true"]);
+    await gone.exited;
+    writeFileSync(`${dir}.starting`, `${gone.pid}\n`);
+    expect(await withStartLock(dir, async () => "ran")).toBe("ran");
+    expect(existsSync(`${dir}.starting`)).toBe(false);
+    writeFileSync(`${dir}.starting`, `${process.pid}\n`); // a live holder (this very process)
+    await expect(withStartLock(dir, async () => "ran", undefined, 300)).rejects.toThrow(`remove ${dir}.starting if no such command runs`);
+  } finally {
+    await rm(dirname(dir), { recursive: true, force: true });
+  }
+});
