@@ -118,7 +118,7 @@ function chart(rows: readonly MinuteActivity[], nowMinute: number): Html {
   >
     ${bars}
     <text x="0" y="${top + height + 12}" font-size="10">−60 min</text>
-    <text x="${MINUTES * width - 24}" y="${top + height + 12}" font-size="10">now</text>
-    <text x="${MINUTES * width - 70}" y="10" font-size="10">peak ${peak}/min</text>
+    <text x="${MINUTES * width}" y="${top + height + 12}" font-size="10" text-anchor="end">now</text>
+    <text x="${MINUTES * width}" y="10" font-size="10" text-anchor="end">peak ${peak}/min</text>
   </svg>`;
 }

@@ -17,6 +17,12 @@ interface InvoiceFields {
    * object", `amount_overpaid`.
    */
   amountOverpaid: number;
+  /**
+   * True when the invoice was marked paid outside Stripe (a wire or a cheque recorded by hand):
+   * `amount_paid` then counts only what moved through Stripe (Stripe API reference, "The Invoice
+   * object", `paid_out_of_band`). False when absent.
+   */
+  paidOutOfBand: boolean;
 }
 
 type Status = "draft" | "open" | "uncollectible" | "paid" | "void";
@@ -37,6 +43,7 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
     amountDue: object.amount_due,
     amountPaid: object.amount_paid,
     amountOverpaid: object.amount_overpaid ?? 0,
+    paidOutOfBand: object.paid_out_of_band ?? false,
   };
   const bad: string[] = [];
   if (object.object !== undefined && object.object !== "invoice") bad.push("object");
@@ -49,6 +56,7 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
   if (!Number.isSafeInteger(fields.amountDue) || (fields.amountDue as number) < 0) bad.push("amount_due");
   if (!Number.isSafeInteger(fields.amountPaid) || (fields.amountPaid as number) < 0) bad.push("amount_paid");
   if (!Number.isSafeInteger(fields.amountOverpaid) || (fields.amountOverpaid as number) < 0) bad.push("amount_overpaid");
+  if (typeof fields.paidOutOfBand !== "boolean") bad.push("paid_out_of_band");
   if (bad.length > 0) throw new PermanentError(`Cannot apply invoice event: missing or invalid field(s) ${bad.join(", ")}`);
   return fields as InvoiceFields;
 }
@@ -93,7 +101,9 @@ function moveInvoice(target: Status, from: Status[]) {
  * is refused (SQLSTATE 22000: parked as needs-review), never booked and never acknowledged as
  * processed; so is, before any SQL (PermanentError), a paid invoice whose amount_paid is above its
  * amount_due by other than its `amount_overpaid` (an overpayment Stripe reports is booked in full), or
- * below its amount_due (0 included: forgiven, or paid partly outside Stripe). A paid invoice with amount_due and amount_paid 0 (fully
+ * below its amount_due (0 included: forgiven, or paid partly outside Stripe) unless the invoice says
+ * `paid_out_of_band`: then it moves to paid and books only its amount_paid (none when 0), the part that
+ * moved through Stripe. A paid invoice with amount_due and amount_paid 0 (fully
  * discounted) moves to paid and books no ledger row. Seed §5.2 (`_apply_invoice_paid`, whose "void: do not
  * book, hand to reconciliation" this makes visible), with its status re-read folded into RETURNING.
  */
@@ -111,13 +121,15 @@ const bookPayment = statementHandler("bookPayment", (sql, object, ctx, { gate, s
       "Cannot book payment: amount_paid above amount_due on a paid invoice without a matching amount_overpaid: not booked (reconcile by hand)",
     );
   }
-  if (inv.amountPaid === 0 && inv.amountDue > 0)
+  // Marked paid outside Stripe: the invoice is paid, and only what moved through Stripe (amount_paid,
+  // often 0) is booked; the rest never reached Stripe, so no Stripe ledger entry may claim it.
+  if (inv.amountPaid === 0 && inv.amountDue > 0 && !inv.paidOutOfBand)
     throw new PermanentError(
       "Cannot book payment: amount_paid 0 on a paid invoice with amount_due above 0: not booked (reconcile by hand)",
     );
-  // Paid for less than it owes (forgiven, or paid partly outside Stripe): money that does not add up
-  // is shown to an operator, never booked as the payment of the whole invoice.
-  if (inv.amountPaid < inv.amountDue)
+  // Paid for less than it owes (forgiven, or paid partly outside Stripe without saying so): money that
+  // does not add up is shown to an operator, never booked as the payment of the whole invoice.
+  if (inv.amountPaid < inv.amountDue && !inv.paidOutOfBand)
     throw new PermanentError(
       "Cannot book payment: amount_paid below amount_due on a paid invoice (forgiven or paid partly outside Stripe?): not booked (reconcile by hand)",
     );
