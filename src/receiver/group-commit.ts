@@ -76,14 +76,20 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
     const group = waiting.slice(0, maxRows);
     waiting = waiting.slice(maxRows);
     inFlight = true;
-    void commit(group).finally(() => {
+    let free = false;
+    // Once the statement settled the connection is free: the next group goes out before this group's
+    // deliveries are answered (their responses and log lines would otherwise delay it).
+    const next = (): void => {
+      if (free) return;
+      free = true;
       inFlight = false;
       if (waiting.length > 0) send();
-    });
+    };
+    void commit(group, next).finally(next);
   }
 
-  /** Records `group`; settles every delivery of it. Resolves once its statement settled (a fallback runs on). */
-  async function commit(group: Waiting[]): Promise<void> {
+  /** Records `group`; calls `settled` as soon as its statement settled, then settles every delivery of it (a fallback runs on). */
+  async function commit(group: Waiting[], settled: () => void): Promise<void> {
     const first = new Map<string, Waiting>();
     const entries: InboxEntry[] = [];
     for (const delivery of group) {
@@ -105,6 +111,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
       };
       inserted = await (options.limiter ? options.limiter.run(insert) : insert());
     } catch (err) {
+      settled();
       if (err instanceof AppError) {
         for (const delivery of group) delivery.reject(err); // no slot: nothing was sent
         return;
@@ -118,6 +125,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
       }
       return;
     }
+    settled();
     let queued = false;
     for (const delivery of group) {
       const text = keyText({ provider: delivery.target.provider, endpoint: delivery.target.endpoint, eventId: delivery.event.id });

@@ -171,6 +171,17 @@ test(
   CONCURRENT_TEST_TIMEOUT_MS,
 );
 
+test("`createGroupCommit()` sends the next group as soon as a group's statement settled, before that group's deliveries are answered", async () => {
+  const events: string[] = [];
+  const groups = createGroupCommit(db, { onGroup: (group) => events.push(`group of ${group.deliveries} sent`) });
+  const first = groups.receive(BILLING, paid("evt_gc_next_1")).then((outcome) => events.push(`first ${outcome}`));
+  const rest = [groups.receive(BILLING, paid("evt_gc_next_2")), groups.receive(BILLING, paid("evt_gc_next_3"))];
+  await first;
+  expect(await Promise.all(rest)).toEqual(["queued", "queued"]);
+  // The connection is free once the statement settled: the waiting group must not wait for answers.
+  expect(events).toEqual(["group of 1 sent", "group of 2 sent", "first queued"]);
+});
+
 test("`createGroupCommit()` with a limiter: a group holds one slot for all its deliveries, and a group that gets no slot within the queue timeout is refused overloaded, nothing written", async () => {
   const limiter = createLimiter(1, 150);
   const sent: GroupSent[] = [];
