@@ -58,9 +58,9 @@ export async function releaseLease(db: Db, key: CheckpointKey, owner: string): P
   `;
 }
 
-/** How a page moves the checkpoint (see {@link advanceCheckpoint}). */
+/** How an event's transaction moves the checkpoint (see {@link advanceCheckpoint}). */
 export interface Advance {
-  /** The newest event of the page (the next cursor) and its `created`, Unix seconds. */
+  /** The event recorded last (the next cursor; a page's newest event for its last one) and its `created`, Unix seconds. */
   cursorEventId: string;
   cursorCreatedSec: number;
   /** The new `covered_until`, Unix seconds (ms precision allowed). */
@@ -70,12 +70,12 @@ export interface Advance {
 }
 
 /**
- * Moves `key`'s checkpoint to `advance`, inside the page's transaction `tx`, renewing `owner`'s lease
- * for `leaseMs`. Never moves it backwards, and never over a gap: a run whose window started after
- * `covered_until` leaves it alone (its pages are recorded, but what lies between is not covered).
+ * Moves `key`'s checkpoint to `advance`, renewing `owner`'s lease for `leaseMs`. Never moves it
+ * backwards, and never over a gap: a run whose window started after `covered_until` leaves it alone
+ * (its events are recorded, but what lies between is not covered).
  * Returns false when `owner` no longer holds the lease (another process took it after it expired):
- * the caller must roll the page back and stop.
- * Must be called inside the transaction that records the page's rows.
+ * the caller must roll that event's transaction back and stop.
+ * Must be called inside the transaction `tx` that records the event it moves to (record-page.ts).
  */
 export async function advanceCheckpoint(tx: Tx, key: CheckpointKey, owner: string, leaseMs: number, advance: Advance): Promise<boolean> {
   const rows = await tx`
