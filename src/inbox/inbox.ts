@@ -36,9 +36,11 @@ export interface Backoff {
  * inside the inbox transaction (or as its only statement). The payload is stored from the exact
  * verified bytes, as a jsonb object; for an event with a sanitized copy ({@link storedJson}), from
  * that copy, with the exact bytes in `raw_body` and what was replaced in `payload_sanitized`.
+ * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included (SQLSTATE
+ * 57014; nothing was written).
  */
-export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEvent, as: RecordedAs): Promise<boolean> {
-  const rows = await tx`
+export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEvent, as: RecordedAs, timeoutMs?: number): Promise<boolean> {
+  const rows = await cancelAfter(tx`
     insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome, source)
     values (
       ${key.provider}, ${key.endpoint}, ${key.eventId}, ${event.type}, ${storedJson(event)}::text::jsonb, ${rawBody(event)}::text, ${replaced(event)}::text,
@@ -46,7 +48,7 @@ export async function recordEvent(tx: Tx | Db, key: InboxKey, event: VerifiedEve
     )
     on conflict (provider, endpoint, event_id) do nothing
     returning 1
-  `;
+  `, timeoutMs);
   return rows.length === 1;
 }
 

@@ -1,5 +1,5 @@
 import type { EscapableArray } from "postgres";
-import type { Db } from "../db/db.ts";
+import { cancelAfter, type Db } from "../db/db.ts";
 import { rawBody, replaced, sourceOf, storedJson, type InboxKey, type RecordedAs } from "./inbox.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 
@@ -17,9 +17,11 @@ export interface InboxEntry {
  * and `processed_at = now()` when `as` is set, and `source`). Returns the {@link keyText} of every key this
  * statement inserted; a key missing from it was already recorded (a duplicate). `entries` must not
  * hold one key twice (the statement would insert the first and report the second as inserted too).
- * @throws the database error when any row cannot be written: nothing of the statement remains.
+ * `timeoutMs` (optional) cancels the statement when it runs longer, lock waits included.
+ * @throws the database error when any row cannot be written (SQLSTATE 57014 when cancelled at
+ *   `timeoutMs`): nothing of the statement remains.
  */
-export async function recordEvents(db: Db, entries: readonly InboxEntry[]): Promise<Set<string>> {
+export async function recordEvents(db: Db, entries: readonly InboxEntry[], timeoutMs?: number): Promise<Set<string>> {
   // One array per row, in the order of `entry`'s columns below; the values arrive untyped (text), the casts are recordEvent's.
   // (null is sent as SQL NULL; the typings of the values helper leave it out.)
   const rows = entries.map(({ key, event, as }) => [
@@ -33,14 +35,14 @@ export async function recordEvents(db: Db, entries: readonly InboxEntry[]): Prom
     as,
     sourceOf(event),
   ]);
-  const inserted = await db<InboxKeyRow[]>`
+  const inserted = await cancelAfter(db<InboxKeyRow[]>`
     insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome, source)
     select provider, endpoint, event_id, event_type, payload::text::jsonb, raw_body::text, payload_sanitized::text,
            case when outcome::text is null then null else now() end, outcome::text, source::text
       from (values ${db(rows as unknown as EscapableArray[])}) as entry (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, outcome, source)
     on conflict (provider, endpoint, event_id) do nothing
     returning provider, endpoint, event_id
-  `;
+  `, timeoutMs);
   return new Set(inserted.map((row) => keyText({ provider: row.provider, endpoint: row.endpoint, eventId: row.event_id })));
 }
 

@@ -129,6 +129,7 @@ export function createApp(deps: AppDeps): App {
           // Each delivery still gets its own line; this one says why its group was redone one by one.
           onFallback: (group, err) => log({ group_fallback: group.deliveries, detail: describeError(err) }),
           limiter,
+          statementTimeoutMs: deps.statementTimeoutMs ?? 10_000,
         })
       : undefined;
   const probes = createProbes({

@@ -31,6 +31,14 @@ export interface GroupCommitOptions {
    * every delivery of the group is rejected with its `overloaded` error (nothing was sent).
    */
   limiter?: Limiter;
+  /**
+   * Time bound of a delivery, ms from its arrival (the receiver's statement timeout): a delivery not
+   * sent by then is refused `overloaded` and never sent, and a group's statement is cancelled (SQLSTATE
+   * 57014, nothing written) when its earliest delivery's bound passes, so a delivery the receiver
+   * answers 5xx at its answer deadline (this bound plus 1 s) was not recorded behind its back.
+   * Default: unbounded.
+   */
+  statementTimeoutMs?: number;
 }
 
 /** Async receive with group commit; see {@link createGroupCommit}. */
@@ -42,6 +50,8 @@ export interface GroupCommit {
 interface Waiting {
   target: ReceiveTarget;
   event: VerifiedEvent;
+  /** When its statement must be done by, ms since the epoch (Infinity: unbounded). */
+  sendBy: number;
   resolve(outcome: Outcome): void;
   reject(err: unknown): void;
 }
@@ -73,6 +83,13 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
   let inFlight = false;
 
   function send(): void {
+    const now = Date.now();
+    if (waiting.some((d) => d.sendBy <= now)) {
+      for (const late of waiting.filter((d) => d.sendBy <= now))
+        late.reject(new AppError("overloaded", `Cannot record ${late.event.id} in time: nothing was recorded, retry later`));
+      waiting = waiting.filter((d) => d.sendBy > now);
+      if (waiting.length === 0) return;
+    }
     const group = waiting.slice(0, maxRows);
     waiting = waiting.slice(maxRows);
     inFlight = true;
@@ -106,14 +123,17 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
     let inserted: Set<string>;
     try {
       const insert = () => {
+        // Past a delivery's bound (a slot came late, say) nothing is sent: its answer is a 5xx anyway.
+        const boundMs = Math.min(...group.map((d) => d.sendBy)) - Date.now();
+        if (boundMs <= 0) throw new AppError("overloaded", `Cannot record ${group.length} delivery(ies) in time: nothing was recorded, retry later`);
         options.onGroup?.(sent);
-        return insertGroup(db, entries);
+        return insertGroup(db, entries, Number.isFinite(boundMs) ? boundMs : undefined);
       };
       inserted = await (options.limiter ? options.limiter.run(insert) : insert());
     } catch (err) {
       settled();
       if (err instanceof AppError) {
-        for (const delivery of group) delivery.reject(err); // no slot: nothing was sent
+        for (const delivery of group) delivery.reject(err); // no slot, or no time left: nothing was sent
         return;
       }
       if (group.length === 1 || isDatabaseUnavailable(err) || sqlState(err) === SQLSTATE.queryCanceled) {
@@ -144,7 +164,8 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
   return {
     receive(target, event) {
       const { promise, resolve, reject } = Promise.withResolvers<Outcome>();
-      waiting.push({ target, event, resolve, reject });
+      const sendBy = options.statementTimeoutMs === undefined ? Infinity : Date.now() + options.statementTimeoutMs;
+      waiting.push({ target, event, sendBy, resolve, reject });
       if (!inFlight) send();
       return promise;
     },
@@ -152,10 +173,10 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
 }
 
 /** The keys `entries` inserted: a lone row by recordEvent, the very statement of a delivery without group commit. */
-async function insertGroup(db: Db, entries: InboxEntry[]): Promise<Set<string>> {
+async function insertGroup(db: Db, entries: InboxEntry[], timeoutMs: number | undefined): Promise<Set<string>> {
   const [only] = entries;
-  if (entries.length > 1 || !only) return recordEvents(db, entries);
-  return (await recordEvent(db, only.key, only.event, only.as)) ? new Set([keyText(only.key)]) : new Set();
+  if (entries.length > 1 || !only) return recordEvents(db, entries, timeoutMs);
+  return (await recordEvent(db, only.key, only.event, only.as, timeoutMs)) ? new Set([keyText(only.key)]) : new Set();
 }
 
 function compareText(a: string, b: string): number {

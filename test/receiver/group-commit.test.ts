@@ -182,6 +182,37 @@ test("`createGroupCommit()` sends the next group as soon as a group's statement 
   expect(events).toEqual(["group of 1 sent", "group of 2 sent", "first queued"]);
 });
 
+test("`createGroupCommit()` with a statement timeout records nothing it cannot record in time: a group stuck on a lock is cancelled, later deliveries are refused", async () => {
+  const [blocker, pool] = connections(fresh.url, 2);
+  actors.push([blocker!, pool!]);
+  await pool!`select 1`;
+  const groups = createGroupCommit(pool!, { statementTimeoutMs: 300 });
+  let release!: () => void;
+  let locked!: () => void;
+  const isLocked = new Promise<void>((resolve) => (locked = resolve));
+  const holding = blocker!.begin(async (tx) => {
+    await tx`lock table webhook_inbox in share mode`; // inserts wait for it
+    locked();
+    await new Promise<void>((resolve) => (release = resolve));
+  });
+  await isLocked;
+  const settle = (id: string) =>
+    groups.receive(BILLING, paid(id)).then(
+      (outcome) => outcome,
+      (err: unknown) => (err as { code?: string }).code,
+    );
+  const answers = [settle("evt_gc_bound_1"), settle("evt_gc_bound_2"), settle("evt_gc_bound_3")];
+  const settled = await Promise.all(answers);
+  release();
+  await holding;
+  // The first group's statement was cancelled (57014); the others were cancelled or never sent.
+  expect(settled[0]).toBe("57014");
+  for (const code of settled.slice(1)) expect(["57014", "overloaded"]).toContain(code);
+  expect(await count(db, "webhook_inbox", "event_id like 'evt_gc_bound_%'")).toBe(0);
+  // With the lock gone, the same pool records again.
+  expect(await settle("evt_gc_bound_4")).toBe("queued");
+});
+
 test("`createGroupCommit()` with a limiter: a group holds one slot for all its deliveries, and a group that gets no slot within the queue timeout is refused overloaded, nothing written", async () => {
   const limiter = createLimiter(1, 150);
   const sent: GroupSent[] = [];
