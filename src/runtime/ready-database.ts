@@ -1,6 +1,6 @@
 // Edge file: the database of a long-running command (serve, worker, dispatch) at start: opened,
 // waited for, migrated; a stop during start-up releases it; a failure ends the process with one line.
-import type { Db, Pooler } from "../db/db.ts";
+import { isDatabaseUnavailable, type Db, type Pooler } from "../db/db.ts";
 import { migrate } from "../db/migrate.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 import { DatabaseWaitError, waitForDatabase } from "../db/wait-for-database.ts";
@@ -43,11 +43,15 @@ export interface ReadyDatabaseOptions {
   pooler: Pooler;
 }
 
+/** Attempts of the migrations when the database connection is lost during them. */
+const MIGRATE_TRIES = 3;
+
 /**
  * Opens the database ({@link openDatabase}: `DATABASE_URL`, or the embedded server, started here when
  * not running), connects, waits until it answers ({@link waitForDatabase}: one line on stderr per failed
  * attempt, up to `waitMs`; a pooler that refuses a startup parameter gets a second pool without it), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
- * pooler-check.ts), then applies pending migrations. Resolves null when `signal` was aborted
+ * pooler-check.ts), then applies pending migrations (waiting again and retrying, up to three
+ * attempts, when the connection is lost during them). Resolves null when `signal` was aborted
  * meanwhile, once everything it opened is released (an embedded server it started is stopped).
  * On any other failure it prints one line, `Cannot start <command>: <why>`, to stderr (no stack trace,
  * never the URL or password), releases what it opened and exits the process with status 1.
@@ -80,7 +84,20 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
       if (problem !== undefined) throw new Error(problem);
     }
     const migrations = loadMigrations();
-    const applied = await migrate(db, migrations);
+    // A connection lost during the migrations (a server another command is still starting or
+    // restarting) is waited for again, like at start: the migrations commit as one transaction, so a
+    // retry applies only what is still pending.
+    let applied: string[] = [];
+    for (let attempt = 1; ; attempt++) {
+      try {
+        applied = await migrate(db, migrations);
+        break;
+      } catch (err) {
+        if (!isDatabaseUnavailable(err) || attempt >= MIGRATE_TRIES || signal.aborted) throw err;
+        console.error(`${options.command}: lost the database during migrations (${err instanceof Error ? err.message : String(err)}); waiting for it`);
+        await waitForDatabase(db, wait);
+      }
+    }
     signal.throwIfAborted();
     return { database, db, applied, schemaVersion: migrations.length, startupParameters };
   } catch (err) {

@@ -207,7 +207,7 @@ test("`createGroupCommit()` with a statement timeout records nothing it cannot r
   await holding;
   // The first group's statement was cancelled (57014); the others were cancelled or never sent.
   expect(settled[0]).toBe("57014");
-  for (const code of settled.slice(1)) expect(["57014", "overloaded"]).toContain(code);
+  for (const code of settled.slice(1)) expect(["57014", "overloaded"]).toContain(code ?? "");
   expect(await count(db, "webhook_inbox", "event_id like 'evt_gc_bound_%'")).toBe(0);
   // With the lock gone, the same pool records again.
   expect(await settle("evt_gc_bound_4")).toBe("queued");

@@ -240,3 +240,29 @@ test("`bun run worker`, `serve` and `dispatch` give up after DATABASE_WAIT_MS: e
     expect([...run.out.stdout, ...lines].join("\n")).not.toContain(PASSWORD_MARK);
   }
 }, 60_000);
+
+test("`bun run serve` whose connection is lost during the migrations waits for the database again and starts, instead of exiting 1", async () => {
+  const fresh = await freshDatabase({ migrated: false });
+  drops.push(fresh.drop);
+  const holder = connect(fresh.url, { max: 1 });
+  try {
+    // Hold the migrations' lock so serve's migration transaction waits on it, then end that backend.
+    await holder`select pg_advisory_lock(hashtext('webhook-inbox:migrate'))`;
+    const port = await freePort();
+    const serve = start("serve", [], { DATABASE_URL: fresh.url, PORT: String(port), HOST: "127.0.0.1", STRIPE_WEBHOOK_SECRET: SECRET });
+    await waitUntil(
+      "serve's migration to wait on the lock",
+      async () => (await holder`select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%pg_advisory_xact_lock%'`).length > 0,
+      { timeoutMs: 30_000, intervalMs: 20 },
+    );
+    await holder`select pg_terminate_backend(pid) from pg_stat_activity where wait_event_type = 'Lock' and query like '%pg_advisory_xact_lock%'`;
+    await serve.seen("stderr", /lost the database during migrations/);
+    await holder`select pg_advisory_unlock(hashtext('webhook-inbox:migrate'))`;
+    await serve.seen("stdout", /webhook-inbox listening on/);
+    expect((await fetch(`http://127.0.0.1:${port}/readyz`)).status).toBe(200);
+    process.kill(serve.child.pid, "SIGTERM");
+    expect(await serve.done).toBe(0);
+  } finally {
+    await holder.end({ timeout: 1 });
+  }
+}, 60_000);
