@@ -20,6 +20,24 @@ export interface ProcessOptions {
 }
 
 /**
+ * Locks the claimed row (`FOR UPDATE`) and re-checks that it is still unprocessed and not parked: another
+ * worker, an operator's resolve or a redelivery may have settled it since the claim. Returns its stored
+ * payload and raw body, or undefined when it is settled (the caller skips it). Run inside the
+ * transaction that applies the row.
+ */
+export async function lockUnsettled(tx: Tx, claim: Claim): Promise<{ payload: Record<string, unknown> | null; raw_body: string | null } | undefined> {
+  const [row] = await tx<{ payload: Record<string, unknown> | null; raw_body: string | null }[]>`
+    select payload, raw_body
+      from webhook_inbox
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+       and processed_at is null
+       and needs_review_at is null
+       for update
+  `;
+  return row;
+}
+
+/**
  * Processes one claimed row in its own transaction (seed §6 `process_claimed`): sets a local
  * `statement_timeout`, locks the row with `FOR UPDATE` (not SKIP LOCKED: a row briefly locked by
  * another worker's claim must be waited for, not skipped) and re-checks that it is still unprocessed,
@@ -37,14 +55,7 @@ export async function processClaimed(db: Db, claim: Claim, options: ProcessOptio
     if (handler?.statement) return { outcome: await processInOneStatement(db, claim, handler.statement, options.timeoutMs) };
     const outcome = await db.begin(async (tx): Promise<WorkOutcome> => {
       await tx`select set_config('statement_timeout', ${String(options.timeoutMs)}, true)`;
-      const [row] = await tx<{ event_type: string; payload: Record<string, unknown> | null; raw_body: string | null }[]>`
-        select event_type, payload, raw_body
-          from webhook_inbox
-         where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
-           and processed_at is null
-           and needs_review_at is null
-           for update
-      `;
+      const row = await lockUnsettled(tx, claim);
       if (!row) return "skipped";
       if (!table) throw new PermanentError(`No handler table for ${claim.provider}/${claim.endpoint}`);
       const stored = storedEvent(row.payload, row.raw_body);

@@ -1,6 +1,6 @@
 import { isPermanent, type Db, type Tx } from "../db/db.ts";
 import type { Claim } from "./claim.ts";
-import { recordFailure, type ProcessOptions, type WorkOutcome } from "./process-claimed.ts";
+import { lockUnsettled, recordFailure, type ProcessOptions, type WorkOutcome } from "./process-claimed.ts";
 import type { BackfillWindow, Fetcher, Resolution } from "./stripe-fetch.ts";
 import { retryableStripeError } from "../stripe-api/retry.ts";
 import { describeError, PermanentError } from "../errors.ts";
@@ -124,19 +124,6 @@ async function storedPayload(db: Db, claim: Claim): Promise<Record<string, unkno
   if (!row) return undefined;
   if (!row.payload) throw new PermanentError("Cannot fetch for an event stored without a payload; resolve it by hand");
   return row.payload;
-}
-
-/** Locks the claimed row and re-checks it is unprocessed and unparked (another worker may have settled it). */
-async function lockUnsettled(tx: Tx, claim: Claim): Promise<boolean> {
-  const rows = await tx`
-    select 1
-      from webhook_inbox
-     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
-       and processed_at is null
-       and needs_review_at is null
-       for update
-  `;
-  return rows.length === 1;
 }
 
 async function markSettled(tx: Tx, claim: Claim, outcome: "processed" | "ignored" | "object_missing", note: string | null): Promise<void> {
