@@ -1,6 +1,6 @@
 import { isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { AppError } from "../errors.ts";
-import { recordEvent } from "../inbox/inbox.ts";
+import { recordEvent, type InboxKey } from "../inbox/inbox.ts";
 import { notifierFor } from "../inbox/notifier.ts";
 import { keyText, recordEvents, type InboxEntry } from "../inbox/record-events.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
@@ -108,17 +108,15 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
   /** Records `group`; calls `settled` as soon as its statement settled, then settles every delivery of it (a fallback runs on). */
   async function commit(group: Waiting[], settled: () => void): Promise<void> {
     const first = new Map<string, Waiting>();
-    const entries: InboxEntry[] = [];
     for (const delivery of group) {
-      const key = { provider: delivery.target.provider, endpoint: delivery.target.endpoint, eventId: delivery.event.id };
-      const text = keyText(key);
-      if (first.has(text)) continue;
-      first.set(text, delivery);
-      entries.push({ key, event: delivery.event, as: handled(delivery) ? null : "ignored" });
+      const text = keyText(keyOf(delivery));
+      if (!first.has(text)) first.set(text, delivery);
     }
     // Key order: two groups (two receiver processes, or a backfill) inserting the same keys take the
     // unique index's entries in one order, so they wait for each other instead of deadlocking.
-    entries.sort((a, b) => compareText(keyText(a.key), keyText(b.key)));
+    const entries: InboxEntry[] = [...first]
+      .sort(([a], [b]) => (a < b ? -1 : 1)) // keys are distinct
+      .map(([, delivery]) => ({ key: keyOf(delivery), event: delivery.event, as: handled(delivery) ? null : "ignored" }));
     const sent = { deliveries: group.length, rows: entries.length };
     let inserted: Set<string>;
     try {
@@ -148,7 +146,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
     settled();
     let queued = false;
     for (const delivery of group) {
-      const text = keyText({ provider: delivery.target.provider, endpoint: delivery.target.endpoint, eventId: delivery.event.id });
+      const text = keyText(keyOf(delivery));
       if (first.get(text) !== delivery || !inserted.has(text)) {
         delivery.resolve("duplicate");
       } else if (handled(delivery)) {
@@ -179,8 +177,8 @@ async function insertGroup(db: Db, entries: InboxEntry[], timeoutMs: number | un
   return (await recordEvent(db, only.key, only.event, only.as, timeoutMs)) ? new Set([keyText(only.key)]) : new Set();
 }
 
-function compareText(a: string, b: string): number {
-  return a < b ? -1 : a > b ? 1 : 0;
+function keyOf(delivery: Waiting): InboxKey {
+  return { provider: delivery.target.provider, endpoint: delivery.target.endpoint, eventId: delivery.event.id };
 }
 
 function handled(delivery: Waiting): boolean {
