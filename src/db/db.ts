@@ -95,11 +95,12 @@ export function connect(url: string, options: ConnectOptions = {}): Db {
 /**
  * True when PostgreSQL rolled the whole transaction back because of a concurrent one, so the same
  * transaction tried again may succeed: SQLSTATE 40P01 (deadlock_detected) or 40001
- * (serialization_failure). PostgreSQL manual, 13.4 "Serialization Failure Handling".
+ * (serialization_failure), PostgreSQL manual, 13.4 "Serialization Failure Handling"; or a cancel meant
+ * for another statement of the connection ({@link isStrayCancel}).
  */
 export function isRetryableConflict(err: unknown): boolean {
   const state = sqlState(err);
-  return state === SQLSTATE.deadlockDetected || state === SQLSTATE.serializationFailure;
+  return state === SQLSTATE.deadlockDetected || state === SQLSTATE.serializationFailure || isStrayCancel(err);
 }
 
 /** The SQLSTATE of a PostgreSQL error, or undefined for anything else. */
@@ -202,12 +203,44 @@ export function isPermanent(err: unknown): boolean {
  * `timeoutMs` milliseconds, lock waits included; `undefined` sets no bound. One statement needs no
  * `SET statement_timeout` round trip. Resolves with the query's result; rejects with its error, a
  * PostgresError with SQLSTATE 57014 (query_canceled) when the bound fired.
+ * A cancel request names a backend, not a statement (PostgreSQL manual, 54.2.8 "Canceling Requests in
+ * Progress"): one sent as the statement ends can stop the next statement that connection runs, a
+ * neighbour's. The error of a statement this call cancelled is marked as its own, so
+ * {@link isStrayCancel} tells a neighbour's stray cancel (safe to retry: the statement rolled back)
+ * from a bound that fired.
  */
 export async function cancelAfter<T>(query: PromiseLike<T> & { cancel(): unknown }, timeoutMs: number | undefined): Promise<T> {
-  const timer = timeoutMs === undefined ? undefined : setTimeout(() => void query.cancel(), Math.max(0, timeoutMs));
+  let fired = false;
+  const timer =
+    timeoutMs === undefined
+      ? undefined
+      : setTimeout(() => {
+          fired = true;
+          void query.cancel();
+        }, Math.max(0, timeoutMs));
   try {
     return await query;
+  } catch (err) {
+    if (fired && sqlState(err) === SQLSTATE.queryCanceled) (err as { [OWN_CANCEL]?: true })[OWN_CANCEL] = true;
+    throw err;
   } finally {
     clearTimeout(timer);
   }
+}
+
+const OWN_CANCEL = Symbol("webhook-inbox: cancelled by its own cancelAfter bound");
+
+/**
+ * True for a statement stopped by a cancel request it did not ask for: SQLSTATE 57014 "canceling
+ * statement due to user request" (not a `statement_timeout`, whose message says so), and not the
+ * bound of its own {@link cancelAfter}. Such a cancel was meant for the statement that ran before on
+ * the same connection (or is an operator's `pg_cancel_backend`); the statement rolled back, so running
+ * it again is safe.
+ */
+export function isStrayCancel(err: unknown): boolean {
+  return (
+    sqlState(err) === SQLSTATE.queryCanceled &&
+    !(err as { [OWN_CANCEL]?: true })[OWN_CANCEL] &&
+    /user request/.test((err as Error).message)
+  );
 }

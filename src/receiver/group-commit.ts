@@ -1,4 +1,4 @@
-import { isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { isDatabaseUnavailable, isStrayCancel, sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { AppError } from "../errors.ts";
 import { recordEvent, type InboxKey } from "../inbox/inbox.ts";
 import { notifierFor } from "../inbox/notifier.ts";
@@ -72,7 +72,8 @@ interface Waiting {
  * Inside a group, deliveries of one key are one row: the first delivery gets the insert's result,
  * the others `duplicate`. Workers are woken once per group that queued a row, after its commit.
  * When the group's statement fails because of its rows (any error but an unavailable database or a
- * cancelled statement), every delivery of the group is retried alone with `receiveAsync`, so a row
+ * cancelled statement), or was stopped by a cancel meant for another statement of its connection
+ * (isStrayCancel), every delivery of the group is retried alone with `receiveAsync`, so a row
  * PostgreSQL refuses fails only its own delivery. When the database is unavailable or the statement
  * was cancelled (statement timeout), every delivery of the group is rejected with that error: none
  * is acknowledged, and the provider retries.
@@ -134,10 +135,10 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
         for (const delivery of group) delivery.reject(err); // no slot, or no time left: nothing was sent
         return;
       }
-      if (group.length === 1 || isDatabaseUnavailable(err) || sqlState(err) === SQLSTATE.queryCanceled) {
+      if (!isStrayCancel(err) && (group.length === 1 || isDatabaseUnavailable(err) || sqlState(err) === SQLSTATE.queryCanceled)) {
         for (const delivery of group) delivery.reject(err);
       } else {
-        // One of the rows is refused: each delivery alone, so only that one fails.
+        // One of the rows is refused (or a cancel meant for another statement stopped it): each delivery alone, so only that one fails.
         options.onFallback?.(sent, err);
         for (const delivery of group) receiveAsync(db, delivery.target, delivery.event).then(delivery.resolve, delivery.reject);
       }

@@ -1,4 +1,4 @@
-import { isDatabaseUnavailable, isDataError, isPermanent, isRetryableConflict, type Db } from "../db/db.ts";
+import { isDatabaseUnavailable, isDataError, isPermanent, isRetryableConflict, isStrayCancel, type Db } from "../db/db.ts";
 import { describeError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { recordAndApply, recordEvent, recordFailedAttempt, recordUnstorable, type Backoff } from "../inbox/inbox.ts";
@@ -32,7 +32,8 @@ export interface ReceiveTarget {
  * same all-or-nothing guarantee; other handlers run in a `sql.begin` transaction.
  * After a processed event's commit, outbox dispatchers are woken (coalesced NOTIFY, notifier.ts).
  * An attempt PostgreSQL rolled back as a deadlock or serialization failure (a concurrent transaction,
- * such as a backfill or a worker, holding rows in the other order) is tried again at once, up to
+ * such as a backfill or a worker, holding rows in the other order), or stopped by a cancel meant for
+ * another statement of its connection (isStrayCancel), is tried again at once, up to
  * {@link SYNC_TRIES} attempts in all (PostgreSQL manual, 13.4 "Serialization Failure Handling"):
  * nothing of the failed attempt remains, so a new one is safe.
  * Throws whatever the handler or the database threw, after the rollback: nothing of this attempt
@@ -128,7 +129,8 @@ export async function receiveHybrid(
  * transaction, with `attempts = 1` and `last_error` (`queued`), or parked as needs-review at once when
  * `err` is permanent ({@link isPermanent}: `needs_review`); `duplicate` when a concurrent delivery recorded the key
  * meanwhile. An event whose payload PostgreSQL cannot store as jsonb is kept as needs-review with its
- * raw body instead (recordUnstorable). Sync and async modes use it for permanent failures only (a 5xx would make the provider retry, in vain,
+ * raw body instead (recordUnstorable). A write stopped by a cancel meant for another statement is
+ * tried again (up to {@link SYNC_TRIES} attempts). Sync and async modes use it for permanent failures only (a 5xx would make the provider retry, in vain,
  * for days); hybrid mode for every handler failure.
  * @throws the database error when the row cannot be written: the caller must answer 5xx.
  */
@@ -143,7 +145,7 @@ export async function recordFallback(
   const permanent = isPermanent(err);
   let recorded: boolean;
   try {
-    recorded = await recordFailedAttempt(db, key, event, describeError(err), permanent, backoff);
+    recorded = await retryStrayCancel(() => recordFailedAttempt(db, key, event, describeError(err), permanent, backoff));
   } catch (storeErr) {
     if (!isDataError(storeErr)) throw storeErr;
     // The payload itself cannot be jsonb: keep the verified bytes as text, parked for an operator.
@@ -152,6 +154,17 @@ export async function recordFallback(
   }
   if (!recorded) return "duplicate";
   return permanent ? "needs_review" : "queued";
+}
+
+/** Runs `write` again, up to {@link SYNC_TRIES} attempts in all, while it fails by a cancel meant for another statement ({@link isStrayCancel}). */
+async function retryStrayCancel<T>(write: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await write();
+    } catch (err) {
+      if (!isStrayCancel(err) || attempt >= SYNC_TRIES) throw err;
+    }
+  }
 }
 
 /**

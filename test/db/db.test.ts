@@ -1,6 +1,9 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import {
   answerWithin,
+  cancelAfter,
+  isRetryableConflict,
+  isStrayCancel,
   COMMIT_ROLLED_BACK,
   connect,
   isDatabaseUnavailable,
@@ -216,6 +219,38 @@ test("a query cancelled while it waits in a connection's pipeline gets its own a
     await db.end({ timeout: 5 });
   }
 }, 20_000);
+
+test("cancelAfter() cancels a statement still running after its bound (its own cancel, not a stray one), and leaves a quick one alone", async () => {
+  const own = await cancelAfter(admin`select pg_sleep(30)`, 100).catch((err: unknown) => err);
+  expect(own).toMatchObject({ code: "57014" });
+  expect(isStrayCancel(own)).toBe(false);
+  expect((await cancelAfter(admin<{ n: number }[]>`select 1 as n`, 10_000))[0]?.n).toBe(1);
+  expect((await cancelAfter(admin<{ n: number }[]>`select 2 as n`, undefined))[0]?.n).toBe(2);
+});
+
+test("isStrayCancel() is true for a cancel request the statement did not ask for, false for a statement_timeout", async () => {
+  const db = connect(fresh.url, { max: 1 });
+  try {
+    const pid = (await db<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]?.pid ?? 0;
+    const sleeping = cancelAfter(db`select pg_sleep(30)`, 20_000).catch((err: unknown) => err);
+    await waitFor(async () => (await admin`select 1 from pg_stat_activity where pid = ${pid} and query like 'select pg_sleep%'`).length === 1);
+    await admin`select pg_cancel_backend(${pid})`;
+    const stray = await sleeping;
+    expect(stray).toMatchObject({ code: "57014" });
+    expect(isStrayCancel(stray)).toBe(true);
+    expect(isRetryableConflict(stray)).toBe(true);
+    const timedOut = await db
+      .begin(async (tx) => {
+        await tx`select set_config('statement_timeout', '50', true)`;
+        await tx`select pg_sleep(5)`;
+      })
+      .catch((err: unknown) => err);
+    expect(timedOut).toMatchObject({ code: "57014" });
+    expect(isStrayCancel(timedOut)).toBe(false);
+  } finally {
+    await db.end({ timeout: 5 });
+  }
+});
 
 test("answerWithin() rejects with a database-unavailable NO_ANSWER error once its bound passes, and passes a quick answer through", async () => {
   const db = connect(fresh.url, { max: 1 });
