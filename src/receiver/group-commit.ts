@@ -162,9 +162,9 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
 
   return {
     receive(target, event) {
-      const { promise, resolve, reject } = Promise.withResolvers<Outcome>();
       const sendBy = options.statementTimeoutMs === undefined ? Infinity : Date.now() + options.statementTimeoutMs;
-      waiting.push({ target, event, sendBy, resolve, reject });
+      // Not Promise.withResolvers: Node.js 20, a supported runtime, lacks it.
+      const promise = new Promise<Outcome>((resolve, reject) => waiting.push({ target, event, sendBy, resolve, reject }));
       if (!inFlight) send();
       return promise;
     },

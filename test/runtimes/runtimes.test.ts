@@ -98,4 +98,34 @@ describe.each(RUNTIMES)("$name", (runtime) => {
       await fresh.drop();
     }
   }, 60_000);
+
+  test("async mode: records the shuffled, duplicated lifecycle for the worker, every 2xx with its row", async () => {
+    const fresh = await freshDatabase({ migrated: !runtime.migrates });
+    try {
+      const server = await startServer({
+        command: runtime.command(),
+        env: { DATABASE_URL: fresh.url, STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE: "async", ...runtime.env },
+      });
+      servers.push(server);
+      const summary = await deliver(lifecycle(), {
+        url: `${server.base}/webhooks/stripe`,
+        secret: SECRET,
+        copies: 3,
+        shuffle: true,
+        seed: 9,
+        concurrency: 6,
+        retryBaseMs: 50,
+      });
+      expect(summary.failures).toEqual([]);
+      expect(summary.outcomes).toEqual({ queued: 11, ignored: 1, duplicate: 24 });
+      const [rows] = await fresh.db<{ queued: number; ignored: number }[]>`
+        select count(*) filter (where processed_at is null)::int as queued, count(*) filter (where outcome = 'ignored')::int as ignored
+          from webhook_inbox
+      `;
+      expect(rows).toEqual({ queued: 11, ignored: 1 });
+      expect(await server.stop()).toBe(0);
+    } finally {
+      await fresh.drop();
+    }
+  }, 60_000);
 });
