@@ -112,7 +112,24 @@ export async function recordAndApply(
   effect: StatementEffect,
   timeoutMs?: number,
 ): Promise<boolean> {
-  const query = db<{ inserted: boolean }[]>`
+  try {
+    const [row] = await cancelAfter(recordAndApplyStatement(db, key, event, effect), timeoutMs);
+    return row?.inserted === true;
+  } catch (err) {
+    if (sqlState(err) === SQLSTATE.nothingToApply) return false;
+    if (await isRecorded(db, key).catch(() => false)) return false;
+    throw err;
+  }
+}
+
+/**
+ * The one statement of {@link recordAndApply}, unsent: one row `{ inserted }`, true when it inserted
+ * the inbox row and applied `effect`, false for a duplicate the gate stopped; fails with SQLSTATE WI001
+ * when a step wrote for a duplicate. For a caller that runs several in one transaction
+ * (receiver/sync-group.ts), where any failure must fail the whole transaction.
+ */
+export function recordAndApplyStatement(db: Db | Tx, key: InboxKey, event: VerifiedEvent, effect: StatementEffect) {
+  return db<{ inserted: boolean }[]>`
     with inbox as (
       insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, processed_at, outcome, source)
       values (
@@ -128,14 +145,6 @@ export async function recordAndApply(
              else webhook_inbox_ungated()
            end as inserted
   `;
-  try {
-    const [row] = await cancelAfter(query, timeoutMs);
-    return row?.inserted === true;
-  } catch (err) {
-    if (sqlState(err) === SQLSTATE.nothingToApply) return false;
-    if (await isRecorded(db, key).catch(() => false)) return false;
-    throw err;
-  }
 }
 
 /** True when the inbox holds `key` (in any state). */

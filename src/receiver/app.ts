@@ -22,6 +22,7 @@ import { createMetrics, type Metrics } from "./metrics.ts";
 import { assertPatchedPostgres } from "../db/patched-postgres.ts";
 import { createProbes, RETRY_AFTER_SEC } from "./probes.ts";
 import { createGroupCommit, DEFAULT_GROUP_ROWS } from "./group-commit.ts";
+import { createSyncGroup, DEFAULT_SYNC_GROUP_ROWS } from "./sync-group.ts";
 
 /** One configured webhook endpoint: a provider, its secrets and the handler table it feeds. */
 export interface Endpoint {
@@ -74,7 +75,7 @@ export interface AppDeps {
   schemaVersion?: number;
   /** When set, `/metrics` requires this bearer token. */
   metricsToken?: string;
-  /** Deliveries using the database at once (match the pool size); more wait. A group of async deliveries (`asyncGroupRows`) counts as one. Default: unbounded. */
+  /** Deliveries using the database at once (match the pool size); more wait. A group of async deliveries (`asyncGroupRows`) or of sync ones (`syncGroupRows`) counts as one. Default: unbounded. */
   maxInFlight?: number;
   /** How long a delivery waits for a slot before 503 `overloaded`, ms. Default 2000. */
   queueTimeoutMs?: number;
@@ -94,6 +95,13 @@ export interface AppDeps {
    * `createGroupCommit`); 1 records each delivery by its own insert. Default 64.
    */
   asyncGroupRows?: number;
+  /**
+   * Sync endpoints: most concurrent deliveries whose statements share one transaction and commit (see
+   * `createSyncGroup`); 1 runs each delivery in its own. Default 16.
+   */
+  syncGroupRows?: number;
+  /** Sync endpoints: group transactions in flight at once (see `createSyncGroup`). Default 2. */
+  syncGroupsInFlight?: number;
 }
 
 /** A Web-standard fetch handler, served as it is by Bun, Deno, Node.js adapters and Workers (see src/adapter/). */
@@ -103,7 +111,7 @@ export interface App {
 
 /**
  * Builds the receiver: `POST /webhooks/:provider[/:endpoint]` verifies, then runs the endpoint's mode
- * ({@link receiveSync}, {@link receiveAsync} with group commit (`createGroupCommit`) or {@link receiveHybrid}); `GET /healthz`, `/readyz` and
+ * ({@link receiveSync}, with concurrent deliveries sharing a transaction (`createSyncGroup`); {@link receiveAsync} with group commit (`createGroupCommit`); or {@link receiveHybrid}); `GET /healthz`, `/readyz` and
  * `/metrics` come from {@link createProbes}. Answers 200 `{ outcome, event_id }` for processed, duplicate and
  * ignored (seed §5.5), 4xx `{ error, message }` for input that must not be recorded (nothing written),
  * 503 when the database is unavailable and 500 when processing failed (both rolled back: the provider
@@ -128,6 +136,17 @@ export function createApp(deps: AppDeps): App {
           maxRows: asyncGroupRows,
           // Each delivery still gets its own line; this one says why its group was redone one by one.
           onFallback: (group, err) => log({ group_fallback: group.deliveries, detail: describeError(err) }),
+          limiter,
+          statementTimeoutMs: deps.statementTimeoutMs ?? 10_000,
+        })
+      : undefined;
+  const syncGroupRows = deps.syncGroupRows ?? DEFAULT_SYNC_GROUP_ROWS;
+  const syncGroups =
+    syncGroupRows > 1
+      ? createSyncGroup(deps.db, {
+          maxRows: syncGroupRows,
+          maxInFlight: deps.syncGroupsInFlight,
+          onFallback: (deliveries, err) => log({ group_fallback: deliveries, detail: describeError(err) }),
           limiter,
           statementTimeoutMs: deps.statementTimeoutMs ?? 10_000,
         })
@@ -157,8 +176,8 @@ export function createApp(deps: AppDeps): App {
         nowMs: now(),
       });
       Object.assign(entry, { event_id: event.id, type: event.type });
-      // A grouped async delivery waits for its group, which holds one slot for all of its deliveries.
-      const grouped = groups !== undefined && endpoint.mode === "async";
+      // A grouped delivery waits for its group, which holds one slot for all of its deliveries.
+      const grouped = isGrouped(endpoint, event);
       const outcome = limiter && !grouped ? await limiter.run(() => receiveIn(endpoint, event, entry)) : await receiveIn(endpoint, event, entry);
       entry.outcome = outcome;
       response = Response.json({ outcome, event_id: event.id });
@@ -185,6 +204,14 @@ export function createApp(deps: AppDeps): App {
       });
     }
     return response;
+  }
+
+  /** True when the delivery waits for a group (async group commit, or a sync group for a statement handler) instead of taking a slot itself. */
+  function isGrouped(endpoint: Endpoint, event: VerifiedEvent): boolean {
+    if (event.sanitized?.typeChanged) return false;
+    const mode = endpoint.mode ?? "sync";
+    if (mode === "async") return groups !== undefined;
+    return mode === "sync" && syncGroups !== undefined && endpoint.handlers[event.type]?.statement !== undefined;
   }
 
   /** Runs the endpoint's mode; a hybrid fallback's cause goes into the log line. */
@@ -214,7 +241,9 @@ export function createApp(deps: AppDeps): App {
     }
     switch (endpoint.mode ?? "sync") {
       case "sync":
-        return receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000).catch(parkWhen(isPermanent));
+        return (
+          isGrouped(endpoint, event) && syncGroups ? syncGroups.receive(target, event) : receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000)
+        ).catch(parkWhen(isPermanent));
       case "async":
         // Only the payload itself can be permanent here (jsonb cannot hold it): kept with its raw body.
         return (groups ? groups.receive(target, event) : receiveAsync(deps.db, target, event)).catch(parkWhen(isDataError));

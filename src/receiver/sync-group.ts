@@ -1,0 +1,188 @@
+import { isDatabaseUnavailable, isStrayCancel, sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { AppError } from "../errors.ts";
+import { recordAndApplyStatement } from "../inbox/inbox.ts";
+import { notifierFor, OUTBOX_CHANNEL } from "../inbox/notifier.ts";
+import { keyText } from "../inbox/record-events.ts";
+import type { VerifiedEvent } from "../providers/provider.ts";
+import type { Limiter } from "./limiter.ts";
+import { receiveSync, type Outcome, type ReceiveTarget } from "./receive.ts";
+
+/** Default most deliveries in one sync transaction. */
+export const DEFAULT_SYNC_GROUP_ROWS = 16;
+
+/** Default sync transactions in flight at once (more deliveries wait and join the next group). */
+export const DEFAULT_SYNC_GROUPS_IN_FLIGHT = 2;
+
+/** Settings of {@link createSyncGroup}. */
+export interface SyncGroupOptions {
+  /** Most deliveries in one transaction. Default {@link DEFAULT_SYNC_GROUP_ROWS}. */
+  maxRows?: number;
+  /** Transactions in flight at once. Default {@link DEFAULT_SYNC_GROUPS_IN_FLIGHT}. */
+  maxInFlight?: number;
+  /**
+   * The receiver's bound on database work at once: each group takes ONE slot for its transaction. When
+   * no slot frees within the limiter's queue timeout, every delivery of the group is rejected with its
+   * `overloaded` error (nothing was sent).
+   */
+  limiter?: Limiter;
+  /**
+   * Time bound of a delivery, ms from its arrival (the receiver's statement timeout): a delivery not
+   * sent by then is refused `overloaded` and never sent; a group's statements run under a transaction-
+   * local `statement_timeout` of the time its earliest delivery has left, and its COMMIT is sent only
+   * while that time lasts (else it rolls back and every delivery of it is refused `overloaded`), so a
+   * delivery the receiver answers 5xx at its answer deadline (this bound plus 1 s) was not recorded
+   * behind its back. Default: unbounded.
+   */
+  statementTimeoutMs?: number;
+  /** Called as each group of two or more is sent, with its size. */
+  onGroup?: (deliveries: number) => void;
+  /** Called when a group's transaction failed and its deliveries are redone one by one, with the error. */
+  onFallback?: (deliveries: number, err: unknown) => void;
+}
+
+/** Sync receive with group commit; see {@link createSyncGroup}. */
+export interface SyncGroup {
+  /**
+   * Same contract as `receiveSync(db, target, event)` for an event whose handler is a statement
+   * handler (`processed` or `duplicate`, after the commit that holds its row and its effect); throws
+   * the database error (nothing of it committed), or AppError `overloaded` (nothing sent).
+   * @throws Error when the event's handler is not a statement handler (see {@link groupable}).
+   */
+  receive(target: ReceiveTarget, event: VerifiedEvent): Promise<Outcome>;
+}
+
+interface Waiting {
+  target: ReceiveTarget;
+  event: VerifiedEvent;
+  /** When its group must have committed by, ms since the epoch (Infinity: unbounded). */
+  sendBy: number;
+  resolve(outcome: Outcome): void;
+  reject(err: unknown): void;
+}
+
+/** True when sync delivery of `event` can join a group: its handler is a statement handler. */
+export function groupable(target: ReceiveTarget, event: VerifiedEvent): boolean {
+  return target.handlers[event.type]?.statement !== undefined;
+}
+
+/**
+ * Sync mode with group commit on `db`: concurrent sync deliveries share one transaction and so one
+ * commit (one WAL flush, PostgreSQL manual 28.3 "Asynchronous Commit" explains what a commit waits
+ * for), each delivery still the single statement that records its inbox row and applies its handler
+ * (`recordAndApplyStatement`, as `receiveSync` runs it alone). Every delivery is answered only after
+ * the COMMIT of its group, from its own statement's result: `processed`, or `duplicate` (a redelivery,
+ * also of a delivery earlier in the same group: statements of one transaction see each other's rows).
+ *
+ * Collection (natural batching): a delivery that finds fewer than `maxInFlight` groups running is sent
+ * at once; when a single one is waiting it runs exactly as `receiveSync` (one statement, no
+ * BEGIN/COMMIT), so a lone delivery waits for nothing. Deliveries that arrive while `maxInFlight`
+ * groups run wait and form the next group (at most `maxRows`). Statements of a group are pipelined in
+ * one round trip and sorted by the subject's business key, then the inbox key, so two groups lock
+ * invoices in one order (as the worker's batches do).
+ *
+ * Isolation by redoing: when a group's transaction fails for any reason but an unavailable database
+ * or its time bound (a statement PostgreSQL refused, a deadlock, a cancel meant for another
+ * statement, a step that wrote for a duplicate), it rolls back whole and each of its deliveries runs
+ * again alone with `receiveSync` in key order, so a bad event fails only its own delivery.
+ */
+export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGroup {
+  const maxRows = Math.max(1, options.maxRows ?? DEFAULT_SYNC_GROUP_ROWS);
+  const maxInFlight = Math.max(1, options.maxInFlight ?? DEFAULT_SYNC_GROUPS_IN_FLIGHT);
+  let waiting: Waiting[] = [];
+  let inFlight = 0;
+
+  function pump(): void {
+    while (inFlight < maxInFlight && waiting.length > 0) {
+      inFlight++;
+      // The group is taken when its slot is granted, so it holds every delivery that arrived meanwhile.
+      const take = async (): Promise<void> => {
+        const group = waiting.slice(0, maxRows);
+        waiting = waiting.slice(maxRows);
+        await commit(group);
+      };
+      const run = options.limiter ? options.limiter.run(take) : take();
+      void run
+        .catch((err: unknown) => {
+          // No slot within the queue timeout: nothing was sent; this runner's deliveries are the oldest waiting.
+          const group = waiting.slice(0, maxRows);
+          waiting = waiting.slice(maxRows);
+          for (const delivery of group) delivery.reject(err);
+        })
+        .finally(() => {
+          inFlight--;
+          pump();
+        });
+    }
+  }
+
+  /** Runs `group` (possibly empty: an earlier runner took it) and settles every delivery of it. */
+  async function commit(taken: Waiting[]): Promise<void> {
+    const now = Date.now();
+    const group: Waiting[] = [];
+    for (const delivery of taken) {
+      if (delivery.sendBy > now) group.push(delivery);
+      else delivery.reject(new AppError("overloaded", `Cannot record ${delivery.event.id} in time: nothing was recorded, retry later`));
+    }
+    if (group.length === 0) return;
+    const ordered = group.sort((a, b) => compare(orderKey(a), orderKey(b)));
+    if (ordered.length === 1) return alone(ordered[0] as Waiting);
+    const deadline = Math.min(...ordered.map((d) => d.sendBy));
+    options.onGroup?.(ordered.length);
+    let inserted: boolean[];
+    try {
+      inserted = await db.begin(async (tx) => {
+        const bound = Number.isFinite(deadline) ? [tx`select set_config('statement_timeout', ${String(Math.max(1, deadline - Date.now()))}, true)`] : [];
+        const statements = ordered.map((d) => {
+          const key = keyOf(d);
+          const effect = d.target.handlers[d.event.type]!.statement!(tx, d.event.subject.object, { ...key, eventType: d.event.type });
+          return recordAndApplyStatement(tx, key, d.event, effect);
+        });
+        // Pipelined: every statement is written before the first answer is read.
+        const rows = await Promise.all([...bound, ...statements]);
+        if (Date.now() >= deadline) throw new AppError("overloaded", `Cannot record ${ordered.length} deliveries in time: rolled back, nothing was recorded, retry later`);
+        return rows.slice(bound.length).map((r) => (r as { inserted: boolean }[])[0]?.inserted === true);
+      });
+    } catch (err) {
+      if (err instanceof AppError || isDatabaseUnavailable(err) || (sqlState(err) === SQLSTATE.queryCanceled && !isStrayCancel(err))) {
+        for (const delivery of ordered) delivery.reject(err);
+        return;
+      }
+      options.onFallback?.(ordered.length, err);
+      for (const delivery of ordered) await alone(delivery);
+      return;
+    }
+    ordered.forEach((delivery, i) => delivery.resolve(inserted[i] ? "processed" : "duplicate"));
+    if (inserted.some(Boolean)) notifierFor(db, OUTBOX_CHANNEL).wake(); // the handlers may have written outbox rows
+  }
+
+  /** One delivery by `receiveSync`, bounded by the time it has left. */
+  async function alone(delivery: Waiting): Promise<void> {
+    const leftMs = delivery.sendBy - Date.now();
+    if (leftMs <= 0) return delivery.reject(new AppError("overloaded", `Cannot record ${delivery.event.id} in time: nothing was recorded, retry later`));
+    await receiveSync(db, delivery.target, delivery.event, Number.isFinite(leftMs) ? leftMs : undefined).then(delivery.resolve, delivery.reject);
+  }
+
+  return {
+    receive(target, event) {
+      if (!groupable(target, event)) throw new Error(`No statement handler for ${event.type}: receive it with receiveSync`);
+      const sendBy = options.statementTimeoutMs === undefined ? Infinity : Date.now() + options.statementTimeoutMs;
+      // Not Promise.withResolvers: Node.js 20, a supported runtime, lacks it.
+      const promise = new Promise<Outcome>((resolve, reject) => waiting.push({ target, event, sendBy, resolve, reject }));
+      pump();
+      return promise;
+    },
+  };
+}
+
+function keyOf(delivery: Waiting) {
+  return { provider: delivery.target.provider, endpoint: delivery.target.endpoint, eventId: delivery.event.id };
+}
+
+/** Lock order: the subject's business key (its invoice, say), then the inbox key. */
+function orderKey(delivery: Waiting): string {
+  return `${delivery.event.subject.key ?? ""}\u0000${keyText(keyOf(delivery))}`;
+}
+
+function compare(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
