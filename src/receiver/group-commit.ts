@@ -47,14 +47,17 @@ export interface GroupCommit {
   receive(target: ReceiveTarget, event: VerifiedEvent): Promise<Outcome>;
 }
 
-interface Waiting {
+/** A delivery waiting for its group (this file's async groups, and sync-group.ts's): answered through `resolve`/`reject`. */
+export interface WaitingDelivery {
   target: ReceiveTarget;
   event: VerifiedEvent;
-  /** When its statement must be done by, ms since the epoch (Infinity: unbounded). */
+  /** When its group's work must be done by, ms since the epoch (Infinity: unbounded). */
   sendBy: number;
   resolve(outcome: Outcome): void;
   reject(err: unknown): void;
 }
+
+type Waiting = WaitingDelivery;
 
 /**
  * Async mode with group commit on `db`: concurrent deliveries are recorded by one multi-row insert
@@ -178,7 +181,8 @@ async function insertGroup(db: Db, entries: InboxEntry[], timeoutMs: number | un
   return (await recordEvent(db, only.key, only.event, only.as, timeoutMs)) ? new Set([keyText(only.key)]) : new Set();
 }
 
-function keyOf(delivery: Waiting): InboxKey {
+/** The inbox key `(provider, endpoint, event_id)` of a waiting delivery. */
+export function keyOf(delivery: WaitingDelivery): InboxKey {
   return { provider: delivery.target.provider, endpoint: delivery.target.endpoint, eventId: delivery.event.id };
 }
 

@@ -1,9 +1,10 @@
 import { isDatabaseUnavailable, isStrayCancel, sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { AppError } from "../errors.ts";
-import { recordAndApplyStatement } from "../inbox/inbox.ts";
+import { recordAndApplyStatement, type StatementEffect } from "../inbox/inbox.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import { keyText } from "../inbox/record-events.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
+import { keyOf, type WaitingDelivery } from "./group-commit.ts";
 import type { Limiter } from "./limiter.ts";
 import { receiveSync, type Outcome, type ReceiveTarget } from "./receive.ts";
 
@@ -12,6 +13,9 @@ export const DEFAULT_SYNC_GROUP_ROWS = 16;
 
 /** Default sync transactions in flight at once (more deliveries wait and join the next group). */
 export const DEFAULT_SYNC_GROUPS_IN_FLIGHT = 2;
+
+/** Default `stallMs` of {@link createSyncGroup}: a sync statement takes a few ms; one that waits this long waits on a lock. */
+export const DEFAULT_SYNC_GROUP_STALL_MS = 250;
 
 /** Settings of {@link createSyncGroup}. */
 export interface SyncGroupOptions {
@@ -34,6 +38,14 @@ export interface SyncGroupOptions {
    * behind its back. Default: unbounded.
    */
   statementTimeoutMs?: number;
+  /**
+   * How long a group may wait, ms, before it no longer counts against `maxInFlight` (the next group
+   * starts without it) and, when its deliveries have more time than that, before its statements are
+   * cancelled (a transaction-local `statement_timeout`): a statement stuck on a row lock is then run
+   * alone with the rest of its time, and its group-mates alone one by one. Default
+   * {@link DEFAULT_SYNC_GROUP_STALL_MS}.
+   */
+  stallMs?: number;
   /** Called as each group of two or more is sent, with its size. */
   onGroup?: (deliveries: number) => void;
   /** Called when a group's transaction failed and its deliveries are redone one by one, with the error. */
@@ -46,24 +58,15 @@ export interface SyncGroup {
    * Same contract as `receiveSync(db, target, event)` for an event whose handler is a statement
    * handler (`processed` or `duplicate`, after the commit that holds its row and its effect); throws
    * the database error (nothing of it committed), or AppError `overloaded` (nothing sent).
-   * @throws Error when the event's handler is not a statement handler (see {@link groupable}).
+   * A handler that refuses the event before any SQL (a PermanentError while its statement is built)
+   * rejects at once, alone.
+   * @throws Error when the event's handler is not a statement handler (receive those with `receiveSync`).
    */
   receive(target: ReceiveTarget, event: VerifiedEvent): Promise<Outcome>;
 }
 
-interface Waiting {
-  target: ReceiveTarget;
-  event: VerifiedEvent;
-  /** When its group must have committed by, ms since the epoch (Infinity: unbounded). */
-  sendBy: number;
-  resolve(outcome: Outcome): void;
-  reject(err: unknown): void;
-}
-
-/** True when sync delivery of `event` can join a group: its handler is a statement handler. */
-export function groupable(target: ReceiveTarget, event: VerifiedEvent): boolean {
-  return target.handlers[event.type]?.statement !== undefined;
-}
+/** A waiting sync delivery with its handler's statement effect, built (and so checked) when it arrived. */
+type Waiting = WaitingDelivery & { effect: StatementEffect };
 
 /**
  * Sync mode with group commit on `db`: concurrent sync deliveries share one transaction and so one
@@ -88,12 +91,26 @@ export function groupable(target: ReceiveTarget, event: VerifiedEvent): boolean 
 export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGroup {
   const maxRows = Math.max(1, options.maxRows ?? DEFAULT_SYNC_GROUP_ROWS);
   const maxInFlight = Math.max(1, options.maxInFlight ?? DEFAULT_SYNC_GROUPS_IN_FLIGHT);
+  const stallMs = Math.max(1, options.stallMs ?? DEFAULT_SYNC_GROUP_STALL_MS);
   let waiting: Waiting[] = [];
-  let inFlight = 0;
+  /** Start times (ms) of the groups running or waiting for a slot. */
+  const running = new Set<{ started: number }>();
+
+  /** Groups that count against `maxInFlight`: one running longer than `stallMs` (waiting on a lock, say) no longer does. */
+  function fresh(): number {
+    const now = Date.now();
+    let n = 0;
+    for (const group of running) if (now - group.started < stallMs) n++;
+    return n;
+  }
 
   function pump(): void {
-    while (inFlight < maxInFlight && waiting.length > 0) {
-      inFlight++;
+    while (waiting.length > 0 && fresh() < maxInFlight) {
+      const entry = { started: Date.now() };
+      running.add(entry);
+      // Once this group counts as stalled, the next may start without waiting for it.
+      const stalled = setTimeout(pump, stallMs);
+      (stalled as { unref?: () => void }).unref?.();
       // The group is taken when its slot is granted, so it holds every delivery that arrived meanwhile.
       const take = async (): Promise<void> => {
         const group = waiting.slice(0, maxRows);
@@ -109,7 +126,8 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
           for (const delivery of group) delivery.reject(err);
         })
         .finally(() => {
-          inFlight--;
+          clearTimeout(stalled);
+          running.delete(entry);
           pump();
         });
     }
@@ -127,28 +145,40 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
     const ordered = group.sort((a, b) => compare(orderKey(a), orderKey(b)));
     if (ordered.length === 1) return alone(ordered[0] as Waiting);
     const deadline = Math.min(...ordered.map((d) => d.sendBy));
+    // Each statement may wait on a lock at most `stallMs` (or the time left, when shorter): one delivery
+    // stuck behind a lock holds its group-mates that long, not their whole time bound.
+    const boundMs = Math.max(1, Math.min(stallMs, deadline - Date.now()));
+    const stalls = boundMs === stallMs;
     options.onGroup?.(ordered.length);
+    const failed: unknown[] = [];
     let inserted: boolean[];
     try {
       inserted = await db.begin(async (tx) => {
-        const bound = Number.isFinite(deadline) ? [tx`select set_config('statement_timeout', ${String(Math.max(1, deadline - Date.now()))}, true)`] : [];
-        const statements = ordered.map((d) => {
-          const key = keyOf(d);
-          const effect = d.target.handlers[d.event.type]!.statement!(tx, d.event.subject.object, { ...key, eventType: d.event.type });
-          return recordAndApplyStatement(tx, key, d.event, effect);
+        // Sent first: calling `then` sends a postgres.js query, so the order of these calls is the order on the wire.
+        const bound = tx`select set_config('statement_timeout', ${String(boundMs)}, true)`.then(() => undefined);
+        const statements = ordered.map((d, i) => {
+          return recordAndApplyStatement(tx, keyOf(d), d.event, d.effect).catch((err: unknown) => {
+            failed[i] = err;
+            throw err;
+          });
         });
         // Pipelined: every statement is written before the first answer is read.
-        const rows = await Promise.all([...bound, ...statements]);
+        const [, ...rows] = await Promise.all([bound, ...statements]);
         if (Date.now() >= deadline) throw new AppError("overloaded", `Cannot record ${ordered.length} deliveries in time: rolled back, nothing was recorded, retry later`);
-        return rows.slice(bound.length).map((r) => (r as { inserted: boolean }[])[0]?.inserted === true);
+        return rows.map((r) => r[0]?.inserted === true);
       });
     } catch (err) {
-      if (err instanceof AppError || isDatabaseUnavailable(err) || (sqlState(err) === SQLSTATE.queryCanceled && !isStrayCancel(err))) {
+      const timedOut = sqlState(err) === SQLSTATE.queryCanceled && !isStrayCancel(err);
+      if (err instanceof AppError || isDatabaseUnavailable(err) || (timedOut && !stalls)) {
         for (const delivery of ordered) delivery.reject(err);
         return;
       }
       options.onFallback?.(ordered.length, err);
-      for (const delivery of ordered) await alone(delivery);
+      // A statement that waited `stallMs` on a lock runs alone with the rest of its time (not awaited:
+      // it may wait again), and its group-mates, which it held up, alone one by one in key order.
+      const stuck = ordered.filter((_, i) => timedOut && sqlState(failed[i]) === SQLSTATE.queryCanceled);
+      for (const delivery of stuck) void alone(delivery);
+      for (const delivery of ordered) if (!stuck.includes(delivery)) await alone(delivery);
       return;
     }
     ordered.forEach((delivery, i) => delivery.resolve(inserted[i] ? "processed" : "duplicate"));
@@ -164,18 +194,24 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
 
   return {
     receive(target, event) {
-      if (!groupable(target, event)) throw new Error(`No statement handler for ${event.type}: receive it with receiveSync`);
+      const build = target.handlers[event.type]?.statement;
+      if (!build) throw new Error(`No statement handler for ${event.type}: receive it with receiveSync`);
+      let effect: StatementEffect;
+      try {
+        // Built now, not in the group's transaction: an event its handler refuses before any SQL (a
+        // PermanentError) fails alone, at once, instead of rolling back a group. The rendered SQL does
+        // not depend on the connection it is sent on.
+        effect = build(db, event.subject.object, { provider: target.provider, endpoint: target.endpoint, eventId: event.id, eventType: event.type });
+      } catch (err) {
+        return Promise.reject(err);
+      }
       const sendBy = options.statementTimeoutMs === undefined ? Infinity : Date.now() + options.statementTimeoutMs;
       // Not Promise.withResolvers: Node.js 20, a supported runtime, lacks it.
-      const promise = new Promise<Outcome>((resolve, reject) => waiting.push({ target, event, sendBy, resolve, reject }));
+      const promise = new Promise<Outcome>((resolve, reject) => waiting.push({ target, event, sendBy, resolve, reject, effect }));
       pump();
       return promise;
     },
   };
-}
-
-function keyOf(delivery: Waiting) {
-  return { provider: delivery.target.provider, endpoint: delivery.target.endpoint, eventId: delivery.event.id };
 }
 
 /** Lock order: the subject's business key (its invoice, say), then the inbox key. */
