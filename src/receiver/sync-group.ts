@@ -84,9 +84,13 @@ type Waiting = WaitingDelivery & { effect: StatementEffect };
  * invoices in one order (as the worker's batches do).
  *
  * Isolation by redoing: when a group's transaction fails for any reason but an unavailable database
- * or its time bound (a statement PostgreSQL refused, a deadlock, a cancel meant for another
+ * or its deliveries' time bound (a statement PostgreSQL refused, a deadlock, a cancel meant for another
  * statement, a step that wrote for a duplicate), it rolls back whole and each of its deliveries runs
  * again alone with `receiveSync` in key order, so a bad event fails only its own delivery.
+ * A row lock holds no more than one delivery for long: each statement of a group may run `stallMs` at
+ * most (transaction-local `statement_timeout`); one cancelled by that bound runs again alone with the
+ * rest of its time, unawaited, while its group-mates run alone at once; and a group running longer
+ * than `stallMs` no longer counts against `maxInFlight`.
  */
 export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGroup {
   const maxRows = Math.max(1, options.maxRows ?? DEFAULT_SYNC_GROUP_ROWS);
