@@ -86,6 +86,13 @@ const SECRET = /^whsec_[A-Za-z0-9+/=_-]{16,}$/;
 const ENDPOINT_NAME = /^[a-z][a-z0-9-]{0,62}$/;
 
 /**
+ * Largest accepted value of the receiver's time settings (`STATEMENT_TIMEOUT_MS`, `QUEUE_TIMEOUT_MS`,
+ * `HYBRID_BUDGET_MS`), ms: 10 minutes. JavaScript timers fire at once for delays above 2^31 − 1 ms,
+ * which would answer every delivery 503 at once, and a webhook sender gives up long before.
+ */
+export const MAX_TIMER_SETTING_MS = 600_000;
+
+/**
  * Reads the receiver's settings from an environment map (process env or a Workers `env` binding).
  * `STRIPE_WEBHOOK_SECRET` (comma-separated during a rotation) signs the default `billing` endpoint;
  * `STRIPE_ENDPOINTS=a,b` adds endpoints, each with `STRIPE_WEBHOOK_SECRET_<NAME>` (upper case, `-`
@@ -166,11 +173,11 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
     maxInflightBodyBytes: int("MAX_INFLIGHT_BODY_BYTES", 32 * 1024 * 1024, 1024),
     dbPoolMax: int("DB_POOL_MAX", 10, 1),
-    queueTimeoutMs: int("QUEUE_TIMEOUT_MS", 2000, 1),
+    queueTimeoutMs: int("QUEUE_TIMEOUT_MS", 2000, 1, MAX_TIMER_SETTING_MS),
     syncGroupRows: int("SYNC_GROUP_ROWS", 16, 1, 1000),
     syncGroupsInFlight: int("SYNC_GROUPS_IN_FLIGHT", 2, 1, 1000),
-    statementTimeoutMs: int("STATEMENT_TIMEOUT_MS", 10000, 1),
-    hybridBudgetMs: int("HYBRID_BUDGET_MS", 2000, 1),
+    statementTimeoutMs: int("STATEMENT_TIMEOUT_MS", 10000, 1, MAX_TIMER_SETTING_MS),
+    hybridBudgetMs: int("HYBRID_BUDGET_MS", 2000, 1, MAX_TIMER_SETTING_MS),
     metricsToken: env.METRICS_TOKEN || undefined,
     endpoints,
     adminToken: env.ADMIN_TOKEN || undefined,

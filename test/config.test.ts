@@ -153,6 +153,16 @@ describe("loadConfig()", () => {
     expect(err.problems).toEqual([`PORT must be an integer from 0 to 65535, got "${port}"`]);
   });
 
+  test.each(["STATEMENT_TIMEOUT_MS", "QUEUE_TIMEOUT_MS", "HYBRID_BUDGET_MS"])(
+    "`loadConfig()` refuses %s above 10 minutes (a JavaScript timer above 2^31 − 1 ms fires at once)",
+    (name) => {
+      expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, [name]: "2147483647" }).problems).toEqual([
+        `${name} must be an integer from 1 to 600000, got "2147483647"`,
+      ]);
+      expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, [name]: "600000" })).toBeDefined();
+    },
+  );
+
   test("`loadConfig()` refuses a PORT above 65535", () => {
     const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, PORT: "70000" });
     expect(err.problems).toHaveLength(1);

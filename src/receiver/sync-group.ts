@@ -40,10 +40,11 @@ export interface SyncGroupOptions {
   statementTimeoutMs?: number;
   /**
    * How long a group may wait, ms, before it no longer counts against `maxInFlight` (the next group
-   * starts without it) and, when its deliveries have more time than that, before its statements are
-   * cancelled (a transaction-local `statement_timeout`): a statement stuck on a row lock is then run
-   * alone with the rest of its time, and its group-mates alone one by one. Default
-   * {@link DEFAULT_SYNC_GROUP_STALL_MS}.
+   * starts without it), and the most each of its statements may run (a transaction-local
+   * `statement_timeout`; less when its deliveries have less time left): a statement stopped by it (stuck
+   * on a row lock, say) runs again alone with the rest of its time, and its group-mates run again as a
+   * group without it. Default {@link DEFAULT_SYNC_GROUP_STALL_MS}, or a quarter of `statementTimeoutMs`
+   * when that is shorter.
    */
   stallMs?: number;
   /** Called as each group of two or more is sent, with its size. */
@@ -88,14 +89,19 @@ type Waiting = WaitingDelivery & { effect: StatementEffect };
  * statement, a step that wrote for a duplicate), it rolls back whole and each of its deliveries runs
  * again alone with `receiveSync` in key order, so a bad event fails only its own delivery.
  * A row lock holds no more than one delivery for long: each statement of a group may run `stallMs` at
- * most (transaction-local `statement_timeout`); one cancelled by that bound runs again alone with the
- * rest of its time, unawaited, while its group-mates run alone at once; and a group running longer
- * than `stallMs` no longer counts against `maxInFlight`.
+ * most (transaction-local `statement_timeout`); the one that bound stopped runs again alone with the
+ * rest of its time, unawaited, while its group-mates run again as a group without it (each further
+ * stuck statement is set aside the same way); and a group running longer than `stallMs` no longer
+ * counts against `maxInFlight`.
  */
 export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGroup {
   const maxRows = Math.max(1, options.maxRows ?? DEFAULT_SYNC_GROUP_ROWS);
   const maxInFlight = Math.max(1, options.maxInFlight ?? DEFAULT_SYNC_GROUPS_IN_FLIGHT);
-  const stallMs = Math.max(1, options.stallMs ?? DEFAULT_SYNC_GROUP_STALL_MS);
+  // A quarter of the time bound when that is shorter, so the group-mates of a stuck statement have time left.
+  const stallMs = Math.max(
+    1,
+    options.stallMs ?? Math.min(DEFAULT_SYNC_GROUP_STALL_MS, Math.floor((options.statementTimeoutMs ?? Infinity) / 4)),
+  );
   let waiting: Waiting[] = [];
   /** Start times (ms) of the groups running or waiting for a slot. */
   const running = new Set<{ started: number }>();
@@ -152,7 +158,6 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
     // Each statement may wait on a lock at most `stallMs` (or the time left, when shorter): one delivery
     // stuck behind a lock holds its group-mates that long, not their whole time bound.
     const boundMs = Math.max(1, Math.min(stallMs, deadline - Date.now()));
-    const stalls = boundMs === stallMs;
     options.onGroup?.(ordered.length);
     const failed: unknown[] = [];
     let inserted: boolean[];
@@ -173,16 +178,21 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
       });
     } catch (err) {
       const timedOut = sqlState(err) === SQLSTATE.queryCanceled && !isStrayCancel(err);
-      if (err instanceof AppError || isDatabaseUnavailable(err) || (timedOut && !stalls)) {
+      // The statement the bound stopped (the others after it failed only because the transaction had).
+      const stuck = timedOut ? ordered.filter((_, i) => sqlState(failed[i]) === SQLSTATE.queryCanceled) : [];
+      if (err instanceof AppError || isDatabaseUnavailable(err) || (timedOut && stuck.length === 0)) {
         for (const delivery of ordered) delivery.reject(err);
         return;
       }
       options.onFallback?.(ordered.length, err);
-      // A statement that waited `stallMs` on a lock runs alone with the rest of its time (not awaited:
-      // it may wait again), and its group-mates, which it held up, alone one by one in key order.
-      const stuck = ordered.filter((_, i) => timedOut && sqlState(failed[i]) === SQLSTATE.queryCanceled);
-      for (const delivery of stuck) void alone(delivery);
-      for (const delivery of ordered) if (!stuck.includes(delivery)) await alone(delivery);
+      if (stuck.length > 0) {
+        // It waited on a lock: it runs alone with the rest of its time (not awaited: it may wait again),
+        // and its group-mates, which it held up, as a group again (which sets aside the next one stuck).
+        for (const delivery of stuck) void alone(delivery);
+        await commit(ordered.filter((d) => !stuck.includes(d)));
+        return;
+      }
+      for (const delivery of ordered) await alone(delivery);
       return;
     }
     ordered.forEach((delivery, i) => delivery.resolve(inserted[i] ? "processed" : "duplicate"));
