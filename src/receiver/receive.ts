@@ -1,7 +1,7 @@
 import { isDatabaseUnavailable, isDataError, isPermanent, isRetryableConflict, isStrayCancel, type Db } from "../db/db.ts";
 import { describeError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
-import { recordAndApply, recordEvent, recordFailedAttempt, recordUnstorable, type Backoff } from "../inbox/inbox.ts";
+import { recordAndApply, recordEvent, recordFailedAttempt, recordUnstorable, type Backoff, type StatementEffect } from "../inbox/inbox.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 
@@ -29,7 +29,8 @@ export interface ReceiveTarget {
  * provider retries.
  * A handler made by `statementHandler` (all billing handlers) runs in the same statement as the inbox
  * insert: one round trip and no BEGIN/COMMIT (a single statement is its own transaction), with the
- * same all-or-nothing guarantee; other handlers run in a `sql.begin` transaction.
+ * same all-or-nothing guarantee; other handlers run in a `sql.begin` transaction. `effect` (optional)
+ * is that statement handler's rendered steps when the caller built them already (sync-group.ts).
  * After a processed event's commit, outbox dispatchers are woken (coalesced NOTIFY, notifier.ts).
  * An attempt PostgreSQL rolled back as a deadlock or serialization failure (a concurrent transaction,
  * such as a backfill or a worker, holding rows in the other order), or stopped by a cancel meant for
@@ -39,12 +40,23 @@ export interface ReceiveTarget {
  * Throws whatever the handler or the database threw, after the rollback: nothing of this attempt
  * remains, so the provider's retry processes it again (no Case A loss, no Case B double booking).
  */
-export async function receiveSync(db: Db, target: ReceiveTarget, event: VerifiedEvent, statementTimeoutMs?: number): Promise<Outcome> {
-  for (let attempt = 1; ; attempt++) {
+export async function receiveSync(
+  db: Db,
+  target: ReceiveTarget,
+  event: VerifiedEvent,
+  statementTimeoutMs?: number,
+  effect?: StatementEffect,
+): Promise<Outcome> {
+  return tryAgainWhile(isRetryableConflict, () => receiveSyncOnce(db, target, event, statementTimeoutMs, effect));
+}
+
+/** Runs `attempt` again, up to {@link SYNC_TRIES} attempts in all, while it fails with an error `retryable` accepts. */
+async function tryAgainWhile<T>(retryable: (err: unknown) => boolean, attempt: () => Promise<T>): Promise<T> {
+  for (let n = 1; ; n++) {
     try {
-      return await receiveSyncOnce(db, target, event, statementTimeoutMs);
+      return await attempt();
     } catch (err) {
-      if (!isRetryableConflict(err) || attempt >= SYNC_TRIES) throw err;
+      if (!retryable(err) || n >= SYNC_TRIES) throw err;
     }
   }
 }
@@ -52,12 +64,17 @@ export async function receiveSync(db: Db, target: ReceiveTarget, event: Verified
 /** Attempts of {@link receiveSync} when PostgreSQL rolls one back as a deadlock or serialization failure. */
 export const SYNC_TRIES = 3;
 
-async function receiveSyncOnce(db: Db, target: ReceiveTarget, event: VerifiedEvent, statementTimeoutMs?: number): Promise<Outcome> {
+async function receiveSyncOnce(
+  db: Db,
+  target: ReceiveTarget,
+  event: VerifiedEvent,
+  statementTimeoutMs: number | undefined,
+  built: StatementEffect | undefined,
+): Promise<Outcome> {
   const handler = target.handlers[event.type];
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   if (handler?.statement) {
-    const context = { ...key, eventType: event.type };
-    const effect = handler.statement(db, event.subject.object, context);
+    const effect = built ?? handler.statement(db, event.subject.object, { ...key, eventType: event.type });
     if (!(await recordAndApply(db, key, event, effect, statementTimeoutMs))) return "duplicate";
     notifierFor(db, OUTBOX_CHANNEL).wake(); // the handler may have written outbox rows
     return "processed";
@@ -145,7 +162,7 @@ export async function recordFallback(
   const permanent = isPermanent(err);
   let recorded: boolean;
   try {
-    recorded = await retryStrayCancel(() => recordFailedAttempt(db, key, event, describeError(err), permanent, backoff));
+    recorded = await tryAgainWhile(isStrayCancel, () => recordFailedAttempt(db, key, event, describeError(err), permanent, backoff));
   } catch (storeErr) {
     if (!isDataError(storeErr)) throw storeErr;
     // The payload itself cannot be jsonb: keep the verified bytes as text, parked for an operator.
@@ -154,17 +171,6 @@ export async function recordFallback(
   }
   if (!recorded) return "duplicate";
   return permanent ? "needs_review" : "queued";
-}
-
-/** Runs `write` again, up to {@link SYNC_TRIES} attempts in all, while it fails by a cancel meant for another statement ({@link isStrayCancel}). */
-async function retryStrayCancel<T>(write: () => Promise<T>): Promise<T> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await write();
-    } catch (err) {
-      if (!isStrayCancel(err) || attempt >= SYNC_TRIES) throw err;
-    }
-  }
 }
 
 /**
