@@ -90,7 +90,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
     const now = Date.now();
     if (waiting.some((d) => d.sendBy <= now)) {
       for (const late of waiting.filter((d) => d.sendBy <= now))
-        late.reject(new AppError("overloaded", `Cannot record ${late.event.id} in time: nothing was recorded, retry later`));
+        late.reject(notInTime(late.event.id));
       waiting = waiting.filter((d) => d.sendBy > now);
       if (waiting.length === 0) return;
     }
@@ -127,7 +127,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
       const insert = () => {
         // Past a delivery's bound (a slot came late, say) nothing is sent: its answer is a 5xx anyway.
         const boundMs = Math.min(...group.map((d) => d.sendBy)) - Date.now();
-        if (boundMs <= 0) throw new AppError("overloaded", `Cannot record ${group.length} delivery(ies) in time: nothing was recorded, retry later`);
+        if (boundMs <= 0) throw notInTime(`${group.length} delivery(ies)`);
         options.onGroup?.(sent);
         return insertGroup(db, entries, Number.isFinite(boundMs) ? boundMs : undefined);
       };
@@ -179,6 +179,14 @@ async function insertGroup(db: Db, entries: InboxEntry[], timeoutMs: number | un
   const [only] = entries;
   if (entries.length > 1 || !only) return recordEvents(db, entries, timeoutMs);
   return (await recordEvent(db, only.key, only.event, only.as, timeoutMs)) ? new Set([keyText(only.key)]) : new Set();
+}
+
+/**
+ * The error of a grouped delivery whose time bound (`sendBy`) passed before its group committed:
+ * AppError `overloaded` (503 with Retry-After), `what` naming the event id or the deliveries.
+ */
+export function notInTime(what: string): AppError {
+  return new AppError("overloaded", `Cannot record ${what} in time: nothing was recorded, retry later`);
 }
 
 /** The inbox key `(provider, endpoint, event_id)` of a waiting delivery. */

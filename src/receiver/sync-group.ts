@@ -4,7 +4,7 @@ import { recordAndApplyStatement, type StatementEffect } from "../inbox/inbox.ts
 import { notifierFor, OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import { keyText } from "../inbox/record-events.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
-import { keyOf, type WaitingDelivery } from "./group-commit.ts";
+import { keyOf, notInTime, type WaitingDelivery } from "./group-commit.ts";
 import type { Limiter } from "./limiter.ts";
 import { receiveSync, type Outcome, type ReceiveTarget } from "./receive.ts";
 
@@ -114,15 +114,22 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
     return n;
   }
 
+  /** Runners started but not yet granted their slot: each will take up to `maxRows` waiting deliveries. */
+  let untaken = 0;
+
   function pump(): void {
-    while (waiting.length > 0 && fresh() < maxInFlight) {
+    while (waiting.length > untaken * maxRows && fresh() < maxInFlight) {
+      untaken++;
       const entry = { started: Date.now() };
       running.add(entry);
       // Once this group counts as stalled, the next may start without waiting for it.
       const stalled = setTimeout(pump, stallMs);
       (stalled as { unref?: () => void }).unref?.();
       // The group is taken when its slot is granted, so it holds every delivery that arrived meanwhile.
+      let taken = false;
       const take = async (): Promise<void> => {
+        taken = true;
+        untaken--;
         const group = waiting.slice(0, maxRows);
         waiting = waiting.slice(maxRows);
         await commit(group);
@@ -130,7 +137,9 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
       const run = options.limiter ? options.limiter.run(take) : take();
       void run
         .catch((err: unknown) => {
+          if (taken) return; // commit() settles its deliveries itself
           // No slot within the queue timeout: nothing was sent; this runner's deliveries are the oldest waiting.
+          untaken--;
           const group = waiting.slice(0, maxRows);
           waiting = waiting.slice(maxRows);
           for (const delivery of group) delivery.reject(err);
@@ -149,7 +158,7 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
     const group: Waiting[] = [];
     for (const delivery of taken) {
       if (delivery.sendBy > now) group.push(delivery);
-      else delivery.reject(new AppError("overloaded", `Cannot record ${delivery.event.id} in time: nothing was recorded, retry later`));
+      else delivery.reject(notInTime(delivery.event.id));
     }
     if (group.length === 0) return;
     const ordered = group.sort((a, b) => compare(orderKey(a), orderKey(b)));
@@ -165,15 +174,15 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
       inserted = await db.begin(async (tx) => {
         // Sent first: calling `then` sends a postgres.js query, so the order of these calls is the order on the wire.
         const bound = tx`select set_config('statement_timeout', ${String(boundMs)}, true)`.then(() => undefined);
-        const statements = ordered.map((d, i) => {
-          return recordAndApplyStatement(tx, keyOf(d), d.event, d.effect).catch((err: unknown) => {
+        const statements = ordered.map((d, i) =>
+          recordAndApplyStatement(tx, keyOf(d), d.event, d.effect).catch((err: unknown) => {
             failed[i] = err;
             throw err;
-          });
-        });
+          }),
+        );
         // Pipelined: every statement is written before the first answer is read.
         const [, ...rows] = await Promise.all([bound, ...statements]);
-        if (Date.now() >= deadline) throw new AppError("overloaded", `Cannot record ${ordered.length} deliveries in time: rolled back, nothing was recorded, retry later`);
+        if (Date.now() >= deadline) throw notInTime(`${ordered.length} deliveries`); // rolled back
         return rows.map((r) => r[0]?.inserted === true);
       });
     } catch (err) {
@@ -199,11 +208,14 @@ export function createSyncGroup(db: Db, options: SyncGroupOptions = {}): SyncGro
     if (inserted.some(Boolean)) notifierFor(db, OUTBOX_CHANNEL).wake(); // the handlers may have written outbox rows
   }
 
-  /** One delivery by `receiveSync`, bounded by the time it has left. */
+  /** One delivery by `receiveSync` (with the effect already built), bounded by the time it has left. */
   async function alone(delivery: Waiting): Promise<void> {
     const leftMs = delivery.sendBy - Date.now();
-    if (leftMs <= 0) return delivery.reject(new AppError("overloaded", `Cannot record ${delivery.event.id} in time: nothing was recorded, retry later`));
-    await receiveSync(db, delivery.target, delivery.event, Number.isFinite(leftMs) ? leftMs : undefined).then(delivery.resolve, delivery.reject);
+    if (leftMs <= 0) return delivery.reject(notInTime(delivery.event.id));
+    await receiveSync(db, delivery.target, delivery.event, Number.isFinite(leftMs) ? leftMs : undefined, delivery.effect).then(
+      delivery.resolve,
+      delivery.reject,
+    );
   }
 
   return {

@@ -8,6 +8,7 @@ import { statementHandler } from "../../src/handlers/handler-table.ts";
 import { createApp } from "../../src/receiver/app.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { createSyncGroup } from "../../src/receiver/sync-group.ts";
+import { createLimiter, type Limiter } from "../../src/receiver/limiter.ts";
 import type { Outcome, ReceiveTarget } from "../../src/receiver/receive.ts";
 import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { count, eventBody, freshDatabase, invoice, SECRET, signedRequest, verified } from "../support/helpers.ts";
@@ -52,6 +53,26 @@ test("`createSyncGroup()` runs a lone delivery at once and alone, and deliveries
   expect(await transactionsOf(ids)).toBe(1);
   expect(await count(db, "ledger_entries", "kind = 'payment'")).toBe(11);
   expect(await count(db, "invoices", "status = 'paid'")).toBe(11);
+});
+
+test("`createSyncGroup()` takes one limiter slot for a lone delivery, not one per group it may run", async () => {
+  const real = createLimiter(10, 2_000);
+  let slots = 0;
+  const limiter: Limiter = {
+    run: (fn) => {
+      slots++;
+      return real.run(fn);
+    },
+    get active() {
+      return real.active;
+    },
+    get waiting() {
+      return real.waiting;
+    },
+  };
+  const sync = createSyncGroup(db, { limiter });
+  expect(await sync.receive(BILLING, paid("evt_sg_slot"))).toBe("processed");
+  expect(slots).toBe(1);
 });
 
 test("`createSyncGroup()` answers a duplicate inside one group `duplicate`: one row, one booking", async () => {
