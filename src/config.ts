@@ -86,6 +86,14 @@ const SECRET = /^whsec_[A-Za-z0-9+/=_-]{16,}$/;
 const ENDPOINT_NAME = /^[a-z][a-z0-9-]{0,62}$/;
 
 /**
+ * Largest accepted `STRIPE_TOLERANCE_SEC`, seconds: 1 hour. The tolerance is the window in which a
+ * captured delivery can be replayed with a valid signature (Stripe's docs, "Prevent replay attacks":
+ * default 5 minutes); a larger value would all but switch that protection off. Clock skew between
+ * Stripe and a receiver with NTP is far below this.
+ */
+export const MAX_TOLERANCE_SEC = 3_600;
+
+/**
  * Largest accepted value of the receiver's time settings (`STATEMENT_TIMEOUT_MS`, `QUEUE_TIMEOUT_MS`,
  * `HYBRID_BUDGET_MS`), ms: 10 minutes. JavaScript timers fire at once for delays above 2^31 − 1 ms,
  * which would answer every delivery 503 at once, and a webhook sender gives up long before.
@@ -169,7 +177,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     databaseUrl,
     databasePooler,
     databaseWaitMs: readDatabaseWaitMs(env, problems),
-    toleranceSec: int("STRIPE_TOLERANCE_SEC", 300, 1),
+    toleranceSec: int("STRIPE_TOLERANCE_SEC", 300, 1, MAX_TOLERANCE_SEC),
     maxBodyBytes: int("MAX_BODY_BYTES", 1024 * 1024, 1024),
     maxInflightBodyBytes: int("MAX_INFLIGHT_BODY_BYTES", 32 * 1024 * 1024, 1024),
     dbPoolMax: int("DB_POOL_MAX", 10, 1),

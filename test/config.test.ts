@@ -134,7 +134,7 @@ describe("loadConfig()", () => {
     });
     const expected = [
       /^PORT must be an integer from 0 to 65535, got "abc"$/,
-      /^STRIPE_TOLERANCE_SEC must be an integer ≥ 1, got "0"$/,
+      /^STRIPE_TOLERANCE_SEC must be an integer from 1 to 3600, got "0"$/,
       /^MAX_BODY_BYTES must be an integer ≥ 1024, got "10"$/,
       /^DB_POOL_MAX must be an integer ≥ 1, got "0"$/,
       /^DATABASE_URL must start with postgres:\/\//,
@@ -151,6 +151,13 @@ describe("loadConfig()", () => {
   test.each(["abc", "-1", "80.5", "1e400"])("`loadConfig()` refuses PORT=%s", (port) => {
     const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, PORT: port });
     expect(err.problems).toEqual([`PORT must be an integer from 0 to 65535, got "${port}"`]);
+  });
+
+  test("`loadConfig()` refuses a STRIPE_TOLERANCE_SEC above one hour (it would all but switch replay protection off)", () => {
+    expect(configError({ STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_TOLERANCE_SEC: "99999999999999" }).problems).toEqual([
+      'STRIPE_TOLERANCE_SEC must be an integer from 1 to 3600, got "99999999999999"',
+    ]);
+    expect(loadConfig({ STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_TOLERANCE_SEC: "3600" }).toleranceSec).toBe(3600);
   });
 
   test.each(["STATEMENT_TIMEOUT_MS", "QUEUE_TIMEOUT_MS", "HYBRID_BUDGET_MS"])(
@@ -171,7 +178,7 @@ describe("loadConfig()", () => {
 
   test.each(["0", "-5", "-300", "2.5"])("`loadConfig()` refuses STRIPE_TOLERANCE_SEC=%s", (tolerance) => {
     const err = configError({ STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_TOLERANCE_SEC: tolerance });
-    expect(err.problems).toEqual([`STRIPE_TOLERANCE_SEC must be an integer ≥ 1, got "${tolerance}"`]);
+    expect(err.problems).toEqual([`STRIPE_TOLERANCE_SEC must be an integer from 1 to 3600, got "${tolerance}"`]);
   });
 
   test.each([
