@@ -54,13 +54,12 @@ export interface Config {
   dbPoolMax: number;
   /** How long a delivery waits for a free connection before 503, ms. `QUEUE_TIMEOUT_MS`, default 2000. */
   queueTimeoutMs: number;
-  /** Sync deliveries sharing one transaction at most (receiver/sync-group.ts); 1 turns grouping off. `SYNC_GROUP_ROWS`, default 16. */
-  syncGroupRows: number;
-  /** Sync group transactions in flight at once. `SYNC_GROUPS_IN_FLIGHT`, default 2 (at most `DB_POOL_MAX`). */
-  syncGroupsInFlight: number;
-  /** Longest a sync delivery's statement may run, lock waits included, ms. `STATEMENT_TIMEOUT_MS`, default 10000. */
+  /**
+   * A delivery's time bound, ms: PostgreSQL's `statement_timeout` for each statement of its
+   * transaction, lock waits included, set in the transaction. `STATEMENT_TIMEOUT_MS`, default 10000.
+   */
   statementTimeoutMs: number;
-  /** Hybrid mode's in-request time budget, ms. `HYBRID_BUDGET_MS`, default 2000. */
+  /** Hybrid mode's in-request time bound, ms (in place of `statementTimeoutMs` for that attempt). `HYBRID_BUDGET_MS`, default 2000. */
   hybridBudgetMs: number;
   /** Bearer token for `GET /metrics`. `METRICS_TOKEN`; unset = open (bind to a private interface). */
   metricsToken: string | undefined;
@@ -182,8 +181,6 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     maxInflightBodyBytes: int("MAX_INFLIGHT_BODY_BYTES", 32 * 1024 * 1024, 1024),
     dbPoolMax: int("DB_POOL_MAX", 10, 1),
     queueTimeoutMs: int("QUEUE_TIMEOUT_MS", 2000, 1, MAX_TIMER_SETTING_MS),
-    syncGroupRows: int("SYNC_GROUP_ROWS", 16, 1, 1000),
-    syncGroupsInFlight: int("SYNC_GROUPS_IN_FLIGHT", 2, 1, 1000),
     statementTimeoutMs: int("STATEMENT_TIMEOUT_MS", 10000, 1, MAX_TIMER_SETTING_MS),
     hybridBudgetMs: int("HYBRID_BUDGET_MS", 2000, 1, MAX_TIMER_SETTING_MS),
     metricsToken: env.METRICS_TOKEN || undefined,

@@ -2,16 +2,24 @@
 // Node app through a bundler) needs to receive, apply and work off webhooks in its own process. Web
 // APIs only; loading the sql/ migrations from disk is the separate "webhook-inbox/migrations" entry.
 export { createApp, type App, type AppDeps, type Endpoint } from "./receiver/app.ts";
-export { handlersFor, handlerTables, migratingHandlersFor, stripeEndpoints, thinHandlers } from "./receiver/endpoints.ts";
+export {
+  handlersFor,
+  handlerTables,
+  migratingHandlersFor,
+  stripeEndpoints,
+  thinHandlers,
+  workerHandlerTables,
+} from "./receiver/endpoints.ts";
 export type { HybridOptions, Mode, Outcome } from "./receiver/receive.ts";
 export {
+  handlerTable,
+  HandlerTableError,
   PermanentError,
-  statementHandler,
   type Handler,
   type HandlerContext,
   type HandlerTable,
-  type StatementBuilder,
 } from "./handlers/handler-table.ts";
+export { applyEvent, type Applied, type ApplyInput, type Hold } from "./inbox/apply-event.ts";
 export { billingHandlers } from "./handlers/billing.ts";
 export { stripeHandlers } from "./handlers/stripe-money.ts";
 export { runWorker, type WorkerOptions } from "./worker/worker.ts";

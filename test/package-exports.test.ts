@@ -6,8 +6,8 @@ import {
   createApp,
   handlersFor,
   PermanentError,
+  handlerTable,
   runWorker,
-  statementHandler,
   stripeEndpoints,
   stripeHandlers,
   stripeProvider,
@@ -40,9 +40,9 @@ test("`stripeEndpoints()` and `handlersFor()` serve one Stripe handler table, mo
 });
 
 test("`webhook-inbox` exports the handler helpers, the worker, the providers and the migrations loader", () => {
-  const table: HandlerTable = { "x.y": statementHandler("noop", (sql) => ({ noop: sql`select 1` })) };
-  expect(typeof table["x.y"]?.statement).toBe("function");
-  expect(handlers.statementHandler).toBe(statementHandler);
+  const table: HandlerTable = handlerTable({ "x.y": async (tx) => void (await tx`select 1`) });
+  expect(typeof table["x.y"]).toBe("function");
+  expect(handlers.handlerTable).toBe(handlerTable);
   expect(handlers.PermanentError).toBe(PermanentError);
   expect(typeof runWorker).toBe("function");
   expect(providerNamed("stripe")).toBe(stripeProvider);

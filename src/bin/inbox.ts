@@ -29,7 +29,7 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
   resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] --note TEXT [--dry-run]
                                           close needs-review rows settled by hand (no handler runs)
   replay <event_id> [--endpoint E]        run a processed event through its handler again (idempotent)
-  purge [--older-than 30d] [--payloads-older-than 7d] [--force] [--dry-run] [--batch N]
+  purge [--older-than 31d] [--payloads-older-than 7d] [--force] [--dry-run] [--batch N]
                                           delete processed rows past retention (never unprocessed or needs-review);
                                           --dry-run only counts, and needs no --force
   outbox [--needs-review] [--limit N]     unpublished outbox rows, oldest first: attempts, last error
@@ -63,7 +63,7 @@ const {
         text: { type: "string" },
         note: { type: "string" },
         "dry-run": { type: "boolean", default: false },
-        "older-than": { type: "string", default: "30d" },
+        "older-than": { type: "string", default: "31d" },
         "payloads-older-than": { type: "string" },
         force: { type: "boolean", default: false },
         batch: { type: "string", default: "1000" },
@@ -343,7 +343,8 @@ async function run(db: Db): Promise<number> {
       });
       if (opts.json) return (print(result), 0);
       console.log(
-        `${result.dryRun ? "Would delete" : "Deleted"} ${result.deleted} processed row(s) older than ${opts["older-than"]}` +
+        `${result.dryRun ? "Would delete" : "Deleted"} ${result.deleted} settled row(s) whose event is older than ${opts["older-than"]}` +
+          `, ${result.outboxDeleted} published outbox message(s), ${result.claimsDeleted} change claim(s), ${result.backfillRequestsDeleted} finished backfill request(s)` +
           (opts["payloads-older-than"]
             ? `; ${result.dryRun ? "would drop" : "dropped"} ${result.payloadsDropped} payload(s) older than ${opts["payloads-older-than"]}`
             : ""),

@@ -26,8 +26,6 @@ export const SQLSTATE = {
   undefinedTable: "42P01",
   /** "prepared statement … does not exist": a statement cached on another server connection (transaction pooler). */
   invalidSqlStatementName: "26000",
-  /** Raised by `webhook_inbox_ungated()` (sql/0012): a one-statement handler found nothing to apply (a duplicate, or a row already settled) but one of its steps wrote. */
-  nothingToApply: "WI001",
 } as const;
 
 /**
@@ -57,14 +55,6 @@ export interface ConnectOptions {
   pooler?: Pooler;
   /** Application name shown in pg_stat_activity. */
   applicationName?: string;
-  /**
-   * Session `statement_timeout`, ms, enforced by the server: a statement of a process that was killed
-   * (SIGKILL) while it waited on a lock is cancelled by PostgreSQL, which then notices the client is
-   * gone and ends the backend, releasing its locks. A client-side cancel cannot do that once the
-   * client is dead. Not sent behind a transaction pooler, which refuses startup parameters (SET LOCAL
-   * inside transactions still works there). PostgreSQL manual, "Client Connection Defaults".
-   */
-  statementTimeoutMs?: number;
 }
 
 /**
@@ -83,24 +73,8 @@ export function connect(url: string, options: ConnectOptions = {}): Db {
     prepare: options.pooler === "transaction" ? false : (options.prepare ?? true),
     backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 1),
     onnotice: () => {},
-    connection: {
-      application_name: options.applicationName ?? "webhook-inbox",
-      ...(options.statementTimeoutMs !== undefined && options.pooler !== "transaction"
-        ? { statement_timeout: options.statementTimeoutMs }
-        : {}),
-    },
+    connection: { application_name: options.applicationName ?? "webhook-inbox" },
   });
-}
-
-/**
- * True when PostgreSQL rolled the whole transaction back because of a concurrent one, so the same
- * transaction tried again may succeed: SQLSTATE 40P01 (deadlock_detected) or 40001
- * (serialization_failure), PostgreSQL manual, 13.4 "Serialization Failure Handling"; or a cancel meant
- * for another statement of the connection ({@link isStrayCancel}).
- */
-export function isRetryableConflict(err: unknown): boolean {
-  const state = sqlState(err);
-  return state === SQLSTATE.deadlockDetected || state === SQLSTATE.serializationFailure || isStrayCancel(err);
 }
 
 /** The SQLSTATE of a PostgreSQL error, or undefined for anything else. */
@@ -129,7 +103,6 @@ export function isDatabaseUnavailable(err: unknown): boolean {
       "ECONNRESET",
       "EPIPE",
       "ETIMEDOUT",
-      NO_ANSWER,
     ].includes(code)
   );
 }
@@ -148,41 +121,6 @@ export function isStartupRefusal(err: unknown): boolean {
 }
 
 /**
- * `code` of the error {@link answerWithin} rejects with: the database (or a pooler in front of it,
- * which queues a client's query until it gets a server connection) did not answer in time. Counted
- * as database-unavailable. The statements may still run later: only a 5xx or a retry may follow.
- */
-export const NO_ANSWER = "DATABASE_NO_ANSWER";
-
-/**
- * Settles like `work`, or rejects after `ms` with an Error whose `code` is {@link NO_ANSWER} and whose
- * message names `what` and the bound in seconds. `work` is not stopped: whatever it sends may still
- * reach PostgreSQL and commit later, so a caller must treat the rejection as "unknown outcome" (a 5xx,
- * a retry, never a success). Needed where a cancel cannot reach: PgBouncer keeps a client waiting for a
- * server connection up to `query_wait_timeout` (120 s) and ignores its cancel request meanwhile.
- */
-export function answerWithin<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  // One promise and one timer per call (no race of two promises and no finally chain): it is on every delivery.
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(
-      () =>
-        reject(Object.assign(new Error(`${what}: the database did not answer within ${(ms / 1000).toFixed(1)} s`), { code: NO_ANSWER })),
-      Math.max(0, ms),
-    );
-    work.then(
-      (value) => {
-        clearTimeout(timer);
-        resolve(value);
-      },
-      (err: unknown) => {
-        clearTimeout(timer);
-        reject(err);
-      },
-    );
-  });
-}
-
-/**
  * True for errors that no retry can fix because of the data itself: SQLSTATE class 22 "data
  * exception" (e.g. a `\u0000` or lone surrogate that jsonb rejects, a number out of range) and class
  * 54 "program limit exceeded" (JSON nested too deep, a key too long for an index). PostgreSQL manual,
@@ -198,49 +136,23 @@ export function isPermanent(err: unknown): boolean {
   return err instanceof PermanentError || isDataError(err);
 }
 
-/**
- * Awaits `query` and cancels it from the client (PostgreSQL's cancel request) once it has run
- * `timeoutMs` milliseconds, lock waits included; `undefined` sets no bound. One statement needs no
- * `SET statement_timeout` round trip. Resolves with the query's result; rejects with its error, a
- * PostgresError with SQLSTATE 57014 (query_canceled) when the bound fired.
- * A cancel request names a backend, not a statement (PostgreSQL manual, 54.2.8 "Canceling Requests in
- * Progress"): one sent as the statement ends can stop the next statement that connection runs, a
- * neighbour's. The error of a statement this call cancelled is marked as its own, so
- * {@link isStrayCancel} tells a neighbour's stray cancel (safe to retry: the statement rolled back)
- * from a bound that fired.
- */
-export async function cancelAfter<T>(query: PromiseLike<T> & { cancel(): unknown }, timeoutMs: number | undefined): Promise<T> {
-  let fired = false;
-  const timer =
-    timeoutMs === undefined
-      ? undefined
-      : setTimeout(() => {
-          fired = true;
-          void query.cancel();
-        }, Math.max(0, timeoutMs));
-  try {
-    return await query;
-  } catch (err) {
-    if (fired && sqlState(err) === SQLSTATE.queryCanceled) (err as { [OWN_CANCEL]?: true })[OWN_CANCEL] = true;
-    throw err;
-  } finally {
-    clearTimeout(timer);
-  }
-}
-
-const OWN_CANCEL = Symbol("webhook-inbox: cancelled by its own cancelAfter bound");
+/** Shortest bound on a client's pause inside a transaction, ms: a bound that ends sessions must not end them for an ordinary pause of the event loop. */
+const MIN_IDLE_BOUND_MS = 1_000;
 
 /**
- * True for a statement stopped by a cancel request it did not ask for: SQLSTATE 57014 "canceling
- * statement due to user request" (not a `statement_timeout`, whose message says so), and not the
- * bound of its own {@link cancelAfter}. Such a cancel was meant for the statement that ran before on
- * the same connection (or is an operator's `pg_cancel_backend`); the statement rolled back, so running
- * it again is safe.
+ * Bounds the transaction `tx` on the server: each statement by `statement_timeout` = `timeoutMs` (lock
+ * waits included; SQLSTATE 57014 when it fires, and the transaction rolls back), and each pause of the
+ * client inside it by `idle_in_transaction_session_timeout` = `timeoutMs`, at least 1 s (a client stalled
+ * mid-transaction, a paused process, loses its session and with it its locks). Both are set with
+ * `set_config(…, true)` (SET LOCAL: this transaction only, so it works behind a transaction pooler). A
+ * process killed mid-transaction never sends COMMIT, so nothing of it commits, and PostgreSQL ends its
+ * statements at the bound. The statement is sent without waiting for its answer: postgres.js
+ * pipelines it ahead of the transaction's next statement on the same connection, and a failure fails
+ * the transaction (postgres.js rethrows a failed query of a `sql.begin` scope). Call first in the
+ * transaction. PostgreSQL manual, "Client Connection Defaults".
  */
-export function isStrayCancel(err: unknown): boolean {
-  return (
-    sqlState(err) === SQLSTATE.queryCanceled &&
-    !(err as { [OWN_CANCEL]?: true })[OWN_CANCEL] &&
-    /user request/.test((err as Error).message)
-  );
+export function boundTransaction(tx: Tx, timeoutMs: number): void {
+  const ms = Math.max(1, Math.ceil(timeoutMs));
+  const idle = String(Math.max(ms, MIN_IDLE_BOUND_MS));
+  void tx`select set_config('statement_timeout', ${String(ms)}, true), set_config('idle_in_transaction_session_timeout', ${idle}, true)`.execute();
 }

@@ -1,7 +1,7 @@
 // Waiting for PostgreSQL at start-up: a command started while the database restarts (or before its
 // container is up) waits for it instead of dying with a connection error. Portable: postgres.js only.
 import postgres from "postgres";
-import { answerWithin, isDatabaseUnavailable, NO_ANSWER, type Db } from "./db.ts";
+import { isDatabaseUnavailable, type Db } from "./db.ts";
 
 /** Options of {@link waitForDatabase}; times in ms. */
 export interface WaitForDatabaseOptions {
@@ -80,7 +80,28 @@ export async function waitForDatabase(db: Db, options: WaitForDatabaseOptions): 
 function isWorthWaiting(err: unknown): boolean {
   const code = (err as { code?: unknown } | null)?.code;
   // isDatabaseUnavailable already leaves out a pooler's permanent 08P01 refusals (isStartupRefusal).
-  return isDatabaseUnavailable(err) || (typeof code === "string" && NOT_YET_THERE.includes(code));
+  return isDatabaseUnavailable(err) || code === NO_ANSWER || (typeof code === "string" && NOT_YET_THERE.includes(code));
+}
+
+/** `code` of the error {@link answerWithin} rejects with: the probe got no answer in time. */
+const NO_ANSWER = "DATABASE_NO_ANSWER";
+
+/**
+ * Settles like `work`, or rejects after `ms` with an Error whose `code` is {@link NO_ANSWER}. `work` is
+ * not stopped (a probe `select 1` that runs later is harmless). Needed where nothing else bounds the
+ * wait: PgBouncer keeps a client waiting for a server connection up to `query_wait_timeout`.
+ */
+function answerWithin<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(Object.assign(new Error(`${what}: the database did not answer within ${seconds(ms)}`), { code: NO_ANSWER })),
+      Math.max(0, ms),
+    );
+    work.then(
+      (value) => (clearTimeout(timer), resolve(value)),
+      (err: unknown) => (clearTimeout(timer), reject(err)),
+    );
+  });
 }
 
 /**

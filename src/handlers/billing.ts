@@ -1,4 +1,5 @@
-import { PermanentError, statementHandler, type HandlerTable, type Steps } from "./handler-table.ts";
+import type { Tx } from "../db/db.ts";
+import { handlerTable, PermanentError, type Handler, type HandlerContext } from "./handler-table.ts";
 
 /** The fields of a Stripe invoice object that billing uses (Stripe API reference, "The Invoice object"). */
 interface InvoiceFields {
@@ -67,28 +68,24 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
  * already past and changes nothing, so the lifecycle only moves forward:
  * draft → open → (uncollectible →) paid | void.
  */
-function moveInvoice(target: Status, from: Status[]) {
-  return statementHandler(`moveInvoice(${target})`, (sql, object, _context, { gate }) => {
+function moveInvoice(target: Status, from: Status[]): Handler {
+  return async (tx, object) => {
     const inv = readInvoice(object);
-    return {
-      moved: sql`
-        insert into invoices (id, customer_id, status, currency, amount_due)
-        select ${inv.id}::text, ${inv.customer}::text, ${target}::text, ${inv.currency}::text, ${inv.amountDue}::bigint
-         where ${gate}
-        ${
-          from.length === 0
-            ? sql`on conflict (id) do nothing`
-            : sql`
-        on conflict (id) do update
-           set status = excluded.status,
-               amount_due = excluded.amount_due,
-               updated_at = now()
-         where invoices.status = any(${from}::text[])`
-        }
-        returning id
-      `,
-    };
-  });
+    await tx`
+      insert into invoices (id, customer_id, status, currency, amount_due)
+      values (${inv.id}::text, ${inv.customer}::text, ${target}::text, ${inv.currency}::text, ${inv.amountDue}::bigint)
+      ${
+        from.length === 0
+          ? tx`on conflict (id) do nothing`
+          : tx`
+      on conflict (id) do update
+         set status = excluded.status,
+             amount_due = excluded.amount_due,
+             updated_at = now()
+       where invoices.status = any(${from}::text[])`
+      }
+    `;
+  };
 }
 
 /**
@@ -107,12 +104,12 @@ function moveInvoice(target: Status, from: Status[]) {
  * discounted) moves to paid and books no ledger row. Seed §5.2 (`_apply_invoice_paid`, whose "void: do not
  * book, hand to reconciliation" this makes visible), with its status re-read folded into RETURNING.
  */
-const bookPayment = statementHandler("bookPayment", (sql, object, ctx, { gate, step }): Steps => {
+async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: HandlerContext): Promise<void> {
   const inv = readInvoice(object);
   // A payment event for an invoice that is not fully paid yet (a partial payment, API 2025-03-31 and
   // later) moves nothing and books nothing: the one `payment` entry is booked, with the total
   // amount_paid, by the event that carries the invoice as `paid`.
-  if (inv.status !== "paid") return {};
+  if (inv.status !== "paid") return;
   // Money that does not add up is never booked as is, nor dropped: refused, so the event is parked.
   // An overpayment Stripe reports as such (amount_overpaid, credited to the customer's balance) is money
   // that moved: booked as amount_paid. Any other excess is an anomaly.
@@ -133,11 +130,13 @@ const bookPayment = statementHandler("bookPayment", (sql, object, ctx, { gate, s
     throw new PermanentError(
       "Cannot book payment: amount_paid below amount_due on a paid invoice (forgiven or paid partly outside Stripe?): not booked (reconcile by hand)",
     );
-  return {
-    paid: sql`
+  // One statement: the upsert moves the invoice to paid, the ledger insert books only what that move
+  // returned, the outbox insert announces only what the ledger insert booked (each CTE reads the one
+  // before it through RETURNING: PostgreSQL manual, "Data-Modifying Statements in WITH").
+  await tx`
+    with paid as (
       insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
-      select ${inv.id}::text, ${inv.customer}::text, 'paid', ${inv.currency}::text, ${inv.amountDue}::bigint, ${inv.amountPaid}::bigint, now()
-       where ${gate}
+      values (${inv.id}::text, ${inv.customer}::text, 'paid', ${inv.currency}::text, ${inv.amountDue}::bigint, ${inv.amountPaid}::bigint, now())
       on conflict (id) do update
          set status = 'paid',
              amount_due = excluded.amount_due,
@@ -158,39 +157,33 @@ const bookPayment = statementHandler("bookPayment", (sql, object, ctx, { gate, s
                else invoices.status in ('draft', 'open', 'uncollectible')
              end
       returning id, amount_paid, currency
-    `,
-    // A fully discounted invoice (amount_due 0, amount_paid 0) is paid with no money moved: no ledger row.
-    booked: sql`
+    ), booked as (
+      -- A fully discounted invoice (amount_due 0, amount_paid 0) is paid with no money moved: no ledger row.
       insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
       select id, 'payment', amount_paid, currency, ${ctx.eventId}::text
-        from ${step("paid")}
+        from paid
        where amount_paid > 0
       on conflict (invoice_id, kind) do nothing
       returning invoice_id, amount, currency
-    `,
-    announced: sql`
-      insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-      select 'Invoice', invoice_id, 'InvoicePaymentBooked',
-             jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
-        from ${step("booked")}
-      returning id
-    `,
-  };
-});
+    )
+    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
+    select 'Invoice', invoice_id, 'InvoicePaymentBooked',
+           jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
+      from booked
+  `;
+}
 
 /**
- * The billing handler table (Stripe invoice lifecycle), shared by the receiver and the worker. Every
- * handler is a {@link statementHandler}: in sync mode it runs in the same statement as the inbox
- * insert. Its steps still test `gate` themselves although the framework rolls back a duplicate's
- * writes: a duplicate then takes no row lock and writes nothing before it is refused. `invoice.paid` and `invoice.payment_succeeded` are two Event objects for one payment: both
- * map to {@link bookPayment}, which books it once. Order is never decided by `created` (Stripe docs,
- * "Event ordering"); each handler is a monotonic transition.
+ * The billing handler table (Stripe invoice lifecycle), shared by the receiver and the worker: plain
+ * handlers, each one statement. `invoice.paid` and `invoice.payment_succeeded` are two Event objects
+ * for one payment: both map to {@link bookPayment}, which books it once. Order is never decided by
+ * `created` (Stripe docs, "Event ordering"); each handler is a monotonic transition.
  */
-export const billingHandlers: HandlerTable = {
+export const billingHandlers = handlerTable({
   "invoice.created": moveInvoice("draft", []),
   "invoice.finalized": moveInvoice("open", ["draft"]),
   "invoice.marked_uncollectible": moveInvoice("uncollectible", ["draft", "open"]),
   "invoice.voided": moveInvoice("void", ["draft", "open", "uncollectible"]),
   "invoice.paid": bookPayment,
   "invoice.payment_succeeded": bookPayment,
-};
+});

@@ -1,7 +1,7 @@
 import { billingHandlers } from "./billing.ts";
 import { recordCharge } from "./charges.ts";
 import { applyDispute } from "./disputes.ts";
-import type { HandlerTable } from "./handler-table.ts";
+import { handlerTable } from "./handler-table.ts";
 import { recordInvoicePayment } from "./invoice-payments.ts";
 import { applyRefund } from "./refunds.ts";
 
@@ -10,7 +10,7 @@ import { applyRefund } from "./refunds.ts";
  * (invoice_payment.paid, charge.*). Plain `(tx, object, context)` handlers: each runs in the inbox
  * transaction, books every money movement once by its balance transaction, and is order-independent.
  */
-export const moneyOutHandlers: HandlerTable = {
+export const moneyOutHandlers = handlerTable({
   "invoice_payment.paid": recordInvoicePayment,
   "charge.succeeded": recordCharge,
   "charge.captured": recordCharge,
@@ -24,7 +24,7 @@ export const moneyOutHandlers: HandlerTable = {
   "charge.dispute.closed": applyDispute,
   "charge.dispute.funds_withdrawn": applyDispute,
   "charge.dispute.funds_reinstated": applyDispute,
-};
+});
 
 /** Every Stripe handler the receiver and the worker run: the invoice lifecycle and money going out. */
-export const stripeHandlers: HandlerTable = { ...billingHandlers, ...moneyOutHandlers };
+export const stripeHandlers = handlerTable(billingHandlers, moneyOutHandlers);

@@ -1,35 +1,46 @@
 import type { Db } from "../db/db.ts";
+import { STRIPE_EVENTS_KEPT_MS, STRIPE_RETRY_HORIZON_MS } from "../providers/stripe.ts";
 
-/** Stripe retries a delivery for up to 3 days (Stripe docs, "Retry behavior"). */
-export const STRIPE_RETRY_HORIZON_MS = 3 * 86_400_000;
-/** Kept beyond the horizon before a row may go, for late retries and investigations. */
+/** Kept beyond the longest horizon before a row may go: clock skew, a late run, an investigation. */
 export const RETENTION_MARGIN_MS = 86_400_000;
+
+/**
+ * The shortest retention purge accepts without `force`, ms: the longest time after an event's creation
+ * in which the product may meet it again (Stripe redelivers for 3 days; event backfill re-reads the
+ * 30 days of events Stripe keeps), plus {@link RETENTION_MARGIN_MS}: 31 days.
+ */
+export const MIN_RETENTION_MS = Math.max(STRIPE_RETRY_HORIZON_MS, STRIPE_EVENTS_KEPT_MS) + RETENTION_MARGIN_MS;
 
 /** Options of {@link purge}; durations in ms. */
 export interface PurgeOptions {
-  /** Delete processed rows whose `processed_at` is older than this. */
+  /** Delete settled rows whose event was created longer ago than this (and the companions below). */
   olderThanMs: number;
-  /** Also drop the payload (keeping key and metadata) of processed rows older than this. */
+  /** Also drop the payload (keeping key and metadata) of settled rows processed longer ago than this. */
   payloadsOlderThanMs?: number;
-  /** Allow a retention shorter than the provider's retry horizon plus the margin. */
+  /** Allow a retention shorter than {@link MIN_RETENTION_MS}. */
   force?: boolean;
   /** Rows per delete statement (each its own short transaction). Default 1000. */
   batchSize?: number;
   dryRun?: boolean;
-  /** The provider's retry horizon. Default Stripe's 3 days. */
-  horizonMs?: number;
 }
 
 /** What a purge removed (or would remove, on a dry run). */
 export interface PurgeResult {
   dryRun: boolean;
+  /** Settled inbox rows. */
   deleted: number;
   payloadsDropped: number;
+  /** Published outbox messages. */
+  outboxDeleted: number;
+  /** Stripe change claims (stripe_change_claims). */
+  claimsDeleted: number;
+  /** Finished event backfill requests. */
+  backfillRequestsDeleted: number;
   /** Dry run only: why the real run would be refused without `force` (the retention is too short). */
   forceRequired?: string;
 }
 
-/** A retention that is too short: a redelivery after the row is gone would be processed again. */
+/** A retention that is too short: an event met again after its row is gone would be applied again. */
 export class RetentionTooShortError extends Error {
   constructor(message: string) {
     super(message);
@@ -38,77 +49,109 @@ export class RetentionTooShortError extends Error {
 }
 
 /**
- * Retention (seed §9, §7 on TTLs): deletes *processed* rows older than `olderThanMs` in batches, and
- * optionally drops payloads of processed rows older than `payloadsOlderThanMs`. Unprocessed and
- * needs-review rows are never touched. A row deleted while the provider may still redeliver its event
- * would let that redelivery be processed a second time, so a retention shorter than the horizon plus a
- * one-day margin is refused unless `force`. A dry run changes nothing, so it never needs `force`: it
- * counts, and says in `forceRequired` that the real run would.
+ * What purge deletes, each by its own clock: settled inbox rows by their event's creation time
+ * (`event_created_at`: Stripe redelivers and backfill re-reads by it), published outbox messages by
+ * `published_at`, change claims by `claimed_at`, finished backfill requests by `finished_at`.
+ */
+function targets(db: Db, cutoff: Date) {
+  return [
+    { result: "deleted", table: "webhook_inbox", where: db`processed_at is not null and event_created_at < ${cutoff}` },
+    { result: "outboxDeleted", table: "outbox", where: db`published_at < ${cutoff}` },
+    { result: "claimsDeleted", table: "stripe_change_claims", where: db`claimed_at < ${cutoff}` },
+    { result: "backfillRequestsDeleted", table: "event_backfill_requests", where: db`finished_at < ${cutoff}` },
+  ] as const;
+}
+
+/**
+ * Retention (seed §9, §7 on TTLs): deletes, in batches of short transactions, settled inbox rows whose
+ * event was created before `olderThanMs` ago, and with them the inbox's companions past the same age:
+ * published outbox messages, change claims and finished backfill requests; optionally drops payloads
+ * of settled rows processed before `payloadsOlderThanMs` ago (the dedup key stays). Unprocessed and
+ * needs-review rows, unpublished messages and unfinished requests are never touched. A row deleted
+ * while the product may still meet its event again would let that event be applied a second time, so
+ * a retention shorter than {@link MIN_RETENTION_MS} is refused unless `force`. A dry run changes
+ * nothing, so it never needs `force`: it counts, and says in `forceRequired` that the real run would.
  * @throws RetentionTooShortError naming the horizon (not on a dry run).
  */
 export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult> {
-  const horizonMs = options.horizonMs ?? STRIPE_RETRY_HORIZON_MS;
-  const minimum = horizonMs + RETENTION_MARGIN_MS;
   const tooShort =
-    options.olderThanMs < minimum && !options.force
-      ? `a retention of ${days(options.olderThanMs)} is shorter than the provider's retry horizon of ${days(horizonMs)} plus a ${days(RETENTION_MARGIN_MS)} margin (${days(minimum)}); a redelivery after that would be processed again`
+    options.olderThanMs < MIN_RETENTION_MS && !options.force
+      ? `a retention of ${days(options.olderThanMs)} is shorter than the ${days(MIN_RETENTION_MS)} in which an event may be met again (Stripe redelivers for ${days(STRIPE_RETRY_HORIZON_MS)}, event backfill re-reads ${days(STRIPE_EVENTS_KEPT_MS)}, plus a ${days(RETENTION_MARGIN_MS)} margin); an event met after its row is gone would be applied again`
       : undefined;
   if (tooShort && !options.dryRun) throw new RetentionTooShortError(`Cannot purge: ${tooShort}. Use --force to override.`);
   const batch = options.batchSize ?? 1000;
-  const result: PurgeResult = { dryRun: options.dryRun ?? false, deleted: 0, payloadsDropped: 0 };
-  const rowCutoff = db`now() - ${options.olderThanMs} * interval '1 millisecond'`;
-  const payloadCutoff = db`now() - ${options.payloadsOlderThanMs ?? 0} * interval '1 millisecond'`;
-  if (result.dryRun) {
-    const [row] = await db<{ deleted: number; dropped: number }[]>`
-      select count(*) filter (where processed_at < ${rowCutoff})::int as deleted,
-             count(*) filter (where processed_at >= ${rowCutoff}
-                                and processed_at < ${payloadCutoff}
-                                and payload is not null)::int as dropped
-        from webhook_inbox
-       where processed_at is not null
-    `;
-    const counted = {
-      ...result,
-      deleted: row?.deleted ?? 0,
-      payloadsDropped: options.payloadsOlderThanMs === undefined ? 0 : (row?.dropped ?? 0),
-    };
-    return tooShort ? { ...counted, forceRequired: tooShort } : counted;
-  }
-  for (;;) {
-    const rows = await db`
-      delete from webhook_inbox
-       where ctid in (
-         select ctid
-           from webhook_inbox
-          where processed_at is not null
-            and processed_at < ${rowCutoff}
-          limit ${batch}
-       )
-    `;
-    result.deleted += rows.count;
-    if (rows.count < batch) break;
-  }
-  if (options.payloadsOlderThanMs !== undefined) {
+  const [{ cutoff, payloadCutoff } = { cutoff: new Date(0), payloadCutoff: new Date(0) }] = await db<
+    { cutoff: Date; payloadCutoff: Date }[]
+  >`
+    select now() - ${options.olderThanMs} * interval '1 millisecond' as cutoff,
+           now() - ${options.payloadsOlderThanMs ?? 0} * interval '1 millisecond' as "payloadCutoff"
+  `;
+  const result: PurgeResult = {
+    dryRun: options.dryRun ?? false,
+    deleted: 0,
+    payloadsDropped: 0,
+    outboxDeleted: 0,
+    claimsDeleted: 0,
+    backfillRequestsDeleted: 0,
+  };
+  for (const target of targets(db, cutoff)) {
+    if (result.dryRun) {
+      const [row] = await db<{ n: number }[]>`select count(*)::int as n from ${db(target.table)} where ${target.where}`;
+      result[target.result] = row?.n ?? 0;
+      continue;
+    }
     for (;;) {
       const rows = await db`
-        update webhook_inbox
-           set payload = null,
-               raw_body = null, -- the exact bytes kept beside a sanitized copy (0010) go with it
-               payload_dropped_at = now()
+        delete from ${db(target.table)}
          where ctid in (
            select ctid
-             from webhook_inbox
-            where processed_at is not null
-              and payload is not null
-              and processed_at < ${payloadCutoff}
+             from ${db(target.table)}
+            where ${target.where}
             limit ${batch}
          )
       `;
-      result.payloadsDropped += rows.count;
+      result[target.result] += rows.count;
       if (rows.count < batch) break;
     }
   }
-  return result;
+  if (options.payloadsOlderThanMs !== undefined)
+    result.payloadsDropped = await dropPayloads(db, payloadCutoff, cutoff, batch, result.dryRun);
+  return tooShort ? { ...result, forceRequired: tooShort } : result;
+}
+
+/**
+ * Drops the payloads (and the raw bodies kept beside sanitized copies, 0010) of settled rows processed
+ * before `cutoff`; a dry run counts those the row purge (`rowCutoff`) would leave.
+ */
+async function dropPayloads(db: Db, cutoff: Date, rowCutoff: Date, batch: number, dryRun: boolean): Promise<number> {
+  if (dryRun) {
+    const [row] = await db<{ n: number }[]>`
+      select count(*)::int as n
+        from webhook_inbox
+       where processed_at < ${cutoff}
+         and payload is not null
+         and event_created_at >= ${rowCutoff}
+    `;
+    return row?.n ?? 0;
+  }
+  let dropped = 0;
+  for (;;) {
+    const rows = await db`
+      update webhook_inbox
+         set payload = null,
+             raw_body = null,
+             payload_dropped_at = now()
+       where ctid in (
+         select ctid
+           from webhook_inbox
+          where processed_at < ${cutoff}
+            and payload is not null
+          limit ${batch}
+       )
+    `;
+    dropped += rows.count;
+    if (rows.count < batch) return dropped;
+  }
 }
 
 /** A duration for messages, in the largest unit that keeps it readable: 4 d, 36.0 h, 90 min, 5 s. */

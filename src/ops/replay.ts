@@ -1,5 +1,6 @@
 import type { Db, Tx } from "../db/db.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
+import { applyEvent } from "../inbox/apply-event.ts";
 import { subjectOf } from "../providers/registry.ts";
 import type { InboxKey } from "../inbox/inbox.ts";
 
@@ -14,66 +15,54 @@ export interface ReplayResult {
   deleted: number;
 }
 
+/** Bound of a replay's statements, ms: an operator's command, not a delivery. */
+const REPLAY_TIMEOUT_MS = 30_000;
+
 /**
- * Runs an already settled event through its handler again, in one transaction that holds the inbox
- * row `FOR UPDATE`. Safe because handlers are idempotent: a replay of a booked payment books nothing
- * (0 inserted). A `processed` row replays through its handler; an `ignored` one through a handler
- * added since it arrived (if any). A `resolved` row is refused: an operator settled it by hand
- * (`inbox resolve`), and running the handler would override that decision. The effect is read from `pg_stat_xact_user_tables` (PostgreSQL manual, "The Cumulative
- * Statistics System") before and after the handler, inside the transaction, and reported as the difference.
+ * Runs an already settled event through its handler again with {@link applyEvent} (`replay`: one
+ * transaction that holds the inbox row `FOR UPDATE` and re-checks it is settled and not resolved by an
+ * operator). Safe because handlers are idempotent: a replay of a booked payment books nothing (0
+ * inserted). A `processed` row replays through its handler; an `ignored` one through a handler added
+ * since it arrived (if any). A `resolved` row is refused: an operator settled it by hand (`inbox
+ * resolve`), and running the handler would override that decision. The effect is read from
+ * `pg_stat_xact_user_tables` (PostgreSQL manual, "The Cumulative Statistics System") before and after
+ * the handler, inside the transaction, and reported as the difference.
  * @throws Error when the row does not exist, is not settled yet (the worker owns it), was resolved by
  *   an operator, or its payload was dropped by retention; the handler's own error after rolling back.
  */
 export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable | undefined): Promise<ReplayResult> {
-  return db.begin(async (tx) => {
-    const [row] = await tx<
-      {
-        event_type: string;
-        payload: Record<string, unknown> | null;
-        processed_at: Date | null;
-        parked: boolean;
-        outcome: string | null;
-        resolution_note: string | null;
-      }[]
-    >`
-      select event_type, payload, processed_at, needs_review_at is not null as parked, outcome, resolution_note
-        from webhook_inbox
-       where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
-         for update
-    `;
-    const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
-    if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
-    if (!row.processed_at && row.parked)
-      throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
-    if (!row.processed_at) throw new Error(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
-    if (row.outcome === "resolved")
-      throw new Error(
-        `Cannot replay ${name}: an operator resolved it by hand ("${row.resolution_note}"); running its handler would override that`,
-      );
-    if (!row.payload) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
+  const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
+  const [row] = await db<{ event_type: string; payload: Record<string, unknown> | null; processed: boolean }[]>`
+    select event_type, payload, processed_at is not null as processed
+      from webhook_inbox
+     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+  `;
+  if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
+  if (row.processed && !row.payload) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
+  const table = handlers ?? {};
+  let before = { inserted: 0, updated: 0, deleted: 0 };
+  let after = before;
+  await applyEvent(db, {
+    key,
+    handlers: table,
+    type: row.event_type,
+    // A row that is not settled has no payload to trust yet: applyEvent refuses it before this is read.
+    object: row.payload ? subjectOf(key.provider, row.payload).object : {},
+    hold: { replay: true },
+    timeoutMs: REPLAY_TIMEOUT_MS,
     // Pending statistics of earlier transactions on this connection may not be flushed yet
     // (PostgreSQL ≥ 15 flushes them at most once a second), so count the difference.
-    const before = await writesSoFar(tx);
-    const handler = handlers?.[row.event_type];
-    if (handler) {
-      await handler(tx, subjectOf(key.provider, row.payload).object, {
-        provider: key.provider,
-        endpoint: key.endpoint,
-        eventId: key.eventId,
-        eventType: row.event_type,
-      });
-    }
-    const after = await writesSoFar(tx);
-    return {
-      eventType: row.event_type,
-      handled: handler !== undefined,
-      inserted: after.inserted - before.inserted,
-      updated: after.updated - before.updated,
-      deleted: after.deleted - before.deleted,
-    };
+    before: async (tx) => void (before = await writesSoFar(tx)),
+    after: async (tx) => void (after = await writesSoFar(tx)),
   });
+  return {
+    eventType: row.event_type,
+    handled: Object.hasOwn(table, row.event_type),
+    inserted: after.inserted - before.inserted,
+    updated: after.updated - before.updated,
+    deleted: after.deleted - before.deleted,
+  };
 }
-
 async function writesSoFar(tx: Tx): Promise<{ inserted: number; updated: number; deleted: number }> {
   const [stats] = await tx<{ inserted: number; updated: number; deleted: number }[]>`
     select coalesce(sum(n_tup_ins), 0)::int as inserted,

@@ -9,7 +9,7 @@ export interface RequeueResult {
 }
 
 /**
- * Puts needs-review rows that match `filter` back in the queue: `needs_review_at` and `attempts` reset,
+ * Puts needs-review rows that match `filter` back in the queue: `needs_review_at`, `attempts` and `defers` reset,
  * due now, workers notified; `last_error` is kept for the record until the next attempt overwrites it.
  * Only needs-review rows are touched, whatever `filter.state` says. With `dryRun` nothing changes and
  * the rows that would be requeued are returned.
@@ -32,6 +32,7 @@ export async function requeue(db: Db | Tx, filter: RowFilter, dryRun: boolean): 
           update webhook_inbox w
              set needs_review_at = null,
                  attempts = 0,
+                 defers = 0,
                  available_at = now()
             from picked p
            where (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)

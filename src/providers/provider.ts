@@ -14,6 +14,8 @@ export interface VerifiedEvent {
   payload: Record<string, unknown>;
   /** What the event is about, read from `payload` by its provider's {@link WebhookProvider.subject}. */
   subject: Subject;
+  /** The event's own creation time as its provider gives it (Stripe: `created`), for retention; undefined: unknown (the arrival time is used). */
+  createdAt?: Date;
   /** The verified request body, exactly as received (for an event read from Stripe's API: the event as the API returned it, serialized). */
   body: string;
   /**

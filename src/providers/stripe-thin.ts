@@ -80,7 +80,9 @@ function toVerifiedNotification(body: string): VerifiedEvent {
   const checked = readThinNotification(parsed);
   const copy = jsonbCopy(body);
   const payload = parsed as Record<string, unknown>;
-  if (!copy) return { id: checked.id, type: checked.type, payload, subject: thinSubject(payload), body };
+  const created = new Date(checked.created);
+  const createdAt = Number.isNaN(created.getTime()) ? undefined : created;
+  if (!copy) return { id: checked.id, type: checked.type, payload, subject: thinSubject(payload), body, createdAt };
   const clean = JSON.parse(copy.json) as Record<string, unknown>;
   const cleanChecked = readThinNotification(clean);
   return {
@@ -89,6 +91,7 @@ function toVerifiedNotification(body: string): VerifiedEvent {
     payload: clean,
     subject: thinSubject(clean),
     body,
+    createdAt,
     sanitized: { ...copy, typeChanged: cleanChecked.type !== checked.type },
   };
 }

@@ -3,6 +3,11 @@ import { AppError, PermanentError } from "../errors.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
 import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
 
+/** Stripe retries a webhook delivery for up to 3 days after the event (Stripe docs, "Retry behavior"), in ms. */
+export const STRIPE_RETRY_HORIZON_MS = 3 * 86_400_000;
+/** Stripe keeps events for 30 days, so the Events API lists (and backfill re-reads) that far back (API reference, "List all events"), in ms. */
+export const STRIPE_EVENTS_KEPT_MS = 30 * 86_400_000;
+
 // Stripe's webhook helpers need no API key; a client without one only signs and verifies.
 const stripe = new Stripe("sk_unused_for_webhook_verification");
 const subtleCrypto = cachingKeys(Stripe.createSubtleCryptoProvider());
@@ -127,10 +132,23 @@ export async function verifyStripeEvent(input: VerifyInput): Promise<VerifiedEve
 function toVerifiedEvent(event: unknown, body: string): VerifiedEvent {
   const checked = checkEvent(event);
   const copy = jsonbCopy(body);
-  if (!copy) return { ...checked, subject: stripeSubject(checked.payload), body };
+  const createdAt = createdOf(checked.payload);
+  if (!copy) return { ...checked, subject: stripeSubject(checked.payload), body, createdAt };
   // Only string contents changed: the copy has the same shape (the id pattern allows no escape).
   const clean = checkEvent(JSON.parse(copy.json));
-  return { ...clean, subject: stripeSubject(clean.payload), body, sanitized: { ...copy, typeChanged: clean.type !== checked.type } };
+  return {
+    ...clean,
+    subject: stripeSubject(clean.payload),
+    body,
+    createdAt,
+    sanitized: { ...copy, typeChanged: clean.type !== checked.type },
+  };
+}
+
+/** The event's `created` (Unix seconds, Stripe API reference "The Event object") as a Date; undefined when absent or not a time. */
+function createdOf(payload: Record<string, unknown>): Date | undefined {
+  const created = payload.created;
+  return typeof created === "number" && Number.isFinite(created) && created > 0 ? new Date(created * 1000) : undefined;
 }
 
 function checkEvent(event: unknown): { id: string; type: string; payload: Record<string, unknown> } {

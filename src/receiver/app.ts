@@ -1,11 +1,11 @@
 import { Router, type IRequest } from "itty-router";
-import { answerWithin, isDatabaseUnavailable, isDataError, isPermanent, NO_ANSWER, sqlState, type Db } from "../db/db.ts";
+import { isDatabaseUnavailable, isDataError, isPermanent, sqlState, type Db } from "../db/db.ts";
 import { AppError, describeError, errorResponse, PermanentError } from "../errors.ts";
 import type { LogFn } from "../log.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
-import type { WebhookProvider } from "../providers/provider.ts";
+import type { VerifiedEvent, WebhookProvider } from "../providers/provider.ts";
 import {
-  receiveAsync,
+  DEFAULT_STATEMENT_TIMEOUT_MS,
   receiveHybrid,
   receiveSync,
   recordFallback,
@@ -14,7 +14,6 @@ import {
   type Outcome,
   type ReceiveTarget,
 } from "./receive.ts";
-import type { VerifiedEvent } from "../providers/provider.ts";
 import { readBody } from "./request-body.ts";
 import { createBodyBudget, type BodyBudget } from "./body-budget.ts";
 import { createLimiter } from "./limiter.ts";
@@ -22,7 +21,6 @@ import { createMetrics, type Metrics } from "./metrics.ts";
 import { assertPatchedPostgres } from "../db/patched-postgres.ts";
 import { createProbes, RETRY_AFTER_SEC } from "./probes.ts";
 import { createGroupCommit, DEFAULT_GROUP_ROWS } from "./group-commit.ts";
-import { createSyncGroup, DEFAULT_SYNC_GROUP_ROWS } from "./sync-group.ts";
 
 /** One configured webhook endpoint: a provider, its secrets and the handler table it feeds. */
 export interface Endpoint {
@@ -75,14 +73,16 @@ export interface AppDeps {
   schemaVersion?: number;
   /** When set, `/metrics` requires this bearer token. */
   metricsToken?: string;
-  /** Deliveries using the database at once (match the pool size); more wait. A group of async deliveries (`asyncGroupRows`) or of sync ones (`syncGroupRows`) counts as one. Default: unbounded. */
+  /** Deliveries using the database at once (match the pool size); more wait. A group of async deliveries (`asyncGroupRows`) counts as one. Default: unbounded. */
   maxInFlight?: number;
   /** How long a delivery waits for a slot before 503 `overloaded`, ms. Default 2000. */
   queueTimeoutMs?: number;
   /**
-   * Longest a sync delivery's statement may run (lock waits included) before it is cancelled, ms. Default
-   * 10000. Any delivery's database work not answered within this plus 1 s is answered 503 from here:
-   * a pooler may hold it waiting for a server connection, where no cancel reaches it.
+   * Time bound of a delivery's database work, ms: PostgreSQL's `statement_timeout` for every statement
+   * of its transaction, lock waits included, set inside the transaction (`boundTransaction`), so a
+   * receiver killed or stalled mid-delivery leaves nothing running past it and commits nothing. A
+   * statement stopped by it rolls its transaction back: 500, nothing recorded. Hybrid endpoints bound
+   * their in-request attempt by their budget instead. Default 10000.
    */
   statementTimeoutMs?: number;
   /**
@@ -95,13 +95,6 @@ export interface AppDeps {
    * `createGroupCommit`); 1 records each delivery by its own insert. Default 64.
    */
   asyncGroupRows?: number;
-  /**
-   * Sync endpoints: most concurrent deliveries whose statements share one transaction and commit (see
-   * `createSyncGroup`); 1 runs each delivery in its own. Default 16.
-   */
-  syncGroupRows?: number;
-  /** Sync endpoints: group transactions in flight at once (see `createSyncGroup`). Default 2. */
-  syncGroupsInFlight?: number;
 }
 
 /** A Web-standard fetch handler, served as it is by Bun, Deno, Node.js adapters and Workers (see src/adapter/). */
@@ -111,13 +104,15 @@ export interface App {
 
 /**
  * Builds the receiver: `POST /webhooks/:provider[/:endpoint]` verifies, then runs the endpoint's mode
- * ({@link receiveSync}, with concurrent deliveries sharing a transaction (`createSyncGroup`); {@link receiveAsync} with group commit (`createGroupCommit`); or {@link receiveHybrid}); `GET /healthz`, `/readyz` and
- * `/metrics` come from {@link createProbes}. Answers 200 `{ outcome, event_id }` for processed, duplicate and
- * ignored (seed §5.5), 4xx `{ error, message }` for input that must not be recorded (nothing written),
- * 503 when the database is unavailable and 500 when processing failed (both rolled back: the provider
- * retries). A signed event that no retry can apply (a PermanentError or a data error) is recorded as
- * needs-review and answered 200 `needs_review`, visible to operators. Nothing is acknowledged before
- * its transaction committed.
+ * ({@link receiveSync}, {@link receiveHybrid}, or async through `createGroupCommit`); `GET /healthz`,
+ * `/readyz` and `/metrics` come from {@link createProbes}. Answers 200 `{ outcome, event_id }` for
+ * processed, duplicate, ignored, queued and needs_review (seed §5.5), 4xx `{ error, message }` for
+ * input that must not be recorded (nothing written), 503 when the database is unavailable or every
+ * slot stayed busy past the queue timeout, and 500 when processing failed (both rolled back: the
+ * provider retries). A signed event that no retry can apply (a PermanentError or a data error) is
+ * recorded as needs-review and answered 200 `needs_review`, visible to operators. Nothing is
+ * acknowledged before its transaction committed, and every piece of a delivery's database work holds
+ * one of the `maxInFlight` slots while it runs (a group of async deliveries holds one).
  * @throws Error when the postgres.js loaded is not the patched one ({@link assertPatchedPostgres}).
  */
 export function createApp(deps: AppDeps): App {
@@ -128,29 +123,17 @@ export function createApp(deps: AppDeps): App {
   const maxBodyBytes = deps.maxBodyBytes ?? 1024 * 1024;
   const metrics = deps.metrics ?? createMetrics();
   const bodyBudget = deps.bodyBudget ?? createBodyBudget(DEFAULT_INFLIGHT_BODY_BYTES);
+  const statementTimeoutMs = deps.statementTimeoutMs ?? DEFAULT_STATEMENT_TIMEOUT_MS;
   const limiter = deps.maxInFlight === undefined ? undefined : createLimiter(deps.maxInFlight, deps.queueTimeoutMs ?? 2_000);
-  const asyncGroupRows = deps.asyncGroupRows ?? DEFAULT_GROUP_ROWS;
-  const groups =
-    asyncGroupRows > 1
-      ? createGroupCommit(deps.db, {
-          maxRows: asyncGroupRows,
-          // Each delivery still gets its own line; this one says why its group was redone one by one.
-          onFallback: (group, err) => log({ group_fallback: group.deliveries, detail: describeError(err) }),
-          limiter,
-          statementTimeoutMs: deps.statementTimeoutMs ?? 10_000,
-        })
-      : undefined;
-  const syncGroupRows = deps.syncGroupRows ?? DEFAULT_SYNC_GROUP_ROWS;
-  const syncGroups =
-    syncGroupRows > 1
-      ? createSyncGroup(deps.db, {
-          maxRows: syncGroupRows,
-          maxInFlight: deps.syncGroupsInFlight,
-          onFallback: (deliveries, err) => log({ group_fallback: deliveries, detail: describeError(err) }),
-          limiter,
-          statementTimeoutMs: deps.statementTimeoutMs ?? 10_000,
-        })
-      : undefined;
+  /** Runs one piece of a delivery's database work in a slot of the limiter. */
+  const slot = <T>(work: () => Promise<T>): Promise<T> => (limiter ? limiter.run(work) : work());
+  const groups = createGroupCommit(deps.db, {
+    maxRows: deps.asyncGroupRows ?? DEFAULT_GROUP_ROWS,
+    limiter,
+    timeoutMs: statementTimeoutMs,
+    // Each delivery still gets its own line; this one says why its group was redone one by one.
+    onFallback: (deliveries, err) => log({ group_fallback: deliveries, detail: describeError(err) }),
+  });
   const probes = createProbes({
     db: deps.probeDb ?? deps.db,
     metrics,
@@ -176,9 +159,7 @@ export function createApp(deps: AppDeps): App {
         nowMs: now(),
       });
       Object.assign(entry, { event_id: event.id, type: event.type });
-      // A grouped delivery waits for its group, which holds one slot for all of its deliveries.
-      const grouped = isGrouped(endpoint, event);
-      const outcome = limiter && !grouped ? await limiter.run(() => receiveIn(endpoint, event, entry)) : await receiveIn(endpoint, event, entry);
+      const outcome = await receiveIn(endpoint, event, entry);
       entry.outcome = outcome;
       response = Response.json({ outcome, event_id: event.id });
     } catch (err) {
@@ -206,50 +187,34 @@ export function createApp(deps: AppDeps): App {
     return response;
   }
 
-  /** True when the delivery waits for a group (async group commit, or a sync group for a statement handler) instead of taking a slot itself. */
-  function isGrouped(endpoint: Endpoint, event: VerifiedEvent): boolean {
-    if (event.sanitized?.typeChanged) return false;
-    const mode = endpoint.mode ?? "sync";
-    if (mode === "async") return groups !== undefined;
-    return mode === "sync" && syncGroups !== undefined && endpoint.handlers[event.type]?.statement !== undefined;
-  }
-
-  /** Runs the endpoint's mode; a hybrid fallback's cause goes into the log line. */
+  /** Runs the endpoint's mode; a fallback's cause goes into the log line. */
   function receiveIn(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>): Promise<Outcome> {
-    // Client-side bound past the server-side one, which fires first whenever PostgreSQL runs the statement.
-    // The work may still commit later: the 503 then makes the provider retry, which is a duplicate.
-    return answerWithin(receiveInMode(endpoint, event, entry), (deps.statementTimeoutMs ?? 10_000) + 1_000, `Cannot record ${event.id}`);
-  }
-
-  function receiveInMode(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>): Promise<Outcome> {
     const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
+    const hybrid = endpoint.hybrid ?? DEFAULT_HYBRID;
     // A failure no retry can fix is parked as needs-review (200): a 5xx would make the provider retry in vain.
-    const parkWhen =
-      (permanent: (err: unknown) => boolean) =>
-      (err: unknown): Promise<Outcome> => {
-        if (!permanent(err)) throw err;
-        entry.fallback = describeError(err);
-        return recordFallback(deps.db, target, event, err, (endpoint.hybrid ?? DEFAULT_HYBRID).backoff);
-      };
+    const park = (err: unknown): Promise<Outcome> => {
+      entry.fallback = describeError(err);
+      return recordFallback(deps.db, target, event, err, hybrid.backoff);
+    };
+    const parkWhen = (permanent: (err: unknown) => boolean) => (err: unknown) => {
+      if (!permanent(err)) throw err;
+      return park(err);
+    };
     if (event.sanitized?.typeChanged) {
       // No handler can be chosen for a type that is not the one sent: keep it, with its raw body, for an operator.
-      return parkWhen(() => true)(
-        new PermanentError(
-          `Event type holds characters PostgreSQL cannot store (${event.sanitized.replaced}): recorded with them replaced, not applied`,
-        ),
-      );
+      const why = `Event type holds characters PostgreSQL cannot store (${event.sanitized.replaced}): recorded with them replaced, not applied`;
+      return slot(() => park(new PermanentError(why)));
     }
     switch (endpoint.mode ?? "sync") {
       case "sync":
-        return (
-          isGrouped(endpoint, event) && syncGroups ? syncGroups.receive(target, event) : receiveSync(deps.db, target, event, deps.statementTimeoutMs ?? 10_000)
-        ).catch(parkWhen(isPermanent));
+        return slot(() => receiveSync(deps.db, target, event, statementTimeoutMs).catch(parkWhen(isPermanent)));
+      case "hybrid":
+        return slot(() => receiveHybrid(deps.db, target, event, hybrid, (err) => (entry.fallback = describeError(err))));
       case "async":
         // Only the payload itself can be permanent here (jsonb cannot hold it): kept with its raw body.
-        return (groups ? groups.receive(target, event) : receiveAsync(deps.db, target, event)).catch(parkWhen(isDataError));
-      case "hybrid":
-        return receiveHybrid(deps.db, target, event, endpoint.hybrid ?? DEFAULT_HYBRID, (err) => {
-          entry.fallback = describeError(err);
+        return groups.receive(target, event).catch((err: unknown) => {
+          if (!isDataError(err)) throw err;
+          return slot(() => park(err));
         });
     }
   }
@@ -303,8 +268,6 @@ function toAppError(err: unknown, eventId: unknown): AppError {
     // The event cannot be stored even as raw text: no retry can help, so say so instead of a 5xx loop.
     return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL refuses this event (SQLSTATE ${sqlState(err)})`);
   }
-  if ((err as { code?: unknown } | null)?.code === NO_ANSWER)
-    return new AppError("database_unavailable", `${(err as Error).message}; retry later`);
   if (isDatabaseUnavailable(err))
     return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);

@@ -5,8 +5,9 @@ import type { Mode } from "./receive.ts";
 import { stripeHandlers } from "../handlers/stripe-money.ts";
 import type { ProviderName } from "../providers/registry.ts";
 import { stripeProvider } from "../providers/stripe.ts";
-import { EVENT_GENERATION_RESOLVED, stripeThinProvider } from "../providers/stripe-thin.ts";
+import { stripeThinProvider } from "../providers/stripe-thin.ts";
 import { changeOnceTable } from "../handlers/change-once.ts";
+import { thinHandlerTable } from "../handlers/stripe-thin.ts";
 
 /**
  * The handler table each registered provider's rows feed, one line per provider that has handlers
@@ -18,7 +19,7 @@ export const handlerTables = {
   stripe: stripeHandlers,
 } as const satisfies Readonly<Partial<Record<ProviderName, HandlerTable>>>;
 
-/** The Stripe table with every handler claiming its change (built once: statement handlers cache their checked shapes). */
+/** The Stripe table with every handler claiming its change (handlers/change-once.ts). */
 const stripeChangeOnce = changeOnceTable(handlerTables.stripe);
 
 /**
@@ -48,15 +49,21 @@ export function stripeEndpoints(
 }
 
 /**
- * What a thin endpoint records as work for the worker (the receiver reads only which types have an entry:
- * others are recorded `ignored`): `v1.<type>` for every Stripe handler's `<type>`, and the health type that
- * requests an event backfill. The worker never runs these entries: it fetches the object and applies the
- * Stripe handler of `<type>` (worker/process-fetched.ts).
+ * The handler table of thin endpoints (handlers/stripe-thin.ts): `v1.<type>` for every Stripe handler's
+ * `<type>`, claiming its change, and the health type that requests an event backfill. The receiver
+ * records the types it has as work for the worker (others `ignored`); the worker reads each
+ * notification's object from the API and runs these handlers on it.
  */
-export const thinHandlers: HandlerTable = Object.fromEntries([
-  ...Object.entries(stripeChangeOnce).map(([type, handler]) => [`v1.${type}`, handler] as const),
-  [EVENT_GENERATION_RESOLVED, async () => {}] as const,
-]);
+export const thinHandlers: HandlerTable = thinHandlerTable(handlerTables.stripe);
+
+/**
+ * The handler tables a worker claims rows for, by inbox provider: classic Stripe rows (with the
+ * change-once table next to thin endpoints, as the receiver's classic endpoints use then) and thin
+ * rows. A worker without Stripe API settings leaves thin rows alone (worker.ts).
+ */
+export function workerHandlerTables(thinEndpoints: boolean): Readonly<Record<string, HandlerTable>> {
+  return { stripe: thinEndpoints ? stripeChangeOnce : handlerTables.stripe, [stripeThinProvider.name]: thinHandlers };
+}
 
 /**
  * {@link handlersFor} for a worker next to thin endpoints: Stripe rows get the change-once table, as the

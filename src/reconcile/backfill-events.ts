@@ -1,17 +1,23 @@
 // Event backfill: Stripe's Events API, oldest first, into the same inbox as webhook deliveries.
 import type { Db, Tx } from "../db/db.ts";
 import type { Backoff } from "../inbox/inbox.ts";
-import { stripeApiEvent } from "../providers/stripe.ts";
+import { stripeApiEvent, STRIPE_EVENTS_KEPT_MS } from "../providers/stripe.ts";
 import type { Mode, ReceiveTarget } from "../receiver/receive.ts";
 import { advanceCheckpoint, readCheckpoint, releaseLease, takeLease, type Advance } from "./checkpoint.ts";
 import { findWindowStart } from "./find-start.ts";
 import { noCounts, recordPage, type PageCounts } from "./record-page.ts";
-import { isMissingCursor, type ListEvents } from "./stripe-events.ts";
+import type { ListEvents } from "./stripe-events.ts";
 
 /** Stripe keeps events for 30 days (API reference, "List all events"). */
-export const EVENT_RETENTION_DAYS = 30;
+export const EVENT_RETENTION_DAYS = STRIPE_EVENTS_KEPT_MS / 86_400_000;
 /** Window of a run without `since` and without a checkpoint: Stripe's three days of webhook retries. */
 export const DEFAULT_WINDOW_SEC = 3 * 86_400;
+/**
+ * How far before the newest event it recorded (the checkpoint's cursor) a run starts again, seconds:
+ * an event Stripe lists only after a newer one was paged (list consistency) is still read; reading an
+ * event twice costs an API read, never a second effect (the inbox key).
+ */
+export const OVERLAP_SEC = 300;
 /** Largest page Stripe lists (and the default). */
 export const MAX_PAGE_SIZE = 100;
 
@@ -24,7 +30,7 @@ export interface BackfillOptions {
   mode: Mode;
   /** Hybrid fallback's first retry delay and cap (the receiver's). */
   backoff: Backoff;
-  /** Window start; default the checkpoint (its cursor), else {@link DEFAULT_WINDOW_SEC} ago. */
+  /** Window start; default {@link OVERLAP_SEC} before the checkpoint's newest event (else its `covered_until`), else {@link DEFAULT_WINDOW_SEC} ago. */
   since?: Date;
   /** The run lists with `types` or `delivery_success=false`: it records what it finds but leaves the checkpoint alone (it does not cover every event). */
   filtered?: boolean;
@@ -79,11 +85,11 @@ const iso = (sec: number) => new Date(sec * 1000).toISOString();
  * Reads Stripe's events oldest first and records each in the inbox under the key a webhook delivery
  * uses, through the endpoint's mode (record-page.ts), one event per transaction together with the
  * move of the endpoint's checkpoint (checkpoint.ts) up to it, so a run killed at any moment and run again leaves no gap
- * and applies nothing twice. Pages go oldest first with `ending_before` from a cursor: the
- * checkpoint's newest event, or the event just before the window (find-start.ts); same-second events
- * are never skipped because the cursor is an event, not a time. A cursor Stripe no longer holds
- * (400 `resource_missing`) restarts from its second. A window starting before the 30 days Stripe
- * keeps is cut at that edge and the lost interval is returned in `unrecoverable` (never silently).
+ * and applies nothing twice. A run starts {@link OVERLAP_SEC} before the newest event the checkpoint
+ * recorded (its cursor; else its `covered_until`), or at `since`; pages go oldest first with `ending_before` from the event just before the window
+ * (find-start.ts), then from each page's newest event; same-second events are never skipped because
+ * the cursor is an event, not a time. A window starting before the 30 days Stripe keeps is cut at
+ * that edge and the lost interval is returned in `unrecoverable` (never silently).
  * An unfiltered, non-dry run holds the endpoint's lease for its duration (`busy` when another process
  * has it) and gives it back at the end.
  * @throws stripe-node errors after their retries; database errors; a sync-mode handler failure that
@@ -115,14 +121,14 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
   if (moves && !(await takeLease(db, key, options.owner, leaseMs))) return { ...summary, status: "busy" };
   try {
     const checkpoint = await readCheckpoint(db, key);
-    const coveredSec = checkpoint.coveredUntil ? Math.floor(checkpoint.coveredUntil.getTime() / 1000) : undefined;
-    const requestedSec = options.since ? Math.floor(options.since.getTime() / 1000) : (coveredSec ?? nowSec - DEFAULT_WINDOW_SEC);
+    const seconds = (d: Date | null) => (d ? Math.floor(d.getTime() / 1000) : undefined);
+    // Everything before `safeSec` is recorded already (or is the caller's business, with `since`).
+    const resumeSec = seconds(checkpoint.cursorCreated) ?? seconds(checkpoint.coveredUntil);
+    const safeSec = options.since ? Math.floor(options.since.getTime() / 1000) : (resumeSec ?? nowSec - DEFAULT_WINDOW_SEC);
+    const requestedSec = options.since || resumeSec === undefined ? safeSec : safeSec - OVERLAP_SEC;
     let startSec = requestedSec;
-    let cursor = !options.since && checkpoint.cursorEventId ? checkpoint.cursorEventId : undefined;
-    const cursorSec = checkpoint.cursorCreated ? Math.floor(checkpoint.cursorCreated.getTime() / 1000) : undefined;
-    if (cursor !== undefined && cursorSec !== undefined && cursorSec < horizonSec) cursor = undefined;
     if (startSec < horizonSec) {
-      summary.unrecoverable = { from: iso(startSec), to: iso(horizonSec) };
+      if (safeSec < horizonSec) summary.unrecoverable = { from: iso(safeSec), to: iso(horizonSec) };
       startSec = horizonSec;
     }
     summary.from = iso(startSec);
@@ -162,33 +168,16 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
         newestCreatedSec: page.cursorCreatedSec,
       });
     };
-    if (cursor === undefined) {
-      const start = await findWindowStart(options.list, startSec, nowSec, pageSize);
-      cursor = start.cursor;
-      if (start.firstSecondSec !== undefined && cursor !== undefined) {
-        const s = start.firstSecondSec;
-        await record(start.firstSecond, { cursorEventId: cursor, cursorCreatedSec: s, coveredUntilSec: s });
-      }
+    const start = await findWindowStart(options.list, startSec, nowSec, pageSize);
+    let cursor = start.cursor;
+    if (start.firstSecondSec !== undefined && cursor !== undefined) {
+      const s = start.firstSecondSec;
+      await record(start.firstSecond, { cursorEventId: cursor, cursorCreatedSec: s, coveredUntilSec: s });
     }
-    let lastCreated = cursorSec ?? startSec;
+    let lastCreated = startSec;
     while (cursor !== undefined) {
       if (options.signal?.aborted) return { ...summary, status: "interrupted", coveredUntil: await covered(db, key) };
-      let page;
-      try {
-        page = await options.list({ limit: pageSize, endingBefore: cursor });
-      } catch (err) {
-        if (!isMissingCursor(err) || cursorSec === undefined || options.since) throw err;
-        // The checkpoint's cursor is gone: read its second again (recording is idempotent).
-        const start = await findWindowStart(options.list, Math.max(cursorSec, horizonSec), nowSec, pageSize);
-        cursor = start.cursor;
-        if (start.firstSecondSec !== undefined && cursor !== undefined)
-          await record(start.firstSecond, {
-            cursorEventId: cursor,
-            cursorCreatedSec: start.firstSecondSec,
-            coveredUntilSec: start.firstSecondSec,
-          });
-        continue;
-      }
+      const page = await options.list({ limit: pageSize, endingBefore: cursor });
       const newest = page.data[0];
       if (!newest) break;
       lastCreated = Number(newest.created);
@@ -204,8 +193,7 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
     if (moves && cursor !== undefined) {
       const to = { cursorEventId: cursor, cursorCreatedSec: lastCreated, coveredUntilSec: nowSec };
       await recordPage(db, target, options.mode, options.backoff, [], (tx) => advance(tx, to));
-    }
-    else if (moves && cursor === undefined) await coverEmptyWindow(options, key, requestedSec, nowSec);
+    } else if (moves && cursor === undefined) await coverEmptyWindow(options, key, requestedSec, nowSec);
     return { ...summary, coveredUntil: await covered(db, key) };
   } finally {
     if (moves) await releaseLease(db, key, options.owner).catch(() => {});

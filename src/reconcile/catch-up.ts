@@ -5,7 +5,7 @@ import type { LogFn } from "../log.ts";
 import type { Mode, ReceiveTarget } from "../receiver/receive.ts";
 import { backfillEvents, type BackfillSummary } from "./backfill-events.ts";
 import type { ListEvents } from "./stripe-events.ts";
-import { finishBackfillRequest, takeBackfillRequest, type BackfillRequest } from "../inbox/backfill-requests.ts";
+import { finishBackfillRequest, takeBackfillRequest, type BackfillRequest } from "../handlers/backfill-requests.ts";
 
 /** One endpoint catch-up backfills. */
 export interface CatchUpEndpoint {
@@ -111,16 +111,14 @@ export interface BackfillRequestOptions {
   endpoints: ReadonlyMap<string, CatchUpEndpoint>;
   signal: AbortSignal;
   log: LogFn;
-  /** How often to look for requests when not woken (default 30000). */
+  /** How often to look for requests (default 30000). */
   pollMs?: number;
-  /** Resolves when a request may be waiting (the worker calls it as it records one); optional. */
-  wake?: () => Promise<void>;
   sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
 }
 
 /**
  * Serves the backfill requests that Stripe's `v2.core.health.event_generation_failure.resolved`
- * notifications record (inbox/backfill-requests.ts): takes one (one runner per request, `SKIP
+ * notifications record (handlers/backfill-requests.ts): takes one (one runner per request, `SKIP
  * LOCKED`), backfills events created from its window's start through the endpoint's target, and marks
  * it finished. The run is a filtered one (it leaves the endpoint's checkpoint and lease alone) and
  * reads past the window's end up to now, which costs API reads only: recording is idempotent. A
@@ -164,7 +162,6 @@ export async function runBackfillRequests(options: BackfillRequestOptions): Prom
       }
       continue;
     }
-    const pollMs = options.pollMs ?? 30_000;
-    await (options.wake ? Promise.race([sleep(pollMs, options.signal), options.wake()]) : sleep(pollMs, options.signal));
+    await sleep(options.pollMs ?? 30_000, options.signal);
   }
 }

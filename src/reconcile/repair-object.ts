@@ -1,6 +1,9 @@
 import { isPermanent, type Db, type Tx } from "../db/db.ts";
 import { describeError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
+import { applyEvent } from "../inbox/apply-event.ts";
+import { recordUnapplied } from "../inbox/inbox.ts";
+import type { VerifiedEvent } from "../providers/provider.ts";
 import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
 
 /** Where repairs are recorded in the inbox: the key's provider and endpoint, and the handler table that applies them. */
@@ -24,16 +27,19 @@ export interface RepairResult {
   error?: string;
 }
 
+/** Bound of a repair's statements, ms. */
+const REPAIR_TIMEOUT_MS = 30_000;
+
 /**
  * Applies Stripe's current `object` for one drifted object through the SAME handler a webhook of
- * `kind.repairEvent(object).type` runs, recorded in the inbox under that key with
- * `source = 'reconcile'`, in one transaction: the inbox row (`on conflict do nothing`: a recorded key
- * is a duplicate and nothing runs), the handler, a re-check of the object ({@link ObjectKind.findDrift}
- * inside the transaction) and, when nothing drifts any more, the resolution of the needs-review rows
- * about the object (`kind.reviewTypes`, `data.object.id`) with a note naming the key. The handlers'
- * forward-only moves and the ledger's business keys keep a repair racing a webhook (or another run)
- * to one booking. Drift the handlers cannot repair, and objects they refuse (PermanentError, SQLSTATE
- * class 22), are recorded parked as needs-review under the same key with `last_error` saying why.
+ * `kind.repairEvent(object).type` runs, with {@link applyEvent}: recorded in the inbox under the
+ * repair's key with `source = 'reconcile'` (a recorded key is a duplicate and nothing runs), the
+ * handler, then in the same transaction a re-check of the object ({@link ObjectKind.findDrift}) and,
+ * when nothing drifts any more, the resolution of the needs-review rows about the object
+ * (`kind.reviewTypes`, `data.object.id`) with a note naming the key. The handlers' forward-only moves
+ * and the ledger's business keys keep a repair racing a webhook (or another run) to one booking.
+ * Drift the handlers cannot repair, and objects they refuse (PermanentError, SQLSTATE class 22), are
+ * recorded parked as needs-review under the same key with `last_error` saying why.
  * @throws the database error of a failure that is not permanent (nothing of the attempt remains).
  */
 export async function repairObject(
@@ -45,23 +51,38 @@ export async function repairObject(
 ): Promise<RepairResult> {
   const { type } = kind.repairEvent(object);
   const key = repairKeyOf(kind, drift, object);
-  const payload = envelope(key, type, object);
-  const handler = target.handlers[type];
-  if (!drift.repairable || !handler) {
-    const why = `Reconcile found ${drift.drift} for ${object.id}: not repaired by handlers (check in Stripe, fix by hand, then resolve)`;
-    return park(db, target, key, type, payload, why);
-  }
-  try {
-    return await db.begin(async (tx) => {
-      if (!(await recordRepair(tx, target, key, type, payload))) return { key, eventType: type, outcome: "duplicate", resolved: 0 };
-      await handler(tx, object, { provider: target.provider, endpoint: target.endpoint, eventId: key, eventType: type });
-      const left = await kind.findDrift(tx, [object]);
-      const resolved = left.length === 0 ? await resolveSettled(tx, target, kind, object.id, key) : 0;
-      return { key, eventType: type, outcome: "repaired", resolved };
+  const event = repairEvent(key, type, object);
+  const inboxKey = { provider: target.provider, endpoint: target.endpoint, eventId: key };
+  const park = async (error: string): Promise<RepairResult> => {
+    const recorded = await recordUnapplied(db, inboxKey, event, {
+      error: error.slice(0, 300),
+      parked: true,
+      backoff: { baseMs: 1_000, capMs: 1_000 },
     });
+    return { key, eventType: type, outcome: recorded ? "needs_review" : "duplicate", resolved: 0, error };
+  };
+  if (!drift.repairable || !Object.hasOwn(target.handlers, type)) {
+    return park(`Reconcile found ${drift.drift} for ${object.id}: not repaired by handlers (check in Stripe, fix by hand, then resolve)`);
+  }
+  let resolved = 0;
+  try {
+    const applied = await applyEvent(db, {
+      key: inboxKey,
+      handlers: target.handlers,
+      type,
+      object,
+      hold: { insert: event },
+      timeoutMs: REPAIR_TIMEOUT_MS,
+      after: async (tx, outcome) => {
+        if (outcome !== "processed") return;
+        const left = await kind.findDrift(tx, [object]);
+        if (left.length === 0) resolved = await resolveSettled(tx, target, kind, object.id, key);
+      },
+    });
+    return { key, eventType: type, outcome: applied === "duplicate" ? "duplicate" : "repaired", resolved };
   } catch (err) {
     if (!isPermanent(err)) throw err;
-    return park(db, target, key, type, payload, describeError(err));
+    return park(describeError(err));
   }
 }
 
@@ -76,38 +97,20 @@ export function repairKeyOf(kind: ObjectKind, drift: ObjectDrift, object: Stripe
   return drift.repairable ? key : `${key}:${drift.drift}`;
 }
 
-/** The payload of a repair's inbox row: a Stripe event envelope around Stripe's current object, so replay and the worker read it like any event. */
-function envelope(key: string, type: string, object: StripeObject): Record<string, unknown> {
-  return { id: key, object: "event", type, created: Math.floor(Date.now() / 1000), livemode: object.livemode === true, data: { object } };
-}
-
-/** Inserts the repair's inbox row settled as processed, source `reconcile`; false when the key is already recorded. */
-async function recordRepair(tx: Tx, t: RepairTarget, key: string, type: string, payload: Record<string, unknown>): Promise<boolean> {
-  const rows = await tx`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, processed_at, outcome, source)
-    values (${t.provider}, ${t.endpoint}, ${key}, ${type}, ${JSON.stringify(payload)}::text::jsonb, now(), 'processed', 'reconcile')
-    on conflict (provider, endpoint, event_id) do nothing
-    returning 1
-  `;
-  return rows.length === 1;
-}
-
-/** Records the repair parked as needs-review (one statement); `duplicate` when the key is already recorded. */
-async function park(
-  db: Db,
-  t: RepairTarget,
-  key: string,
-  type: string,
-  payload: Record<string, unknown>,
-  error: string,
-): Promise<RepairResult> {
-  const rows = await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, attempts, last_error, needs_review_at, source)
-    values (${t.provider}, ${t.endpoint}, ${key}, ${type}, ${JSON.stringify(payload)}::text::jsonb, 1, ${error.slice(0, 300)}, now(), 'reconcile')
-    on conflict (provider, endpoint, event_id) do nothing
-    returning 1
-  `;
-  return { key, eventType: type, outcome: rows.length === 1 ? "needs_review" : "duplicate", resolved: 0, error };
+/**
+ * A repair as the inbox records it: a Stripe event envelope around Stripe's current object under the
+ * repair's key, so replay and the worker read it like any event, with `source: "reconcile"`.
+ */
+function repairEvent(key: string, type: string, object: StripeObject): VerifiedEvent {
+  const payload = {
+    id: key,
+    object: "event",
+    type,
+    created: Math.floor(Date.now() / 1000),
+    livemode: object.livemode === true,
+    data: { object },
+  };
+  return { id: key, type, payload, subject: { object, key: object.id }, body: JSON.stringify(payload), source: "reconcile" };
 }
 
 /**

@@ -46,15 +46,3 @@ export function stripeEventLister(stripe: Stripe, filters: EventFilters, retry: 
     return { data: page.data as unknown as Record<string, unknown>[], hasMore: page.has_more };
   };
 }
-
-/** True when `err` is Stripe's 400 `resource_missing` for a cursor: the cursor event is gone (past the 30 days Stripe keeps events). */
-export function isMissingCursor(err: unknown): boolean {
-  const e = err as { statusCode?: unknown; code?: unknown; param?: unknown } | null;
-  return (
-    typeof e === "object" &&
-    e !== null &&
-    e.statusCode !== undefined &&
-    e.code === "resource_missing" &&
-    (e.param === "ending_before" || e.param === "starting_after")
-  );
-}

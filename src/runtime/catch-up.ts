@@ -94,7 +94,7 @@ export function catchUpEndpoints(env: Record<string, string | undefined>): Catch
  * thin endpoints of `env` (`STRIPE_ENDPOINT_KIND_<NAME>=thin`; no signing secrets needed), with
  * `STRIPE_API_KEY`; the events are recorded as {@link catchUpEndpoints} records a thin endpoint's.
  * Returns its promise (resolves after `signal` aborts), or undefined when no thin endpoint is
- * configured. `wake` resolves when the worker records a request.
+ * configured.
  * @throws ConfigError for invalid endpoint settings or Stripe API settings.
  */
 export function startBackfillRequests(
@@ -102,7 +102,6 @@ export function startBackfillRequests(
   db: Db,
   signal: AbortSignal,
   log: LogFn,
-  wake: () => Promise<void>,
 ): Promise<void> | undefined {
   const problems: string[] = [];
   const { thin } = readApiEndpoints(env, problems);
@@ -121,6 +120,5 @@ export function startBackfillRequests(
     ),
     signal,
     log,
-    wake,
   });
 }

@@ -3,14 +3,12 @@
 import { isDatabaseUnavailable, type Db, type Pooler } from "../db/db.ts";
 import { migrate } from "../db/migrate.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
-import { DatabaseWaitError, waitForDatabase } from "../db/wait-for-database.ts";
+import { waitForDatabase } from "../db/wait-for-database.ts";
 import { openDatabase, type DatabaseHandle } from "./database.ts";
 import { loadMigrations } from "./migrations-fs.ts";
 
 /** How long a failed start waits for a stop signal that may be on its way, ms (see openReadyDatabase). */
 const STOP_GRACE_MS = 250;
-/** PgBouncer's refusal of a startup parameter it does not know (SQLSTATE 08P01). */
-const UNSUPPORTED_PARAMETER = /unsupported startup parameter/;
 
 /** A database that answers and has every migration: the handle, the command's pool, what was applied. */
 export interface ReadyDatabase {
@@ -20,8 +18,6 @@ export interface ReadyDatabase {
   applied: string[];
   /** Migrations the code has (the schema version `/readyz` expects). */
   schemaVersion: number;
-  /** False when a pooler refused the pool's startup parameters and `db` was opened without them. */
-  startupParameters: boolean;
 }
 
 /** Options of {@link openReadyDatabase}. */
@@ -29,12 +25,8 @@ export interface ReadyDatabaseOptions {
   /** Names the command in messages, e.g. `webhook-inbox worker`. */
   command: string;
   env: Record<string, string | undefined>;
-  /**
-   * Opens the command's pool on the URL (lazy: nothing is contacted until the first query). Called again
-   * with `startupParameters: false` when a pooler refused a startup parameter the pool sent (PgBouncer
-   * accepts only those in its `ignore_startup_parameters`): that pool must send none beyond the usual.
-   */
-  connect: (url: string, startupParameters: boolean) => Db;
+  /** Opens the command's pool on the URL (lazy: nothing is contacted until the first query). */
+  connect: (url: string) => Db;
   /** Stop requested (SIGTERM/SIGINT): must be wired before this is called. */
   signal: AbortSignal;
   /** Longest wait for the database to answer, ms (`DATABASE_WAIT_MS`). */
@@ -49,7 +41,7 @@ const MIGRATE_TRIES = 3;
 /**
  * Opens the database ({@link openDatabase}: `DATABASE_URL`, or the embedded server, started here when
  * not running), connects, waits until it answers ({@link waitForDatabase}: one line on stderr per failed
- * attempt, up to `waitMs`; a pooler that refuses a startup parameter gets a second pool without it), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
+ * attempt, up to `waitMs`), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
  * pooler-check.ts), then applies pending migrations (waiting again and retrying, up to three
  * attempts, when the connection is lost during them). Resolves null when `signal` was aborted
  * meanwhile, once everything it opened is released (an embedded server it started is stopped).
@@ -66,18 +58,9 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
   };
   try {
     database = await openDatabase(options.env, { signal });
-    let startupParameters = true;
-    db = options.connect(database.url, true);
+    db = options.connect(database.url);
     const wait = { limitMs: options.waitMs, signal, log: (line: string) => console.error(line) };
-    try {
-      await waitForDatabase(db, wait);
-    } catch (err) {
-      if (!(err instanceof DatabaseWaitError) || !UNSUPPORTED_PARAMETER.test(err.message)) throw err;
-      await db.end({ timeout: 1 }).catch(() => {});
-      db = options.connect(database.url, false);
-      startupParameters = false;
-      await waitForDatabase(db, wait);
-    }
+    await waitForDatabase(db, wait);
     // Before the first transaction (the migrations): behind an undeclared transaction pooler, refuse.
     if (!database.embedded) {
       const problem = await hiddenPoolerProblem(database.url, options.pooler);
@@ -94,12 +77,14 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
         break;
       } catch (err) {
         if (!isDatabaseUnavailable(err) || attempt >= MIGRATE_TRIES || signal.aborted) throw err;
-        console.error(`${options.command}: lost the database during migrations (${err instanceof Error ? err.message : String(err)}); waiting for it`);
+        console.error(
+          `${options.command}: lost the database during migrations (${err instanceof Error ? err.message : String(err)}); waiting for it`,
+        );
         await waitForDatabase(db, wait);
       }
     }
     signal.throwIfAborted();
-    return { database, db, applied, schemaVersion: migrations.length, startupParameters };
+    return { database, db, applied, schemaVersion: migrations.length };
   } catch (err) {
     await release();
     // A stop sent to the whole process group also kills the helpers the embedded server's start runs

@@ -94,8 +94,6 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
     maxInFlight: config.dbPoolMax,
     queueTimeoutMs: config.queueTimeoutMs,
     statementTimeoutMs: config.statementTimeoutMs,
-    syncGroupRows: config.syncGroupRows,
-    syncGroupsInFlight: Math.min(config.syncGroupsInFlight, config.dbPoolMax),
     metricsToken: config.metricsToken,
   });
 }

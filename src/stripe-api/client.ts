@@ -68,3 +68,22 @@ export function stripeApiClient(settings: StripeApiSettings, timeoutMs = 30_000)
     appInfo: { name: "webhook-inbox" },
   });
 }
+
+/**
+ * Tries the API key once with the cheapest read (`GET /v1/events?limit=1`, Stripe API reference "List
+ * all events"): returns one line for an operator when Stripe refuses the key (401: wrong, revoked, or
+ * for another account), undefined otherwise. A 403 (a restricted key without Events read) and a
+ * network or 5xx failure are not the key's fault: the commands start, and their own reads retry.
+ * Never quotes the key.
+ */
+export async function checkStripeApiKey(stripe: Stripe): Promise<string | undefined> {
+  try {
+    await stripe.events.list({ limit: 1 });
+    return undefined;
+  } catch (err) {
+    const status = (err as { statusCode?: unknown } | null)?.statusCode;
+    if (status === 401)
+      return "Stripe refused STRIPE_API_KEY (401 Unauthorized): it is wrong, revoked or of another account; set a valid sk_… or rk_… key";
+    return undefined;
+  }
+}

@@ -1,3 +1,5 @@
+import { retry } from "../retry.ts";
+
 /** Backoff of {@link withStripeRetry}. All durations in ms. */
 export interface StripeRetryOptions {
   /** Tries in all, the first included; default 8. */
@@ -31,23 +33,18 @@ export function retryableStripeError(err: unknown): string | undefined {
 
 /**
  * Runs `call` until it succeeds, retrying failures {@link retryableStripeError} accepts with capped
- * exponential backoff and full jitter.
+ * exponential backoff and full jitter (Stripe docs, "Error handling"), through the project's one
+ * retry loop ({@link retry}).
  * @throws the last error when tries run out, or the first final (non-retryable) error at once.
  */
-export async function withStripeRetry<T>(call: () => Promise<T>, options: StripeRetryOptions = {}): Promise<T> {
-  const attempts = options.attempts ?? 8;
+export function withStripeRetry<T>(call: () => Promise<T>, options: StripeRetryOptions = {}): Promise<T> {
   const baseMs = options.baseMs ?? 250;
   const maxMs = options.maxMs ?? 8000;
-  const sleep = options.sleep ?? ((ms: number) => new Promise<void>((r) => setTimeout(r, ms)));
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await call();
-    } catch (err) {
-      const reason = retryableStripeError(err);
-      if (reason === undefined || attempt >= attempts) throw err;
-      const waitMs = Math.round(Math.random() * Math.min(maxMs, baseMs * 2 ** (attempt - 1)));
-      options.onRetry?.(attempt, waitMs, reason);
-      await sleep(waitMs);
-    }
-  }
+  return retry(call, {
+    tries: options.attempts ?? 8,
+    retryable: retryableStripeError,
+    waitMs: (n) => Math.round(Math.random() * Math.min(maxMs, baseMs * 2 ** (n - 1))),
+    onRetry: options.onRetry,
+    sleep: options.sleep,
+  });
 }

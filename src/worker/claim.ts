@@ -10,6 +10,8 @@ export interface Claim extends InboxKey {
    * row was claimed again cannot push back the new owner's lease.
    */
   attempt: number;
+  /** When this claim's lease ends, ms since the epoch (this process's clock, taken before the claim was sent). */
+  leaseEndsAt: number;
   /** The stored event (never changes while unprocessed), so processing needs no second read. */
   payload?: Record<string, unknown> | null;
   /** For a row kept without a payload (0006: jsonb refused it), its exact verified body. */
@@ -34,6 +36,11 @@ export interface ClaimOptions {
   leaseMs: number;
   /** Attempt limit; a due row that already used them is parked as needs-review instead. */
   maxAttempts: number;
+  /**
+   * Providers whose rows this worker can process (it has their handler table, and an API reader where
+   * they need one); other rows are left for workers that can. Undefined: every provider.
+   */
+  providers?: readonly string[];
   /** Told about rows this claim parked (so the worker can log them). */
   onParked?: (rows: (InboxKey & { eventType: string; attempts: number })[]) => void;
 }
@@ -44,9 +51,11 @@ export interface ClaimOptions {
  * `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"), counts the attempt and
  * pushes `available_at` out by the lease before any work is done, so a process that dies mid-work
  * has still used up an attempt. A picked row that has used all attempts (its last worker died
- * without reporting) is parked as needs-review in the same statement rather than claimed.
+ * without reporting) is parked as needs-review in the same statement rather than claimed. Only rows of
+ * `providers` are picked: a worker never takes a row it cannot process.
  */
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
+  const leaseEndsAt = Date.now() + options.leaseMs;
   const rows = await db<
     {
       claimed: boolean;
@@ -66,6 +75,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
        where processed_at is null
          and needs_review_at is null
          and available_at <= now()
+         and (${options.providers === undefined} or provider = any(${(options.providers ?? []) as string[]}::text[]))
        order by available_at
        limit ${options.limit}
          for update skip locked
@@ -114,26 +124,9 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       eventId: r.event_id,
       eventType: r.event_type,
       attempt: r.attempts,
+      leaseEndsAt,
       payload: r.payload,
       rawBody: r.raw_body,
       ...(r.type_changed ? { refusal: TYPE_CHANGED } : {}),
     }));
-}
-
-/**
- * Gives back a claimed row that was never worked on (worker shutdown with rows still queued): due
- * again at once and its attempt not counted. Fenced by the claim's attempt number, so a row that was
- * claimed again or finished meanwhile is left alone. Returns whether the row was released.
- */
-export async function releaseClaim(db: Db, claim: Claim): Promise<boolean> {
-  const rows = await db`
-    update webhook_inbox
-       set attempts = attempts - 1,
-           available_at = now()
-     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
-       and attempts = ${claim.attempt}
-       and processed_at is null
-       and needs_review_at is null
-  `;
-  return rows.count === 1;
 }

@@ -4,25 +4,14 @@ import { withStripeRetry, type StripeRetryOptions } from "../stripe-api/retry.ts
 import { PermanentError } from "../errors.ts";
 import { EVENT_GENERATION_RESOLVED, readThinNotification } from "../providers/stripe-thin.ts";
 
-/** A window of event creation times to backfill, from a health notification. */
-export interface BackfillWindow {
-  start: Date;
-  end: Date;
-}
-
 /**
  * What a claimed row needs after the API was read:
- * - `apply`: run the Stripe handler of `eventType` on `object` (the object's current state), with
- *   `changeId` (the classic event of the change) for the change claim;
- * - `missing`: Stripe no longer has the object (404 `resource_missing`): settled, never retried;
- * - `backfill`: a health notification: request an event backfill of `window`;
- * - `ignored`: nothing to fetch or apply (a thin type without a handler).
+ * - `apply`: run the row's handler on `object` (the object's current state, or for a health
+ *   notification the full event), with `changeId` (the classic event of the change) for the change claim;
+ * - `missing`: Stripe no longer has the object (404 `resource_missing`, or the notification points to
+ *   none): the row is settled `object_missing`, never retried.
  */
-export type Resolution =
-  | { kind: "apply"; eventType: string; object: Record<string, unknown>; changeId: string }
-  | { kind: "missing"; error: string }
-  | { kind: "backfill"; window: BackfillWindow }
-  | { kind: "ignored" };
+export type Resolution = { kind: "apply"; object: Record<string, unknown>; changeId: string } | { kind: "missing"; error: string };
 
 /** Reads from Stripe what a claimed row needs ({@link stripeFetcher}). */
 export interface Fetcher {
@@ -46,10 +35,6 @@ export interface FetcherOptions {
   requestsPerSecond?: number;
   /** Backoff of each request ({@link withStripeRetry}); default 4 tries from 250 ms. */
   retry?: StripeRetryOptions;
-  /** Event types with a Stripe handler (the classic names): other thin types are `ignored` without a fetch. */
-  handledTypes: ReadonlySet<string>;
-  /** How far before `resolved_at` a health window starts when the event names no start; default 24 h. */
-  healthLookbackMs?: number;
 }
 
 /** Where a classic object type is read: Stripe API paths of the objects the Stripe handlers apply. */
@@ -66,8 +51,8 @@ const RESOURCE_PATH: Readonly<Record<string, string>> = {
  * A {@link Fetcher} over stripe-node. Thin rows: the stored notification is rebuilt with stripe-node's
  * `parseEventNotificationWithoutVerification` (it was verified on receipt) and read with its own
  * `fetchRelatedObject()` (GET of `related_object.url` as given) or, for the health type, `fetchEvent()`
- * (GET `/v2/core/events/<id>`); `v1.<type>` is applied by the handler of `<type>`. Refetch rows: GET
- * `/v1/<resource>/<id>` of the classic event's `data.object`. Requests share one rate limit.
+ * (GET `/v2/core/events/<id>`). Refetch rows: GET `/v1/<resource>/<id>` of the classic event's
+ * `data.object`. Requests share one rate limit. The worker calls it only for types its table handles.
  */
 export function stripeFetcher(options: FetcherOptions): Fetcher {
   const limit = createRateLimit(options.requestsPerSecond ?? 20);
@@ -77,7 +62,6 @@ export function stripeFetcher(options: FetcherOptions): Fetcher {
       await limit();
       return request();
     }, retry);
-  const lookbackMs = options.healthLookbackMs ?? 24 * 3_600_000;
 
   return {
     needsFetch: (claim) =>
@@ -91,32 +75,26 @@ export function stripeFetcher(options: FetcherOptions): Fetcher {
           fetchRelatedObject(): Promise<unknown>;
         };
         if (stored.type === EVENT_GENERATION_RESOLVED) {
-          const event = (await call(() => notification.fetchEvent())) as unknown as Record<string, unknown>;
-          return { kind: "backfill", window: healthWindow(event, stored.created, lookbackMs) };
+          const event = (await call(() => notification.fetchEvent())) as Record<string, unknown>;
+          return { kind: "apply", object: event, changeId: stored.id };
         }
-        const classicType = stored.type.startsWith("v1.") ? stored.type.slice(3) : undefined;
-        if (!classicType || !options.handledTypes.has(classicType) || !stored.related_object) return { kind: "ignored" };
         const related = stored.related_object;
+        if (!related)
+          return { kind: "missing", error: `Thin event ${stored.id} points to no object (no related_object): nothing to apply` };
         const object = await missingAsUndefined(() => call(() => notification.fetchRelatedObject()));
         if (object === undefined) return missing(related.type, related.id);
-        return {
-          kind: "apply",
-          eventType: classicType,
-          object: object as Record<string, unknown>,
-          changeId: stored.snapshot_event ?? stored.id,
-        };
+        return { kind: "apply", object: object as Record<string, unknown>, changeId: stored.snapshot_event ?? stored.id };
       }
       const current = (claim.payload.data as { object?: Record<string, unknown> } | undefined)?.object;
       const type = typeof current?.object === "string" ? current.object : undefined;
       const id = typeof current?.id === "string" ? current.id : undefined;
       const path = type === undefined ? undefined : RESOURCE_PATH[type];
       if (!current || !id || !path || !/^[A-Za-z0-9_]{1,250}$/.test(id)) {
-        if (!options.handledTypes.has(claim.eventType)) return { kind: "ignored" };
         throw new PermanentError(`Cannot refetch ${claim.eventId}: its data.object has no id or an object type without an API path`);
       }
       const object = await missingAsUndefined(() => call(() => options.stripe.rawRequest("GET", `/v1/${path}/${id}`) as Promise<unknown>));
       if (object === undefined) return missing(type ?? "object", id);
-      return { kind: "apply", eventType: claim.eventType, object: object as Record<string, unknown>, changeId: claim.eventId };
+      return { kind: "apply", object: object as Record<string, unknown>, changeId: claim.eventId };
     },
   };
 }
@@ -134,27 +112,6 @@ async function missingAsUndefined<T>(read: () => Promise<T>): Promise<T | undefi
     if (e?.statusCode === 404 && e.code === "resource_missing") return undefined;
     throw err;
   }
-}
-
-/**
- * The window a `v2.core.health.event_generation_failure.resolved` event reports: `data.resolved_at` (else the
- * notification's `created`) as its end; `data.started_at` or `data.impact.started_at` as its start, else the
- * end minus `lookbackMs` (a wider window costs API reads, never a double effect: backfilled events go through
- * the inbox key like any other).
- * @throws PermanentError when no end can be read.
- */
-export function healthWindow(event: Record<string, unknown>, created: string, lookbackMs: number): BackfillWindow {
-  const data = (event.data ?? {}) as Record<string, unknown>;
-  const impact = (data.impact ?? {}) as Record<string, unknown>;
-  const time = (v: unknown): Date | undefined => {
-    if (typeof v !== "string") return undefined;
-    const d = new Date(v);
-    return Number.isNaN(d.getTime()) ? undefined : d;
-  };
-  const end = time(data.resolved_at) ?? time(created);
-  if (!end) throw new PermanentError("Cannot read the health event's window: no resolved_at and no created time");
-  const start = time(data.started_at) ?? time(impact.started_at) ?? new Date(end.getTime() - lookbackMs);
-  return { start: start <= end ? start : end, end };
 }
 
 /**

@@ -2,7 +2,7 @@
 // production wiring of src/runtime/receiver.ts) on a fresh database, and rows to look at.
 import { loadConfig } from "../../src/config.ts";
 import type { Db } from "../../src/db/db.ts";
-import { handlersFor } from "../../src/receiver/endpoints.ts";
+import { handlerTables } from "../../src/receiver/endpoints.ts";
 import { receiverApp } from "../../src/runtime/receiver.ts";
 import { runWorker } from "../../src/worker/worker.ts";
 import { eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest } from "../support/helpers.ts";
@@ -42,7 +42,7 @@ export async function startAdminServer(options: { readonly?: boolean } = {}): Pr
     },
     async work(done) {
       const stop = new AbortController();
-      const worker = runWorker({ db: database.db, signal: stop.signal, handlersFor, pollMs: 50, listen: false, log: () => {} });
+      const worker = runWorker({ db: database.db, signal: stop.signal, tables: handlerTables, pollMs: 50, listen: false, log: () => {} });
       const deadline = Date.now() + 10_000;
       try {
         while (!(await done()) && Date.now() < deadline) await Bun.sleep(20);

@@ -1,6 +1,6 @@
 // The contract every handler table passes (stripe-node's createCryptoProviderTestSuite, for handlers):
 // each fixture event, signed and verified through its provider, runs through every processing mode
-// (sync, hybrid, the worker alone and in a batch, replay) against a real database; every mode ends in
+// (sync, hybrid, the worker's concurrent slots, replay) against a real database; every mode ends in
 // the expected state, a redelivery changes no row, and any order of the lifecycle, with duplicates,
 // ends in the same state (fast-check). A handler table is done when it passes; registering another
 // fixture set is one more call of handlerTableSuite().
@@ -8,13 +8,12 @@ import { afterAll, beforeAll, beforeEach, describe, expect, test } from "bun:tes
 import fc from "fast-check";
 import type { Db } from "../../src/db/db.ts";
 import type { HandlerTable } from "../../src/handlers/handler-table.ts";
-import { recordEvent, type InboxKey } from "../../src/inbox/inbox.ts";
+import { inboxRow, insertInbox, type InboxKey } from "../../src/inbox/inbox.ts";
 import { replayEvent } from "../../src/ops/replay.ts";
 import type { VerifiedEvent, WebhookProvider } from "../../src/providers/provider.ts";
 import { receiveAsync, receiveHybrid, receiveSync, type Outcome, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { claimBatch, type Claim } from "../../src/worker/claim.ts";
-import { processBatch } from "../../src/worker/process-batch.ts";
-import { processClaimed, type ProcessOptions } from "../../src/worker/process-claimed.ts";
+import { processClaim, type ProcessOptions } from "../../src/worker/process-claim.ts";
 import { freshDatabase } from "../support/helpers.ts";
 
 /** What {@link handlerTableSuite} checks one fixture set with. */
@@ -37,7 +36,7 @@ export interface HandlerTableContract {
 }
 
 /** The processing modes every handler table runs in. */
-export const MODES = ["sync", "hybrid", "worker", "batch", "replay"] as const;
+export const MODES = ["sync", "hybrid", "worker", "replay"] as const;
 export type ContractMode = (typeof MODES)[number];
 
 const SECRET = "whsec_contract_0123456789abcdefghij";
@@ -142,7 +141,7 @@ class ModeRunner {
     private readonly db: Db,
     private readonly target: ReceiveTarget,
   ) {
-    this.options = { handlersFor: () => target.handlers, timeoutMs: TIMEOUT_MS, maxAttempts: 10, backoff: BACKOFF };
+    this.options = { tables: { [target.provider]: target.handlers }, timeoutMs: TIMEOUT_MS, maxAttempts: 10, backoff: BACKOFF };
   }
 
   /** Delivers `events` in order through `mode`; worker modes then process every claimed row. */
@@ -150,18 +149,17 @@ class ModeRunner {
     if (mode === "replay") return this.replayAll(events);
     const outcomes = await this.deliver(mode, events);
     expect(outcomes.filter((o) => o === "needs_review")).toEqual([]);
-    if (mode === "worker" || mode === "batch") await this.work(mode);
+    if (mode === "worker") await this.work();
   }
 
   /** Delivers `events` again after {@link apply}; worker modes also run their old claims again (a late worker). */
   async redeliver(mode: ContractMode, events: readonly VerifiedEvent[]): Promise<string[]> {
     if (mode === "replay") {
-      const results = await Promise.all(events.map((e) => recordEvent(this.db, keyOf(this.target, e), e, "ignored")));
-      return results.map((inserted) => (inserted ? "recorded" : "duplicate"));
+      const results = await Promise.all(events.map((e) => insertInbox(this.db, [inboxRow(keyOf(this.target, e), e, "ignored")])));
+      return results.map((inserted) => (inserted.size === 1 ? "recorded" : "duplicate"));
     }
     const outcomes: string[] = await this.deliver(mode, events);
-    if (mode === "worker") for (const claim of this.claims) outcomes.push((await processClaimed(this.db, claim, this.options)).outcome);
-    if (mode === "batch") outcomes.push(...(await processBatch(this.db, this.claims, this.options)).map((r) => r.outcome));
+    if (mode === "worker") for (const claim of this.claims) outcomes.push((await processClaim(this.db, claim, this.options)).outcome);
     return outcomes;
   }
 
@@ -180,13 +178,10 @@ class ModeRunner {
     return outcomes;
   }
 
-  /** Claims every queued row and processes it alone (`worker`) or all in one batch (`batch`); every row must settle. */
-  private async work(mode: "worker" | "batch"): Promise<void> {
+  /** Claims every queued row and processes them all at once, as concurrent worker slots do; every row must settle. */
+  private async work(): Promise<void> {
     this.claims = await claimBatch(this.db, { limit: 1_000, leaseMs: 60_000, maxAttempts: 10 });
-    const outcomes =
-      mode === "worker"
-        ? await Promise.all(this.claims.map(async (c) => (await processClaimed(this.db, c, this.options)).outcome))
-        : (await processBatch(this.db, this.claims, this.options)).map((r) => r.outcome);
+    const outcomes = await Promise.all(this.claims.map(async (c) => (await processClaim(this.db, c, this.options)).outcome));
     expect(outcomes.filter((o) => o !== "processed" && o !== "ignored")).toEqual([]);
   }
 
@@ -194,7 +189,7 @@ class ModeRunner {
   private async replayAll(events: readonly VerifiedEvent[]): Promise<void> {
     for (const event of events) {
       const key = keyOf(this.target, event);
-      if (await recordEvent(this.db, key, event, "ignored")) await replayEvent(this.db, key, this.target.handlers);
+      if ((await insertInbox(this.db, [inboxRow(key, event, "ignored")])).size === 1) await replayEvent(this.db, key, this.target.handlers);
     }
   }
 }

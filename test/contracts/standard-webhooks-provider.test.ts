@@ -5,8 +5,7 @@ import { Webhook } from "standardwebhooks";
 import type { HandlerTable } from "../../src/handlers/handler-table.ts";
 import { standardWebhooksProvider } from "../../src/providers/standard-webhooks.ts";
 import { createApp } from "../../src/receiver/app.ts";
-import { claimBatch } from "../../src/worker/claim.ts";
-import { processBatch } from "../../src/worker/process-batch.ts";
+import { workOff } from "../support/work.ts";
 import { freshDatabase } from "../support/helpers.ts";
 import { providerContractSuite } from "./provider-suite.ts";
 
@@ -102,7 +101,7 @@ test("`createApp()` records a Standard Webhooks event under provider standard-we
   expect(await db`select id, customer_id from invoices`).toEqual([{ id: "sub_suite_1", customer_id: "standard-webhooks" }] as never);
 });
 
-test("`processBatch()` applies queued Standard Webhooks rows through the registry's subject, and parks a row of an unregistered provider", async () => {
+test("`processClaim()` applies queued Standard Webhooks rows through the registry's subject, and parks a row of an unregistered provider", async () => {
   const second = JSON.stringify({ type: "subscription.renewed", timestamp: "2025-11-30T00:12:00Z", data: { id: "sub_suite_2" } });
   expect(await (await deliver("async", "msg_async_1")).json()).toEqual({ outcome: "queued", event_id: "msg_async_1" });
   expect(await (await deliver("async", "msg_async_2", second)).json()).toEqual({ outcome: "queued", event_id: "msg_async_2" });
@@ -110,13 +109,7 @@ test("`processBatch()` applies queued Standard Webhooks rows through the registr
     insert into webhook_inbox (provider, endpoint, event_id, event_type, payload)
     values ('acme', 'renewals', 'acme_1', 'subscription.renewed', ${JSON.stringify({ type: "subscription.renewed", data: { id: "sub_acme" } })}::text::jsonb)
   `;
-  const claims = await claimBatch(db, { limit: 10, leaseMs: 60_000, maxAttempts: 10 });
-  const results = await processBatch(db, claims, {
-    handlersFor: () => renewals,
-    timeoutMs: 5_000,
-    maxAttempts: 10,
-    backoff: { baseMs: 1_000, capMs: 1_000 },
-  });
+  const results = await workOff(db, renewals, { tables: { "standard-webhooks": renewals } });
   expect(Object.fromEntries(results.map((r) => [r.claim.eventId, r.outcome]))).toEqual({
     msg_async_1: "processed",
     msg_async_2: "processed",

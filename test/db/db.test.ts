@@ -1,17 +1,5 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
-import {
-  answerWithin,
-  cancelAfter,
-  isRetryableConflict,
-  isStrayCancel,
-  COMMIT_ROLLED_BACK,
-  connect,
-  isDatabaseUnavailable,
-  NO_ANSWER,
-  sqlState,
-  SQLSTATE,
-  type Db,
-} from "../../src/db/db.ts";
+import { boundTransaction, COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../../src/db/db.ts";
 import { isPermanent } from "../../src/db/db.ts";
 import { freshDatabase } from "../support/helpers.ts";
 
@@ -192,73 +180,47 @@ test("`sql.begin()` throws COMMIT_ROLLED_BACK when PostgreSQL answers its COMMIT
   }
 });
 
-test("a query cancelled while it waits in a connection's pipeline gets its own answer, never a neighbour's, and the pool keeps working", async () => {
-  // patches/postgres@3.4.9.patch: upstream skipped a pipelined query whose cancel was asked for, so its
-  // result went to the next query, every later answer shifted by one, and the connection hung.
+test("`boundTransaction()` stops a statement that runs past the bound (57014, rolled back, nothing kept), and the next transaction on the connection is unbounded", async () => {
   const db = connect(fresh.url, { max: 1 });
   try {
-    await db`select 1`;
-    const settle = <T,>(q: PromiseLike<T>) => Promise.resolve(q).then((rows) => ({ rows }), (err: unknown) => ({ err }));
-    const first = db<{ a: number }[]>`select pg_sleep(0.2), 1 as a`;
-    const second = db<{ b: number }[]>`select 2 as b`;
-    const third = db<{ c: number }[]>`select 3 as c`;
-    const answers = [settle(first), settle(second), settle(third)];
-    await Bun.sleep(50); // all three are written; the first runs, the others wait in the pipeline
-    void second.cancel();
-    const [a, b, c] = await answerWithin(Promise.all(answers), 5_000, "pipelined queries");
-    expect(a).toEqual({ rows: [expect.objectContaining({ a: 1 })] as never });
-    // The cancel request names the backend, not a statement: it may stop the second or (arriving late)
-    // the third, or nothing; but an answer is always its own query's.
-    for (const [answer, column, value] of [[b, "b", 2], [c, "c", 3]] as const) {
-      if (answer === undefined) throw new Error("no answer");
-      if ("err" in answer) expect(answer.err).toMatchObject({ code: SQLSTATE.queryCanceled });
-      else expect(answer.rows).toEqual([expect.objectContaining({ [column]: value })] as never);
-    }
-    expect((await answerWithin(db<{ d: number }[]>`select 4 as d`, 5_000, "select 4"))[0]?.d).toBe(4);
-  } finally {
-    await db.end({ timeout: 5 });
-  }
-}, 20_000);
-
-test("cancelAfter() cancels a statement still running after its bound (its own cancel, not a stray one), and leaves a quick one alone", async () => {
-  const own = await cancelAfter(admin`select pg_sleep(30)`, 100).catch((err: unknown) => err);
-  expect(own).toMatchObject({ code: "57014" });
-  expect(isStrayCancel(own)).toBe(false);
-  expect((await cancelAfter(admin<{ n: number }[]>`select 1 as n`, 10_000))[0]?.n).toBe(1);
-  expect((await cancelAfter(admin<{ n: number }[]>`select 2 as n`, undefined))[0]?.n).toBe(2);
-});
-
-test("isStrayCancel() is true for a cancel request the statement did not ask for, false for a statement_timeout", async () => {
-  const db = connect(fresh.url, { max: 1 });
-  try {
-    const pid = (await db<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]?.pid ?? 0;
-    const sleeping = cancelAfter(db`select pg_sleep(30)`, 20_000).catch((err: unknown) => err);
-    await waitFor(async () => (await admin`select 1 from pg_stat_activity where pid = ${pid} and query like 'select pg_sleep%'`).length === 1);
-    await admin`select pg_cancel_backend(${pid})`;
-    const stray = await sleeping;
-    expect(stray).toMatchObject({ code: "57014" });
-    expect(isStrayCancel(stray)).toBe(true);
-    expect(isRetryableConflict(stray)).toBe(true);
-    const timedOut = await db
+    await db`create table if not exists bound_probe (n int)`;
+    const started = Date.now();
+    const stopped = await db
       .begin(async (tx) => {
-        await tx`select set_config('statement_timeout', '50', true)`;
+        boundTransaction(tx, 200);
+        await tx`insert into bound_probe values (1)`;
         await tx`select pg_sleep(5)`;
       })
       .catch((err: unknown) => err);
-    expect(timedOut).toMatchObject({ code: "57014" });
-    expect(isStrayCancel(timedOut)).toBe(false);
+    expect(sqlState(stopped)).toBe(SQLSTATE.queryCanceled);
+    expect(Date.now() - started).toBeLessThan(3_000);
+    expect(await db`select count(*)::int as n from bound_probe`).toEqual([{ n: 0 }] as never);
+    // SET LOCAL: the setting ended with its transaction, on the same (only) connection.
+    const [after] = await db<{ timeout: string; idle: string }[]>`
+      select current_setting('statement_timeout') as timeout, current_setting('idle_in_transaction_session_timeout') as idle`;
+    expect(after).toEqual({ timeout: "0", idle: "0" });
   } finally {
     await db.end({ timeout: 5 });
   }
 });
 
-test("answerWithin() rejects with a database-unavailable NO_ANSWER error once its bound passes, and passes a quick answer through", async () => {
+test("`boundTransaction()` ends the session of a client that stalls inside the transaction past the bound (at least 1 s), releasing its locks", async () => {
   const db = connect(fresh.url, { max: 1 });
   try {
-    const late = await answerWithin(db`select pg_sleep(2)`, 100, "Cannot record evt_1").catch((err: unknown) => err);
-    expect(late).toMatchObject({ code: NO_ANSWER, message: "Cannot record evt_1: the database did not answer within 0.1 s" });
-    expect(isDatabaseUnavailable(late)).toBe(true);
-    expect((await answerWithin(db<{ n: number }[]>`select 3 as n`, 10_000, "select 3"))[0]?.n).toBe(3);
+    await db`create table if not exists bound_locked (id int primary key)`;
+    await db`insert into bound_locked values (1) on conflict do nothing`;
+    const stalled = await db
+      .begin(async (tx) => {
+        boundTransaction(tx, 200);
+        await tx`select 1 from bound_locked where id = 1 for update`;
+        await Bun.sleep(2_500); // the client stalls (a paused process) with the row locked
+        await tx`select 1`;
+      })
+      .catch((err: unknown) => err);
+    expect(isDatabaseUnavailable(stalled) || sqlState(stalled) === "25P03").toBe(true);
+    // The lock is gone: another transaction takes it at once.
+    const [row] = await admin`select id from bound_locked where id = 1 for update nowait`.catch(() => [undefined]);
+    expect(row).toEqual({ id: 1 });
   } finally {
     await db.end({ timeout: 5 });
   }

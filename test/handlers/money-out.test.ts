@@ -46,7 +46,7 @@ async function drainWithWorkers(): Promise<void> {
   const workers = pools.map((pool) =>
     runWorker({
       db: pool,
-      handlersFor: () => stripeHandlers,
+      tables: { stripe: stripeHandlers },
       signal: controller.signal,
       pollMs: 20,
       backoff: { baseMs: 10, capMs: 50 },

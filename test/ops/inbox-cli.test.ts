@@ -433,35 +433,38 @@ describe("inbox CLI", () => {
   );
 
   test(
-    "`inbox purge --older-than 1d` is refused with exit 1 naming the horizon; --dry-run --json counts without deleting",
+    "`inbox purge --older-than 1d` is refused with exit 1 naming the 31-day floor; --dry-run --json counts without deleting",
     async () => {
       const old = await processed();
       const recent = await processed();
       const waiting = await queued();
-      await db`update webhook_inbox set received_at = now() - 40 * interval '1 day', processed_at = now() - 40 * interval '1 day' where event_id = ${old.eventId}`;
-      await db`update webhook_inbox set received_at = now() - 40 * interval '1 day' where event_id = ${waiting.eventId}`;
-      await db`update webhook_inbox set received_at = now() - 5 * interval '1 day', processed_at = now() - 5 * interval '1 day' where event_id = ${recent.eventId}`;
+      await db`update webhook_inbox set received_at = now() - 40 * interval '1 day', event_created_at = now() - 40 * interval '1 day', processed_at = now() - 40 * interval '1 day' where event_id = ${old.eventId}`;
+      await db`update webhook_inbox set received_at = now() - 40 * interval '1 day', event_created_at = now() - 40 * interval '1 day' where event_id = ${waiting.eventId}`;
+      await db`update webhook_inbox set received_at = now() - 5 * interval '1 day', event_created_at = now() - 5 * interval '1 day', processed_at = now() - 5 * interval '1 day' where event_id = ${recent.eventId}`;
 
       const refused = await inbox(["purge", "--older-than", "1d"]);
       expect(refused.code).toBe(1);
-      expect(refused.stderr).toContain("retry horizon of 3 d");
+      expect(refused.stderr).toContain("shorter than the 31 d in which an event may be met again");
       expect(await count(db, "webhook_inbox")).toBe(3);
 
       expect(await inboxJson<PurgeResult>(["purge", "--dry-run", "--payloads-older-than", "3d"])).toEqual({
         dryRun: true,
         deleted: 1,
         payloadsDropped: 1,
+        outboxDeleted: 0,
+        claimsDeleted: 0,
+        backfillRequestsDeleted: 0,
       });
       // A dry run changes nothing, so it needs no --force; it says the real run would.
       const dry = await inbox(["purge", "--older-than", "1d", "--dry-run"]);
       expect({ code: dry.code, stderr: dry.stderr }).toEqual({ code: 0, stderr: "" });
-      expect(dry.stdout).toContain("Would delete 2 processed row(s) older than 1d");
-      expect(dry.stdout).toContain("The real run needs --force: a retention of 1 d is shorter than the provider's retry horizon of 3 d");
-      expect((await inboxJson<PurgeResult>(["purge", "--older-than", "1d", "--dry-run"])).forceRequired).toContain("retry horizon of 3 d");
+      expect(dry.stdout).toContain("Would delete 2 settled row(s) whose event is older than 1d");
+      expect(dry.stdout).toContain("The real run needs --force: a retention of 1 d is shorter than the 31 d");
+      expect((await inboxJson<PurgeResult>(["purge", "--older-than", "1d", "--dry-run"])).forceRequired).toContain("shorter than the 31 d");
       expect(await count(db, "webhook_inbox")).toBe(3);
       expect(await count(db, "webhook_inbox", "payload is null")).toBe(0);
 
-      expect(await inboxJson<PurgeResult>(["purge", "--batch", "1"])).toEqual({ dryRun: false, deleted: 1, payloadsDropped: 0 });
+      expect(await inboxJson<PurgeResult>(["purge", "--batch", "1"])).toMatchObject({ dryRun: false, deleted: 1, payloadsDropped: 0 });
       expect(await count(db, "webhook_inbox", `event_id = '${old.eventId}'`)).toBe(0);
       expect(await count(db, "webhook_inbox")).toBe(2);
 

@@ -1,6 +1,6 @@
 // The operator functions of src/ops/ against real PostgreSQL: status, list, show, requeue, replay,
 // purge and parseDuration. Rows get their states through the real code paths (receiveSync,
-// receiveAsync, claimBatch + processClaimed); only their timestamps are moved back with plain UPDATEs.
+// receiveAsync, claimBatch + processClaim); only their timestamps are moved back with plain UPDATEs.
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { claimBatch } from "../../src/worker/claim.ts";
 import { connect } from "../../src/db/db.ts";
@@ -13,7 +13,7 @@ import { replayEvent } from "../../src/ops/replay.ts";
 import { requeue } from "../../src/ops/requeue.ts";
 import { readBacklog } from "../../src/inbox/backlog.ts";
 import { inboxStatus, type Arrivals } from "../../src/ops/status.ts";
-import { processClaimed } from "../../src/worker/process-claimed.ts";
+import { processClaim } from "../../src/worker/process-claim.ts";
 import { receiveAsync, receiveSync, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { runWorker } from "../../src/worker/worker.ts";
 import { count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
@@ -83,7 +83,7 @@ async function unprocessedRow(type = "invoice.paid", target = BILLING): Promise<
 }
 
 /**
- * A row queued, claimed and failed once by `error` through processClaimed: parked as needs-review
+ * A row queued, claimed and failed once by `error` through processClaim: parked as needs-review
  * (`park`: attempt limit 1, or any PermanentError), or left unprocessed with `last_error` and a backoff.
  * Claims the oldest due row, so make these rows before queueing unprocessed ones (checked).
  */
@@ -99,18 +99,19 @@ async function failedRow(error: Error, options: { park: boolean; type?: string; 
       throw error;
     },
   };
-  const result = await processClaimed(db, claim, { handlersFor: () => failing, timeoutMs: 5_000, maxAttempts, backoff: BACKOFF });
+  const result = await processClaim(db, claim, { tables: { stripe: failing }, timeoutMs: 5_000, maxAttempts, backoff: BACKOFF });
   expect(result.outcome).toBe(options.park ? "needs_review" : "failed");
   return e;
 }
 
 const needsReviewRow = (error: Error, type = "invoice.paid", target = BILLING) => failedRow(error, { park: true, type, target });
 
-/** Moves a row's received_at (and processed_at / needs_review_at when set) `ms` into the past. */
+/** Moves a row's received_at and event_created_at (and processed_at / needs_review_at when set) `ms` into the past. */
 async function backdate(eventId: string, ms: number): Promise<void> {
   await db`
     update webhook_inbox
        set received_at = now() - ${ms} * interval '1 millisecond',
+           event_created_at = now() - ${ms} * interval '1 millisecond',
            processed_at = case when processed_at is not null then now() - ${ms} * interval '1 millisecond' end,
            needs_review_at = case when needs_review_at is not null then now() - ${ms} * interval '1 millisecond' end
      where event_id = ${eventId}
@@ -490,7 +491,7 @@ describe("requeue()", () => {
       const pool = connect(fresh.url, { max: 2 });
       const worker = runWorker({
         db: pool,
-        handlersFor: () => billingHandlers,
+        tables: { stripe: billingHandlers },
         signal: controller.signal,
         pollMs: 50,
         backoff: BACKOFF,
@@ -575,10 +576,13 @@ describe("replayEvent()", () => {
     const waiting = await unprocessedRow();
     const old = await processedRow();
     await backdate(old.eventId, 10 * DAY_MS);
-    expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS })).toEqual({
+    expect(await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS })).toEqual({
       dryRun: false,
       deleted: 0,
       payloadsDropped: 1,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
     });
 
     await expect(replayEvent(db, key(waiting), billingHandlers)).rejects.toThrow(
@@ -631,13 +635,16 @@ describe("purge()", () => {
   const remaining = async () => Object.keys(await rows()).sort();
   const keys = (...list: Sent[]) => list.map((e) => keyOf(e)).sort();
 
-  test("`purge()` refuses a 1-day retention with RetentionTooShortError naming the 3 d horizon, and deletes nothing", async () => {
+  test("`purge()` refuses a retention below 31 days (the 30 days backfill re-reads, plus a margin) with RetentionTooShortError, and deletes nothing", async () => {
     const s = await seed();
     const before = await rows();
     const error = await purge(db, { olderThanMs: parseDuration("1d") }).catch((err: unknown) => err);
     expect(error).toBeInstanceOf(RetentionTooShortError);
-    expect((error as Error).message).toContain("retry horizon of 3 d");
+    expect((error as Error).message).toContain("shorter than the 31 d in which an event may be met again");
     expect((error as Error).message).toContain("retention of 1 d");
+    expect(((await purge(db, { olderThanMs: parseDuration("30d") }).catch((err: unknown) => err)) as Error).message).toContain(
+      "retention of 30 d is shorter",
+    );
     expect(((await purge(db, { olderThanMs: 5_000 }).catch((err: unknown) => err)) as Error).message).toContain(
       "retention of 5 s is shorter",
     );
@@ -652,26 +659,46 @@ describe("purge()", () => {
       dryRun: true,
       deleted: 5,
       payloadsDropped: 0,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
       forceRequired:
-        "a retention of 1 d is shorter than the provider's retry horizon of 3 d plus a 1 d margin (4 d); a redelivery after that would be processed again",
+        "a retention of 1 d is shorter than the 31 d in which an event may be met again (Stripe redelivers for 3 d, event backfill re-reads 30 d, plus a 1 d margin); an event met after its row is gone would be applied again",
     });
     expect(await purge(db, { olderThanMs: parseDuration("1d"), dryRun: true, force: true })).toEqual({
       dryRun: true,
       deleted: 5,
       payloadsDropped: 0,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
     });
     expect(await rows()).toEqual(before);
   });
 
   test("`purge()` with `force: true` accepts a 1-day retention and deletes every processed row older than a day", async () => {
     const s = await seed();
-    expect(await purge(db, { olderThanMs: parseDuration("1d"), force: true })).toEqual({ dryRun: false, deleted: 5, payloadsDropped: 0 });
+    expect(await purge(db, { olderThanMs: parseDuration("1d"), force: true })).toEqual({
+      dryRun: false,
+      deleted: 5,
+      payloadsDropped: 0,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
+    });
     expect(await remaining()).toEqual(keys(s.oldReview, s.oldWaiting));
   });
 
-  test("`purge()` at the default 30 d deletes only the processed rows older than 30 days", async () => {
+  test("`purge()` at the default 31 d deletes only the settled rows whose events are older than 31 days", async () => {
     const s = await seed();
-    expect(await purge(db, { olderThanMs: parseDuration("30d") })).toEqual({ dryRun: false, deleted: 3, payloadsDropped: 0 });
+    expect(await purge(db, { olderThanMs: parseDuration("31d") })).toEqual({
+      dryRun: false,
+      deleted: 3,
+      payloadsDropped: 0,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
+    });
     expect(await remaining()).toEqual(keys(s.oldReview, s.oldWaiting, s.mid, s.recent));
     expect(await row(keyOf(s.mid))).toMatchObject({ state: "processed", payload_dropped_at: null });
     expect(await row(keyOf(s.recent))).toMatchObject({ state: "processed", payload_dropped_at: null });
@@ -684,6 +711,9 @@ describe("purge()", () => {
       dryRun: false,
       deleted: 5,
       payloadsDropped: 0,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
     });
     const after = await rows();
     expect(Object.keys(after).sort()).toEqual(keys(s.oldReview, s.oldWaiting));
@@ -697,7 +727,14 @@ describe("purge()", () => {
     for (let i = 0; i < 5; i++) old.push(await processedRow());
     const recent = await processedRow();
     for (const e of old) await backdate(e.eventId, 40 * DAY_MS);
-    expect(await purge(db, { olderThanMs: 30 * DAY_MS, batchSize: 2 })).toEqual({ dryRun: false, deleted: 5, payloadsDropped: 0 });
+    expect(await purge(db, { olderThanMs: 31 * DAY_MS, batchSize: 2 })).toEqual({
+      dryRun: false,
+      deleted: 5,
+      payloadsDropped: 0,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
+    });
     expect(await remaining()).toEqual(keys(recent));
   });
 
@@ -705,10 +742,13 @@ describe("purge()", () => {
     const old: Sent[] = [];
     for (let i = 0; i < 5; i++) old.push(await processedRow());
     for (const e of old) await backdate(e.eventId, 10 * DAY_MS);
-    expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS, batchSize: 2 })).toEqual({
+    expect(await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS, batchSize: 2 })).toEqual({
       dryRun: false,
       deleted: 0,
       payloadsDropped: 5,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
     });
     expect(await count(db, "webhook_inbox", "payload is null and payload_dropped_at is not null")).toBe(5);
   });
@@ -716,20 +756,44 @@ describe("purge()", () => {
   test("`purge()` dry run counts what it would delete and drop without changing a row, and the real run matches it", async () => {
     await seed();
     const before = await rows();
-    const options = { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS };
-    expect(await purge(db, { ...options, dryRun: true })).toEqual({ dryRun: true, deleted: 3, payloadsDropped: 1 });
-    expect(await purge(db, { olderThanMs: 30 * DAY_MS, dryRun: true })).toEqual({ dryRun: true, deleted: 3, payloadsDropped: 0 });
+    const options = { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS };
+    expect(await purge(db, { ...options, dryRun: true })).toEqual({
+      dryRun: true,
+      deleted: 3,
+      payloadsDropped: 1,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
+    });
+    expect(await purge(db, { olderThanMs: 31 * DAY_MS, dryRun: true })).toEqual({
+      dryRun: true,
+      deleted: 3,
+      payloadsDropped: 0,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
+    });
     expect(await rows()).toEqual(before);
-    expect(await purge(db, options)).toEqual({ dryRun: false, deleted: 3, payloadsDropped: 1 });
+    expect(await purge(db, options)).toEqual({
+      dryRun: false,
+      deleted: 3,
+      payloadsDropped: 1,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
+    });
   });
 
   test("`purge()` with `payloadsOlderThanMs` drops the payloads of old processed rows only, keeping key and metadata", async () => {
     const s = await seed();
     const before = await rows();
-    expect(await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS })).toEqual({
+    expect(await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS })).toEqual({
       dryRun: false,
       deleted: 3,
       payloadsDropped: 1,
+      outboxDeleted: 0,
+      claimsDeleted: 0,
+      backfillRequestsDeleted: 0,
     });
     const after = await rows();
     const mid = after[keyOf(s.mid)];
@@ -747,7 +811,7 @@ describe("purge()", () => {
 
   test("a redelivery of an event whose payload `purge()` dropped is still a duplicate and books nothing", async () => {
     const s = await seed();
-    await purge(db, { olderThanMs: 30 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS });
+    await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS });
     expect((await row(keyOf(s.mid))).payload).toBeNull();
     const ledger = await count(db, "ledger_entries");
     const outbox = await count(db, "outbox");

@@ -96,8 +96,8 @@ test("`resolveReviewed()` refuses a blank note, and resolved rows are purged lik
   const e = await parked(4, "Cannot apply invoice event: missing or invalid field(s) customer");
   await expect(resolveReviewed(db, { eventId: e.eventId }, "  ", false)).rejects.toThrow("Cannot resolve without a note");
   expect((await resolveReviewed(db, { eventId: e.eventId }, NOTE, false)).rows).toHaveLength(1);
-  await db`update webhook_inbox set received_at = now() - interval '40 days', processed_at = now() - interval '40 days'`;
-  expect(await purge(db, { olderThanMs: 30 * 86_400_000 })).toMatchObject({ deleted: 1 });
+  await db`update webhook_inbox set received_at = now() - interval '40 days', event_created_at = now() - interval '40 days', processed_at = now() - interval '40 days'`;
+  expect(await purge(db, { olderThanMs: 31 * 86_400_000 })).toMatchObject({ deleted: 1 });
   expect(await count(db, "webhook_inbox")).toBe(0);
 });
 

@@ -7,7 +7,7 @@ import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import type { HandlerTable } from "../../src/handlers/handler-table.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
-import { processBatch } from "../../src/worker/process-batch.ts";
+import { workOff } from "../support/work.ts";
 import { signStripePayload, stripeProvider } from "../../src/providers/stripe.ts";
 import { waitUntil } from "../support/wait-until.ts";
 import { count, eventBody, fixture, freshDatabase, invoice, lifecycle, OTHER_SECRET, SECRET, signedRequest } from "../support/helpers.ts";
@@ -570,17 +570,8 @@ describe("failures", () => {
       expect(res.body.outcome).toBe(mode === "sync" ? "needs_review" : "queued");
       if (mode === "async") {
         // The worker must park it too: a status-less payment is never "processed with nothing booked".
-        const { processClaimed } = await import("../../src/worker/process-claimed.ts");
-        const { claimBatch } = await import("../../src/worker/claim.ts");
-        const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 10 });
-        if (!claim) throw new Error("expected a claim");
-        const result = await processClaimed(db, claim, {
-          handlersFor: () => billingHandlers,
-          timeoutMs: 5_000,
-          maxAttempts: 10,
-          backoff: { baseMs: 1000, capMs: 1000 },
-        });
-        expect(result.outcome).toBe("needs_review");
+        const [result] = await workOff(db, billingHandlers);
+        expect(result?.outcome).toBe("needs_review");
       }
       const [row] = await db`select processed_at, needs_review_at is not null as parked, last_error from webhook_inbox`;
       expect(row).toMatchObject({ processed_at: null, parked: true });
@@ -618,13 +609,7 @@ describe("failures", () => {
       );
       expect((await reply(await app.fetch(await signed(second)))).body.outcome).toBe(mode === "sync" ? "needs_review" : "queued");
       if (mode === "async") {
-        const claims = await claimBatch(db, { limit: 10, leaseMs: 60_000, maxAttempts: 10 });
-        const [result] = await processBatch(db, claims, {
-          handlersFor: () => billingHandlers,
-          timeoutMs: 5_000,
-          maxAttempts: 10,
-          backoff: { baseMs: 1_000, capMs: 60_000 },
-        });
+        const [result] = await workOff(db, billingHandlers);
         expect(result?.outcome).toBe("needs_review");
       }
       const [row] =

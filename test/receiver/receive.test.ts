@@ -623,15 +623,22 @@ test("`receiveSync()` books an overpayment Stripe reports as amount_overpaid in 
 test.each([
   ["nothing through Stripe (amount_paid 0)", 0, []],
   ["a part through Stripe (amount_paid 500 of 2000)", 500, [{ amount: 500, eventId: "evt_oob_paid_500" }]],
-])("`receiveSync()` moves an invoice marked paid out of band to paid and books only what moved through Stripe: %s", async (_label, amountPaid, ledger) => {
-  const invoiceId = `in_oob_${amountPaid}`;
-  expect(await receive(invoiceEvent(`evt_oob_open_${amountPaid}`, "invoice.finalized", invoiceId, 2000, { status: "open" }))).toBe("processed");
-  const paid = { amount_paid: amountPaid, amount_remaining: 0, paid_out_of_band: true };
-  expect(await receive(invoiceEvent(`evt_oob_paid_${amountPaid}`, "invoice.paid", invoiceId, 2000, paid))).toBe("processed");
-  // Its sibling event for the same fact changes nothing more.
-  expect(await receive(invoiceEvent(`evt_oob_succeeded_${amountPaid}`, "invoice.payment_succeeded", invoiceId, 2000, paid))).toBe("processed");
-  expect(await invoiceState(invoiceId)).toMatchObject({ status: "paid", amountPaid, ledger, bookings: ledger.length });
-});
+])(
+  "`receiveSync()` moves an invoice marked paid out of band to paid and books only what moved through Stripe: %s",
+  async (_label, amountPaid, ledger) => {
+    const invoiceId = `in_oob_${amountPaid}`;
+    expect(await receive(invoiceEvent(`evt_oob_open_${amountPaid}`, "invoice.finalized", invoiceId, 2000, { status: "open" }))).toBe(
+      "processed",
+    );
+    const paid = { amount_paid: amountPaid, amount_remaining: 0, paid_out_of_band: true };
+    expect(await receive(invoiceEvent(`evt_oob_paid_${amountPaid}`, "invoice.paid", invoiceId, 2000, paid))).toBe("processed");
+    // Its sibling event for the same fact changes nothing more.
+    expect(await receive(invoiceEvent(`evt_oob_succeeded_${amountPaid}`, "invoice.payment_succeeded", invoiceId, 2000, paid))).toBe(
+      "processed",
+    );
+    expect(await invoiceState(invoiceId)).toMatchObject({ status: "paid", amountPaid, ledger, bookings: ledger.length });
+  },
+);
 
 test("`receiveSync()` moves a fully discounted invoice (amount_due 0, amount_paid 0) to paid and books no zero-amount payment", async () => {
   expect(await receive(invoiceEvent("evt_free_paid", "invoice.paid", "in_free_1", 0))).toBe("processed");

@@ -3,14 +3,13 @@
 // normal handler in every mode, and on requeue of rows parked before that was possible.
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { createApp } from "../../src/receiver/app.ts";
-import { claimBatch } from "../../src/worker/claim.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import type { HandlerTable } from "../../src/handlers/handler-table.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { jsonbCopy } from "../../src/providers/jsonb-text.ts";
 import { purge } from "../../src/ops/purge.ts";
 import { requeue } from "../../src/ops/requeue.ts";
-import { processBatch } from "../../src/worker/process-batch.ts";
+import { workOff } from "../support/work.ts";
 import type { Mode } from "../../src/receiver/receive.ts";
 import { count, eventBody, freshDatabase, invoice, SECRET, signedRequest } from "../support/helpers.ts";
 
@@ -22,7 +21,6 @@ beforeEach(async () => {
 });
 
 const URL_DEFAULT = "http://receiver.test/webhooks/stripe";
-const PROCESS = { timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 60_000, capMs: 600_000 } };
 
 function appFor(mode: Mode) {
   return createApp({ db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]), log: () => {} });
@@ -33,10 +31,9 @@ async function deliver(mode: Mode, body: string): Promise<{ status: number; outc
   return { status: res.status, ...((await res.json()) as { outcome?: string; error?: string }) };
 }
 
-/** Claims every due row and runs it through the worker's batch path, as `bun run worker` would. */
-async function work(handlers: HandlerTable = billingHandlers) {
-  const claims = await claimBatch(db, { limit: 100, leaseMs: 60_000, maxAttempts: 10 });
-  return processBatch(db, claims, { ...PROCESS, handlersFor: () => handlers });
+/** Claims every due row and processes each, as `bun run worker` would. */
+function work(handlers: HandlerTable = billingHandlers) {
+  return workOff(db, handlers);
 }
 
 /** A paid invoice whose description holds U+0000 and a metadata key holding U+0000 and a lone surrogate. */
@@ -109,7 +106,7 @@ describe("a payment holding characters jsonb refuses", () => {
     },
   );
 
-  test("`processBatch()` parks a requeued event whose type held \\u0000 again, with a clear error, never settling it as ignored", async () => {
+  test("`processClaim()` parks a requeued event whose type held \\u0000 again, with a clear error, never settling it as ignored", async () => {
     const body = eventBody(
       "evt_nul_type_requeued",
       "invoice.paid\u0000",
@@ -127,8 +124,8 @@ describe("a payment holding characters jsonb refuses", () => {
 
   test("`purge()` drops the raw body of a sanitized payload together with the payload", async () => {
     expect((await deliver("sync", paidWithNul("evt_nul_purged", "in_nul_purged"))).outcome).toBe("processed");
-    await db`update webhook_inbox set processed_at = now() - interval '8 days'`;
-    expect(await purge(db, { olderThanMs: 30 * 86_400_000, payloadsOlderThanMs: 7 * 86_400_000 })).toEqual({
+    await db`update webhook_inbox set processed_at = now() - interval '8 days', event_created_at = now() - interval '8 days'`;
+    expect(await purge(db, { olderThanMs: 31 * 86_400_000, payloadsOlderThanMs: 7 * 86_400_000 })).toMatchObject({
       dryRun: false,
       deleted: 0,
       payloadsDropped: 1,
@@ -157,7 +154,7 @@ describe("rows parked before sanitized copies existed", () => {
     `;
   }
 
-  test("`processBatch()` parks a requeued raw-body-only row whose type held \\u0000, never settling it as ignored", async () => {
+  test("`processClaim()` parks a requeued raw-body-only row whose type held \\u0000, never settling it as ignored", async () => {
     const body = eventBody("evt_old_nul_type", "invoice.paid\u0000", invoice({ id: "in_old_nul_type", status: "paid", amount_paid: 2000 }));
     await parkedTheOldWay("evt_old_nul_type", "invoice.paid\ufffd", body);
     expect((await requeue(db, {}, false)).rows).toHaveLength(1);
@@ -168,7 +165,7 @@ describe("rows parked before sanitized copies existed", () => {
     expect(String(row?.last_error)).toContain("Event type holds characters PostgreSQL cannot store");
   });
 
-  test("`processBatch()` books a requeued payment whose row holds only its raw body, storing the sanitized copy as its payload", async () => {
+  test("`processClaim()` books a requeued payment whose row holds only its raw body, storing the sanitized copy as its payload", async () => {
     await parkedTheOldWay("evt_old_nul_1", "invoice.paid", paidWithNul("evt_old_nul_1", "in_old_1"));
     await parkedTheOldWay(
       "evt_old_nul_2",
@@ -191,7 +188,7 @@ describe("rows parked before sanitized copies existed", () => {
     expect(await count(db, "invoices")).toBe(2);
   });
 
-  test("`processBatch()` applies a requeued raw-body row through a plain (non-statement) handler too", async () => {
+  test("`processClaim()` applies a requeued raw-body row through a plain (non-statement) handler too", async () => {
     const seen: unknown[] = [];
     const plain: HandlerTable = { "invoice.created": async (_tx, object) => void seen.push(object.description) };
     await parkedTheOldWay(
@@ -205,7 +202,7 @@ describe("rows parked before sanitized copies existed", () => {
     expect(await count(db, "webhook_inbox", "payload is not null and payload_sanitized is not null and outcome = 'processed'")).toBe(1);
   });
 
-  test("`processBatch()` parks a requeued raw-body row that no copy can fix, saying so", async () => {
+  test("`processClaim()` parks a requeued raw-body row that no copy can fix, saying so", async () => {
     const body = eventBody("evt_old_huge", "invoice.created", invoice()).replace('"usd"', '"usd", "note": 1e131072');
     await parkedTheOldWay("evt_old_huge", "invoice.created", body);
     await requeue(db, {}, false);

@@ -5,6 +5,7 @@ setDefaultTimeout(60_000);
 import type { Db } from "../../src/db/db.ts";
 import type { RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { stripeApiEvent } from "../../src/providers/stripe.ts";
+import { handlerTable } from "../../src/handlers/handler-table.ts";
 import { handlersFor } from "../../src/receiver/endpoints.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
 import { closeAll, connections, freshDatabase } from "../support/helpers.ts";
@@ -63,18 +64,34 @@ test("`backfillEvents()` records every event after the receiver was down for the
   expect(Math.abs((cp!.covered_until as Date).getTime() / 1000 - NOW)).toBeLessThan(120);
 });
 
-test("`backfillEvents()` run again from its checkpoint reads only newer events and changes no row", async () => {
+test("`backfillEvents()` run again from its checkpoint re-reads only its overlap window, records only newer events and changes no row", async () => {
   const f = fake(events.slice(0, 20));
   await runBackfill(db, f, { pageSize: 4 });
   const before = await endState(db);
   const again = await runBackfill(db, f, { pageSize: 4 });
-  expect(again.events).toBe(0);
+  // The 20 events lie within OVERLAP_SEC of the newest one: read again, all already recorded.
+  expect({ events: again.events, fresh: again.fresh, alreadyRecorded: again.alreadyRecorded }).toEqual({
+    events: 20,
+    fresh: 0,
+    alreadyRecorded: 20,
+  });
   expect(await endState(db)).toEqual(before);
   for (const e of events.slice(20)) f.store.putEvent(e, false);
   const third = await runBackfill(db, f, { pageSize: 4 });
-  expect(third.events).toBe(events.length - 20);
   expect(third.fresh).toBe(events.length - 20);
   expect(await endState(db)).toEqual(await webhookEndState());
+});
+
+test("`backfillEvents()` records an event Stripe lists only after a newer one was paged, when it is within the overlap window (review R9)", async () => {
+  const f = fake(events.slice(0, 20));
+  await runBackfill(db, f, { pageSize: 4 });
+  const [cp] = await db<{ cursor_created: Date }[]>`select cursor_created from event_backfill_checkpoints`;
+  // Created 60 s before the newest event the first run recorded, but listable only now.
+  const late = { ...(events[25] as (typeof events)[number]), created: Math.floor(cp!.cursor_created.getTime() / 1000) - 60 };
+  f.store.putEvent(late, false);
+  const next = await runBackfill(db, f, { pageSize: 4 });
+  expect(next.fresh).toBe(1);
+  expect(await db`select source from webhook_inbox where event_id = ${late.id}`).toEqual([{ source: "api" }] as never);
 });
 
 test("`backfillEvents()` never skips same-second events across pages of one", async () => {
@@ -170,4 +187,22 @@ test("`backfillEvents()` finds another process holding the endpoint's lease busy
   expect((await db`select count(*)::int as n from webhook_inbox`)[0]!.n).toBe(0);
   await db`update event_backfill_checkpoints set lease_until = now() - interval '1 second'`;
   expect((await runBackfill(db, fake())).fresh).toBe(events.length);
+});
+
+test("`backfillEvents()` meets an event a webhook already applied as a duplicate, whatever its handler writes: no error, its handler does not run again, the checkpoint passes it (review R4)", async () => {
+  // A handler that writes without any check of its own: only the inbox keeps it to one run per event.
+  await db`create table handler_runs (event_id text not null)`;
+  const writing = handlerTable({
+    "invoice.paid": async (tx, _object, context) => void (await tx`insert into handler_runs values (${context.eventId})`),
+  });
+  const target = { provider: "stripe", endpoint: "billing", handlers: writing };
+  const paid = events.filter((e) => e.type === "invoice.paid");
+  expect(await receiveSync(db, target, { ...stripeApiEvent(paid[0]), source: "webhook" })).toBe("processed");
+  const f = fake(paid);
+  const summary = await runBackfill(db, f, { target, since: new Date((NOW - 7_200) * 1000) });
+  expect(summary.status).toBe("done");
+  expect(summary.outcomes).toMatchObject({ duplicate: 1, processed: paid.length - 1 });
+  expect((await db`select count(*)::int as n from handler_runs`)[0]!.n).toBe(paid.length);
+  const [cp] = await db`select cursor_event_id from event_backfill_checkpoints`;
+  expect(cp!.cursor_event_id).toBe(paid.at(-1)!.id);
 });

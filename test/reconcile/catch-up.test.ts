@@ -3,7 +3,7 @@ import { afterAll, beforeEach, expect, setDefaultTimeout, test } from "bun:test"
 import type { Db } from "../../src/db/db.ts";
 import type { RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../../src/reconcile/catch-up.ts";
-import { recordBackfillRequest } from "../../src/inbox/backfill-requests.ts";
+import { recordBackfillRequest } from "../../src/handlers/backfill-requests.ts";
 import { stripeEventLister } from "../../src/reconcile/stripe-events.ts";
 import { handlersFor, migratingHandlersFor } from "../../src/receiver/endpoints.ts";
 import { readCatchUpSettings } from "../../src/runtime/catch-up.ts";

@@ -27,13 +27,14 @@ export function pgbouncerBinary(): string {
 
 /**
  * Starts PgBouncer with `pool_mode = transaction` in front of the server of `serverUrl` (any database
- * name is passed through: `* = host=… port=…`); `sessionDatabases` are served with `pool_mode = session`. Clients authenticate with the server's own user and
+ * name is passed through: `* = host=… port=…`); `sessionDatabases` are served with `pool_mode = session`;
+ * `queryWaitTimeoutSec` bounds how long a client waits for a server connection. Clients authenticate with the server's own user and
  * password (SCRAM, plain password in userlist.txt, which PgBouncer also uses towards the server).
  * PgBouncer refuses to run as root, so as root it runs as `nobody` (`-u`).
  */
 export async function startPgBouncer(
   serverUrl: string,
-  options: { poolSize?: number; sessionDatabases?: string[] } = {},
+  options: { poolSize?: number; sessionDatabases?: string[]; queryWaitTimeoutSec?: number } = {},
 ): Promise<PgBouncer> {
   const binary = pgbouncerBinary();
   const server = new URL(serverUrl);
@@ -61,6 +62,7 @@ export async function startPgBouncer(
       "max_client_conn = 500",
       "max_db_connections = 50",
       "server_login_retry = 1",
+      ...(options.queryWaitTimeoutSec === undefined ? [] : [`query_wait_timeout = ${options.queryWaitTimeoutSec}`]),
       "ignore_startup_parameters = extra_float_digits",
       "",
     ].join("\n"),

@@ -4,7 +4,7 @@
 import type { Db } from "../../src/db/db.ts";
 import type { Handler, HandlerTable } from "../../src/handlers/handler-table.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
-import { recordEvent, type InboxKey } from "../../src/inbox/inbox.ts";
+import { inboxRow, insertInbox, type InboxKey } from "../../src/inbox/inbox.ts";
 import type { VerifiedEvent } from "../../src/providers/provider.ts";
 import type { Outcome, ReceiveTarget } from "../../src/receiver/receive.ts";
 
@@ -15,8 +15,8 @@ import type { Outcome, ReceiveTarget } from "../../src/receiver/receive.ts";
  */
 export async function receiveRecordFirst(db: Db, target: ReceiveTarget, event: VerifiedEvent): Promise<Outcome> {
   const key = inboxKey(target, event);
-  const inserted = await db.begin((tx) => recordEvent(tx, key, event, "processed"));
-  if (!inserted) return "duplicate";
+  const inserted = await db.begin((tx) => insertInbox(tx, [inboxRow(key, event, "processed")]));
+  if (inserted.size === 0) return "duplicate";
   const handler = target.handlers[event.type];
   if (!handler) return "ignored";
   await db.begin((tx) => handler(tx, event.subject.object, { ...key, eventType: event.type }));
@@ -56,7 +56,7 @@ export async function receiveApplyFirst(
   const handler = target.handlers[event.type];
   if (handler) await db.begin((tx) => handler(tx, event.subject.object, { ...key, eventType: event.type }));
   await hooks.afterCommit?.();
-  await db.begin((tx) => recordEvent(tx, key, event, handler ? "processed" : "ignored"));
+  await db.begin((tx) => insertInbox(tx, [inboxRow(key, event, handler ? "processed" : "ignored")]));
   return handler ? "processed" : "ignored";
 }
 

@@ -252,7 +252,8 @@ test("`bun run serve` whose connection is lost during the migrations waits for t
     const serve = start("serve", [], { DATABASE_URL: fresh.url, PORT: String(port), HOST: "127.0.0.1", STRIPE_WEBHOOK_SECRET: SECRET });
     await waitUntil(
       "serve's migration to wait on the lock",
-      async () => (await holder`select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%pg_advisory_xact_lock%'`).length > 0,
+      async () =>
+        (await holder`select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%pg_advisory_xact_lock%'`).length > 0,
       { timeoutMs: 30_000, intervalMs: 20 },
     );
     await holder`select pg_terminate_backend(pid) from pg_stat_activity where wait_event_type = 'Lock' and query like '%pg_advisory_xact_lock%'`;

@@ -2,17 +2,17 @@
 // what they point to from the fake Stripe API (stripe-node over loopback), the Stripe handlers applying it.
 import { afterAll, afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createApp, type Endpoint } from "../../src/receiver/app.ts";
-import { stripeEndpoints, handlersFor, migratingHandlersFor } from "../../src/receiver/endpoints.ts";
+import { handlerTables, stripeEndpoints, workerHandlerTables } from "../../src/receiver/endpoints.ts";
 import { connect, type Db } from "../../src/db/db.ts";
 import { runWorker, type WorkerOptions } from "../../src/worker/worker.ts";
-import { healthWindow, stripeFetcher } from "../../src/worker/stripe-fetch.ts";
-import { finishBackfillRequest, takeBackfillRequest } from "../../src/inbox/backfill-requests.ts";
+import { stripeFetcher } from "../../src/worker/stripe-fetch.ts";
+import { healthWindow, thinHandlerTable } from "../../src/handlers/stripe-thin.ts";
+import { finishBackfillRequest, takeBackfillRequest } from "../../src/handlers/backfill-requests.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
 import { startFakeStripe, type RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { FakeStripeStore } from "../../src/dev/fake-stripe/store.ts";
 import { V2_EVENTS } from "../../src/dev/fake-stripe/app.ts";
 import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
-import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
 import { changeOnceTable } from "../../src/handlers/change-once.ts";
 import type { HandlerTable } from "../../src/handlers/handler-table.ts";
 import { stripeProvider } from "../../src/providers/stripe.ts";
@@ -73,13 +73,12 @@ async function drain(overrides: Partial<WorkerOptions> & { requestsPerSecond?: n
   const fetcher = stripeFetcher({
     stripe: stripeApiClient({ apiKey: KEY, apiBase: new URL(fake.url) }),
     refetchEndpoints: new Set(["refetch"]),
-    handledTypes: new Set(Object.keys(stripeHandlers)),
     requestsPerSecond: overrides.requestsPerSecond ?? 1_000,
     retry: { attempts: 2, baseMs: 1, maxMs: 5 },
   });
   const worker = runWorker({
     db: pool,
-    handlersFor: migratingHandlersFor,
+    tables: workerHandlerTables(true),
     signal: controller.signal,
     pollMs: 20,
     backoff: { baseMs: 5, capMs: 20 },
@@ -279,7 +278,7 @@ describe("migration: classic and thin events of one change", () => {
       for (const c of changes) await deliver(app, "thin", c.thin);
       // The worker applies thin rows while the classic copies arrive on their own connections.
       const deliveries = Promise.all(changes.map(async (c) => deliver(app, "billing", c.classic)));
-      await drain({ handlersFor: () => table });
+      await drain({ tables: { stripe: migrating, "stripe-thin": thinHandlerTable(table) } });
       await deliveries;
       const runs = await db<{ n: number }[]>`select count(*)::int as n from applied_runs`;
       expect(runs[0]?.n).toBe(6);
@@ -317,7 +316,7 @@ describe("refetch mode", () => {
       eventBody("evt_refetch_created", "invoice.created", stale),
     ];
     for (const e of events) expect(await deliver(app, "refetch", e)).toBe("queued");
-    await drain({ handlersFor });
+    await drain({ tables: handlerTables });
     const [row] = await db`select status, amount_due::int as amount_due, amount_paid::int as amount_paid from invoices`;
     expect(row).toEqual({ status: "paid", amount_due: 5000, amount_paid: 5000 });
     expect(await db`select amount::int as amount from ledger_entries where kind = 'payment'`).toEqual([{ amount: 5000 }] as never);
@@ -343,8 +342,7 @@ describe("health notification", () => {
     const body = JSON.stringify(healthNotification(id, "2026-12-01T10:00:00.000Z"));
     expect(await deliver(app, "thin", body)).toBe("queued");
     expect(await deliver(app, "thin", body)).toBe("duplicate");
-    const requested: unknown[] = [];
-    await drain({ onBackfillRequested: (r) => requested.push(r) });
+    await drain();
     const rows = await db`select endpoint, requested_by, window_start, window_end from event_backfill_requests`;
     expect([...rows]).toEqual([
       {
@@ -354,7 +352,6 @@ describe("health notification", () => {
         window_end: new Date("2026-12-01T09:45:00.000Z"),
       },
     ]);
-    expect(requested).toHaveLength(1);
     expect(fake.store.requests.filter((r) => r.path === `/v2/core/events/${id}`).length).toBe(1);
 
     // The seam the event backfill takes its work from: one runner at a time, taken again if its run died.
@@ -373,17 +370,17 @@ describe("health notification", () => {
   test("`healthWindow()` ends at resolved_at (else created) and starts at started_at, impact.started_at, else the lookback", () => {
     const created = "2026-12-01T10:00:00.000Z";
     const at = (iso: string) => new Date(iso);
-    expect(healthWindow({ data: { resolved_at: "2026-12-01T09:00:00Z", started_at: "2026-12-01T08:00:00Z" } }, created, 3_600_000)).toEqual(
+    expect(healthWindow({ created, data: { resolved_at: "2026-12-01T09:00:00Z", started_at: "2026-12-01T08:00:00Z" } }, 3_600_000)).toEqual(
       {
         start: at("2026-12-01T08:00:00Z"),
         end: at("2026-12-01T09:00:00Z"),
       },
     );
-    expect(healthWindow({ data: { impact: { started_at: "2026-12-01T07:00:00Z" } } }, created, 3_600_000)).toEqual({
+    expect(healthWindow({ created, data: { impact: { started_at: "2026-12-01T07:00:00Z" } } }, 3_600_000)).toEqual({
       start: at("2026-12-01T07:00:00Z"),
       end: at(created),
     });
-    expect(healthWindow({ data: { resolved_at: "2026-12-01T09:00:00Z" } }, created, 3_600_000)).toEqual({
+    expect(healthWindow({ created, data: { resolved_at: "2026-12-01T09:00:00Z" } }, 3_600_000)).toEqual({
       start: at("2026-12-01T08:00:00Z"),
       end: at("2026-12-01T09:00:00Z"),
     });
@@ -391,29 +388,38 @@ describe("health notification", () => {
 });
 
 describe("a worker without Stripe API settings", () => {
-  test("`runWorker()` without a fetcher defers thin rows, attempts given back and the reason in last_error, never parks them", async () => {
+  test("`runWorker()` without a fetcher never claims thin rows: they wait untouched for a worker that has the API, classic rows are processed", async () => {
     const app = createApp({ db, endpoints: endpoints() });
-    const [created] = lifecycleWithStore();
+    const [created, finalized] = lifecycleWithStore();
     expect(await deliver(app, "thin", JSON.stringify(thinFromClassic(created!.body, "evt_test_thin_nofetch")))).toBe("queued");
+    const classic = createApp({ db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode: "async" }]) });
+    expect(await deliver(classic, "billing", finalized!.body)).toBe("queued");
     const pool = connect(fresh.url, { max: 2 });
     const controller = new AbortController();
+    const lines: Record<string, unknown>[] = [];
     const worker = runWorker({
       db: pool,
-      handlersFor,
+      tables: workerHandlerTables(true),
       signal: controller.signal,
       pollMs: 20,
       backoff: { baseMs: 5, capMs: 20 },
-      log: () => {},
+      log: (line) => lines.push(line),
     });
     try {
-      await waitUntil("the thin row deferred", async () => (await count(db, "webhook_inbox", "last_error like 'Thin event waits%'")) === 1);
+      await waitUntil(
+        "the classic row processed",
+        async () => (await count(db, "webhook_inbox", "provider = 'stripe' and outcome = 'processed'")) === 1,
+      );
+      await Bun.sleep(200); // several more claim rounds
     } finally {
       controller.abort();
       await worker;
       await pool.end({ timeout: 5 });
     }
-    const [row] = await db`select attempts, processed_at, needs_review_at from webhook_inbox`;
-    expect(row).toEqual({ attempts: 0, processed_at: null, needs_review_at: null });
+    const [row] =
+      await db`select attempts, defers, last_error, processed_at, needs_review_at from webhook_inbox where provider = 'stripe-thin'`;
+    expect(row).toEqual({ attempts: 0, defers: 0, last_error: null, processed_at: null, needs_review_at: null });
+    expect(lines.filter((l) => l.event_id === "evt_test_thin_nofetch")).toEqual([]);
   });
 });
 

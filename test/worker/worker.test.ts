@@ -1,14 +1,14 @@
 // The async worker against real PostgreSQL (seed §6 and the async rows of the §10 test table):
-// claimBatch, processClaimed, recordFailure, runWorker, receiveAsync/receiveHybrid and the HTTP modes.
+// claimBatch, processClaim, recordFailure, runWorker, receiveAsync/receiveHybrid and the HTTP modes.
 // One connection (or one pool) per concurrent actor.
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { createApp, type Endpoint } from "../../src/receiver/app.ts";
 import { claimBatch, type Claim, type ClaimOptions } from "../../src/worker/claim.ts";
 import { connect, type Db } from "../../src/db/db.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
-import { statementHandler, type Handler, type HandlerTable } from "../../src/handlers/handler-table.ts";
+import type { Handler, HandlerTable } from "../../src/handlers/handler-table.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
-import { processClaimed, recordFailure, type ProcessOptions } from "../../src/worker/process-claimed.ts";
+import { processClaim, recordFailure, type ProcessOptions } from "../../src/worker/process-claim.ts";
 import { receiveAsync, receiveHybrid, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { runWorker, type WorkerOptions } from "../../src/worker/worker.ts";
 import { closeAll, connections, count, eventBody, freshDatabase, invoice, SECRET, signedRequest, verified } from "../support/helpers.ts";
@@ -47,11 +47,11 @@ function requireHandler(table: HandlerTable, type: string): Handler {
 }
 
 function processOptions(handlers: HandlerTable, overrides: Partial<ProcessOptions> = {}): ProcessOptions {
-  return { handlersFor: () => handlers, timeoutMs: 5_000, maxAttempts: 10, backoff: BACKOFF, ...overrides };
+  return { tables: { stripe: handlers }, timeoutMs: 5_000, maxAttempts: 10, backoff: BACKOFF, ...overrides };
 }
 
 function workerOptions(workerDb: Db, signal: AbortSignal, overrides: Partial<WorkerOptions> = {}): WorkerOptions {
-  return { db: workerDb, handlersFor: () => billingHandlers, signal, pollMs: 50, backoff: BACKOFF, log: () => {}, ...overrides };
+  return { db: workerDb, tables: { stripe: billingHandlers }, signal, pollMs: 50, backoff: BACKOFF, log: () => {}, ...overrides };
 }
 
 let seq = 0;
@@ -117,13 +117,13 @@ async function waitFor(what: string, check: () => Promise<boolean> | boolean, ti
 
 const unprocessed = () => count(db, "webhook_inbox", "processed_at is null");
 
-describe("processClaimed() and recordFailure()", () => {
-  test("`processClaimed()` records a handler failure (attempts 1, class and message, backoff) and a later retry processes it", async () => {
+describe("processClaim() and recordFailure()", () => {
+  test("`processClaim()` records a handler failure (attempts 1, class and message, backoff) and a later retry processes it", async () => {
     const eventId = await queuePaid({ customer: "cus_secret_marker" });
     const first = await claimOne();
     expect(first).toMatchObject({ provider: "stripe", endpoint: "billing", eventId, eventType: "invoice.paid", attempt: 1 });
 
-    const failed = await processClaimed(db, first, processOptions(failingHandlers));
+    const failed = await processClaim(db, first, processOptions(failingHandlers));
     expect(failed).toEqual({ outcome: "failed", error: "LedgerLockedError: Ledger is locked for the month-end close" });
     const afterFailure = await inboxRow(eventId);
     expect(afterFailure).toMatchObject({ attempts: 1, processed: false, outcome: null, needs_review: false, later: true });
@@ -135,7 +135,7 @@ describe("processClaimed() and recordFailure()", () => {
     await makeDue(eventId);
     const retry = await claimOne();
     expect(retry.attempt).toBe(2);
-    expect(await processClaimed(db, retry, processOptions(billingHandlers))).toEqual({ outcome: "processed" });
+    expect(await processClaim(db, retry, processOptions(billingHandlers))).toEqual({ outcome: "processed" });
     expect(await inboxRow(eventId)).toMatchObject({
       attempts: 2,
       processed: true,
@@ -146,7 +146,7 @@ describe("processClaimed() and recordFailure()", () => {
     expect(await count(db, "ledger_entries")).toBe(1);
   });
 
-  test("`processClaimed()` of a worker whose lease expired is skipped, and its stale `recordFailure()` is fenced off by the attempt number", async () => {
+  test("`processClaim()` of a worker whose lease expired is skipped, and its stale `recordFailure()` is fenced off by the attempt number", async () => {
     const [dbA, dbB] = connections(fresh.url, 2) as [Db, Db];
     try {
       const eventId = await queuePaid();
@@ -154,15 +154,15 @@ describe("processClaimed() and recordFailure()", () => {
       expect(claimA.attempt).toBe(1);
       await db`update webhook_inbox set available_at = now() - interval '1 s' where event_id = ${eventId}`;
       const claimB = await claimOne(dbB);
-      expect(claimB).toEqual({ ...claimA, attempt: 2 });
+      expect(claimB).toEqual({ ...claimA, attempt: 2, leaseEndsAt: claimB.leaseEndsAt });
       const leasedToB = await inboxRow(eventId);
 
       // A wakes up and reports a failure with its stale claim: B's lease must stay as it is.
       expect(await recordFailure(dbA, claimA, "Error: stale worker A", false, { maxAttempts: 10, backoff: BACKOFF })).toBe(false);
       expect(await inboxRow(eventId)).toEqual(leasedToB);
 
-      expect(await processClaimed(dbB, claimB, processOptions(billingHandlers))).toEqual({ outcome: "processed" });
-      expect(await processClaimed(dbA, claimA, processOptions(billingHandlers))).toEqual({ outcome: "skipped" });
+      expect(await processClaim(dbB, claimB, processOptions(billingHandlers))).toEqual({ outcome: "processed" });
+      expect(await processClaim(dbA, claimA, processOptions(billingHandlers))).toEqual({ outcome: "skipped" });
       expect(await recordFailure(dbA, claimA, "Error: stale worker A", true, { maxAttempts: 10, backoff: BACKOFF })).toBe(false);
 
       expect(await inboxRow(eventId)).toMatchObject({
@@ -179,7 +179,7 @@ describe("processClaimed() and recordFailure()", () => {
   });
 
   test(
-    "`processClaimed()` waits for a row another worker is processing, then skips it",
+    "`processClaim()` waits for a row another worker is processing, then skips it",
     async () => {
       const [dbA, dbB] = connections(fresh.url, 2) as [Db, Db];
       try {
@@ -205,12 +205,12 @@ describe("processClaimed() and recordFailure()", () => {
             await bookPayment(tx, object, context);
           },
         };
-        const a = processClaimed(dbA, claim, processOptions(slowBooking)).then((r) => {
+        const a = processClaim(dbA, claim, processOptions(slowBooking)).then((r) => {
           order.push(`A ${r.outcome}`);
           return r;
         });
         await waitFor("A holding the row", () => aHoldsRow);
-        const b = processClaimed(dbB, claim, processOptions(billingHandlers)).then((r) => {
+        const b = processClaim(dbB, claim, processOptions(billingHandlers)).then((r) => {
           order.push(`B ${r.outcome}`);
           return r;
         });
@@ -237,7 +237,7 @@ describe("processClaimed() and recordFailure()", () => {
     WAITS,
   );
 
-  test("`processClaimed()` fails a handler that outlives `statement_timeout` (57014) and leaves the row unprocessed", async () => {
+  test("`processClaim()` fails a handler that outlives `statement_timeout` (57014) and leaves the row unprocessed", async () => {
     const eventId = await queuePaid();
     const sleeper: HandlerTable = {
       "invoice.paid": async (tx, object, context) => {
@@ -245,7 +245,7 @@ describe("processClaimed() and recordFailure()", () => {
         await tx`select pg_sleep(1)`;
       },
     };
-    const result = await processClaimed(db, await claimOne(), processOptions(sleeper, { timeoutMs: 200 }));
+    const result = await processClaim(db, await claimOne(), processOptions(sleeper, { timeoutMs: 200 }));
     expect(result.outcome).toBe("failed");
     expect(result.error).toContain("57014");
     expect(result.error).toContain("statement timeout");
@@ -256,13 +256,13 @@ describe("processClaimed() and recordFailure()", () => {
     expect(await count(db, "invoices")).toBe(0);
   });
 
-  test("`processClaimed()` parks a row as needs-review after `maxAttempts` failures; `claimBatch()` no longer returns it", async () => {
+  test("`processClaim()` parks a row as needs-review after `maxAttempts` failures; `claimBatch()` no longer returns it", async () => {
     const eventId = await queuePaid();
     const outcomes: string[] = [];
     for (let attempt = 1; attempt <= 3; attempt++) {
       const claim = await claimOne(db, { maxAttempts: 3 });
       expect(claim.attempt).toBe(attempt);
-      outcomes.push((await processClaimed(db, claim, processOptions(failingHandlers, { maxAttempts: 3 }))).outcome);
+      outcomes.push((await processClaim(db, claim, processOptions(failingHandlers, { maxAttempts: 3 }))).outcome);
       await makeDue(eventId);
     }
     expect(outcomes).toEqual(["failed", "failed", "needs_review"]);
@@ -277,9 +277,9 @@ describe("processClaimed() and recordFailure()", () => {
     });
   });
 
-  test("`processClaimed()` parks a PermanentError (billing payload without `customer`) after attempt 1", async () => {
+  test("`processClaim()` parks a PermanentError (billing payload without `customer`) after attempt 1", async () => {
     const eventId = await queuePaid({ customer: undefined });
-    const result = await processClaimed(db, await claimOne(), processOptions(billingHandlers));
+    const result = await processClaim(db, await claimOne(), processOptions(billingHandlers));
     expect(result.outcome).toBe("needs_review");
     expect(result.error).toBe("PermanentError: Cannot apply invoice event: missing or invalid field(s) customer");
     expect(await inboxRow(eventId)).toMatchObject({ attempts: 1, processed: false, needs_review: true, last_error: result.error ?? "" });
@@ -393,7 +393,7 @@ describe("runWorker()", () => {
       const controller = new AbortController();
       const pool = connect(fresh.url, { max: 2 });
       try {
-        const worker = runWorker(workerOptions(pool, controller.signal, { handlersFor: () => slow, pollMs: 30_000, listen: false }));
+        const worker = runWorker(workerOptions(pool, controller.signal, { tables: { stripe: slow }, pollMs: 30_000, listen: false }));
         await waitFor("the handler in flight", () => order.length > 0);
         controller.abort();
         order.push("aborted");
@@ -486,44 +486,8 @@ describe("receiveAsync() and receiveHybrid()", () => {
     expect(await count(db, "outbox")).toBe(0);
   });
 
-  test("`receiveHybrid()` queues an attempt whose statements are each quick but together exceed the budget", async () => {
-    const { eventId, body } = paidEvent();
-    const steady: HandlerTable = {
-      "invoice.paid": async (tx, object, context) => {
-        await bookPayment(tx, object, context);
-        for (let i = 0; i < 4; i++) await tx`select pg_sleep(0.05)`;
-      },
-    };
-    expect(await receiveHybrid(db, { ...TARGET, handlers: steady }, verified(body), { budgetMs: 100, backoff: BACKOFF })).toBe("queued");
-    const row = await inboxRow(eventId);
-    expect(row).toMatchObject({ attempts: 1, processed: false });
-    expect(row.last_error).toContain("Time budget exceeded");
-    expect(await count(db, "ledger_entries")).toBe(0);
-    expect(await count(db, "invoices")).toBe(0);
-  });
-
-  test("`receiveHybrid()` runs a statement handler as one statement with the inbox insert, outside any transaction", async () => {
-    const { eventId, body } = paidEvent();
-    const handles: string[] = [];
-    const steps = bookPayment.steps;
-    if (!steps) throw new Error("invoice.paid is expected to be a statement handler");
-    const watched: HandlerTable = {
-      "invoice.paid": statementHandler("watched", (sql, object, context, helpers) => {
-        // The pool has `begin`; a transaction handle has not.
-        handles.push("begin" in sql ? "pool" : "transaction");
-        return steps(sql, object, context, helpers);
-      }),
-    };
-    expect(await receiveHybrid(db, { ...TARGET, handlers: watched }, verified(body), { budgetMs: 2_000, backoff: BACKOFF })).toBe(
-      "processed",
-    );
-    expect(handles).toEqual(["pool"]);
-    expect(await inboxRow(eventId)).toMatchObject({ attempts: 0, processed: true, outcome: "processed" });
-    expect(await count(db, "ledger_entries")).toBe(1);
-  });
-
   test(
-    "`receiveHybrid()` queues a statement handler held past its budget by a lock, with nothing of the attempt committed",
+    "`receiveHybrid()` queues a delivery whose handler waits on a lock past its budget, with nothing of the attempt committed",
     async () => {
       const { eventId, body } = paidEvent();
       let release!: () => void;

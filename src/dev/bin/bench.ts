@@ -12,7 +12,7 @@ import { parseArgs } from "node:util";
 import { benchEventBody } from "../bench/payload.ts";
 import { capturedHandlerStatement, capturedScript, inboxOnlyScript, seedSyncScript } from "../bench/scripts.ts";
 import { connect } from "../../db/db.ts";
-import { handlersFor } from "../../receiver/endpoints.ts";
+import { handlerTables } from "../../receiver/endpoints.ts";
 import { migrate } from "../../db/migrate.ts";
 import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../../runtime/embedded-postgres.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
@@ -274,7 +274,7 @@ try {
         const t0 = performance.now();
         const done = runWorker({
           db: pool,
-          handlersFor,
+          tables: handlerTables,
           signal: controller.signal,
           concurrency: w,
           listen: false,

@@ -46,7 +46,7 @@ process.on("SIGTERM", () => controller.abort());
 report("WORKER_STARTED");
 await runWorker({
   db,
-  handlersFor: () => slow,
+  tables: { stripe: slow },
   signal: controller.signal,
   concurrency: 1,
   pollMs: 30_000,

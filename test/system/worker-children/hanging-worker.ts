@@ -38,7 +38,7 @@ const db = connect(url, { max: 2, applicationName: "worker-crash-child" });
 report("WORKER_STARTED");
 await runWorker({
   db,
-  handlersFor: () => hanging,
+  tables: { stripe: hanging },
   signal: new AbortController().signal,
   concurrency: 1,
   leaseMs: 1_000,

@@ -1,0 +1,177 @@
+import { boundTransaction, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
+import type { JsonbCopy } from "../providers/jsonb-text.ts";
+import type { VerifiedEvent } from "../providers/provider.ts";
+import { retry } from "../retry.ts";
+import { inboxRow, insertInbox, type InboxKey } from "./inbox.ts";
+import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
+
+/** What a handler knows about the event it applies, besides the object. */
+export interface HandlerContext {
+  provider: string;
+  endpoint: string;
+  /** Provider event id (evt_…), or a reconcile repair's key. */
+  eventId: string;
+  eventType: string;
+  /**
+   * The Stripe change this event carries, when it is not `eventId`: a thin event's `snapshot_event`
+   * (the classic event of the same change). changeOnce claims it; undefined means `eventId`.
+   */
+  changeId?: string;
+}
+
+/**
+ * A business handler: applies one event's object inside the inbox transaction, using only `tx` for
+ * every statement and awaiting each one (a postgres.js query that is never awaited is never sent).
+ * It runs only when the transaction holds work to do (the inbox insert inserted, or the worker's
+ * `FOR UPDATE` re-check found the row unsettled: inbox/apply-event.ts), and its writes commit with
+ * the inbox row or not at all. It must still be idempotent and order-independent on its own
+ * (monotonic state transitions, business-key unique constraints such as `ledger_entries unique
+ * (invoice_id, kind)`), because two distinct Event objects can carry one business fact. It must not
+ * wait on the network or on timers: the transaction holds row locks. A handler may write one clever
+ * statement or several plain ones; the framework runs whatever it sends.
+ * Throws to roll everything back: a {@link PermanentError} when no retry can help (the event is
+ * parked as needs-review), anything else for a retry (a 5xx to the provider, or the worker's backoff).
+ * Follows graphile-worker's "a task is an async function" (website/docs/tasks.md).
+ */
+export type Handler = (tx: Tx, object: Record<string, unknown>, context: HandlerContext) => Promise<void>;
+
+/** Event type → handler (built and checked by handlers/handler-table.ts `handlerTable`). Types without an entry are recorded as `ignored`. */
+export type HandlerTable = Readonly<Record<string, Handler>>;
+
+/**
+ * What applying an event came to: `processed` (its handler ran and committed with its inbox row),
+ * `ignored` (no handler for its type: settled, so a redelivery is a duplicate), `queued` (recorded
+ * for a worker, nothing applied), `duplicate` (its inbox row was already recorded, or already
+ * settled by someone else: nothing ran).
+ */
+export type Applied = "processed" | "ignored" | "queued" | "duplicate";
+
+/**
+ * How the transaction holds the event's inbox row before its handler may run:
+ * - `insert`: records `event` under the key (`insert … on conflict do nothing`); the handler runs only
+ *   when this transaction inserted it. With `queue`, nothing runs: the row is left for a worker.
+ * - `claimed`: the row a worker claimed is locked `FOR UPDATE` and re-checked unprocessed and not
+ *   needs-review (another worker, a redelivery's settle or an operator may have settled it); after
+ *   the handler it is settled, storing `storePayload` as its payload when given (a row kept only as its
+ *   raw body, applied from its jsonb-storable copy).
+ * - `replay`: a settled row (not resolved by an operator) runs through its handler again, locked
+ *   `FOR UPDATE`; nothing is settled (ops/replay.ts).
+ */
+export type Hold = { insert: VerifiedEvent; queue?: boolean } | { claimed: true; storePayload?: JsonbCopy } | { replay: true };
+
+/** What {@link applyEvent} applies. */
+export interface ApplyInput {
+  key: InboxKey;
+  /** The endpoint's handler table; `type` picks the handler. */
+  handlers: HandlerTable;
+  /** The handler's event type (the table's key). */
+  type: string;
+  /** The object the handler applies (Stripe: `data.object`, or the object read from the API). */
+  object: Record<string, unknown>;
+  /** The change this event carries when it is another event's (a thin event's snapshot event), for `changeOnce`. */
+  changeId?: string;
+  hold: Hold;
+  /**
+   * The time bound, ms: PostgreSQL's `statement_timeout` (lock waits included) and
+   * `idle_in_transaction_session_timeout` for every statement of the transaction, set inside it, so
+   * a process killed or stalled mid-transaction leaves nothing running past it (PostgreSQL manual,
+   * "Client Connection Defaults"). A try after a conflict gets what is left of it.
+   */
+  timeoutMs: number;
+  /** Runs in the transaction before the handler (after the row is held). */
+  before?: (tx: Tx) => Promise<void>;
+  /** Runs in the transaction after the handler, whatever the outcome (a duplicate too); throwing rolls everything back. */
+  after?: (tx: Tx, applied: Applied) => Promise<void>;
+}
+
+/** Tries of a transaction PostgreSQL rolled back as a deadlock or serialization failure. */
+export const APPLY_TRIES = 3;
+
+/**
+ * The one way an event is applied (seed §5.3, §6): in ONE `sql.begin` transaction, hold its inbox row
+ * ({@link Hold}), run its handler with the same `tx` (a plain `(tx, object, context)` function: see
+ * handlers/handler-table.ts), settle the row, commit. The inbox row and every write of the handler
+ * commit together or not at all, so an event is never lost (no "processed" without the work) and
+ * never applied twice (no work without "processed"). Used by sync and hybrid receive, the worker
+ * (claimed rows, thin and refetch rows after their API read), event backfill, reconcile repairs and
+ * replay.
+ * A transaction PostgreSQL rolled back as a deadlock or serialization failure (40P01, 40001) is tried
+ * again, up to {@link APPLY_TRIES} tries while time is left (PostgreSQL manual, 13.4 "Serialization
+ * Failure Handling"): nothing of the failed try remains. After the commit, outbox dispatchers are
+ * woken for a `processed` event (its handler may have written outbox rows) and workers for a
+ * `queued` one (a coalesced NOTIFY sent after the commit: notifier.ts).
+ * @throws whatever the handler or the database threw, after the rollback: nothing of the attempt
+ *   remains; Error for a `replay` of a row that is not settled, was resolved by an operator, or is gone.
+ */
+export async function applyEvent(db: Db, input: ApplyInput): Promise<Applied> {
+  const deadline = Date.now() + input.timeoutMs;
+  const applied = await retry(() => db.begin((tx) => applyIn(tx, input, deadline - Date.now())), {
+    tries: APPLY_TRIES,
+    retryable: (err) => (isConflict(err) && Date.now() < deadline ? String(sqlState(err)) : undefined),
+  });
+  if (applied === "processed") notifierFor(db, OUTBOX_CHANNEL).wake();
+  if (applied === "queued") notifierFor(db).wake();
+  return applied;
+}
+
+async function applyIn(tx: Tx, input: ApplyInput, timeoutMs: number): Promise<Applied> {
+  boundTransaction(tx, timeoutMs);
+  const handler = Object.hasOwn(input.handlers, input.type) ? input.handlers[input.type] : undefined;
+  const held = await holdRow(tx, input, handler !== undefined);
+  if (held !== "held") {
+    await input.after?.(tx, held);
+    return held;
+  }
+  await input.before?.(tx);
+  if (handler) {
+    const { provider, endpoint, eventId } = input.key;
+    await handler(tx, input.object, { provider, endpoint, eventId, eventType: input.type, changeId: input.changeId });
+  }
+  const applied = handler ? "processed" : "ignored";
+  if ("claimed" in input.hold) await settleClaimed(tx, input.key, applied, input.hold.storePayload);
+  await input.after?.(tx, applied);
+  return applied;
+}
+
+/** Holds the row as `input.hold` says: "held" when the handler may run, else the outcome without it. */
+async function holdRow(tx: Tx, input: ApplyInput, handled: boolean): Promise<"held" | Applied> {
+  const { key, hold } = input;
+  if ("insert" in hold) {
+    const settled = hold.queue ? (handled ? null : "ignored") : handled ? "processed" : "ignored";
+    const inserted = await insertInbox(tx, [inboxRow(key, hold.insert, settled)]);
+    if (inserted.size === 0) return "duplicate";
+    return settled === null ? "queued" : "held";
+  }
+  const [row] = await tx<{ settled: boolean; parked: boolean; outcome: string | null; note: string | null }[]>`
+    select processed_at is not null as settled, needs_review_at is not null as parked, outcome, resolution_note as note
+      from webhook_inbox
+     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+       for update
+  `;
+  if ("claimed" in hold) return row && !row.settled && !row.parked ? "held" : "duplicate";
+  const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
+  if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
+  if (row.parked) throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
+  if (!row.settled) throw new Error(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
+  if (row.outcome === "resolved")
+    throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.note}"); running its handler would override that`);
+  return "held";
+}
+
+/** Settles a claimed row in its transaction: processed or ignored, its last error cleared. */
+async function settleClaimed(tx: Tx, key: InboxKey, outcome: "processed" | "ignored", copy: JsonbCopy | undefined): Promise<void> {
+  await tx`
+    update webhook_inbox
+       set processed_at = now(),
+           outcome = ${outcome},
+           last_error = null
+           ${copy ? tx`, payload = ${copy.json}::text::jsonb, payload_sanitized = ${copy.replaced}::text` : tx``}
+     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+  `;
+}
+
+/** True for a rollback PostgreSQL chose because of a concurrent transaction (40P01, 40001): another try may succeed. */
+export function isConflict(err: unknown): boolean {
+  const state = sqlState(err);
+  return state === SQLSTATE.deadlockDetected || state === SQLSTATE.serializationFailure;
+}

@@ -1,0 +1,209 @@
+import { isPermanent, type Db } from "../db/db.ts";
+import { describeError, PermanentError } from "../errors.ts";
+import type { HandlerTable } from "../handlers/handler-table.ts";
+import { applyEvent } from "../inbox/apply-event.ts";
+import type { Backoff } from "../inbox/inbox.ts";
+import { jsonbCopy, type JsonbCopy } from "../providers/jsonb-text.ts";
+import { subjectOf } from "../providers/registry.ts";
+import { retryableStripeError } from "../stripe-api/retry.ts";
+import type { Claim } from "./claim.ts";
+import type { Fetcher, Resolution } from "./stripe-fetch.ts";
+
+/**
+ * What one claimed row came to: `skipped` (another worker or a redelivery had settled it meanwhile),
+ * `deferred` (the Stripe API did not answer in time: due again later, no attempt used),
+ * `object_missing` (Stripe no longer has the object it points to: settled).
+ */
+export type WorkOutcome = "processed" | "ignored" | "skipped" | "failed" | "needs_review" | "deferred" | "object_missing";
+
+/** Deferrals in a row after which a thin or refetch row is parked as needs-review (about 2 h with the default backoff). */
+export const MAX_DEFERS = 24;
+
+/** Settings of {@link processClaim}; times in ms. */
+export interface ProcessOptions {
+  /** Handler tables by inbox provider (the claim picked only rows of these providers). */
+  tables: Readonly<Record<string, HandlerTable>>;
+  /** The claim's bound: PostgreSQL's `statement_timeout` in its transaction (`WORKER_TIMEOUT_MS`); an API read must end `timeoutMs` before the lease does. */
+  timeoutMs: number;
+  maxAttempts: number;
+  backoff: Backoff;
+  /** Reads what thin rows and refetch endpoints' rows are about (stripe-fetch.ts). */
+  fetcher?: Fetcher;
+}
+
+/**
+ * Processes one claimed row (seed §6 `process_claimed`):
+ * - a row that must be read from Stripe first (a thin notification, a refetch endpoint's event) whose
+ *   type has a handler is read with the fetcher OUTSIDE any transaction (no row lock held while waiting
+ *   on the network), ending at least `timeoutMs` before the claim's lease does, so the read and the
+ *   transaction end inside the lease; a read that fails for a reason a later try can fix (429, 409, 5xx, no answer in
+ *   time) defers the row: due again after a backoff that grows with its deferrals, its attempt given
+ *   back, parked as needs-review after {@link MAX_DEFERS} in a row;
+ * - then the row's handler runs through {@link applyEvent} (`FOR UPDATE` re-check, handler, settle,
+ *   one transaction bounded by `timeoutMs` on the server) on the stored event's object or the object read.
+ * On failure the transaction rolls back and {@link recordFailure} stores the error and the next
+ * attempt time (parked at once when permanent). Returns the outcome and the error text on failure;
+ * never throws for handler or API errors. A failure to record the failure is thrown (the lease then
+ * expires and the row is claimed again).
+ */
+export async function processClaim(db: Db, claim: Claim, options: ProcessOptions): Promise<{ outcome: WorkOutcome; error?: string }> {
+  let input: { object: Record<string, unknown>; changeId?: string; storePayload?: JsonbCopy };
+  const handlers = options.tables[claim.provider] ?? {};
+  try {
+    if (claim.refusal) throw new PermanentError(claim.refusal);
+    const stored = storedEvent(claim.payload, claim.rawBody);
+    const handled = Object.hasOwn(handlers, claim.eventType);
+    if (handled && options.fetcher?.needsFetch(claim)) {
+      let read: Resolution;
+      try {
+        read = await within(options.fetcher.resolve({ ...claim, payload: stored.payload }), claim.leaseEndsAt - options.timeoutMs);
+      } catch (err) {
+        if (isPermanent(err) || (retryableStripeError(err) === undefined && !(err instanceof ReadTooSlow))) throw err;
+        return await deferClaim(
+          db,
+          claim,
+          `Stripe API unavailable, retried later without using an attempt: ${describeError(err)}`,
+          options,
+        );
+      }
+      if (read.kind === "missing") return await settleMissing(db, claim, read.error);
+      input = { object: read.object, changeId: read.changeId };
+    } else {
+      input = { object: subjectOf(claim.provider, stored.payload).object, storePayload: stored.copy };
+    }
+  } catch (err) {
+    return failed(db, claim, err, options, isFinalApiError(err));
+  }
+  try {
+    const applied = await applyEvent(db, {
+      key: claim,
+      handlers,
+      type: claim.eventType,
+      object: input.object,
+      changeId: input.changeId,
+      hold: { claimed: true, storePayload: input.storePayload },
+      timeoutMs: options.timeoutMs,
+    });
+    // A claimed row is processed, ignored, or found settled by someone else (never queued).
+    return { outcome: applied === "duplicate" ? "skipped" : (applied as "processed" | "ignored") };
+  } catch (err) {
+    return failed(db, claim, err, options, false);
+  }
+}
+
+async function failed(db: Db, claim: Claim, err: unknown, options: ProcessOptions, final: boolean) {
+  const error = describeError(err);
+  const parked = await recordFailure(db, claim, error, isPermanent(err) || final, options);
+  return { outcome: parked ? ("needs_review" as const) : ("failed" as const), error };
+}
+
+/** An API read that did not end before the claim's budget (its lease minus the transaction's bound). */
+class ReadTooSlow extends Error {
+  override name = "ReadTooSlow";
+}
+
+/** `read`, or ReadTooSlow at `deadline` (ms since the epoch); the HTTP request itself runs on and is ignored. */
+function within<T>(read: Promise<T>, deadline: number): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const ms = deadline - Date.now();
+    const timer = setTimeout(
+      () => reject(new ReadTooSlow(`the Stripe API read did not end within the lease (${Math.max(0, ms)} ms left)`)),
+      Math.max(0, ms),
+    );
+    read.then(
+      (value) => (clearTimeout(timer), resolve(value)),
+      (err: unknown) => (clearTimeout(timer), reject(err)),
+    );
+  });
+}
+
+/**
+ * The event a claimed row is applied from: its payload; or, for a row kept with only its raw body
+ * because jsonb refused it (sql/0006, rows parked before 0010 and requeued), the body's jsonb-storable
+ * copy (jsonb-text.ts), which the settling update stores as the payload with `payload_sanitized`.
+ * @throws PermanentError when there is no payload and no copy can fix the raw body (a number beyond
+ *   numeric's range, nesting too deep: no retry helps; an operator resolves it).
+ */
+export function storedEvent(
+  payload: Record<string, unknown> | null | undefined,
+  rawBody: string | null | undefined,
+): { payload: Record<string, unknown>; copy?: JsonbCopy } {
+  if (payload) return { payload };
+  const copy = rawBody ? jsonbCopy(rawBody) : undefined;
+  if (!copy)
+    throw new PermanentError(
+      "Cannot process: the event has no jsonb payload and its raw body holds no \\u0000 or lone surrogate to replace (a number out of range or nesting too deep?); resolve it by hand",
+    );
+  return { payload: JSON.parse(copy.json) as Record<string, unknown>, copy };
+}
+
+/**
+ * Records a failed attempt after its rollback, in its own short statement (graphile-worker's
+ * `failJobs`): `last_error`, `available_at` pushed out by the SQL backoff, and needs-review when the
+ * error is permanent or the attempt limit is reached. Touches the row only while it is unprocessed
+ * and still carries this claim's attempt number (the fencing token), so it never disturbs a row
+ * another worker finished or re-claimed. Returns true when the row is now needs-review.
+ */
+export async function recordFailure(
+  db: Db,
+  claim: Claim,
+  error: string,
+  permanent: boolean,
+  options: Pick<ProcessOptions, "maxAttempts" | "backoff">,
+): Promise<boolean> {
+  const [row] = await db<{ parked: boolean }[]>`
+    update webhook_inbox
+       set last_error = ${error},
+           available_at = now() + webhook_inbox_backoff(attempts, ${options.backoff.baseMs}, ${options.backoff.capMs}),
+           needs_review_at = case when ${permanent} or attempts >= ${options.maxAttempts} then now() end
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+       and processed_at is null
+       and attempts = ${claim.attempt}
+    returning needs_review_at is not null as parked
+  `;
+  return row?.parked ?? false;
+}
+
+/**
+ * Defers a claimed row whose API read failed for a reason of the API, not of the row: its attempt is
+ * given back, `defers` counts up, and it is due again after `webhook_inbox_backoff(defers)` (so the
+ * wait grows: 1 s, 2 s, … up to the backoff cap); after {@link MAX_DEFERS} deferrals in a row it is
+ * parked as needs-review with `error`, for an operator. Fenced by the claim's attempt number.
+ */
+async function deferClaim(db: Db, claim: Claim, error: string, options: Pick<ProcessOptions, "backoff">) {
+  const [row] = await db<{ parked: boolean }[]>`
+    update webhook_inbox
+       set attempts = attempts - 1,
+           defers = defers + 1,
+           last_error = left(${error} || case when defers + 1 >= ${MAX_DEFERS} then ' (deferred ' || (defers + 1) || ' times in a row: parked)' else '' end, 1000),
+           available_at = now() + webhook_inbox_backoff(defers + 1, ${options.backoff.baseMs}, ${options.backoff.capMs}),
+           needs_review_at = case when defers + 1 >= ${MAX_DEFERS} then now() end
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+       and attempts = ${claim.attempt}
+       and processed_at is null
+       and needs_review_at is null
+    returning needs_review_at is not null as parked
+  `;
+  return { outcome: row?.parked ? ("needs_review" as const) : ("deferred" as const), error };
+}
+
+/** Settles a claimed row whose object Stripe no longer has (`object_missing`, never retried), fenced by its attempt. */
+async function settleMissing(db: Db, claim: Claim, note: string) {
+  const rows = await db`
+    update webhook_inbox
+       set processed_at = now(),
+           outcome = 'object_missing',
+           last_error = ${note}
+     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+       and attempts = ${claim.attempt}
+       and processed_at is null
+       and needs_review_at is null
+  `;
+  return { outcome: rows.count === 1 ? ("object_missing" as const) : ("skipped" as const), error: note };
+}
+
+/** A 4xx from the API other than 404/409/429 (a wrong key, a refused request): no retry helps. */
+function isFinalApiError(err: unknown): boolean {
+  const status = (err as { statusCode?: unknown } | null)?.statusCode;
+  return typeof status === "number" && status >= 400 && status < 500 && status !== 404 && status !== 409 && status !== 429;
+}
