@@ -104,6 +104,7 @@ export async function settleRefunds(tx: Tx, charge: string | null, paymentIntent
         kind: "refund",
         amount: Number(refund.amount),
         currency: refund.currency,
+        settlement: null, // the event names the balance transaction only by id
         balanceTransaction: refund.balance_transaction,
         sourceId: refund.id,
         charge: refund.charge,

@@ -8,8 +8,8 @@ import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
  * - `missing_locally`: no row in `disputes`.
  * - `amount_differs`: the recorded dispute has another amount or currency than Stripe's.
  * - `final_status_differs`: both closed, with another final status (won locally, lost in Stripe).
- * - `booking_differs`: a movement booked for the dispute has another amount than Stripe's balance
- *   transaction says, or is not among them.
+ * - `booking_differs`: a movement booked for the dispute moved another amount than Stripe's balance
+ *   transaction says (its settlement figure), or is not among them.
  * - `status_behind` / `status_ahead`: earlier / later in warning_… → needs_response → under_review → closed.
  * - `transactions_missing`: a withdrawal, fee or reinstatement Stripe lists is not booked.
  */
@@ -78,9 +78,10 @@ export async function findDisputeDrift(db: Db | Tx, objects: readonly StripeObje
              (select count(*) from expected x
                where x.id = s.id
                  and not exists (select 1 from ledger_entries l where l.balance_transaction = x.txn and l.kind = x.kind))::int as missing,
+             -- Stripe's figures are the balance transaction's: compare what the row says it moved.
              (select count(*) from expected x
                 join ledger_entries l on l.balance_transaction = x.txn and l.kind = x.kind
-               where x.id = s.id and l.amount <> x.amount)::int as differs,
+               where x.id = s.id and coalesce(l.settlement_amount, l.amount) <> x.amount)::int as differs,
              (select count(*) from ledger_entries l
                where l.source_id = s.id
                  and l.kind in ('dispute_withdrawal', 'dispute_reinstatement', 'dispute_fee')

@@ -1,0 +1,245 @@
+// What each ledger row records, against real PostgreSQL through receiveSync and createApp: one basis
+// (the presentment amount, what the customer paid and the invoice is in) with the balance
+// transaction's settlement figures beside it.
+import { afterAll, beforeEach, describe, expect, test } from "bun:test";
+import { createApp } from "../../src/receiver/app.ts";
+import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
+import { receiveSync, type ReceiveTarget } from "../../src/receiver/receive.ts";
+import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
+import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
+import { eventBody, freshDatabase, SECRET, signedRequest, verified } from "../support/helpers.ts";
+import { moneyOutEvent, truncateMoney } from "../support/money-out.ts";
+
+const fresh = await freshDatabase();
+const db = fresh.db;
+afterAll(() => fresh.drop());
+beforeEach(() => truncateMoney(db));
+
+const TARGET: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: stripeHandlers };
+const IN1 = "in_1SmA1pLgUG5tbmjcRfA0xRef";
+const IN2 = "in_1SmA2qLgUG5tbmjcRfB0xDsp";
+
+/** The `data.object` of the money-out fixture with this prefix, with `changes` applied. */
+function objectOf(prefix: string, changes: Record<string, unknown> = {}): Record<string, unknown> {
+  return { ...(JSON.parse(moneyOutEvent(prefix).body) as { data: { object: Record<string, unknown> } }).data.object, ...changes };
+}
+
+/** The fixture with this prefix as a new event `id`, its object changed by `changes`. */
+function changed(prefix: string, id: string, changes: Record<string, unknown>): string {
+  return eventBody(id, moneyOutEvent(prefix).type, objectOf(prefix, changes));
+}
+
+/** Receives `bodies` one by one with receiveSync; returns the outcomes. */
+async function receiveInOrder(bodies: string[]): Promise<string[]> {
+  const outcomes: string[] = [];
+  for (const body of bodies) outcomes.push(await receiveSync(db, TARGET, verified(body)));
+  return outcomes;
+}
+
+/** Posts `bodies` signed to a sync-mode app, all at once; returns each outcome (a refused event: needs_review). */
+async function deliverAtOnce(bodies: string[]): Promise<string[]> {
+  const app = createApp({ db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode: "sync" }]), log: () => {} });
+  return Promise.all(
+    bodies.map(async (body) => {
+      const response = await app.fetch(await signedRequest("http://inbox.test/webhooks/stripe", body));
+      const reply = (await response.json()) as { outcome?: string; error?: string };
+      return response.status === 200 ? (reply.outcome ?? "?") : `${response.status} ${reply.error}`;
+    }),
+  );
+}
+
+/** Posts `bodies` signed to a sync-mode app one after the other; returns each outcome. */
+async function deliverInOrder(bodies: string[]): Promise<string[]> {
+  const outcomes: string[] = [];
+  for (const body of bodies) outcomes.push(...(await deliverAtOnce([body])));
+  return outcomes;
+}
+
+/** A query's rows as a plain array of records (what toEqual compares). */
+async function rows(strings: TemplateStringsArray, ...values: never[]): Promise<Record<string, unknown>[]> {
+  return [...(await db(strings, ...values))];
+}
+
+const ledger = () => rows`
+  select invoice_id, kind, amount::int, currency, settlement_amount::int, settlement_currency, balance_transaction
+    from ledger_entries_linked
+   order by kind, balance_transaction
+`;
+const net = () => rows`
+  select invoice_id, currency, paid::int, refunded::int, refunds_reversed::int, dispute_withdrawn::int, dispute_fees::int,
+         dispute_fees_returned::int, dispute_reinstated::int, net::int
+    from invoice_net
+   order by invoice_id, currency
+`;
+const parked = async () =>
+  (await db`select event_id from webhook_inbox where needs_review_at is not null order by event_id`).map((r) => r.event_id as string);
+
+/**
+ * Invoice 2 of the fixtures presented in EUR (10000) and settled by an account in USD; a refund of
+ * 2500 EUR; a dispute of the other 7500 EUR, withdrawn at 1.1 (8250 USD and a 1500 USD fee) and
+ * reinstated after it was won at 1.08 (8100 USD).
+ */
+function euroInvoice() {
+  const eur = { currency: "eur" };
+  const money = { amount_due: 10000 };
+  const charge = objectOf("05_", { id: "ch_3SmA2qLgUG5tbmjc0DspB", payment_intent: "pi_3SmA2qLgUG5tbmjc0DspB", amount: 10000, ...eur });
+  const refund = objectOf("09_", {
+    id: "re_eur_1",
+    charge: "ch_3SmA2qLgUG5tbmjc0DspB",
+    payment_intent: "pi_3SmA2qLgUG5tbmjc0DspB",
+    amount: 2500,
+    balance_transaction: "txn_eur_refund",
+    ...eur,
+  });
+  const [withdrawal, reinstatement] = objectOf("20_").balance_transactions as Record<string, unknown>[];
+  const withdrawn = { ...withdrawal, amount: -8250, exchange_rate: 1.1, fee: 1500, net: -9750 };
+  const reinstated = { ...reinstatement, amount: 8100, exchange_rate: 1.08, fee: 0, net: 8100 };
+  const dispute = (status: string, txns: Record<string, unknown>[]) => ({ amount: 7500, ...eur, status, balance_transactions: txns });
+  return {
+    bodies: [
+      changed("13_", "evt_eur_created", { ...eur, ...money }),
+      changed("14_", "evt_eur_finalized", { ...eur, ...money }),
+      changed("15_", "evt_eur_inpay", { ...eur, amount_paid: 10000 }),
+      changed("16_", "evt_eur_paid", { ...eur, ...money, amount_paid: 10000 }),
+      eventBody("evt_eur_charge", "charge.succeeded", charge),
+      eventBody("evt_eur_refund", "refund.created", refund),
+      changed("17_", "evt_eur_dp_created", dispute("needs_response", [withdrawn])),
+      changed("18_", "evt_eur_dp_withdrawn", dispute("needs_response", [withdrawn])),
+      changed("19_", "evt_eur_dp_closed", dispute("won", [withdrawn])),
+      changed("20_", "evt_eur_dp_reinstated", dispute("won", [withdrawn, reinstated])),
+    ],
+    withdrawn,
+    reinstated,
+    dispute,
+  };
+}
+
+describe("one basis for every ledger row", () => {
+  test("`receiveSync()` books a refund and a dispute on a EUR charge settled in USD in EUR, with the USD settlement beside each dispute movement, in any order", async () => {
+    const { bodies } = euroInvoice();
+    for (const seed of [1, 2, 3]) {
+      await truncateMoney(db);
+      const order = [...bodies, ...bodies];
+      shuffleInPlace(order, mulberry32(seed));
+      expect(new Set(await receiveInOrder(order))).toEqual(new Set(["processed", "duplicate"]));
+      expect(await ledger()).toEqual([
+        {
+          invoice_id: IN2,
+          kind: "dispute_fee",
+          amount: 1500,
+          currency: "usd",
+          settlement_amount: 1500,
+          settlement_currency: "usd",
+          balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspW",
+        },
+        {
+          invoice_id: IN2,
+          kind: "dispute_reinstatement",
+          amount: 7500,
+          currency: "eur",
+          settlement_amount: 8100,
+          settlement_currency: "usd",
+          balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspR",
+        },
+        {
+          invoice_id: IN2,
+          kind: "dispute_withdrawal",
+          amount: 7500,
+          currency: "eur",
+          settlement_amount: 8250,
+          settlement_currency: "usd",
+          balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspW",
+        },
+        {
+          invoice_id: IN2,
+          kind: "payment",
+          amount: 10000,
+          currency: "eur",
+          settlement_amount: null,
+          settlement_currency: null,
+          balance_transaction: null,
+        },
+        {
+          invoice_id: IN2,
+          kind: "refund",
+          amount: 2500,
+          currency: "eur",
+          settlement_amount: null,
+          settlement_currency: null,
+          balance_transaction: "txn_eur_refund",
+        },
+      ]);
+      // The customer's money adds up in EUR; Stripe's fee is a USD cost of its own, never added to EUR.
+      expect(await net()).toEqual([
+        {
+          invoice_id: IN2,
+          currency: "eur",
+          paid: 10000,
+          refunded: 2500,
+          refunds_reversed: 0,
+          dispute_withdrawn: 7500,
+          dispute_fees: 0,
+          dispute_fees_returned: 0,
+          dispute_reinstated: 7500,
+          net: 7500,
+        },
+        {
+          invoice_id: IN2,
+          currency: "usd",
+          paid: 0,
+          refunded: 0,
+          refunds_reversed: 0,
+          dispute_withdrawn: 0,
+          dispute_fees: 1500,
+          dispute_fees_returned: 0,
+          dispute_reinstated: 0,
+          net: -1500,
+        },
+      ]);
+    }
+  });
+
+  test("`createApp()` parks a converted reinstatement of a dispute that was not won, whose EUR amount no event states, and keeps the withdrawal", async () => {
+    const { bodies, withdrawn, reinstated, dispute } = euroInvoice();
+    const partly = changed("20_", "evt_eur_dp_partly", dispute("lost", [withdrawn, { ...reinstated, amount: 2700, net: 2700 }]));
+    expect(await deliverInOrder([...bodies.slice(0, 8), partly])).toEqual([...bodies.slice(0, 8).map(() => "processed"), "needs_review"]);
+    expect(await parked()).toEqual(["evt_eur_dp_partly"]);
+    expect((await ledger()).filter((l) => String(l.kind).startsWith("dispute_")).map((l) => [l.kind, l.amount, l.currency])).toEqual([
+      ["dispute_fee", 1500, "usd"],
+      ["dispute_withdrawal", 7500, "eur"],
+    ]);
+  });
+
+  test("`receiveSync()` books a same-currency dispute as before, its settlement equal to its amount", async () => {
+    await receiveInOrder(["13_", "14_", "15_", "16_", "17_", "18_", "19_", "20_"].map((p) => moneyOutEvent(p).body));
+    expect((await ledger()).filter((l) => l.kind !== "payment")).toEqual([
+      {
+        invoice_id: IN2,
+        kind: "dispute_fee",
+        amount: 1500,
+        currency: "usd",
+        settlement_amount: 1500,
+        settlement_currency: "usd",
+        balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspW",
+      },
+      {
+        invoice_id: IN2,
+        kind: "dispute_reinstatement",
+        amount: 20000,
+        currency: "usd",
+        settlement_amount: 20000,
+        settlement_currency: "usd",
+        balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspR",
+      },
+      {
+        invoice_id: IN2,
+        kind: "dispute_withdrawal",
+        amount: 20000,
+        currency: "usd",
+        settlement_amount: 20000,
+        settlement_currency: "usd",
+        balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspW",
+      },
+    ]);
+  });
+});
