@@ -20,7 +20,8 @@ const RANK: Record<DisputeStatus, number> = {
 
 /**
  * A balance transaction listed by a dispute, in the account's settlement `currency` (minor units):
- * `amount` < 0 withdrawn, > 0 reinstated; `fee` ≥ 0 charged.
+ * `amount` < 0 withdrawn, > 0 reinstated; `fee` > 0 charged, < 0 returned (Stripe API reference, "The
+ * Balance Transaction object": fees are positive when assessed).
  */
 interface DisputeTransaction {
   id: string;
@@ -72,14 +73,10 @@ function presentmentOf(txn: DisputeTransaction, dispute: DisputeFacts): number {
 /**
  * The ledger entries one balance transaction of a dispute stands for (none for a zero amount and
  * fee): a withdrawal or reinstatement in the dispute's presentment amount ({@link presentmentOf}) with
- * the balance transaction's gross amount as settlement; a fee in the balance transaction's currency,
- * the only one it has. A returned fee (negative) has no ledger kind: PermanentError.
+ * the balance transaction's gross amount as settlement; a fee charged (`fee` > 0) or returned (`fee` <
+ * 0) in the balance transaction's currency, the only one it has.
  */
 function entriesOf(txn: DisputeTransaction, dispute: DisputeFacts): MoneyOutEntry[] {
-  if (txn.fee < 0)
-    throw new PermanentError(
-      `Cannot apply dispute ${dispute.id}: balance transaction ${txn.id} returns a fee (${txn.fee}), which has no ledger kind: not booked (reconcile by hand)`,
-    );
   const base = { balanceTransaction: txn.id, sourceId: dispute.id, charge: dispute.charge, paymentIntent: dispute.paymentIntent };
   const entries: MoneyOutEntry[] = [];
   if (txn.amount !== 0) {
@@ -91,9 +88,9 @@ function entriesOf(txn: DisputeTransaction, dispute: DisputeFacts): MoneyOutEntr
       settlement: { amount: Math.abs(txn.amount), currency: txn.currency },
     });
   }
-  if (txn.fee > 0) {
-    const fee = { amount: txn.fee, currency: txn.currency };
-    entries.push({ ...base, ...fee, kind: "dispute_fee", settlement: fee });
+  if (txn.fee !== 0) {
+    const fee = { amount: Math.abs(txn.fee), currency: txn.currency };
+    entries.push({ ...base, ...fee, kind: txn.fee > 0 ? "dispute_fee" : "dispute_fee_reversal", settlement: fee });
   }
   return entries;
 }
@@ -104,12 +101,12 @@ function entriesOf(txn: DisputeTransaction, dispute: DisputeFacts): MoneyOutEntr
  * different final status is refused as needs-review), and books every balance transaction it lists,
  * each once by its txn: a negative amount as `dispute_withdrawal`, a positive one as
  * `dispute_reinstatement` (both in the dispute's presentment amount and currency, the balance
- * transaction's as settlement), a fee as `dispute_fee` (amounts stored positive; {@link entriesOf}).
- * Because every event carries all the dispute's transactions so far, a reinstatement that arrives
- * before its withdrawal books both. Then refuses movements that do not add up with the dispute
- * ({@link checkDisputeAddsUp}). Must be called inside the inbox transaction. Throws PermanentError naming a missing or mistyped field, for
- * a returned fee (negative), which has no ledger kind, for a converted reinstatement it cannot state
- * in the dispute's currency, or from that check.
+ * transaction's as settlement), a fee as `dispute_fee`, a returned fee (negative) as
+ * `dispute_fee_reversal` (amounts stored positive; {@link entriesOf}). Because every event carries all
+ * the dispute's transactions so far, a reinstatement that arrives before its withdrawal books both.
+ * Then refuses movements that do not add up with the dispute ({@link checkDisputeAddsUp}). Must be
+ * called inside the inbox transaction. Throws PermanentError naming a missing or mistyped field, for
+ * a converted reinstatement it cannot state in the dispute's currency, or from that check.
  */
 export async function applyDispute(tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> {
   const f = new StripeFields(object);

@@ -1,6 +1,7 @@
 // What each ledger row records, against real PostgreSQL through receiveSync and createApp: one basis
 // (the presentment amount, what the customer paid and the invoice is in) with the balance
-// transaction's settlement figures beside it.
+// transaction's settlement figures beside it, and the kinds for money that came back: a dispute fee
+// Stripe returned (dispute_fee_reversal).
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { createApp } from "../../src/receiver/app.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
@@ -18,6 +19,7 @@ beforeEach(() => truncateMoney(db));
 const TARGET: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: stripeHandlers };
 const IN1 = "in_1SmA1pLgUG5tbmjcRfA0xRef";
 const IN2 = "in_1SmA2qLgUG5tbmjcRfB0xDsp";
+const DISPUTE = "dp_1SmA2qLgUG5tbmjc0DspB";
 
 /** The `data.object` of the money-out fixture with this prefix, with `changes` applied. */
 function objectOf(prefix: string, changes: Record<string, unknown> = {}): Record<string, unknown> {
@@ -241,5 +243,74 @@ describe("one basis for every ledger row", () => {
         balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspW",
       },
     ]);
+  });
+});
+
+describe("money that came back", () => {
+  test("`receiveSync()` books a dispute fee that Stripe returned with the reinstatement, once, in any order; `createApp()` parks a return above the fee", async () => {
+    const won = objectOf("20_");
+    const [withdrawal, reinstatement] = won.balance_transactions as Record<string, unknown>[];
+    const feeBack = {
+      ...reinstatement,
+      fee: -1500,
+      net: 21500,
+      fee_details: [{ amount: -1500, application: null, currency: "usd", description: "Dispute fee", type: "stripe_fee" }],
+    };
+    const reinstated = eventBody("evt_dp_fee_back", "charge.dispute.funds_reinstated", {
+      ...won,
+      balance_transactions: [withdrawal, feeBack],
+    });
+    const invoice2 = ["13_", "14_", "15_", "16_", "17_", "18_", "19_"].map((p) => moneyOutEvent(p).body);
+    for (const order of [
+      [...invoice2, reinstated, reinstated],
+      [reinstated, ...invoice2, reinstated],
+    ]) {
+      await truncateMoney(db);
+      expect(new Set(await receiveInOrder(order))).toEqual(new Set(["processed", "duplicate"]));
+      expect((await ledger()).filter((l) => String(l.kind).startsWith("dispute_fee"))).toEqual([
+        {
+          invoice_id: IN2,
+          kind: "dispute_fee",
+          amount: 1500,
+          currency: "usd",
+          settlement_amount: 1500,
+          settlement_currency: "usd",
+          balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspW",
+        },
+        {
+          invoice_id: IN2,
+          kind: "dispute_fee_reversal",
+          amount: 1500,
+          currency: "usd",
+          settlement_amount: 1500,
+          settlement_currency: "usd",
+          balance_transaction: "txn_1SmA2qLgUG5tbmjc0DspR",
+        },
+      ]);
+      expect(await rows`select aggregate_id, event_type from outbox where event_type = 'DisputeFeeReturned'`).toEqual([
+        { aggregate_id: DISPUTE, event_type: "DisputeFeeReturned" },
+      ]);
+      expect(await net()).toEqual([
+        {
+          invoice_id: IN2,
+          currency: "usd",
+          paid: 20000,
+          refunded: 0,
+          refunds_reversed: 0,
+          dispute_withdrawn: 20000,
+          dispute_fees: 1500,
+          dispute_fees_returned: 1500,
+          dispute_reinstated: 20000,
+          net: 20000,
+        },
+      ]);
+    }
+    await truncateMoney(db);
+    const tooMuch = eventBody("evt_dp_fee_back_twice", "charge.dispute.funds_reinstated", {
+      ...won,
+      balance_transactions: [withdrawal, { ...feeBack, fee: -3000, net: 23000 }],
+    });
+    expect(await deliverInOrder([tooMuch])).toEqual(["needs_review"]);
+    expect(await rows`select kind from ledger_entries`).toEqual([]);
   });
 });
