@@ -1,7 +1,7 @@
 // What each ledger row records, against real PostgreSQL through receiveSync and createApp: one basis
 // (the presentment amount, what the customer paid and the invoice is in) with the balance
-// transaction's settlement figures beside it, and the kinds for money that came back: a dispute fee
-// Stripe returned (dispute_fee_reversal).
+// transaction's settlement figures beside it, and the kinds for money that came back: a refund that
+// failed after its money left (refund_reversal), a dispute fee Stripe returned (dispute_fee_reversal).
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { createApp } from "../../src/receiver/app.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
@@ -19,6 +19,7 @@ beforeEach(() => truncateMoney(db));
 const TARGET: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: stripeHandlers };
 const IN1 = "in_1SmA1pLgUG5tbmjcRfA0xRef";
 const IN2 = "in_1SmA2qLgUG5tbmjcRfB0xDsp";
+const REF1 = "re_3SmA1pLgUG5tbmjc0Ref1";
 const DISPUTE = "dp_1SmA2qLgUG5tbmjc0DspB";
 
 /** The `data.object` of the money-out fixture with this prefix, with `changes` applied. */
@@ -246,7 +247,131 @@ describe("one basis for every ledger row", () => {
   });
 });
 
+/** Refund 1 of the fixtures (2500 USD, txn_…re1) as Stripe shows it after it failed a day later: the money came back. */
+function failedAfterMoved(id = "evt_refund_failed_after_moved"): string {
+  return eventBody(id, "refund.failed", {
+    ...objectOf("07_"),
+    status: "failed",
+    failure_reason: "expired_or_canceled_card",
+    failure_balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1fail",
+  });
+}
+
 describe("money that came back", () => {
+  const invoice1 = ["01_", "02_", "03_", "04_", "05_"].map((p) => moneyOutEvent(p).body);
+
+  test("`receiveSync()` books a refund that failed after its money left and its reversal, once each, in either order and delivered twice", async () => {
+    const succeeded = moneyOutEvent("07_").body;
+    const failed = failedAfterMoved();
+    for (const order of [
+      [...invoice1, succeeded, failed, succeeded, failed],
+      [failed, failed, succeeded, ...invoice1, succeeded],
+      [failed, ...invoice1, failed, succeeded, succeeded],
+      [...invoice1, failed, succeeded, failed, succeeded],
+    ]) {
+      await truncateMoney(db);
+      expect(new Set(await receiveInOrder(order))).toEqual(new Set(["processed", "duplicate"]));
+      expect((await ledger()).filter((l) => l.kind !== "payment")).toEqual([
+        {
+          invoice_id: IN1,
+          kind: "refund",
+          amount: 2500,
+          currency: "usd",
+          settlement_amount: null,
+          settlement_currency: null,
+          balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1",
+        },
+        {
+          invoice_id: IN1,
+          kind: "refund_reversal",
+          amount: 2500,
+          currency: "usd",
+          settlement_amount: null,
+          settlement_currency: null,
+          balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1fail",
+        },
+      ]);
+      expect(await rows`select aggregate_id, event_type from outbox where aggregate_type = 'Refund' order by id`).toEqual([
+        { aggregate_id: REF1, event_type: "RefundBooked" },
+        { aggregate_id: REF1, event_type: "RefundReversed" },
+      ]);
+      expect(await rows`select status, failure_balance_transaction from refunds`).toEqual([
+        { status: "failed", failure_balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1fail" },
+      ]);
+      expect(await net()).toEqual([
+        {
+          invoice_id: IN1,
+          currency: "usd",
+          paid: 10000,
+          refunded: 2500,
+          refunds_reversed: 2500,
+          dispute_withdrawn: 0,
+          dispute_fees: 0,
+          dispute_fees_returned: 0,
+          dispute_reinstated: 0,
+          net: 10000,
+        },
+      ]);
+      expect(await parked()).toEqual([]);
+    }
+  });
+
+  test("`createApp()` books a failed refund's reversal once when its events arrive concurrently, twice each", async () => {
+    for (let round = 0; round < 4; round++) {
+      await truncateMoney(db);
+      await receiveInOrder(invoice1);
+      const both = [moneyOutEvent("07_").body, failedAfterMoved()];
+      const outcomes = await deliverAtOnce([...both, ...both]);
+      expect(outcomes.every((o) => o === "processed" || o === "duplicate")).toBe(true);
+      expect(await rows`select kind, amount::int from ledger_entries where kind <> 'payment' order by kind`).toEqual([
+        { kind: "refund", amount: 2500 },
+        { kind: "refund_reversal", amount: 2500 },
+      ]);
+      expect(await rows`select count(*)::int as n from outbox where aggregate_type = 'Refund'`).toEqual([{ n: 2 }]);
+    }
+  });
+
+  test("`receiveSync()` books a refund of the whole charge after an earlier refund failed and its money came back", async () => {
+    const whole = eventBody("evt_refund_whole", "refund.created", {
+      ...objectOf("09_"),
+      id: "re_test_whole",
+      amount: 10000,
+      balance_transaction: "txn_test_whole",
+    });
+    expect(await receiveInOrder([...invoice1, moneyOutEvent("07_").body, failedAfterMoved(), whole])).toEqual([
+      ...invoice1.map(() => "processed"),
+      "processed",
+      "processed",
+      "processed",
+    ]);
+    expect(await net()).toEqual([
+      {
+        invoice_id: IN1,
+        currency: "usd",
+        paid: 10000,
+        refunded: 12500,
+        refunds_reversed: 2500,
+        dispute_withdrawn: 0,
+        dispute_fees: 0,
+        dispute_fees_returned: 0,
+        dispute_reinstated: 0,
+        net: 0,
+      },
+    ]);
+  });
+
+  test("`createApp()` parks a failure balance transaction that differs from the one recorded, booking no second reversal", async () => {
+    const other = eventBody("evt_refund_failed_other", "refund.failed", {
+      ...JSON.parse(failedAfterMoved()).data.object,
+      failure_balance_transaction: "txn_other_failure",
+    });
+    expect(await deliverInOrder([...invoice1, failedAfterMoved(), other]).then((o) => o.at(-1))).toBe("needs_review");
+    expect(await parked()).toEqual(["evt_refund_failed_other"]);
+    expect(await rows`select balance_transaction from ledger_entries where kind = 'refund_reversal'`).toEqual([
+      { balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1fail" },
+    ]);
+  });
+
   test("`receiveSync()` books a dispute fee that Stripe returned with the reinstatement, once, in any order; `createApp()` parks a return above the fee", async () => {
     const won = objectOf("20_");
     const [withdrawal, reinstatement] = won.balance_transactions as Record<string, unknown>[];
