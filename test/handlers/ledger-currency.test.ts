@@ -8,6 +8,8 @@ import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { receiveSync, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
 import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
+import { migrate } from "../../src/db/migrate.ts";
+import { loadMigrations } from "../../src/runtime/migrations-fs.ts";
 import { eventBody, freshDatabase, SECRET, signedRequest, verified } from "../support/helpers.ts";
 import { moneyOutEvent, truncateMoney } from "../support/money-out.ts";
 
@@ -437,5 +439,49 @@ describe("money that came back", () => {
     });
     expect(await deliverInOrder([tooMuch])).toEqual(["needs_review"]);
     expect(await rows`select kind from ledger_entries`).toEqual([]);
+  });
+});
+
+describe("rows booked before the ledger kept one basis", () => {
+  test("`migrate()` carries the rows of a converted dispute booked before onto the presentment basis, and its events delivered again change nothing", async () => {
+    const old = await freshDatabase({ migrated: false });
+    try {
+      const all = loadMigrations();
+      const basis = all.findIndex((m) => m.name.endsWith("_ledger_basis_money_back.sql"));
+      expect(basis).toBeGreaterThan(0);
+      await migrate(old.db, all.slice(0, basis));
+      // What the handlers booked for the EUR invoice of euroInvoice() before: dispute rows in USD.
+      await old.db`
+        insert into disputes (id, charge, payment_intent, amount, currency, status, status_rank)
+        values (${DISPUTE}, 'ch_3SmA2qLgUG5tbmjc0DspB', 'pi_3SmA2qLgUG5tbmjc0DspB', 7500, 'eur', 'won', 4)
+      `;
+      await old.db`
+        insert into ledger_entries (kind, amount, currency, balance_transaction, payment_intent, charge, source_id, event_id)
+        values ('dispute_withdrawal', 8250, 'usd', 'txn_1SmA2qLgUG5tbmjc0DspW', 'pi_3SmA2qLgUG5tbmjc0DspB', 'ch_3SmA2qLgUG5tbmjc0DspB', ${DISPUTE}, 'evt_old'),
+               ('dispute_fee', 1500, 'usd', 'txn_1SmA2qLgUG5tbmjc0DspW', 'pi_3SmA2qLgUG5tbmjc0DspB', 'ch_3SmA2qLgUG5tbmjc0DspB', ${DISPUTE}, 'evt_old'),
+               ('dispute_reinstatement', 8100, 'usd', 'txn_1SmA2qLgUG5tbmjc0DspR', 'pi_3SmA2qLgUG5tbmjc0DspB', 'ch_3SmA2qLgUG5tbmjc0DspB', ${DISPUTE}, 'evt_old'),
+               ('refund', 2500, 'eur', 'txn_eur_refund', 'pi_3SmA2qLgUG5tbmjc0DspB', 'ch_3SmA2qLgUG5tbmjc0DspB', 're_eur_1', 'evt_old')
+      `;
+      await migrate(old.db, all);
+      const rowsNow = () => old.db`
+        select kind, amount::int, currency, settlement_amount::int, settlement_currency
+          from ledger_entries
+         order by kind
+      `;
+      const migrated = [...(await rowsNow())];
+      expect(migrated).toEqual([
+        { kind: "dispute_fee", amount: 1500, currency: "usd", settlement_amount: 1500, settlement_currency: "usd" },
+        { kind: "dispute_reinstatement", amount: 7500, currency: "eur", settlement_amount: 8100, settlement_currency: "usd" },
+        { kind: "dispute_withdrawal", amount: 7500, currency: "eur", settlement_amount: 8250, settlement_currency: "usd" },
+        { kind: "refund", amount: 2500, currency: "eur", settlement_amount: null, settlement_currency: null },
+      ]);
+      const { bodies } = euroInvoice();
+      const disputeEvents = bodies.filter((b) => JSON.parse(b).type.startsWith("charge.dispute."));
+      for (const body of disputeEvents) expect(await receiveSync(old.db, TARGET, verified(body))).toBe("processed");
+      expect([...(await rowsNow())]).toEqual(migrated);
+      expect([...(await old.db`select count(*)::int as n from outbox`)]).toEqual([{ n: 0 }]);
+    } finally {
+      await old.drop();
+    }
   });
 });
