@@ -10,8 +10,11 @@ import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
 const USAGE = `Usage: bun run billing [--limit N | --all]
   prints the newest invoices, ledger entries and outbox rows (20 of each by default, in id order),
   net amounts per invoice, and the inbox's rows counted per endpoint and state
-  ledger kinds: payment (in), refund, dispute_withdrawal, dispute_fee (out), dispute_reinstatement (in);
-  amounts are minor units, always positive: the kind gives the direction
+  ledger kinds: payment (in), refund (out), refund_reversal (in: a failed refund's money came back),
+  dispute_withdrawal, dispute_fee (out), dispute_fee_reversal, dispute_reinstatement (in);
+  amounts are minor units, always positive: the kind gives the direction; amount/currency is what the
+  customer paid (the invoice's currency), a fee's is the currency Stripe charged it in;
+  settlement_amount/settlement_currency is what the balance transaction moved, where an event said
   --limit N   show the N newest rows of each table (N ≥ 1)
   --all       show every row`;
 
@@ -74,16 +77,16 @@ async function printTables(db: Db): Promise<void> {
   table(
     "ledger_entries (amounts in minor units; invoice_id null: not linked yet)",
     await db`
-    select invoice_id, kind, amount, currency, balance_transaction, source_id, event_id
+    select invoice_id, kind, amount, currency, settlement_amount, settlement_currency, balance_transaction, source_id, event_id
       from (select * from ledger_entries_linked order by id desc limit ${limit}) newest
      order by id
   `,
     counts?.ledger ?? 0,
   );
   table(
-    "net per invoice (minor units; net = paid − refunded − dispute_withdrawn − dispute_fees + dispute_reinstated)",
+    "net per invoice and currency (minor units; net = paid − refunded + refunds_reversed − dispute_withdrawn − dispute_fees + dispute_fees_returned + dispute_reinstated)",
     await db`
-    select invoice_id, currency, paid, refunded, dispute_withdrawn, dispute_fees, dispute_reinstated, net
+    select invoice_id, currency, paid, refunded, refunds_reversed, dispute_withdrawn, dispute_fees, dispute_fees_returned, dispute_reinstated, net
       from (select * from invoice_net order by invoice_id desc nulls first, currency limit ${limit}) newest
      order by invoice_id nulls last, currency
   `,

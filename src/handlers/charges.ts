@@ -1,7 +1,8 @@
 import type { Tx } from "../db/db.ts";
 import type { HandlerContext } from "./handler-table.ts";
 import { lockMoneyKeys } from "./money-ledger.ts";
-import { applyRefund, settleRefunds } from "./refunds.ts";
+import { applyRefund } from "./refunds.ts";
+import { settleRefunds } from "./settle-refunds.ts";
 import { StripeFields } from "./stripe-fields.ts";
 
 /**

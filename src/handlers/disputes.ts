@@ -18,7 +18,11 @@ const RANK: Record<DisputeStatus, number> = {
   prevented: 4,
 };
 
-/** A balance transaction listed by a dispute: `amount` < 0 withdrawn, > 0 reinstated; `fee` ≥ 0 charged (minor units). */
+/**
+ * A balance transaction listed by a dispute, in the account's settlement `currency` (minor units):
+ * `amount` < 0 withdrawn, > 0 reinstated; `fee` > 0 charged, < 0 returned (Stripe API reference, "The
+ * Balance Transaction object": fees are positive when assessed).
+ */
 interface DisputeTransaction {
   id: string;
   amount: number;
@@ -39,23 +43,55 @@ function readTransactions(list: unknown): DisputeTransaction[] {
     .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
 }
 
-/** The ledger entries one balance transaction of a dispute stands for (none for a zero amount and fee). */
-function entriesOf(txn: DisputeTransaction, dispute: { id: string; charge: string; paymentIntent: string | null }): MoneyOutEntry[] {
-  if (txn.fee < 0)
-    throw new PermanentError(
-      `Cannot apply dispute ${dispute.id}: balance transaction ${txn.id} returns a fee (${txn.fee}), which has no ledger kind: not booked (reconcile by hand)`,
-    );
-  const base = {
-    currency: txn.currency,
-    balanceTransaction: txn.id,
-    sourceId: dispute.id,
-    charge: dispute.charge,
-    paymentIntent: dispute.paymentIntent,
-  };
+/** What `entriesOf` needs of the dispute (amounts in minor units of its presentment `currency`). */
+interface DisputeFacts {
+  id: string;
+  charge: string;
+  paymentIntent: string | null;
+  amount: number;
+  currency: string;
+  status: DisputeStatus;
+}
+
+/**
+ * The presentment amount of a withdrawal or reinstatement (`txn.amount` ≠ 0): in the dispute's
+ * currency, what the customer's money did. Unconverted (the balance transaction is in the dispute's
+ * currency), its own amount. Converted by Stripe into the settlement currency, the disputed amount:
+ * a withdrawal takes the disputed amount, and a won dispute returns it entirely (Stripe support,
+ * "Dispute for full charge amount after a partial refund"). A converted reinstatement of a dispute not
+ * won (partly won: lost, the refunded part returned) has no presentment figure in the event: PermanentError.
+ */
+function presentmentOf(txn: DisputeTransaction, dispute: DisputeFacts): number {
+  if (txn.currency === dispute.currency) return Math.abs(txn.amount);
+  if (txn.amount < 0 || dispute.status === "won") return dispute.amount;
+  throw new PermanentError(
+    `Cannot apply dispute ${dispute.id}: balance transaction ${txn.id} reinstates ${txn.amount} ${txn.currency} converted from ${dispute.currency} ` +
+      `while the dispute is ${dispute.status}, not won: its amount in ${dispute.currency} is not known: not booked (reconcile by hand)`,
+  );
+}
+
+/**
+ * The ledger entries one balance transaction of a dispute stands for (none for a zero amount and
+ * fee): a withdrawal or reinstatement in the dispute's presentment amount ({@link presentmentOf}) with
+ * the balance transaction's gross amount as settlement; a fee charged (`fee` > 0) or returned (`fee` <
+ * 0) in the balance transaction's currency, the only one it has.
+ */
+function entriesOf(txn: DisputeTransaction, dispute: DisputeFacts): MoneyOutEntry[] {
+  const base = { balanceTransaction: txn.id, sourceId: dispute.id, charge: dispute.charge, paymentIntent: dispute.paymentIntent };
   const entries: MoneyOutEntry[] = [];
-  if (txn.amount < 0) entries.push({ ...base, kind: "dispute_withdrawal", amount: -txn.amount });
-  if (txn.amount > 0) entries.push({ ...base, kind: "dispute_reinstatement", amount: txn.amount });
-  if (txn.fee > 0) entries.push({ ...base, kind: "dispute_fee", amount: txn.fee });
+  if (txn.amount !== 0) {
+    entries.push({
+      ...base,
+      kind: txn.amount < 0 ? "dispute_withdrawal" : "dispute_reinstatement",
+      amount: presentmentOf(txn, dispute),
+      currency: dispute.currency,
+      settlement: { amount: Math.abs(txn.amount), currency: txn.currency },
+    });
+  }
+  if (txn.fee !== 0) {
+    const fee = { amount: Math.abs(txn.fee), currency: txn.currency };
+    entries.push({ ...base, ...fee, kind: txn.fee > 0 ? "dispute_fee" : "dispute_fee_reversal", settlement: fee });
+  }
   return entries;
 }
 
@@ -64,11 +100,13 @@ function entriesOf(txn: DisputeTransaction, dispute: { id: string; charge: strin
  * .funds_reinstated): records its status, which only moves forward (a final status never changes; a
  * different final status is refused as needs-review), and books every balance transaction it lists,
  * each once by its txn: a negative amount as `dispute_withdrawal`, a positive one as
- * `dispute_reinstatement`, a fee as `dispute_fee` (amounts stored positive). Because every event
- * carries all the dispute's transactions so far, a reinstatement that arrives before its withdrawal
- * books both. Then refuses movements that do not add up with the dispute ({@link checkDisputeAddsUp}).
- * Must be called inside the inbox transaction. Throws PermanentError naming a missing or mistyped
- * field, for a returned fee (negative), which has no ledger kind, or from that check.
+ * `dispute_reinstatement` (both in the dispute's presentment amount and currency, the balance
+ * transaction's as settlement), a fee as `dispute_fee`, a returned fee (negative) as
+ * `dispute_fee_reversal` (amounts stored positive; {@link entriesOf}). Because every event carries all
+ * the dispute's transactions so far, a reinstatement that arrives before its withdrawal books both.
+ * Then refuses movements that do not add up with the dispute ({@link checkDisputeAddsUp}). Must be
+ * called inside the inbox transaction. Throws PermanentError naming a missing or mistyped field, for
+ * a converted reinstatement it cannot state in the dispute's currency, or from that check.
  */
 export async function applyDispute(tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> {
   const f = new StripeFields(object);
@@ -103,31 +141,35 @@ export async function applyDispute(tx: Tx, object: Record<string, unknown>, cont
 }
 
 /**
- * Refuses (PermanentError) when the movements booked for dispute `id` do not add up: withdrawals in the
- * dispute's currency above its amount, or reinstatements above the withdrawals in their currency (a
- * balance transaction in the account's settlement currency cannot be compared with the dispute's
- * amount, but what comes back never exceeds what left). Caller holds {@link lockMoneyKey} on the dispute.
+ * Refuses (PermanentError) when the movements booked for dispute `id` do not add up: withdrawals above
+ * the dispute's amount (in its currency: rows booked before presentment amounts were kept may be in
+ * another, and are not compared), reinstatements above the withdrawals in their currency, or returned
+ * fees above the fees in theirs (what comes back never exceeds what left). Caller holds
+ * {@link lockMoneyKey} on the dispute.
  */
 async function checkDisputeAddsUp(tx: Tx, id: string): Promise<void> {
-  const rows = await tx<{ currency: string; withdrawn: string; reinstated: string; amount: string; dispute_currency: string }[]>`
-    select l.currency,
-           coalesce(sum(l.amount) filter (where l.kind = 'dispute_withdrawal'), 0)::text as withdrawn,
-           coalesce(sum(l.amount) filter (where l.kind = 'dispute_reinstatement'), 0)::text as reinstated,
+  const rows = await tx<{ currency: string; gone: string; back: string; what: string; amount: string; dispute_currency: string }[]>`
+    select l.currency, m.what,
+           coalesce(sum(l.amount) filter (where l.kind = m.out_kind), 0)::text as gone,
+           coalesce(sum(l.amount) filter (where l.kind = m.back_kind), 0)::text as back,
            d.amount::text as amount, d.currency as dispute_currency
       from disputes d
-      join ledger_entries l on l.source_id = d.id and l.kind in ('dispute_withdrawal', 'dispute_reinstatement')
+     cross join (values ('withdrawals', 'dispute_withdrawal', 'dispute_reinstatement'),
+                        ('fees', 'dispute_fee', 'dispute_fee_reversal')) m(what, out_kind, back_kind)
+      join ledger_entries l on l.source_id = d.id and l.kind in (m.out_kind, m.back_kind)
      where d.id = ${id}
-     group by l.currency, d.amount, d.currency
+     group by l.currency, m.what, d.amount, d.currency
   `;
   for (const row of rows) {
-    if (row.currency === row.dispute_currency && Number(row.withdrawn) > Number(row.amount)) {
+    if (row.what === "withdrawals" && row.currency === row.dispute_currency && Number(row.gone) > Number(row.amount)) {
       throw new PermanentError(
-        `Cannot apply dispute ${id}: withdrawals total ${row.withdrawn}, above the dispute's ${row.amount} ${row.currency}: not booked (reconcile by hand)`,
+        `Cannot apply dispute ${id}: withdrawals total ${row.gone}, above the dispute's ${row.amount} ${row.currency}: not booked (reconcile by hand)`,
       );
     }
-    if (Number(row.reinstated) > Number(row.withdrawn)) {
+    if (Number(row.back) > Number(row.gone)) {
+      const back = row.what === "withdrawals" ? "reinstatements" : "returned fees";
       throw new PermanentError(
-        `Cannot apply dispute ${id}: reinstatements total ${row.reinstated}, above the withdrawals' ${row.withdrawn} ${row.currency}: not booked (reconcile by hand)`,
+        `Cannot apply dispute ${id}: ${back} total ${row.back}, above the ${row.what}' ${row.gone} ${row.currency}: not booked (reconcile by hand)`,
       );
     }
   }

@@ -1,23 +1,34 @@
 import type { Tx } from "../db/db.ts";
 import type { HandlerContext } from "./handler-table.ts";
 
-/** A ledger kind for money going out (or coming back after a dispute); amounts are ≥ 0, the kind gives the direction. */
-export type MoneyOutKind = "refund" | "dispute_withdrawal" | "dispute_fee" | "dispute_reinstatement";
+/**
+ * A ledger kind for money going out, or coming back after it went out (a failed refund's reversal, a
+ * dispute's reinstatement, a returned dispute fee); amounts are ≥ 0, the kind gives the direction.
+ */
+export type MoneyOutKind =
+  "refund" | "refund_reversal" | "dispute_withdrawal" | "dispute_fee" | "dispute_fee_reversal" | "dispute_reinstatement";
 
 /** The outbox message each kind announces, and the aggregate it belongs to. */
 const MESSAGES: Record<MoneyOutKind, { aggregate: string; eventType: string }> = {
   refund: { aggregate: "Refund", eventType: "RefundBooked" },
+  refund_reversal: { aggregate: "Refund", eventType: "RefundReversed" },
   dispute_withdrawal: { aggregate: "Dispute", eventType: "DisputeFundsWithdrawn" },
   dispute_fee: { aggregate: "Dispute", eventType: "DisputeFeeBooked" },
+  dispute_fee_reversal: { aggregate: "Dispute", eventType: "DisputeFeeReturned" },
   dispute_reinstatement: { aggregate: "Dispute", eventType: "DisputeFundsReinstated" },
 };
 
 /** One money movement to book: a Stripe balance transaction (txn_…) and what it did. */
 export interface MoneyOutEntry {
   kind: MoneyOutKind;
-  /** Minor units of `currency`, > 0. */
+  /**
+   * Minor units of `currency`, > 0: the presentment amount (the customer's and the invoice's money),
+   * or for a fee kind the fee in the currency Stripe charged it in.
+   */
   amount: number;
   currency: string;
+  /** What the balance transaction moved in the Stripe balance (≥ 0, minor units), when the event carries it; else null. */
+  settlement: { amount: number; currency: string } | null;
   /** txn_…: with `kind`, the business key. */
   balanceTransaction: string;
   /** re_… or dp_…: the refund or dispute that moved the money (the outbox aggregate id). */
@@ -28,18 +39,21 @@ export interface MoneyOutEntry {
 
 /**
  * Books `entry` once and, only when this call inserted the ledger row, queues its outbox message
- * (RefundBooked, DisputeFundsWithdrawn, DisputeFeeBooked or DisputeFundsReinstated) in the same
- * statement. Must be called inside the inbox transaction. Returns true if it booked the row, false if
- * (balance_transaction, kind) was already booked with the same amount, currency and source. The same
- * key booked with another amount, currency or source is money that does not add up: the statement
- * fails with SQLSTATE 22000 (webhook_inbox_refuse) and the event is parked as needs-review.
+ * (RefundBooked, RefundReversed, DisputeFundsWithdrawn, DisputeFeeBooked, DisputeFeeReturned or
+ * DisputeFundsReinstated) in the same statement. Must be called inside the inbox transaction. Returns
+ * true if it booked the row, false if (balance_transaction, kind) was already booked with the same
+ * amount, currency and source (and settlement, where both know it). The same key booked with another
+ * is money that does not add up: the statement fails with SQLSTATE 22000 (webhook_inbox_refuse) and
+ * the event is parked as needs-review.
  */
 export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: HandlerContext): Promise<boolean> {
   const message = MESSAGES[entry.kind];
   const rows = await tx`
     with booked as (
-      insert into ledger_entries (kind, amount, currency, balance_transaction, payment_intent, charge, source_id, event_id)
-      values (${entry.kind}::text, ${entry.amount}::bigint, ${entry.currency}::text, ${entry.balanceTransaction}::text,
+      insert into ledger_entries (kind, amount, currency, settlement_amount, settlement_currency, balance_transaction,
+                                  payment_intent, charge, source_id, event_id)
+      values (${entry.kind}::text, ${entry.amount}::bigint, ${entry.currency}::text, ${entry.settlement?.amount ?? null}::bigint,
+              ${entry.settlement?.currency ?? null}::text, ${entry.balanceTransaction}::text,
               ${entry.paymentIntent}::text, ${entry.charge}::text, ${entry.sourceId}::text, ${context.eventId}::text)
       on conflict (balance_transaction, kind) where kind <> 'payment' do update
          set amount = ledger_entries.amount
@@ -49,14 +63,19 @@ export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: Handle
                when ledger_entries.amount <> excluded.amount
                  or ledger_entries.currency <> excluded.currency
                  or ledger_entries.source_id <> excluded.source_id
+                 -- A settlement one side does not know is not a difference (a refund names its
+                 -- balance transaction by id unless expanded).
+                 or ledger_entries.settlement_amount <> excluded.settlement_amount
+                 or ledger_entries.settlement_currency <> excluded.settlement_currency
                  then webhook_inbox_refuse('Money-out event differs from the ' || excluded.kind || ' already booked for balance transaction ' || excluded.balance_transaction || ': not booked (reconcile by hand)')
                else false
              end
-      returning kind, amount, currency, balance_transaction, source_id, charge, payment_intent
+      returning kind, amount, currency, settlement_amount, settlement_currency, balance_transaction, source_id, charge, payment_intent
     )
     insert into outbox (aggregate_type, aggregate_id, event_type, payload)
     select ${message.aggregate}::text, source_id, ${message.eventType}::text,
-           jsonb_build_object('kind', kind, 'amount', amount, 'currency', currency, 'balance_transaction', balance_transaction,
+           jsonb_build_object('kind', kind, 'amount', amount, 'currency', currency, 'settlement_amount', settlement_amount,
+                              'settlement_currency', settlement_currency, 'balance_transaction', balance_transaction,
                               'source_id', source_id, 'charge', charge, 'payment_intent', payment_intent, 'event_id', ${context.eventId}::text)
       from booked
     returning id

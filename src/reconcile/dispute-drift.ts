@@ -8,10 +8,10 @@ import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
  * - `missing_locally`: no row in `disputes`.
  * - `amount_differs`: the recorded dispute has another amount or currency than Stripe's.
  * - `final_status_differs`: both closed, with another final status (won locally, lost in Stripe).
- * - `booking_differs`: a movement booked for the dispute has another amount than Stripe's balance
- *   transaction says, or is not among them.
+ * - `booking_differs`: a movement booked for the dispute moved another amount than Stripe's balance
+ *   transaction says (its settlement figure), or is not among them.
  * - `status_behind` / `status_ahead`: earlier / later in warning_… → needs_response → under_review → closed.
- * - `transactions_missing`: a withdrawal, fee or reinstatement Stripe lists is not booked.
+ * - `transactions_missing`: a withdrawal, fee, returned fee or reinstatement Stripe lists is not booked.
  */
 export type DisputeDriftClass =
   | "missing_locally"
@@ -39,7 +39,7 @@ type Row = {
   extra: number;
 };
 
-/** A dispute's balance transactions as the comparison reads them (amount < 0 withdrawn, > 0 reinstated, fee ≥ 0; minor units). */
+/** A dispute's balance transactions as the comparison reads them (amount < 0 withdrawn, > 0 reinstated, fee > 0 charged, < 0 returned; minor units). */
 function transactionsOf(o: StripeObject): { id: unknown; amount: unknown; fee: unknown }[] {
   const list = Array.isArray(o.balance_transactions) ? (o.balance_transactions as Record<string, unknown>[]) : [];
   return list.map((t) => ({ id: t?.id, amount: t?.amount, fee: t?.fee }));
@@ -70,7 +70,8 @@ export async function findDisputeDrift(db: Db | Tx, objects: readonly StripeObje
        cross join jsonb_array_elements(s.txns) t
        cross join lateral (values ('dispute_withdrawal', -(t ->> 'amount')::bigint),
                                   ('dispute_reinstatement', (t ->> 'amount')::bigint),
-                                  ('dispute_fee', (t ->> 'fee')::bigint)) k(kind, amount)
+                                  ('dispute_fee', (t ->> 'fee')::bigint),
+                                  ('dispute_fee_reversal', -(t ->> 'fee')::bigint)) k(kind, amount)
        where k.amount > 0
     ),
     entries as (
@@ -78,12 +79,13 @@ export async function findDisputeDrift(db: Db | Tx, objects: readonly StripeObje
              (select count(*) from expected x
                where x.id = s.id
                  and not exists (select 1 from ledger_entries l where l.balance_transaction = x.txn and l.kind = x.kind))::int as missing,
+             -- Stripe's figures are the balance transaction's: compare what the row says it moved.
              (select count(*) from expected x
                 join ledger_entries l on l.balance_transaction = x.txn and l.kind = x.kind
-               where x.id = s.id and l.amount <> x.amount)::int as differs,
+               where x.id = s.id and coalesce(l.settlement_amount, l.amount) <> x.amount)::int as differs,
              (select count(*) from ledger_entries l
                where l.source_id = s.id
-                 and l.kind in ('dispute_withdrawal', 'dispute_reinstatement', 'dispute_fee')
+                 and l.kind in ('dispute_withdrawal', 'dispute_reinstatement', 'dispute_fee', 'dispute_fee_reversal')
                  and not exists (select 1 from expected x where x.id = s.id and x.txn = l.balance_transaction and x.kind = l.kind))::int as extra
         from stripe s
     )

@@ -7,13 +7,17 @@ import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
  * `transaction_missing`. The others need an operator.
  * - `missing_locally`: no row in `refunds`.
  * - `amount_differs`: the recorded refund has another amount or currency than Stripe's.
- * - `booked_but_failed`: Stripe says failed or canceled; a refund is booked locally.
- * - `booking_differs`: the booked refund has another amount or balance transaction than Stripe's.
+ * - `booked_but_failed`: Stripe says canceled, or failed without naming the failure balance transaction
+ *   that returned the money; a refund is booked locally.
+ * - `booking_differs`: the booked refund (or its reversal) has another amount or balance transaction
+ *   than Stripe's (or its failure balance transaction).
  * - `status_behind` / `status_ahead`: the local status is earlier / later in
  *   pending → succeeded → failed | canceled.
- * - `transaction_missing`: Stripe names the balance transaction; the local row does not know it yet.
- * - `not_booked`: money moved (a balance transaction, not failed or canceled) and nothing is booked:
- *   the refund waits for its charge or invoice payment, which never arrived (`reconcile events`, or by hand).
+ * - `transaction_missing`: Stripe names the balance transaction (or the failure balance transaction);
+ *   the local row does not know it yet.
+ * - `not_booked`: money moved (a balance transaction, not canceled, and not failed unless its money
+ *   came back) and nothing is booked: the refund waits for its charge or invoice payment, which never
+ *   arrived (`reconcile events`, or by hand).
  */
 export type RefundDriftClass =
   | "missing_locally"
@@ -34,10 +38,12 @@ type Row = {
   amount: string;
   currency: string;
   btx: string | null;
+  fbtx: string | null;
   local_status: string | null;
   local_amount: string | null;
   local_currency: string | null;
   local_btx: string | null;
+  local_fbtx: string | null;
   booked: string | null;
 };
 
@@ -63,32 +69,40 @@ export async function findRefundDrift(db: Db | Tx, objects: readonly StripeObjec
     amount: o.amount,
     currency: o.currency,
     btx: idOf(o.balance_transaction),
+    fbtx: idOf(o.failure_balance_transaction),
   }));
   const rows = await db<Row[]>`
     with stripe as (
       select e.o ->> 'id' as id, e.o ->> 'status' as status, (e.o ->> 'amount')::bigint as amount,
-             e.o ->> 'currency' as currency, e.o ->> 'btx' as btx, e.ordinality,
+             e.o ->> 'currency' as currency, e.o ->> 'btx' as btx, e.o ->> 'fbtx' as fbtx, e.ordinality,
              case e.o ->> 'status' when 'succeeded' then 1 when 'failed' then 2 when 'canceled' then 2 else 0 end as stage
         from jsonb_array_elements(${JSON.stringify(page)}::text::jsonb) with ordinality as e(o, ordinality)
     ),
     compared as (
       select s.*, r.id is not null as known, r.status as local_status, r.status_rank as local_stage,
              r.amount as local_amount, r.currency as local_currency, r.balance_transaction as local_btx,
-             l.amount as booked, l.balance_transaction as booked_btx
+             r.failure_balance_transaction as local_fbtx,
+             l.amount as booked, l.balance_transaction as booked_btx,
+             v.amount as reversed, v.balance_transaction as reversed_btx
         from stripe s
         left join refunds r on r.id = s.id
         left join ledger_entries l on l.kind = 'refund' and l.source_id = s.id
+        left join ledger_entries v on v.kind = 'refund_reversal' and v.source_id = s.id
     )
-    select id, status, amount::text, currency, btx, local_status, local_amount::text, local_currency, local_btx, booked::text,
+    select id, status, amount::text, currency, btx, fbtx, local_status, local_amount::text, local_currency, local_btx, local_fbtx,
+           booked::text,
            case
              when not known then 'missing_locally'
              when local_amount <> amount or local_currency <> currency then 'amount_differs'
-             when status in ('failed', 'canceled') and booked is not null then 'booked_but_failed'
+             when booked is not null and (status = 'canceled' or (status = 'failed' and fbtx is null)) then 'booked_but_failed'
              when booked is not null and (booked <> amount or booked_btx is distinct from btx) then 'booking_differs'
+             when reversed is not null and (reversed <> amount or reversed_btx is distinct from fbtx) then 'booking_differs'
              when stage > local_stage then 'status_behind'
              when stage < local_stage then 'status_ahead'
              when btx is not null and local_btx is null then 'transaction_missing'
-             when btx is not null and amount > 0 and booked is null and status not in ('failed', 'canceled') then 'not_booked'
+             when fbtx is not null and local_fbtx is null then 'transaction_missing'
+             when btx is not null and amount > 0 and booked is null and (status not in ('failed', 'canceled') or fbtx is not null)
+               then 'not_booked'
            end as drift
       from compared
      order by ordinality
@@ -99,12 +113,19 @@ export async function findRefundDrift(db: Db | Tx, objects: readonly StripeObjec
       id: r.id,
       drift: r.drift,
       repairable: REPAIRABLE.includes(r.drift),
-      stripe: { status: r.status, amount: Number(r.amount), currency: r.currency, balanceTransaction: r.btx },
+      stripe: {
+        status: r.status,
+        amount: Number(r.amount),
+        currency: r.currency,
+        balanceTransaction: r.btx,
+        failureBalanceTransaction: r.fbtx,
+      },
       local: {
         status: r.local_status,
         amount: r.local_amount === null ? null : Number(r.local_amount),
         currency: r.local_currency,
         balanceTransaction: r.local_btx,
+        failureBalanceTransaction: r.local_fbtx,
         booked: r.booked === null ? null : Number(r.booked),
       },
     }));

@@ -254,21 +254,14 @@ describe("money that does not add up", () => {
   const parked = async () =>
     (await db`select event_id from webhook_inbox where needs_review_at is not null order by event_id`).map((r) => r.event_id as string);
 
-  test("`createApp()` parks a refund that failed after it succeeded and keeps the booked refund", async () => {
-    const failed = eventBody(
-      "evt_refund_failed_late",
-      "refund.failed",
-      refund({
-        id: "re_3SmA1pLgUG5tbmjc0Ref1",
-        amount: 2500,
-        balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1",
-        failure_balance_transaction: "txn_test_failure",
-        status: "failed",
-      }),
-    );
+  test("`createApp()` parks a refund that failed after it succeeded but names no failure balance transaction, or was canceled after money moved, and keeps the booked refund", async () => {
     expect(await deliverInOrder([moneyOutEvent("05_").body, moneyOutEvent("07_").body])).toEqual(["processed", "processed"]);
+    const late = { id: "re_3SmA1pLgUG5tbmjc0Ref1", amount: 2500, balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1" };
+    const failed = eventBody("evt_refund_failed_late", "refund.failed", refund({ ...late, status: "failed" }));
+    const canceled = eventBody("evt_refund_canceled_late", "refund.updated", refund({ ...late, status: "canceled" }));
     expect(await deliver("sync", [failed])).toEqual(["needs_review"]);
-    expect(await parked()).toEqual(["evt_refund_failed_late"]);
+    expect(await deliver("sync", [canceled])).toEqual(["needs_review"]);
+    expect(await parked()).toEqual(["evt_refund_canceled_late", "evt_refund_failed_late"]);
     expect(await rows`select kind, amount::int from ledger_entries`).toEqual([{ kind: "refund", amount: 2500 }]);
     expect(await rows`select status from refunds`).toEqual([{ status: "succeeded" }]);
   });

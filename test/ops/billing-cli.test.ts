@@ -75,7 +75,7 @@ describe("billing CLI", () => {
   );
 
   test(
-    "`billing` shows each ledger row's kind and balance transaction, and net amounts per invoice",
+    "`billing` shows each ledger row's kind, settlement and balance transaction, and net amounts per invoice",
     async () => {
       await db`truncate invoices, ledger_entries, outbox, webhook_inbox cascade`;
       for (const event of moneyOut())
@@ -95,14 +95,16 @@ describe("billing CLI", () => {
           .map(cells)
           .filter((c) => c[1]?.startsWith("in_1Sm")),
       ).toEqual([
-        ["0", "in_1SmA1pLgUG5tbmjcRfA0xRef", "usd", "10000", "4000", "0", "0", "0", "6000"],
-        ["1", "in_1SmA2qLgUG5tbmjcRfB0xDsp", "usd", "20000", "0", "20000", "1500", "20000", "18500"],
+        ["0", "in_1SmA1pLgUG5tbmjcRfA0xRef", "usd", "10000", "4000", "0", "0", "0", "0", "0", "6000"],
+        ["1", "in_1SmA2qLgUG5tbmjcRfB0xDsp", "usd", "20000", "0", "0", "20000", "1500", "0", "20000", "18500"],
       ]);
       expect(lines.filter((c) => c[2] === "dispute_fee")).toEqual([
         [
           "5",
           "in_1SmA2qLgUG5tbmjcRfB0xDsp",
           "dispute_fee",
+          "1500",
+          "usd",
           "1500",
           "usd",
           "txn_1SmA2qLgUG5tbmjc0DspW",

@@ -165,6 +165,26 @@ describe("reconcile refunds", () => {
     expect((await run(reconcileRefundsCommand, ["--repair", "--json"])).json().cleared).toEqual([]);
   });
 
+  test("`reconcileRefundsCommand()` repairs a refund Stripe says failed after its money left by booking its reversal once", async () => {
+    await deliver("01_", "02_", "03_", "04_", "05_", "06_", "07_"); // Ref1 succeeded and booked; its failure never arrived
+    inStripe("refunds", "07_", { status: "failed", failure_balance_transaction: "txn_3SmA1pLgUG5tbmjc0re1fail" });
+    const found = await run(reconcileRefundsCommand, ["--json"]);
+    expect(found.json().drift).toMatchObject([
+      { id: REF1, drift: "status_behind", repairable: true, stripe: { failureBalanceTransaction: "txn_3SmA1pLgUG5tbmjc0re1fail" } },
+    ]);
+    const repaired = await run(reconcileRefundsCommand, ["--repair", "--json"]);
+    expect(repaired.json().drift.map((d) => d.repair?.outcome)).toEqual(["repaired"]);
+    const after = await state();
+    expect(after.ledger.filter((l) => l.source_id === REF1).map((l) => [l.kind, l.amount, l.balance_transaction])).toEqual([
+      ["refund", 2500, "txn_3SmA1pLgUG5tbmjc0re1"],
+      ["refund_reversal", 2500, "txn_3SmA1pLgUG5tbmjc0re1fail"],
+    ]);
+    expect(after.outbox.filter((o) => o.event_type === "RefundReversed")).toEqual([{ event_type: "RefundReversed", aggregate_id: REF1 }]);
+    const again = await run(reconcileRefundsCommand, ["--repair"]);
+    expect(again.code).toBe(0);
+    expect(await state()).toEqual(after);
+  });
+
   test("`reconcileRefundsCommand()` --repair and the late refund webhook at the same moment book the refund once", async () => {
     for (let i = 0; i < 4; i++) {
       await truncateMoney(db);

@@ -82,7 +82,8 @@ export async function checkStorm(
   const unbooked = await db<{ balance_transaction: string; kind: string }[]>`
     select o.payload ->> 'balance_transaction' as balance_transaction, o.payload ->> 'kind' as kind
       from outbox o
-     where o.event_type in ('RefundBooked', 'DisputeFundsWithdrawn', 'DisputeFeeBooked', 'DisputeFundsReinstated')
+     where o.event_type in ('RefundBooked', 'RefundReversed', 'DisputeFundsWithdrawn', 'DisputeFeeBooked', 'DisputeFeeReturned',
+                            'DisputeFundsReinstated')
        and not exists (select 1
                          from ledger_entries l
                         where l.balance_transaction = o.payload ->> 'balance_transaction'
