@@ -1,3 +1,6 @@
+// Every setting of the receiver, read from the environment and checked at once (one problem per
+// variable, all listed together). One file on purpose: the settings and their checks are read as one
+// table by operators and by the entry files of every runtime.
 import { databaseUrlProblem } from "./db/database-url.ts";
 import type { Pooler } from "./db/db.ts";
 

@@ -1,5 +1,7 @@
 // Entry file: `bun run inbox <command>`: the operator's view of the inbox (DATABASE_URL or embedded).
-// Exit codes: 0 ok, 1 failure, 2 usage error.
+// Exit codes: 0 ok, 1 failure, 2 usage error. One file on purpose: it is the command line of src/ops/
+// (each command parses its options, calls one operator function and prints), and its usage text, the
+// option table and the checks they share read best side by side.
 import { parseArgs } from "node:util";
 import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";

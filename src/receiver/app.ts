@@ -1,3 +1,6 @@
+// The Web-standard receiver: routes, a delivery from its raw body to its answer (verify, the endpoint's
+// mode, the limiter's slots, the log line and metrics), and the one place failures become HTTP. One
+// file on purpose: the path of a delivery reads top to bottom here; the modes are in receive.ts.
 import { Router, type IRequest } from "itty-router";
 import { isDatabaseUnavailable, isDataError, isPermanent, sqlState, type Db } from "../db/db.ts";
 import { AppError, describeError, errorResponse, PermanentError } from "../errors.ts";

@@ -51,6 +51,9 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
   const handlers = options.tables[claim.provider] ?? {};
   try {
     if (claim.refusal) throw new PermanentError(claim.refusal);
+    // runWorker claims only rows of its tables' providers; a caller that claimed another is told so.
+    if (!Object.hasOwn(options.tables, claim.provider))
+      throw new PermanentError(`No handler table for provider ${claim.provider} (endpoint ${claim.endpoint}) in this worker`);
     const stored = storedEvent(claim.payload, claim.rawBody);
     const handled = Object.hasOwn(handlers, claim.eventType);
     if (handled && options.fetcher?.needsFetch(claim)) {

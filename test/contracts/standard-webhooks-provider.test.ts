@@ -117,5 +117,5 @@ test("`processClaim()` applies queued Standard Webhooks rows through the registr
   });
   expect((await db`select id from invoices order by id`).map((r) => r.id)).toEqual(["sub_suite_1", "sub_suite_2"]);
   const [acme] = await db`select last_error from webhook_inbox where provider = 'acme'`;
-  expect(String(acme?.last_error)).toContain('no provider named "acme"');
+  expect(String(acme?.last_error)).toContain("No handler table for provider acme");
 });
