@@ -81,11 +81,12 @@ export interface AppDeps {
   /** How long a delivery waits for a slot before 503 `overloaded`, ms. Default 2000. */
   queueTimeoutMs?: number;
   /**
-   * Time bound of a delivery's database work, ms: PostgreSQL's `statement_timeout` for every statement
-   * of its transaction, lock waits included, set inside the transaction (`boundTransaction`), so a
-   * receiver killed or stalled mid-delivery leaves nothing running past it and commits nothing. A
-   * statement stopped by it rolls its transaction back: 500, nothing recorded. Hybrid endpoints bound
-   * their in-request attempt by their budget instead. Default 10000.
+   * Time bound of a delivery's transaction, ms: PostgreSQL's `statement_timeout` for every statement
+   * of it, lock waits included, set inside the transaction (`boundTransaction`), so a receiver killed
+   * or stalled mid-delivery leaves nothing running past it and commits nothing. A statement stopped by
+   * it rolls its transaction back: 500, nothing recorded. Sync deliveries, fallback records and async
+   * deliveries redone alone take it; hybrid endpoints bound their in-request attempt by their budget;
+   * an async group's insert is one statement without a transaction (group-commit.ts says why). Default 10000.
    */
   statementTimeoutMs?: number;
   /**
@@ -134,6 +135,7 @@ export function createApp(deps: AppDeps): App {
     maxRows: deps.asyncGroupRows ?? DEFAULT_GROUP_ROWS,
     limiter,
     timeoutMs: statementTimeoutMs,
+    queueTimeoutMs: limiter ? (deps.queueTimeoutMs ?? 2_000) : undefined,
     // Each delivery still gets its own line; this one says why its group was redone one by one.
     onFallback: (deliveries, err) => log({ group_fallback: deliveries, detail: describeError(err) }),
   });

@@ -173,39 +173,6 @@ test(
   CONCURRENT_TEST_TIMEOUT_MS,
 );
 
-test("`createGroupCommit()` with a time bound records nothing it cannot record in time: a group stuck on a lock is stopped by PostgreSQL, and it is never redone row by row", async () => {
-  const [blocker, pool] = connections(fresh.url, 2);
-  actors.push([blocker!, pool!]);
-  await pool!`select 1`;
-  const fallbacks: number[] = [];
-  const groups = createGroupCommit(pool!, { timeoutMs: 300, onFallback: (deliveries) => fallbacks.push(deliveries) });
-  let release!: () => void;
-  let locked!: () => void;
-  const isLocked = new Promise<void>((resolve) => (locked = resolve));
-  const holding = blocker!.begin(async (tx) => {
-    await tx`lock table webhook_inbox in share mode`; // inserts wait for it
-    locked();
-    await new Promise<void>((resolve) => (release = resolve));
-  });
-  await isLocked;
-  const settle = (id: string) =>
-    groups.receive(BILLING, paid(id)).then(
-      (outcome) => outcome,
-      (err: unknown) => (err as { code?: string }).code,
-    );
-  const answers = [settle("evt_gc_bound_1"), settle("evt_gc_bound_2"), settle("evt_gc_bound_3")];
-  const settled = await Promise.all(answers);
-  release();
-  await holding;
-  // Each group's statement was stopped by its statement_timeout (57014), and nothing of it remains.
-  expect(settled).toEqual(["57014", "57014", "57014"]);
-  expect(fallbacks).toEqual([]);
-  await Bun.sleep(300); // nothing is recorded later, behind the answers' backs
-  expect(await count(db, "webhook_inbox", "event_id like 'evt_gc_bound_%'")).toBe(0);
-  // With the lock gone, the same pool records again.
-  expect(await settle("evt_gc_bound_4")).toBe("queued");
-});
-
 test("`createGroupCommit()` with a limiter: a group holds one slot for all its deliveries, and a group that gets no slot within the queue timeout is refused overloaded, nothing written", async () => {
   const limiter = createLimiter(1, 150);
   const groups = createGroupCommit(db, { limiter });
