@@ -1,0 +1,156 @@
+// The one source of patches/postgres@3.4.9.patch: text replacements in postgres.js 3.4.9, each made in
+// its three builds (src/ for Bun and Node ESM, cjs/src/ for require, cf/src/ for workerd), which carry
+// the same text at these places. `bun run patch:postgres` writes the patch from this list;
+// test/dev/postgres-patch.test.ts fails when the committed patch differs or node_modules lacks an edit.
+// patches/README.md is the bug report for each edit: reproduction, fix, test.
+
+/** One replacement: `find` occurs exactly once in `file` of every build, and becomes `replace`. */
+export interface PostgresEdit {
+  /** Short name used by patches/README.md and the tests. */
+  name: string;
+  /** Path inside a build: prefixed with "", "cjs/" and "cf/" for the three builds. */
+  file: "src/connection.js" | "src/index.js";
+  find: string;
+  replace: string;
+  /** Why the edit exists, in a line (patches/README.md has the reproduction). */
+  why: string;
+}
+
+/** The builds of the postgres.js package, as path prefixes of its files. */
+export const BUILDS = ["cf/", "cjs/", ""] as const;
+
+/** The package the edits apply to (the key of `patchedDependencies`). */
+export const PACKAGE = "postgres@3.4.9";
+
+/** Git blob ids of the files as npm ships postgres@3.4.9: the generator checks its pristine text against them. */
+export const PRISTINE_BLOBS: Readonly<Record<string, string>> = {
+  "cf/src/connection.js": "8e79170aeb13efe8c3c77ccede0cd3a115b5e1b5",
+  "cf/src/index.js": "ffbe7aef075d6037c540cbd5e8f7e298d4345cc3",
+  "cjs/src/connection.js": "07f6716702ac888215c86ad6e0071aaf55ae519c",
+  "cjs/src/index.js": "f09c61c7e998f411560b95c9a8e1ed6a97972c11",
+  "src/connection.js": "1b1cccde43b4570d5d071d6ffaab2669b3c2065a",
+  "src/index.js": "c7fba3dace20173f4cb13f3f138bb6d213b43683",
+};
+
+export const EDITS: readonly PostgresEdit[] = [
+  {
+    name: "next-write-after-close",
+    file: "src/connection.js",
+    why: "a write scheduled on a connection whose socket is gone threw a TypeError from a timer and ended the process",
+    find: `  function nextWrite(fn) {
+    const x = socket.write(chunk, fn)
+`,
+    replace: `  function nextWrite(fn) {
+    // webhook-inbox patch (upstream #1066, #1154, #1208): a write scheduled before the socket closed
+    // must not throw from a timer and crash the process; the pending query is failed by closed().
+    if (!socket) {
+      nextWriteTimer !== null && clearImmediate(nextWriteTimer)
+      chunk = nextWriteTimer = null
+      return false
+    }
+    const x = socket.write(chunk, fn)
+`,
+  },
+  {
+    name: "closed-forgets-write",
+    file: "src/connection.js",
+    why: "closed() cancelled the pending write but kept its timer id and bytes, so the next connection's first write was never sent",
+    find: `    clearImmediate(nextWriteTimer)
+    socket.removeListener('data', data)
+`,
+    replace: `    clearImmediate(nextWriteTimer)
+    chunk = nextWriteTimer = null
+    socket.removeListener('data', data)
+`,
+  },
+  {
+    name: "closed-forgets-query",
+    file: "src/connection.js",
+    why: "an ErrorResponse that arrived before the close was replayed on the reconnected socket and failed its first query",
+    find: `    !hadError && (query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))
+`,
+    replace: `    !hadError && (query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))
+    // webhook-inbox patch: every pending query was rejected above (or by error() on a socket error).
+    // Forget it and any ErrorResponse that arrived before the close (e.g. FATAL 57P01 from
+    // pg_terminate_backend); otherwise the stale error is replayed on the reconnected socket's startup
+    // and thrown from the socket's data handler, crashing the process.
+    query = results = errorResponse = null
+`,
+  },
+  {
+    name: "no-retry-in-failed-transaction",
+    file: "src/connection.js",
+    why: "a prepared statement retried inside a failed transaction cannot succeed, and a retried COMMIT rolls back",
+    find: `          : query.prepared && retryRoutines.has(errorResponse.routine)
+            ? retry(query, errorResponse)
+`,
+    replace: `          : query.prepared && retryRoutines.has(errorResponse.routine)
+            // webhook-inbox patch: never retry in a failed transaction (ReadyForQuery status E): the retry
+            // cannot succeed there, and a COMMIT retried there rolls back without an error. The stale
+            // statement is forgotten all the same, so the next use prepares it again.
+            ? x[5] === 69
+              ? (delete statements[query.signature], errored(errorResponse))
+              : retry(query, errorResponse)
+`,
+  },
+  {
+    name: "array-types-error-handled",
+    file: "src/connection.js",
+    why: "an error answering the array-types query at connection start was an unhandled rejection, which ends the process",
+    find: `        return fetchArrayTypes()
+`,
+    replace: `        // webhook-inbox patch: an error answering the types query (e.g. PgBouncer's FATAL 08P01
+        // server_login_retry) was already passed to the waiting query by errored(); the returned promise
+        // must not reject unhandled, which ends the process. A connection that stays open is closed, so
+        // the next query starts a fresh one.
+        return fetchArrayTypes().catch(() => socket && socket.destroy())
+`,
+  },
+  {
+    name: "pipelined-cancel",
+    file: "src/connection.js",
+    why: "a pipelined query whose cancel was asked for was skipped, so its answer went to the next query",
+    find: `    while (sent.length && (query = sent.shift()) && (query.active = true, query.cancelled))
+`,
+    replace: `    // webhook-inbox patch: a pipelined query whose cancel was asked for while it waited still runs and
+    // answers; it becomes the active query (its cancel request goes out now). Upstream skipped over it,
+    // so its result was taken as the next query's and every later answer shifted by one.
+    if (sent.length && (query = sent.shift()) && (query.active = true, query.cancelled))
+`,
+  },
+  {
+    name: "simple-rollback",
+    file: "src/index.js",
+    why: "ROLLBACK as a simple query, never a prepared statement a transaction pooler may have cached elsewhere",
+    find: `      } catch (e) {
+        await (name
+          ? sql\`rollback to \${ sql(name) }\`
+          : sql\`rollback\`
+`,
+    replace: `      } catch (e) {
+        // webhook-inbox patch: ROLLBACK and COMMIT go as simple queries, never as prepared statements,
+        // which a transaction pooler may have cached on another server connection (26000).
+        await (name
+          ? sql\`rollback to \${ sql(name) }\`
+          : sql.unsafe('rollback')
+`,
+  },
+  {
+    name: "commit-tag",
+    file: "src/index.js",
+    why: "PostgreSQL answers COMMIT in a failed transaction with the tag ROLLBACK and no error: sql.begin resolved for a transaction that saved nothing",
+    find: `        prepare
+          ? await sql\`prepare transaction '\${ sql.unsafe(prepare) }'\`
+          : await sql\`commit\`
+`,
+    replace: `        const done = prepare
+          ? await sql\`prepare transaction '\${ sql.unsafe(prepare) }'\`
+          : await sql.unsafe('commit')
+        // webhook-inbox patch: PostgreSQL answers COMMIT in a failed transaction with the command tag
+        // ROLLBACK and no error. Only the tag says whether anything was saved.
+        const expected = prepare ? 'PREPARE TRANSACTION' : 'COMMIT'
+        if (done.command !== expected)
+          throw Errors.generic('COMMIT_ROLLED_BACK', expected + ' completed as ' + done.command + ': the transaction was rolled back, nothing of it was saved')
+`,
+  },
+];
