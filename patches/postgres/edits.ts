@@ -107,18 +107,6 @@ export const EDITS: readonly PostgresEdit[] = [
 `,
   },
   {
-    name: "pipelined-cancel",
-    file: "src/connection.js",
-    why: "a pipelined query whose cancel was asked for was skipped, so its answer went to the next query",
-    find: `    while (sent.length && (query = sent.shift()) && (query.active = true, query.cancelled))
-`,
-    replace: `    // webhook-inbox patch: a pipelined query whose cancel was asked for while it waited still runs and
-    // answers; it becomes the active query (its cancel request goes out now). Upstream skipped over it,
-    // so its result was taken as the next query's and every later answer shifted by one.
-    if (sent.length && (query = sent.shift()) && (query.active = true, query.cancelled))
-`,
-  },
-  {
     name: "simple-rollback",
     file: "src/index.js",
     why: "ROLLBACK as a simple query, never a prepared statement a transaction pooler may have cached elsewhere",
