@@ -78,22 +78,6 @@ export const EDITS: readonly PostgresEdit[] = [
 `,
   },
   {
-    name: "no-retry-in-failed-transaction",
-    file: "src/connection.js",
-    why: "a prepared statement retried inside a failed transaction cannot succeed, and a retried COMMIT rolls back",
-    find: `          : query.prepared && retryRoutines.has(errorResponse.routine)
-            ? retry(query, errorResponse)
-`,
-    replace: `          : query.prepared && retryRoutines.has(errorResponse.routine)
-            // webhook-inbox patch: never retry in a failed transaction (ReadyForQuery status E): the retry
-            // cannot succeed there, and a COMMIT retried there rolls back without an error. The stale
-            // statement is forgotten all the same, so the next use prepares it again.
-            ? x[5] === 69
-              ? (delete statements[query.signature], errored(errorResponse))
-              : retry(query, errorResponse)
-`,
-  },
-  {
     name: "array-types-error-handled",
     file: "src/connection.js",
     why: "an error answering the array-types query at connection start was an unhandled rejection, which ends the process",
@@ -107,23 +91,6 @@ export const EDITS: readonly PostgresEdit[] = [
 `,
   },
   {
-    name: "simple-rollback",
-    file: "src/index.js",
-    why: "ROLLBACK as a simple query, never a prepared statement a transaction pooler may have cached elsewhere",
-    find: `      } catch (e) {
-        await (name
-          ? sql\`rollback to \${ sql(name) }\`
-          : sql\`rollback\`
-`,
-    replace: `      } catch (e) {
-        // webhook-inbox patch: ROLLBACK and COMMIT go as simple queries, never as prepared statements,
-        // which a transaction pooler may have cached on another server connection (26000).
-        await (name
-          ? sql\`rollback to \${ sql(name) }\`
-          : sql.unsafe('rollback')
-`,
-  },
-  {
     name: "commit-tag",
     file: "src/index.js",
     why: "PostgreSQL answers COMMIT in a failed transaction with the tag ROLLBACK and no error: sql.begin resolved for a transaction that saved nothing",
@@ -133,7 +100,7 @@ export const EDITS: readonly PostgresEdit[] = [
 `,
     replace: `        const done = prepare
           ? await sql\`prepare transaction '\${ sql.unsafe(prepare) }'\`
-          : await sql.unsafe('commit')
+          : await sql\`commit\`
         // webhook-inbox patch: PostgreSQL answers COMMIT in a failed transaction with the command tag
         // ROLLBACK and no error. Only the tag says whether anything was saved.
         const expected = prepare ? 'PREPARE TRANSACTION' : 'COMMIT'
