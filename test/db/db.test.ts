@@ -44,6 +44,14 @@ async function waitFor(check: () => Promise<boolean>, ms = 5000): Promise<void> 
   }
 }
 
+/** A transaction waiting between two statements (right after BEGIN it is briefly idle in transaction too). */
+const IDLE_IN_TRANSACTION = "state = 'idle in transaction' and query not like 'begin%'";
+
+async function waitForIdleTransaction(): Promise<void> {
+  const where = `pid <> pg_backend_pid() and datname = current_database() and ${IDLE_IN_TRANSACTION}`;
+  await waitFor(async () => (await admin.unsafe(`select 1 from pg_stat_activity where ${where}`)).length > 0);
+}
+
 /** What `promise` rejects with, or null when it resolves. */
 function failureOf(promise: Promise<unknown>): Promise<unknown> {
   return promise.then(
@@ -78,11 +86,8 @@ test("a pool survives backends terminated mid-statement and idle in transaction,
         await tx`select 2`;
       }),
     );
-    await waitFor(
-      async () =>
-        (await admin`select 1 from pg_stat_activity where state = 'idle in transaction' and datname = current_database()`).length > 0,
-    );
-    expect(await terminate("state = 'idle in transaction'")).toBe(1);
+    await waitForIdleTransaction();
+    expect(await terminate(IDLE_IN_TRANSACTION)).toBe(1);
     release();
     expect(await idle).not.toBeNull();
 
