@@ -91,6 +91,53 @@ export const EDITS: readonly PostgresEdit[] = [
 `,
   },
   {
+    name: "begin-keeps-close",
+    file: "src/index.js",
+    why: "sql.begin rejected, but the statements waiting in its own queue were never settled; it now also remembers the close for begin-refuses-after-close",
+    find: `      , prepare = null
+
+    try {
+      await sql.unsafe('begin ' + options.replace(/[^a-z ]/ig, ''), [], { onexecute }).execute()
+      return await Promise.race([
+        scope(connection, fn),
+        new Promise((_, reject) => connection.onclose = reject)
+      ])
+`,
+    replace: `      , prepare = null
+      , lost = null
+
+    try {
+      await sql.unsafe('begin ' + options.replace(/[^a-z ]/ig, ''), [], { onexecute }).execute()
+      return await Promise.race([
+        scope(connection, fn),
+        new Promise((_, reject) => connection.onclose = e => {
+          // webhook-inbox patch: the transaction's connection closed: remember it (see the handler) and
+          // reject the statements waiting in the transaction's own queue, which nothing else settles.
+          lost = e
+          while (queries.length)
+            queries.shift().reject(e)
+          reject(e)
+        })
+      ])
+`,
+  },
+  {
+    name: "begin-refuses-after-close",
+    file: "src/index.js",
+    why: "a statement of a transaction whose connection closed went to the reopened connection: it ran outside the transaction, or inside another one",
+    find: `        q.catch(e => uncaughtError || (uncaughtError = e))
+        c.queue === full
+`,
+    replace: `        q.catch(e => uncaughtError || (uncaughtError = e))
+        // webhook-inbox patch: once the transaction's connection has closed, its statements are refused:
+        // the pool opens that connection again for other work, where they would run outside this
+        // transaction, or inside another one.
+        if (lost)
+          return q.reject(lost)
+        c.queue === full
+`,
+  },
+  {
     name: "commit-tag",
     file: "src/index.js",
     why: "PostgreSQL answers COMMIT in a failed transaction with the tag ROLLBACK and no error: sql.begin resolved for a transaction that saved nothing",

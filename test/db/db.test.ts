@@ -97,6 +97,70 @@ test("a pool survives backends terminated mid-statement and idle in transaction,
   await db.end({ timeout: 1 });
 }, 30_000);
 
+test("`sql.begin()` rejects what its callback sends after the backend died between two statements; none of it runs on the reopened connection", async () => {
+  // postgres.js 3.4.9 handed such a statement to the connection object it had used, which the pool opens
+  // again for other work: one sent before that resolved with the new session's empty startup answer,
+  // one sent after ran inside whatever transaction the connection then served, and was committed by it.
+  const db = connect(fresh.url, { max: 1 });
+  try {
+    await db`create table after_close_probe (id int)`;
+    let resume!: () => void;
+    const resumed = new Promise<void>((r) => (resume = r));
+    let otherStarted!: () => void;
+    const otherRunning = new Promise<void>((r) => (otherStarted = r));
+    let callbackDone!: () => void;
+    const callbackFinished = new Promise<void>((r) => (callbackDone = r));
+    const later: unknown[] = [];
+    const dead = failureOf(
+      db.begin(async (tx) => {
+        await tx`insert into after_close_probe (id) values (${1})`;
+        await resumed;
+        later.push(await failureOf(tx`insert into after_close_probe (id) values (${2})`));
+        await otherRunning;
+        later.push(await failureOf(tx`insert into after_close_probe (id) values (${3})`));
+        callbackDone();
+      }),
+    );
+    await waitForIdleTransaction();
+    expect(await terminate(IDLE_IN_TRANSACTION)).toBe(1);
+    expect(isDatabaseUnavailable(await dead)).toBe(true);
+    resume();
+    await db.begin(async (tx) => {
+      await tx`insert into after_close_probe (id) values (${4})`;
+      otherStarted();
+      await Promise.race([callbackFinished, Bun.sleep(5_000)]);
+    });
+    expect(later.map((err) => (err as { code?: unknown } | null)?.code)).toEqual(["CONNECTION_CLOSED", "CONNECTION_CLOSED"]);
+    expect((await db<{ id: number }[]>`select id from after_close_probe order by id`).map((r) => r.id)).toEqual([4]);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+}, 20_000);
+
+test("`sql.begin()` rejects the statements its callback queued behind a busy connection when the backend dies", async () => {
+  // postgres.js 3.4.9 rejected the transaction and the statements already sent, but never settled the
+  // ones waiting in the transaction's own queue: the callback waited for them forever (upstream #1186).
+  const db = connect(fresh.url, { max: 1 });
+  try {
+    let answered = -1;
+    const dead = failureOf(
+      db.begin(async (tx) => {
+        // Each statement's first use is described before it runs, which fills the connection: the
+        // statements after the first wait in the transaction's queue.
+        const statements = [0, 1, 2, 3].map((i) => failureOf(tx`select pg_sleep(${i === 0 ? 5 : 0}), ${i}::int as i`));
+        answered = (await Promise.all(statements)).length;
+      }),
+    );
+    await waitFor(async () => (await admin`select 1 from pg_stat_activity where query like 'select pg_sleep($1)%'`).length > 0);
+    expect(await terminate("query like 'select pg_sleep($1)%'")).toBe(1);
+    expect(isDatabaseUnavailable(await dead)).toBe(true);
+    await waitFor(async () => answered === 4, 2_000);
+    expect((await db<{ ok: number }[]>`select 1 as ok`)[0]?.ok).toBe(1);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
+
 test("isDatabaseUnavailable() is true for a refused connection and false for a constraint violation", async () => {
   const nowhere = connect("postgres://postgres:postgres@127.0.0.1:1/none", { connectTimeoutSec: 1 });
   const refused = await nowhere`select 1`.then(
