@@ -36,17 +36,23 @@ export const EDITS: readonly PostgresEdit[] = [
   {
     name: "next-write-after-close",
     file: "src/connection.js",
-    why: "a write scheduled on a connection whose socket is gone threw a TypeError from a timer and ended the process",
+    why: "a write to a connection whose socket had closed threw a TypeError from a timer, which ends the process",
     find: `  function nextWrite(fn) {
     const x = socket.write(chunk, fn)
 `,
     replace: `  function nextWrite(fn) {
-    // webhook-inbox patch (upstream #1066, #1154, #1208): a write scheduled before the socket closed
-    // must not throw from a timer and crash the process; the pending query is failed by closed().
+    // webhook-inbox patch (upstream #1066, #1154, #1208): the socket closed (closed() set it to null)
+    // before this write went out. Throwing here, from a timer, ended the process; fail the queries the
+    // write carried instead, and keep nothing of it for the next socket.
     if (!socket) {
+      const err = Errors.connection('CONNECTION_CLOSED', options)
       nextWriteTimer !== null && clearImmediate(nextWriteTimer)
       chunk = nextWriteTimer = null
-      return false
+      query && queryError(query, err)
+      while (sent.length)
+        queryError(sent.shift(), err)
+      query = null
+      return true
     }
     const x = socket.write(chunk, fn)
 `,

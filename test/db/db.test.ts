@@ -13,6 +13,7 @@ import {
   type Db,
 } from "../../src/db/db.ts";
 import { isPermanent } from "../../src/db/db.ts";
+import postgres from "postgres";
 import { freshDatabase } from "../support/helpers.ts";
 
 // Regression test for patches/postgres@3.4.9.patch: without it, a backend terminated in the middle of
@@ -156,6 +157,24 @@ test("`sql.begin()` rejects the statements its callback queued behind a busy con
     expect(isDatabaseUnavailable(await dead)).toBe(true);
     await waitFor(async () => answered === 4, 2_000);
     expect((await db<{ ok: number }[]>`select 1 as ok`)[0]?.ok).toBe(1);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
+
+test("`sql.reserve()` rejects a statement sent after its backend was terminated, and the process lives on", async () => {
+  // postgres.js 3.4.9 threw a TypeError from a timer (socket.write on the closed connection's null
+  // socket): an uncaught exception, which ends the process (upstream #1208).
+  let closed!: () => void;
+  const socketClosed = new Promise<void>((r) => (closed = r));
+  const db = postgres(fresh.url, { max: 1, onnotice: () => {}, onclose: () => closed() });
+  try {
+    const reserved = await db.reserve();
+    const pid = (await reserved<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]?.pid;
+    expect(await terminate(`pid = ${Number(pid)}`)).toBe(1);
+    await socketClosed;
+    const late = await Promise.race([failureOf(reserved`select 1`), Bun.sleep(2_000).then(() => "no answer in 2 s")]);
+    expect((late as { code?: unknown } | null)?.code).toBe("CONNECTION_CLOSED");
   } finally {
     await db.end({ timeout: 1 });
   }
