@@ -41,9 +41,7 @@ export const EDITS: readonly PostgresEdit[] = [
     const x = socket.write(chunk, fn)
 `,
     replace: `  function nextWrite(fn) {
-    // webhook-inbox patch (upstream #1066, #1154, #1208): the socket closed (closed() set it to null)
-    // before this write went out. Throwing here, from a timer, ended the process; fail the queries the
-    // write carried instead, and keep nothing of it for the next socket.
+    // webhook-inbox patch (next-write-after-close): the socket closed before this write went out
     if (!socket) {
       const err = Errors.connection('CONNECTION_CLOSED', options)
       nextWriteTimer !== null && clearImmediate(nextWriteTimer)
@@ -60,27 +58,23 @@ export const EDITS: readonly PostgresEdit[] = [
   {
     name: "closed-forgets-write",
     file: "src/connection.js",
-    why: "closed() cancelled the pending write but kept its timer id and bytes, so the next connection's first write was never sent",
+    why: "closed() cancelled a pending write but kept its timer id and bytes, so the reopened connection never sent its startup message",
     find: `    clearImmediate(nextWriteTimer)
     socket.removeListener('data', data)
 `,
     replace: `    clearImmediate(nextWriteTimer)
-    chunk = nextWriteTimer = null
+    chunk = nextWriteTimer = null // webhook-inbox patch (closed-forgets-write)
     socket.removeListener('data', data)
 `,
   },
   {
     name: "closed-forgets-query",
     file: "src/connection.js",
-    why: "an ErrorResponse that arrived before the close was replayed on the reconnected socket and failed its first query",
+    why: "an ErrorResponse that arrived before the close failed the first query of the reopened connection",
     find: `    !hadError && (query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))
 `,
     replace: `    !hadError && (query || sent.length) && error(Errors.connection('CONNECTION_CLOSED', options, socket))
-    // webhook-inbox patch: every pending query was rejected above (or by error() on a socket error).
-    // Forget it and any ErrorResponse that arrived before the close (e.g. FATAL 57P01 from
-    // pg_terminate_backend); otherwise the stale error is replayed on the reconnected socket's startup
-    // and thrown from the socket's data handler, crashing the process.
-    query = results = errorResponse = null
+    query = results = errorResponse = null // webhook-inbox patch (closed-forgets-query)
 `,
   },
   {
@@ -89,10 +83,7 @@ export const EDITS: readonly PostgresEdit[] = [
     why: "an error answering the array-types query at connection start was an unhandled rejection, which ends the process",
     find: `        return fetchArrayTypes()
 `,
-    replace: `        // webhook-inbox patch: an error answering the types query (e.g. PgBouncer's FATAL 08P01
-        // server_login_retry) was already passed to the waiting query by errored(); the returned promise
-        // must not reject unhandled, which ends the process. A connection that stays open is closed, so
-        // the next query starts a fresh one.
+    replace: `        // webhook-inbox patch (array-types-error-handled): errored() passed the error on already
         return fetchArrayTypes().catch(() => socket && socket.destroy())
 `,
   },
@@ -117,8 +108,7 @@ export const EDITS: readonly PostgresEdit[] = [
       return await Promise.race([
         scope(connection, fn),
         new Promise((_, reject) => connection.onclose = e => {
-          // webhook-inbox patch: the transaction's connection closed: remember it (see the handler) and
-          // reject the statements waiting in the transaction's own queue, which nothing else settles.
+          // webhook-inbox patch (begin-keeps-close): settle the queue, refuse what comes later
           lost = e
           while (queries.length)
             queries.shift().reject(e)
@@ -135,9 +125,7 @@ export const EDITS: readonly PostgresEdit[] = [
         c.queue === full
 `,
     replace: `        q.catch(e => uncaughtError || (uncaughtError = e))
-        // webhook-inbox patch: once the transaction's connection has closed, its statements are refused:
-        // the pool opens that connection again for other work, where they would run outside this
-        // transaction, or inside another one.
+        // webhook-inbox patch (begin-refuses-after-close): the pool may reopen c for other work
         if (lost)
           return q.reject(lost)
         c.queue === full
@@ -154,8 +142,7 @@ export const EDITS: readonly PostgresEdit[] = [
     replace: `        const done = prepare
           ? await sql\`prepare transaction '\${ sql.unsafe(prepare) }'\`
           : await sql\`commit\`
-        // webhook-inbox patch: PostgreSQL answers COMMIT in a failed transaction with the command tag
-        // ROLLBACK and no error. Only the tag says whether anything was saved.
+        // webhook-inbox patch (commit-tag): a failed transaction answers COMMIT with the tag ROLLBACK
         const expected = prepare ? 'PREPARE TRANSACTION' : 'COMMIT'
         if (done.command !== expected)
           throw Errors.generic('COMMIT_ROLLED_BACK', expected + ' completed as ' + done.command + ': the transaction was rolled back, nothing of it was saved')
