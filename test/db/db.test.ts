@@ -16,9 +16,11 @@ import { isPermanent } from "../../src/db/db.ts";
 import postgres from "postgres";
 import { freshDatabase } from "../support/helpers.ts";
 
-// Regression test for patches/postgres@3.4.9.patch: without it, a backend terminated in the middle of
-// a transaction makes postgres.js throw from a timer (socket.write on a closed socket) or replay the
-// stale FATAL on the reconnected socket, and the whole process (a receiver, or this test run) dies.
+// Regression tests for patches/postgres@3.4.9.patch (patches/README.md names the test of each fix):
+// without it, a backend terminated in the middle of a transaction makes postgres.js throw from a timer
+// (socket.write on a closed socket), which ends the process, fail the reopened connection's first
+// query with the old backend's FATAL, or run the transaction's later statements on the reopened
+// connection.
 let fresh: Awaited<ReturnType<typeof freshDatabase>>;
 let admin: Db;
 beforeAll(async () => {
