@@ -31,7 +31,9 @@ export const SQLSTATE = {
 /**
  * `code` of the error `sql.begin` throws (patches/postgres@3.4.9.patch) when PostgreSQL answered its
  * COMMIT with the command tag ROLLBACK: the transaction had failed without postgres.js seeing the
- * error, and nothing of it was saved. Transient: the caller answers 5xx, or a worker retries.
+ * error (a caught statement error, or, with prepared statements behind a transaction pooler, a COMMIT
+ * that postgres.js retried after 26000), and nothing of it was saved. Transient: the caller answers
+ * 5xx, or a worker retries.
  */
 export const COMMIT_ROLLED_BACK = "COMMIT_ROLLED_BACK";
 

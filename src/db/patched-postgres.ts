@@ -1,9 +1,11 @@
 import postgres from "postgres";
 
 /**
- * Text only patches/postgres@3.4.9.patch puts into postgres.js's `Postgres` function (its `sql.begin`
- * checks COMMIT's command tag). The patch is applied whole, so its presence vouches for the
- * connection fixes in the same patch too.
+ * Text only patches/postgres@3.4.9.patch puts into postgres.js's `Postgres` function: the error code
+ * its `sql.begin` throws when COMMIT's command tag is not COMMIT (patches/README.md, fix 1). It sits in
+ * live code on purpose: Bun's Function.prototype.toString gives the source as Bun transpiled it, without
+ * comments or dead code. The patch is applied whole, so its presence vouches for the patch's other fixes
+ * (a connection that closes mid-transaction) too.
  */
 const PATCH_MARKER = "COMMIT_ROLLED_BACK";
 

@@ -1,11 +1,14 @@
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import { boundTransaction, COMMIT_ROLLED_BACK, connect, isDatabaseUnavailable, sqlState, SQLSTATE, type Db } from "../../src/db/db.ts";
 import { isPermanent } from "../../src/db/db.ts";
+import postgres from "postgres";
 import { freshDatabase } from "../support/helpers.ts";
 
-// Regression test for patches/postgres@3.4.9.patch: without it, a backend terminated in the middle of
-// a transaction makes postgres.js throw from a timer (socket.write on a closed socket) or replay the
-// stale FATAL on the reconnected socket, and the whole process (a receiver, or this test run) dies.
+// Regression tests for patches/postgres@3.4.9.patch (patches/README.md names the test of each fix):
+// without it, a backend terminated in the middle of a transaction makes postgres.js throw from a timer
+// (socket.write on a closed socket), which ends the process, fail the reopened connection's first
+// query with the old backend's FATAL, or run the transaction's later statements on the reopened
+// connection.
 let fresh: Awaited<ReturnType<typeof freshDatabase>>;
 let admin: Db;
 beforeAll(async () => {
@@ -32,43 +35,140 @@ async function waitFor(check: () => Promise<boolean>, ms = 5000): Promise<void> 
   }
 }
 
+/** A transaction waiting between two statements (right after BEGIN it is briefly idle in transaction too). */
+const IDLE_IN_TRANSACTION = "state = 'idle in transaction' and query not like 'begin%'";
+
+async function waitForIdleTransaction(): Promise<void> {
+  const where = `pid <> pg_backend_pid() and datname = current_database() and ${IDLE_IN_TRANSACTION}`;
+  await waitFor(async () => (await admin.unsafe(`select 1 from pg_stat_activity where ${where}`)).length > 0);
+}
+
+/** What `promise` rejects with, or null when it resolves. */
+function failureOf(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(
+    () => null,
+    (e: unknown) => e ?? new Error("rejected with nothing"),
+  );
+}
+
 test("a pool survives backends terminated mid-statement and idle in transaction, three times over", async () => {
   const db = connect(fresh.url, { max: 2 });
   for (let round = 0; round < 3; round++) {
-    const busy = db.begin(async (tx) => {
-      await tx`select 1`;
-      await tx`select pg_sleep(5)`;
-    });
+    // Each begin's rejection is taken as a value from the start: the connection can close (and reject
+    // the begin) before terminate() has its answer, and a rejection without a handler fails the run.
+    const busy = failureOf(
+      db.begin(async (tx) => {
+        await tx`select 1`;
+        await tx`select pg_sleep(5)`;
+      }),
+    );
     await waitFor(
       async () => (await admin`select 1 from pg_stat_activity where query like '%pg_sleep(5)%' and pid <> pg_backend_pid()`).length > 0,
     );
     expect(await terminate("query like '%pg_sleep(5)%'")).toBe(1);
-    const busyError = await busy.then(
-      () => null,
-      (e: unknown) => e,
-    );
-    expect(isDatabaseUnavailable(busyError)).toBe(true);
+    expect(isDatabaseUnavailable(await busy)).toBe(true);
 
     let release!: () => void;
     const paused = new Promise<void>((r) => (release = r));
-    const idle = db.begin(async (tx) => {
-      await tx`select 1`;
-      await paused;
-      await tx`select 2`;
-    });
-    await waitFor(
-      async () =>
-        (await admin`select 1 from pg_stat_activity where state = 'idle in transaction' and datname = current_database()`).length > 0,
+    const idle = failureOf(
+      db.begin(async (tx) => {
+        await tx`select 1`;
+        await paused;
+        await tx`select 2`;
+      }),
     );
-    expect(await terminate("state = 'idle in transaction'")).toBe(1);
+    await waitForIdleTransaction();
+    expect(await terminate(IDLE_IN_TRANSACTION)).toBe(1);
     release();
-    await expect(idle).rejects.toBeDefined();
+    expect(await idle).not.toBeNull();
 
     const [row] = await db`select ${round}::int as round`;
     expect(row?.round).toBe(round);
   }
   await db.end({ timeout: 1 });
 }, 30_000);
+
+test("`sql.begin()` rejects what its callback sends after the backend died between two statements; none of it runs on the reopened connection", async () => {
+  // postgres.js 3.4.9 handed such a statement to the connection object it had used, which the pool opens
+  // again for other work: one sent before that resolved with the new session's empty startup answer,
+  // one sent after ran inside whatever transaction the connection then served, and was committed by it.
+  const db = connect(fresh.url, { max: 1 });
+  try {
+    await db`create table after_close_probe (id int)`;
+    let resume!: () => void;
+    const resumed = new Promise<void>((r) => (resume = r));
+    let otherStarted!: () => void;
+    const otherRunning = new Promise<void>((r) => (otherStarted = r));
+    let callbackDone!: () => void;
+    const callbackFinished = new Promise<void>((r) => (callbackDone = r));
+    const later: unknown[] = [];
+    const dead = failureOf(
+      db.begin(async (tx) => {
+        await tx`insert into after_close_probe (id) values (${1})`;
+        await resumed;
+        later.push(await failureOf(tx`insert into after_close_probe (id) values (${2})`));
+        await otherRunning;
+        later.push(await failureOf(tx`insert into after_close_probe (id) values (${3})`));
+        callbackDone();
+      }),
+    );
+    await waitForIdleTransaction();
+    expect(await terminate(IDLE_IN_TRANSACTION)).toBe(1);
+    expect(isDatabaseUnavailable(await dead)).toBe(true);
+    resume();
+    await db.begin(async (tx) => {
+      await tx`insert into after_close_probe (id) values (${4})`;
+      otherStarted();
+      await Promise.race([callbackFinished, Bun.sleep(5_000)]);
+    });
+    expect(later.map((err) => (err as { code?: unknown } | null)?.code)).toEqual(["CONNECTION_CLOSED", "CONNECTION_CLOSED"]);
+    expect((await db<{ id: number }[]>`select id from after_close_probe order by id`).map((r) => r.id)).toEqual([4]);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+}, 20_000);
+
+test("`sql.begin()` rejects the statements its callback queued behind a busy connection when the backend dies", async () => {
+  // postgres.js 3.4.9 rejected the transaction and the statements already sent, but never settled the
+  // ones waiting in the transaction's own queue: the callback waited for them forever (upstream #1186).
+  const db = connect(fresh.url, { max: 1 });
+  try {
+    let answered = -1;
+    const dead = failureOf(
+      db.begin(async (tx) => {
+        // Each statement's first use is described before it runs, which fills the connection: the
+        // statements after the first wait in the transaction's queue.
+        const statements = [0, 1, 2, 3].map((i) => failureOf(tx`select pg_sleep(${i === 0 ? 5 : 0}), ${i}::int as i`));
+        answered = (await Promise.all(statements)).length;
+      }),
+    );
+    await waitFor(async () => (await admin`select 1 from pg_stat_activity where query like 'select pg_sleep($1)%'`).length > 0);
+    expect(await terminate("query like 'select pg_sleep($1)%'")).toBe(1);
+    expect(isDatabaseUnavailable(await dead)).toBe(true);
+    await waitFor(async () => answered === 4, 2_000);
+    expect((await db<{ ok: number }[]>`select 1 as ok`)[0]?.ok).toBe(1);
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
+
+test("`sql.reserve()` rejects a statement sent after its backend was terminated, and the process lives on", async () => {
+  // postgres.js 3.4.9 threw a TypeError from a timer (socket.write on the closed connection's null
+  // socket): an uncaught exception, which ends the process (upstream #1208).
+  let closed!: () => void;
+  const socketClosed = new Promise<void>((r) => (closed = r));
+  const db = postgres(fresh.url, { max: 1, onnotice: () => {}, onclose: () => closed() });
+  try {
+    const reserved = await db.reserve();
+    const pid = (await reserved<{ pid: number }[]>`select pg_backend_pid() as pid`)[0]?.pid;
+    expect(await terminate(`pid = ${Number(pid)}`)).toBe(1);
+    await socketClosed;
+    const late = await Promise.race([failureOf(reserved`select 1`), Bun.sleep(2_000).then(() => "no answer in 2 s")]);
+    expect((late as { code?: unknown } | null)?.code).toBe("CONNECTION_CLOSED");
+  } finally {
+    await db.end({ timeout: 1 });
+  }
+});
 
 test("isDatabaseUnavailable() is true for a refused connection and false for a constraint violation", async () => {
   const nowhere = connect("postgres://postgres:postgres@127.0.0.1:1/none", { connectTimeoutSec: 1 });
