@@ -35,8 +35,8 @@ export interface InboxRow {
   /** What the sanitized copy replaced (`payload_sanitized`), or null. */
   replaced: string | null;
   source: EventSource;
-  /** The event's own creation time, for retention; null: now. */
-  createdAt: Date | null;
+  /** The event's own creation time, Unix seconds, for retention; null: now. */
+  createdAtSec: number | null;
   settled: "processed" | "ignored" | null;
   failed?: { error: string; parked: boolean; backoff: Backoff };
 }
@@ -53,7 +53,7 @@ export function inboxRow(key: InboxKey, event: VerifiedEvent, settled: InboxRow[
     rawBody: event.sanitized ? event.body : null,
     replaced: event.sanitized?.replaced ?? null,
     source: event.source ?? "webhook",
-    createdAt: event.createdAt ?? null,
+    createdAtSec: event.createdAt ? event.createdAt.getTime() / 1000 : null,
     settled,
   };
 }
@@ -80,7 +80,7 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
     r.rawBody,
     r.replaced,
     r.source,
-    r.createdAt,
+    r.createdAtSec,
     r.settled,
     r.failed?.error.slice(0, 1000) ?? null,
     r.failed?.parked ?? false,
@@ -91,7 +91,7 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
     insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, event_created_at,
                                processed_at, outcome, attempts, last_error, needs_review_at, available_at)
     select provider, endpoint, event_id, event_type, payload::text::jsonb, raw_body::text, payload_sanitized::text, source::text,
-           coalesce(created::timestamptz, now()),
+           coalesce(to_timestamp(created::float8), now()),
            case when outcome::text is not null then now() end, outcome::text,
            case when last_error::text is not null then 1 else 0 end, last_error::text,
            case when parked::boolean then now() end,

@@ -44,8 +44,8 @@ interface Waiting {
   event: VerifiedEvent;
   resolve(outcome: Outcome): void;
   reject(err: unknown): void;
-  /** Ends the wait at `queueTimeoutMs`; cleared when the delivery's group is sent. */
-  timer?: ReturnType<typeof setTimeout>;
+  /** When it began to wait, ms since the epoch. */
+  since: number;
 }
 
 /**
@@ -73,16 +73,23 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
   const slot = <T>(work: () => Promise<T>): Promise<T> => (options.limiter ? options.limiter.run(work) : work());
   let waiting: Waiting[] = [];
   let inFlight = false;
+  /** One timer for the oldest waiting delivery's `queueTimeoutMs` (waiting is in arrival order). */
+  let sweepTimer: ReturnType<typeof setTimeout> | undefined;
 
   function send(): void {
     const group = waiting.slice(0, maxRows);
     waiting = waiting.slice(maxRows);
-    for (const delivery of group) clearTimeout(delivery.timer);
     inFlight = true;
-    void commit(group).finally(() => {
-      inFlight = false;
-      if (waiting.length > 0) send();
-    });
+    void commit(group);
+  }
+
+  /**
+   * The group's insert settled and its connection is free: the next group goes out now, before this
+   * group's deliveries are answered (their responses and log lines would otherwise delay it).
+   */
+  function settled(): void {
+    inFlight = false;
+    if (waiting.length > 0) send();
   }
 
   async function commit(group: Waiting[]): Promise<void> {
@@ -95,6 +102,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
     try {
       inserted = await slot(() => insertInbox(db, rows));
     } catch (err) {
+      settled();
       if (!isDataError(err) || group.length === 1) {
         for (const delivery of group) delivery.reject(err);
         return;
@@ -103,6 +111,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
       for (const d of group) slot(() => receiveAsync(db, d.target, d.event, timeoutMs)).then(d.resolve, d.reject);
       return;
     }
+    settled();
     let queued = false;
     for (const delivery of group) {
       const text = keyText(delivery.key);
@@ -115,25 +124,32 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
     if (queued) notifierFor(db).wake();
   }
 
-  /** Answers a delivery still waiting for its group `overloaded`; it is never sent. */
-  function giveUp(delivery: Waiting): void {
-    const at = waiting.indexOf(delivery);
-    if (at === -1) return;
-    waiting.splice(at, 1);
-    delivery.reject(
-      new AppError("overloaded", `Cannot record ${delivery.event.id} in time: the group before it is still running; nothing was recorded, retry later`),
-    );
+  /** Arms the one timer for the oldest waiting delivery, if none is armed. */
+  function armSweep(): void {
+    const oldest = waiting[0];
+    if (sweepTimer !== undefined || oldest === undefined || options.queueTimeoutMs === undefined) return;
+    sweepTimer = setTimeout(sweep, Math.max(0, oldest.since + options.queueTimeoutMs - Date.now()));
+  }
+
+  /** Answers the deliveries that waited `queueTimeoutMs` for their group `overloaded`; they are never sent. */
+  function sweep(): void {
+    sweepTimer = undefined;
+    const limit = Date.now() - (options.queueTimeoutMs ?? Infinity);
+    while (waiting[0] !== undefined && waiting[0].since <= limit) {
+      const delivery = waiting.shift() as Waiting;
+      delivery.reject(
+        new AppError("overloaded", `Cannot record ${delivery.event.id} in time: the group before it is still running; nothing was recorded, retry later`),
+      );
+    }
+    armSweep();
   }
 
   return {
     receive(target, event) {
       const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
-      const promise = new Promise<Outcome>((resolve, reject) => {
-        const delivery: Waiting = { key, target, event, resolve, reject };
-        waiting.push(delivery);
-        if (inFlight && options.queueTimeoutMs !== undefined) delivery.timer = setTimeout(() => giveUp(delivery), options.queueTimeoutMs);
-      });
+      const promise = new Promise<Outcome>((resolve, reject) => waiting.push({ key, target, event, resolve, reject, since: Date.now() }));
       if (!inFlight) send();
+      else armSweep();
       return promise;
     },
   };

@@ -1,4 +1,4 @@
-// Entry file: `bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only sections] [--out DIR]`. Measures
+// Entry file: `bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only sections] [--levels 16,64] [--out DIR]`. Measures
 // the receiver and the worker against the physical ceiling (pgbench running the same SQL) and against
 // peers (a naive Bun receiver doing the seed's SQL, graphile-worker) on this machine, side by side in one run, and writes <out>/latest.json and latest.md (default bench-results/).
 // pgbench: PGBENCH_BIN, else on PATH or Debian's /usr/lib/postgresql/<major>/bin. No timing is asserted
@@ -20,6 +20,7 @@ import { createScratchDatabase } from "../scratch-database.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 import { graphileDrain } from "../bench/graphile-peer.ts";
 import { ensurePgbench, runPgbench } from "../bench/pgbench.ts";
+import { hasWrk, wrkLoad } from "../bench/wrk.ts";
 import { runWorker } from "../../worker/worker.ts";
 
 const SECTIONS = ["ceiling", "sync", "async", "drain", "duplicates"];
@@ -31,6 +32,7 @@ const USAGE = `Usage: bun run bench [--quick] [--runs N] [--seconds N] [--backlo
   --seconds N      seconds per run (default 5)
   --backlog N      events drained by the worker (default 10000)
   --only SECTIONS  comma-separated, from ${SECTIONS.join(", ")} (default all)
+  --levels LIST    client counts of the receive sections, comma-separated (default 1,4,16,64)
   --out DIR        where to write the results (default bench-results/)`;
 
 /** Prints `problem` and the usage to stderr and exits 2 (before any database exists). */
@@ -48,6 +50,7 @@ const { values: o } = (() => {
         seconds: { type: "string" },
         backlog: { type: "string" },
         only: { type: "string" },
+        levels: { type: "string" },
         out: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
@@ -69,7 +72,7 @@ function count(name: string, value: string | undefined, fallback: number): numbe
 const runs = count("runs", o.runs, o.quick ? 1 : 3);
 const seconds = count("seconds", o.seconds, o.quick ? 2 : 5);
 const backlog = count("backlog", o.backlog, o.quick ? 5_000 : 10_000);
-const levels = o.quick ? [16] : [1, 4, 16, 64];
+const levels = o.levels !== undefined ? o.levels.split(",").map((v) => count("levels", v, 1)) : o.quick ? [16] : [1, 4, 16, 64];
 const sections = new Set((o.only ?? SECTIONS.join(",")).split(","));
 const unknown = [...sections].filter((section) => !SECTIONS.includes(section));
 if (unknown.length) usage(`--only takes ${SECTIONS.join(", ")}; unknown: ${unknown.map((u) => `"${u}"`).join(", ")}`);
@@ -201,13 +204,20 @@ try {
       await new Promise((r) => child.once("exit", r));
     }
   }
-  function load(options: Record<string, unknown>): Load {
+  /** One load run from the Bun generator (bin/bench-load.ts: a fixed count of requests is possible). */
+  function bunLoad(options: Record<string, unknown>): Load {
     const out = spawnSync(process.execPath, [devBin("bench-load"), JSON.stringify({ secret: SECRET, ...options })], {
       encoding: "utf8",
       maxBuffer: 1 << 24,
     });
     if (out.status !== 0) throw new Error(`load generator failed: ${out.stderr.slice(-1000)}`);
     return JSON.parse(out.stdout.trim().split("\n").pop() ?? "{}") as Load;
+  }
+  /** One load run of the receive sections: wrk when installed (a C sender: less CPU taken from the receiver), else the Bun generator. */
+  const viaWrk = hasWrk();
+  say(`load generator: ${viaWrk ? "wrk (Debian package)" : "bin/bench-load.ts (install Debian's wrk for a cheaper sender)"}`);
+  async function load(options: { url: string; concurrency: number; durationMs: number; kind: "unique" | "duplicate"; run: string }): Promise<Load> {
+    return viaWrk ? wrkLoad({ secret: SECRET, ...options }) : bunLoad(options);
   }
   function peakRssMiB(pid: number): number {
     const hwm = /VmHWM:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"))?.[1];
@@ -223,33 +233,56 @@ try {
       what: "seed's SQL, 60-line Bun receiver",
     },
   ];
+  // Ours and the peer run in turns (ours, peer, ours, peer, …), one receiver up at a time, each run on
+  // empty tables after a warm-up of its own, so a drift of this shared machine's speed during a level
+  // hits both alike (and an idle receiver's connections never weigh on the other's runs).
   for (const mode of ["sync", "async"] as const) {
     if (!sections.has(mode)) continue;
     for (const c of levels) {
-      for (const receiver of receivers) {
-        await reset();
-        const env = { ...receiver.env(mode), DB_POOL_MAX: String(Math.min(c, 64)) };
-        const measured = await withReceiver(receiver.file, env, async (base, pid) => {
-          // Warm-up (discarded): opens the pool's connections and the load generator's sockets.
-          load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warm${mode}${c}${Date.now()}` });
-          const loads = Array.from({ length: runs }, (_, r) =>
-            load({
-              url: `${base}/webhooks/stripe`,
-              concurrency: c,
-              durationMs: seconds * 1000,
-              kind: "unique",
-              run: `${mode}${c}r${r}${Date.now()}`,
-            }),
-          );
-          return { loads, rss: peakRssMiB(pid) };
-        });
+      const [ours, peer] = receivers as [(typeof receivers)[number], (typeof receivers)[number]];
+      const insertTps: number[] = [];
+      const measured = [ours, peer].map(() => ({ loads: [] as Load[], rss: 0 }));
+      for (let r = 0; r < runs; r++) {
+        for (const [i, receiver] of [ours, peer].entries()) {
+          await reset();
+          const env = { ...receiver.env(mode), DB_POOL_MAX: String(Math.min(c, 64)) };
+          await withReceiver(receiver.file, env, async (base, pid) => {
+            // Warm-up (discarded): opens the pool's connections and the load generator's sockets.
+            await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warm${mode}${c}r${r}${i}${Date.now()}` });
+            await reset();
+            measured[i]!.loads.push(
+              await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: seconds * 1000, kind: "unique", run: `${mode}${c}r${r}${i}${Date.now()}` }),
+            );
+            measured[i]!.rss = Math.max(measured[i]!.rss, peakRssMiB(pid));
+          });
+        }
+        // Async's ceiling in the same turn: pgbench's one-row insert (with the ceiling section's pgbench).
+        if (mode === "async" && pgbench) {
+          await reset();
+          insertTps.push(runPgbench(pgbench, url, inboxOnlyScript(), c, seconds).tps);
+        }
+      }
+      for (const [i, receiver] of [ours, peer].entries()) {
+        const m = measured[i]!;
         const name = `${receiver.name} ${mode} (${receiver.what})`;
-        const rps = stat(measured.loads.map((l) => l.rps));
-        const p99 = stat(measured.loads.map((l) => l.p99));
-        const notes = `p50 ${stat(measured.loads.map((l) => l.p50)).median.toFixed(1)} ms, p99 ${p99.median.toFixed(1)} ms (${p99.min.toFixed(1)}–${p99.max.toFixed(1)}), peak RSS ${measured.rss} MiB, statuses ${JSON.stringify(measured.loads[0]?.statuses)}`;
-        results[`${name} @${c}`] = { ...rps, loads: measured.loads, peak_rss_mib: measured.rss };
+        const rps = stat(m.loads.map((l) => l.rps));
+        const p99 = stat(m.loads.map((l) => l.p99));
+        const notes = `p50 ${stat(m.loads.map((l) => l.p50)).median.toFixed(1)} ms, p99 ${p99.median.toFixed(1)} ms (${p99.min.toFixed(1)}–${p99.max.toFixed(1)}), peak RSS ${m.rss} MiB, statuses ${JSON.stringify(m.loads[0]?.statuses)}`;
+        results[`${name} @${c}`] = { ...rps, loads: m.loads, peak_rss_mib: m.rss };
         row(name, c, rps, "events/s", notes);
         say(`${name} @${c}: ${JSON.stringify(rps)} ${notes}`);
+      }
+      // Per run, ours ÷ the peer's run right after it: the ratio drift cannot bias.
+      const ratios = measured[0]!.loads.map((l, r) => l.rps / (measured[1]!.loads[r]?.rps ?? Number.NaN));
+      const ratio = stat(ratios);
+      results[`receive ${mode} ÷ naive peer @${c}`] = ratio;
+      table.push(`| receive ${mode} ÷ naive peer (paired runs) | ${c} | ${ratio.median.toFixed(2)}× | ${ratio.min.toFixed(2)}–${ratio.max.toFixed(2)} | |`);
+      say(`receive ${mode} ÷ naive peer @${c}: ${JSON.stringify(ratio)}`);
+      if (insertTps.length > 0) {
+        const vsInsert = stat(measured[0]!.loads.map((l, r) => l.rps / (insertTps[r] ?? Number.NaN)));
+        results[`receive async ÷ pgbench insert @${c}`] = vsInsert;
+        table.push(`| receive async ÷ pgbench one-row insert (paired runs) | ${c} | ${vsInsert.median.toFixed(2)}× | ${vsInsert.min.toFixed(2)}–${vsInsert.max.toFixed(2)} | |`);
+        say(`receive async ÷ pgbench insert @${c}: ${JSON.stringify(vsInsert)}`);
       }
     }
   }
@@ -316,8 +349,8 @@ try {
     await reset();
     const run = `dup${Date.now()}`;
     const storm = await withServe({ INBOX_MODE: "sync", DB_POOL_MAX: "64" }, async (base) => {
-      load({ url: `${base}/webhooks/stripe`, concurrency: 64, durationMs: 1000, kind: "unique", run: `warm${run}` });
-      return load({ url: `${base}/webhooks/stripe`, concurrency: 64, durationMs: 60_000, requests: 1000, kind: "duplicate", run });
+      bunLoad({ url: `${base}/webhooks/stripe`, concurrency: 64, durationMs: 1000, kind: "unique", run: `warm${run}` });
+      return bunLoad({ url: `${base}/webhooks/stripe`, concurrency: 64, durationMs: 60_000, requests: 1000, kind: "duplicate", run });
     });
     const [booked] = await db<{ n: number }[]>`select count(*)::int as n from ledger_entries where invoice_id = ${`in_bench_${run}_0`}`;
     results["duplicate storm"] = { ...storm, ledger_rows: booked?.n };
