@@ -148,13 +148,13 @@ const MIN_IDLE_BOUND_MS = 1_000;
  * mid-transaction, a paused process, loses its session and with it its locks). Both are set with
  * `set_config(…, true)` (SET LOCAL: this transaction only, so it works behind a transaction pooler). A
  * process killed mid-transaction never sends COMMIT, so nothing of it commits, and PostgreSQL ends its
- * statements at the bound. The statement is sent without waiting for its answer: postgres.js
- * pipelines it ahead of the transaction's next statement on the same connection, and a failure fails
- * the transaction (postgres.js rethrows a failed query of a `sql.begin` scope). Call first in the
- * transaction. PostgreSQL manual, "Client Connection Defaults".
+ * statements at the bound. Awaited, not pipelined ahead of the next statement: postgres.js re-prepares
+ * a statement a transaction pooler's server connection does not know, and a re-prepared statement
+ * pipelined ahead of another left the connection waiting forever (test/runtimes/pgbouncer.test.ts).
+ * Call first in the transaction. PostgreSQL manual, "Client Connection Defaults".
  */
-export function boundTransaction(tx: Tx, timeoutMs: number): void {
+export async function boundTransaction(tx: Tx, timeoutMs: number): Promise<void> {
   const ms = Math.max(1, Math.ceil(timeoutMs));
   const idle = String(Math.max(ms, MIN_IDLE_BOUND_MS));
-  void tx`select set_config('statement_timeout', ${String(ms)}, true), set_config('idle_in_transaction_session_timeout', ${idle}, true)`.execute();
+  await tx`select set_config('statement_timeout', ${String(ms)}, true), set_config('idle_in_transaction_session_timeout', ${idle}, true)`;
 }

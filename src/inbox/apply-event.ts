@@ -115,7 +115,7 @@ export async function applyEvent(db: Db, input: ApplyInput): Promise<Applied> {
 }
 
 async function applyIn(tx: Tx, input: ApplyInput, timeoutMs: number): Promise<Applied> {
-  boundTransaction(tx, timeoutMs);
+  await boundTransaction(tx, timeoutMs);
   const handler = Object.hasOwn(input.handlers, input.type) ? input.handlers[input.type] : undefined;
   const held = await holdRow(tx, input, handler !== undefined);
   if (held !== "held") {

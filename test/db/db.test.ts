@@ -287,7 +287,7 @@ test("`boundTransaction()` stops a statement that runs past the bound (57014, ro
     const started = Date.now();
     const stopped = await db
       .begin(async (tx) => {
-        boundTransaction(tx, 200);
+        await boundTransaction(tx, 200);
         await tx`insert into bound_probe values (1)`;
         await tx`select pg_sleep(5)`;
       })
@@ -311,7 +311,7 @@ test("`boundTransaction()` ends the session of a client that stalls inside the t
     await db`insert into bound_locked values (1) on conflict do nothing`;
     const stalled = await db
       .begin(async (tx) => {
-        boundTransaction(tx, 200);
+        await boundTransaction(tx, 200);
         await tx`select 1 from bound_locked where id = 1 for update`;
         await Bun.sleep(2_500); // the client stalls (a paused process) with the row locked
         await tx`select 1`;
