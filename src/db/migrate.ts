@@ -11,6 +11,24 @@ export interface Migration {
 
 const LOCK_KEY = "webhook-inbox:migrate";
 
+/** Oldest PostgreSQL major the migrations and queries are tested on (README, "Requirements"). */
+export const MIN_POSTGRES_MAJOR = 14;
+
+/**
+ * Refuses a server older than {@link MIN_POSTGRES_MAJOR} with one line naming both versions
+ * (`server_version_num`, PostgreSQL manual, "Preset Options"). Majors 14 to 18 run the same
+ * migrations and are each tested (`bun run test:postgres-versions`); older ones are not, so they are
+ * refused before anything is written rather than failing half-way.
+ * @throws Error "PostgreSQL 14 or later is required; this server runs 13.x" on an older server.
+ */
+export async function assertSupportedPostgres(db: Db): Promise<void> {
+  const [row] = await db<{ num: number; version: string }[]>`
+    select current_setting('server_version_num')::int as num, current_setting('server_version') as version
+  `;
+  if (row && row.num < MIN_POSTGRES_MAJOR * 10_000)
+    throw new Error(`PostgreSQL ${MIN_POSTGRES_MAJOR} or later is required; this server runs ${row.version}`);
+}
+
 /**
  * Applies pending migrations in one transaction that first takes `pg_advisory_xact_lock`, so
  * concurrent starts queue instead of clashing (the second finds nothing to do). Applied files are
@@ -18,8 +36,10 @@ const LOCK_KEY = "webhook-inbox:migrate";
  * @throws Error on a gap in the numbering, a database newer than the files, or an applied file whose
  *   text changed since (forward-only: add a new file instead). Nothing is applied then.
  * Follows postgres-shift's runner (numbered files, gap check, one `sql.begin`).
+ * @throws Error from {@link assertSupportedPostgres} on a server older than PostgreSQL 14.
  */
 export async function migrate(db: Db, migrations: readonly Migration[]): Promise<string[]> {
+  await assertSupportedPostgres(db);
   const files = [...migrations].sort((a, b) => a.version - b.version);
   files.forEach((m, i) => {
     if (m.version !== i + 1) throw new Error(`Cannot migrate: expected migration ${i + 1}, found ${m.name} (gap in sql/ numbering)`);
