@@ -1,6 +1,7 @@
 import { boundTransaction, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
 import type { JsonbCopy } from "../providers/jsonb-text.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
+import { PermanentError } from "../errors.ts";
 import { retry } from "../retry.ts";
 import { inboxRow, insertInbox, type InboxKey } from "./inbox.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
@@ -21,7 +22,9 @@ export interface HandlerContext {
 
 /**
  * A business handler: applies one event's object inside the inbox transaction, using only `tx` for
- * every statement and awaiting each one (a postgres.js query that is never awaited is never sent).
+ * every statement and awaiting each one (a postgres.js query that is never awaited is never sent:
+ * applyEvent refuses a handler that returns with such a query, as a PermanentError, so a forgotten
+ * `await` parks the event instead of settling it without that write).
  * It runs only when the transaction holds work to do (the inbox insert inserted, or the worker's
  * `FOR UPDATE` re-check found the row unsettled: inbox/apply-event.ts), and its writes commit with
  * the inbox row or not at all. It must still be idempotent and order-independent on its own
@@ -125,7 +128,14 @@ async function applyIn(tx: Tx, input: ApplyInput, timeoutMs: number): Promise<Ap
   await input.before?.(tx);
   if (handler) {
     const { provider, endpoint, eventId } = input.key;
-    await handler(tx, input.object, { provider, endpoint, eventId, eventType: input.type, changeId: input.changeId });
+    const watched = watchQueries(tx);
+    await handler(watched.tx, input.object, { provider, endpoint, eventId, eventType: input.type, changeId: input.changeId });
+    const unsent = watched.unsent();
+    if (unsent > 0)
+      throw new PermanentError(
+        `The ${input.type} handler built ${unsent} statement(s) it never awaited (postgres.js sends a query only when it is awaited): ` +
+          "nothing of this event was applied; add the missing await, then requeue it",
+      );
   }
   const applied = handler ? "processed" : "ignored";
   if ("claimed" in input.hold) await settleClaimed(tx, input.key, applied, input.hold.storePayload);
@@ -168,6 +178,30 @@ async function settleClaimed(tx: Tx, key: InboxKey, outcome: "processed" | "igno
            ${copy ? tx`, payload = ${copy.json}::text::jsonb, payload_sanitized = ${copy.replaced}::text` : tx``}
      where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
   `;
+}
+
+/**
+ * `tx` as a handler gets it, counting the queries it builds (`tx\`…\``, `tx.unsafe(…)`), so that
+ * {@link applyEvent} can refuse a handler that returned with one never sent: postgres.js sends a query
+ * only when it is awaited (or `.then`/`.execute` is called), so a forgotten `await` would otherwise
+ * commit the event as processed without that write. A query built only to be embedded in another
+ * (a fragment: `tx\`… ${tx\`and x\`}\``) is never sent by itself and is not counted.
+ */
+function watchQueries(tx: Tx): { tx: Tx; unsent(): number } {
+  type Built = { executed?: boolean };
+  const built: Built[] = [];
+  const fragments = new Set<unknown>();
+  const track = <T>(query: T, args: unknown[]): T => {
+    for (const arg of args) for (const a of Array.isArray(arg) ? arg : [arg]) fragments.add(a);
+    if (query && typeof query === "object" && "executed" in query) built.push(query as Built);
+    return query;
+  };
+  const unsafe = (...args: Parameters<Tx["unsafe"]>) => track(tx.unsafe(...args), (args[1] as unknown[]) ?? []);
+  const watched = new Proxy(tx, {
+    apply: (target, self, args: unknown[]) => track(Reflect.apply(target as (...a: unknown[]) => unknown, self, args), args.slice(1)),
+    get: (target, prop, receiver) => (prop === "unsafe" ? unsafe : Reflect.get(target, prop, receiver)),
+  });
+  return { tx: watched, unsent: () => built.filter((q) => !q.executed && !fragments.has(q)).length };
 }
 
 /** True for a rollback PostgreSQL chose because of a concurrent transaction (40P01, 40001): another try may succeed. */

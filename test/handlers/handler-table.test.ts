@@ -137,4 +137,43 @@ describe("a plain handler in the inbox transaction", () => {
     expect(await count(db, "marks")).toBe(0);
     expect(await count(db, "webhook_inbox")).toBe(0);
   });
+
+  test("a handler that builds a statement it never awaits is refused: PermanentError naming the type, nothing committed, never `processed`", async () => {
+    const forgetful = handlerTable({
+      "thing.happened": async (tx, _object, context) => {
+        await tx`insert into marks (event_id, note) values (${context.eventId}, 'awaited')`;
+        void tx`insert into marks (event_id, note) values (${context.eventId}, 'forgotten')`; // no await: never sent
+      },
+    });
+    const refused = await receiveSync(db, target(forgetful), happened("evt_plain_no_await")).then(
+      () => undefined,
+      (err: unknown) => err as Error,
+    );
+    expect(refused?.name).toBe("PermanentError");
+    expect(refused?.message).toStartWith("The thing.happened handler built 1 statement(s) it never awaited");
+    expect(await count(db, "marks")).toBe(0);
+    expect(await count(db, "webhook_inbox")).toBe(0);
+
+    // The worker parks such a row as needs-review with the same reason instead of settling it.
+    expect(await receiveAsync(db, target(forgetful), happened("evt_plain_no_await_async"))).toBe("queued");
+    const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 10 });
+    const options = { tables: { stripe: forgetful }, timeoutMs: 5_000, maxAttempts: 10, backoff: { baseMs: 60_000, capMs: 600_000 } };
+    expect((await processClaim(db, claim!, options)).outcome).toBe("needs_review");
+    expect(await db`select processed_at is null as open, needs_review_at is not null as parked from webhook_inbox`).toEqual([
+      { open: true, parked: true },
+    ] as never);
+    expect(await count(db, "marks")).toBe(0);
+  });
+
+  test("a fragment embedded in an awaited statement (`tx\`… ${tx\`…\`}\``) and `tx.unsafe` awaited are not counted as forgotten", async () => {
+    const withFragment = handlerTable({
+      "thing.happened": async (tx, _object, context) => {
+        const note = tx`, note`;
+        await tx`insert into marks (event_id ${note}) values (${context.eventId}, 'fragment')`;
+        await tx.unsafe("update marks set note = note || ' + unsafe' where event_id = $1", [context.eventId]);
+      },
+    });
+    expect(await receiveSync(db, target(withFragment), happened("evt_plain_fragment"))).toBe("processed");
+    expect(await db`select note from marks`).toEqual([{ note: "fragment + unsafe" }] as never);
+  });
 });
