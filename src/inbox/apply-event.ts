@@ -58,7 +58,8 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  *   the handler it is settled, storing `storePayload` as its payload when given (a row kept only as its
  *   raw body, applied from its jsonb-storable copy).
  * - `replay`: a settled row (not resolved by an operator) runs through its handler again, locked
- *   `FOR UPDATE`; nothing is settled (ops/replay.ts).
+ *   `FOR UPDATE`; it stays settled, and a row recorded `ignored` whose type has a handler now is
+ *   marked `processed` (ops/replay.ts).
  */
 export type Hold = { insert: VerifiedEvent; queue?: boolean } | { claimed: true; storePayload?: JsonbCopy } | { replay: true };
 
@@ -140,6 +141,8 @@ async function applyIn(tx: Tx, input: ApplyInput, timeoutMs: number): Promise<Ap
   const applied = handler ? "processed" : "ignored";
   if ("claimed" in input.hold) await settleClaimed(tx, input.key, applied, input.hold.storePayload);
   await input.after?.(tx, applied);
+  // A replay that ran a handler added after the event was recorded `ignored`: the row now says so.
+  if ("replay" in input.hold && handler) await markReplayedProcessed(tx, input.key);
   return applied;
 }
 
@@ -166,6 +169,16 @@ async function holdRow(tx: Tx, input: ApplyInput, handled: boolean): Promise<"he
   if (row.outcome === "resolved")
     throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.note}"); running its handler would override that`);
   return "held";
+}
+
+/** Turns a replayed row's `ignored` into `processed` (its handler ran in this transaction); other outcomes stay. */
+async function markReplayedProcessed(tx: Tx, key: InboxKey): Promise<void> {
+  await tx`
+    update webhook_inbox
+       set outcome = 'processed'
+     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+       and outcome = 'ignored'
+  `;
 }
 
 /** Settles a claimed row in its transaction: processed or ignored, its last error cleared. */

@@ -10,6 +10,7 @@ import { listEvents, showEvent } from "../../src/ops/events.ts";
 import { parseDuration } from "../../src/ops/filter.ts";
 import { purge, RetentionTooShortError } from "../../src/ops/purge.ts";
 import { replayEvent } from "../../src/ops/replay.ts";
+import { handlerTable } from "../../src/handlers/handler-table.ts";
 import { requeue } from "../../src/ops/requeue.ts";
 import { readBacklog } from "../../src/inbox/backlog.ts";
 import { inboxStatus, type Arrivals } from "../../src/ops/status.ts";
@@ -610,6 +611,20 @@ describe("replayEvent()", () => {
     expect(result).toEqual({ eventType: "customer.created", handled: false, inserted: 0, updated: 0, deleted: 0 });
     expect(await row(keyOf(skipped))).toEqual(before);
     expect(await count(db, "invoices")).toBe(0);
+  });
+
+  test("`replayEvent()` of an event ignored before its handler existed runs the new handler and marks the row processed", async () => {
+    const skipped = await ignoredRow();
+    await db`create table if not exists replay_marks (event_id text primary key)`;
+    const later = handlerTable(billingHandlers, {
+      "customer.created": async (tx, _object, context) => {
+        await tx`insert into replay_marks (event_id) values (${context.eventId}) on conflict do nothing`;
+      },
+    });
+    const result = await onFreshConnection((one) => replayEvent(one, key(skipped), later));
+    expect(result).toEqual({ eventType: "customer.created", handled: true, inserted: 1, updated: 0, deleted: 0 });
+    expect(await db`select outcome from webhook_inbox where event_id = ${skipped.eventId}`).toEqual([{ outcome: "processed" }] as never);
+    expect(await count(db, "replay_marks")).toBe(1);
   });
 });
 
