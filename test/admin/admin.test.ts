@@ -233,6 +233,52 @@ describe("createAdmin()", () => {
     expect(await changed("evt_1SkB1cLgUG5tbmjc0paidxx")).toContain(paidInvoice);
   });
 
+  test("`createAdmin()` refuses a row action or bulk apply missing its form fields with 400 naming them, and writes nothing", async () => {
+    await parkRow(server.db, "evt_nofields_1");
+    const snapshot = async () => ({
+      rows: [
+        ...(await server.db`select * from webhook_inbox where event_id in ('evt_nofields_1', 'evt_1SkB1cLgUG5tbmjc0paidxx') order by event_id`),
+      ],
+      ledger: [...(await server.db`select id from ledger_entries order by id`)],
+      outbox: [...(await server.db`select id from outbox order by id`)],
+    });
+    const before = await snapshot();
+    const bearer = { authorization: `Bearer ${ADMIN_TOKEN}` };
+    const key = { provider: "stripe", endpoint: "billing" };
+    const cases: [string, Record<string, string>, string][] = [
+      ["/admin/events/evt_nofields_1/requeue", {}, "Cannot requeue evt_nofields_1: missing form field(s) provider, endpoint"],
+      [
+        "/admin/events/evt_nofields_1/requeue",
+        { provider: "stripe", endpoint: " " },
+        "Cannot requeue evt_nofields_1: missing form field(s) endpoint",
+      ],
+      ["/admin/events/evt_nofields_1/resolve", {}, "Cannot resolve evt_nofields_1: missing form field(s) provider, endpoint, note"],
+      ["/admin/events/evt_nofields_1/resolve", { ...key, note: " " }, "Cannot resolve evt_nofields_1: missing form field(s) note"],
+      [
+        "/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx/replay",
+        {},
+        "Cannot replay evt_1SkB1cLgUG5tbmjc0paidxx: missing form field(s) provider, endpoint",
+      ],
+      [
+        "/admin/bulk",
+        {},
+        "Cannot apply the bulk action: missing or invalid form field(s) action (requeue or resolve), count (a whole number), digest (32 hex digits, from the confirmation)",
+      ],
+      [
+        "/admin/bulk",
+        { action: "resolve", count: "x", digest: "0".repeat(32) },
+        "missing or invalid form field(s) count (a whole number), note",
+      ],
+    ];
+    for (const [path, fields, message] of cases) {
+      const response = await post(path, fields, bearer);
+      expect(response.status, `${path} ${JSON.stringify(fields)}`).toBe(400);
+      expect(await response.text()).toContain(message);
+    }
+    expect(await snapshot()).toEqual(before);
+    expect(await stateOf(server.db, "evt_nofields_1")).toBe("needs_review");
+  });
+
   test("`createAdmin()` event page shows what the event changed: invoice, ledger entry, outbox message", async () => {
     const text = await (await get("/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx")).text();
     expect(text).toContain("Ledger entries");
