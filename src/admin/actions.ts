@@ -19,9 +19,13 @@ export type RowAction = "requeue" | "resolve" | "replay";
 /**
  * Runs `action` on the row (`provider`, `endpoint`, `eventId`): `requeue` and `resolve` (with
  * `note`) through {@link requeue} and {@link resolveReviewed} narrowed to that one row (they touch
- * only needs-review rows), `replay` through {@link replayEvent} with the endpoint's handlers. Expected
- * refusals (the row is not in a state for it, a blank note, a replay the row's state forbids) are
- * answered 409 or 400 with the reason; nothing else is caught.
+ * only needs-review rows), `replay` through {@link replayEvent} with the endpoint's handlers.
+ * The form fields each action takes (`POST /admin/events/<eventId>/<action>`, the event id in the
+ * path): `provider` and `endpoint`, the row's key, for all three; `note` (what was done, kept on the
+ * row) for `resolve` only. A missing or blank one is answered 400 naming every such field, before
+ * anything is read or written (a blank key would otherwise narrow nothing: `whereRows` skips empty
+ * values). Expected refusals (the row is not in a state for it, a replay the row's state
+ * forbids) are answered 409 with the reason; nothing else is caught.
  */
 export async function runRowAction(
   db: Db,
@@ -32,6 +36,13 @@ export async function runRowAction(
 ): Promise<ActionResult> {
   const back = html`<p><a href="${eventHref(row.eventId)}">Back to ${row.eventId}</a></p>`;
   const only = { provider: row.provider, endpoint: row.endpoint, eventId: row.eventId };
+  const missing = missingFields(action, row, note);
+  if (missing.length > 0)
+    return {
+      status: 400,
+      body: html`<p class="error">Cannot ${action} ${row.eventId}: missing form field(s) ${missing.join(", ")}.</p>
+        ${back}`,
+    };
   switch (action) {
     case "requeue": {
       const result = await requeue(db, only, false);
@@ -48,12 +59,6 @@ export async function runRowAction(
           };
     }
     case "resolve": {
-      if (note.trim() === "")
-        return {
-          status: 400,
-          body: html`<p class="error">Resolve needs a note: say what was done about the event.</p>
-            ${back}`,
-        };
       const result = await resolveReviewed(db, only, note, false);
       return result.rows.length === 1
         ? {
@@ -90,4 +95,16 @@ export async function runRowAction(
       }
     }
   }
+}
+
+/** The form fields `action` needs that are missing or blank, in form order: provider, endpoint, then note for resolve. */
+function missingFields(action: RowAction, row: { provider: string; endpoint: string }, note: string): string[] {
+  const fields: [string, string][] = [
+    ["provider", row.provider],
+    ["endpoint", row.endpoint],
+  ];
+  if (action === "resolve") fields.push(["note", note]);
+  return fields
+    .filter(([, value]) => value.trim() === "")
+    .map(([name]) => (name === "note" ? "note (say what was done about the event)" : name));
 }

@@ -5,7 +5,7 @@ import type { HandlerTable } from "../handlers/handler-table.ts";
 import { describeError } from "../errors.ts";
 import { runRowAction, type RowAction } from "./actions.ts";
 import { createAdminAuth, sameOrigin } from "./auth.ts";
-import { applyBulk, confirmBody, type BulkAction } from "./bulk.ts";
+import { applyBulk, confirmBody, readBulkForm, type BulkAction } from "./bulk.ts";
 import { eventBody } from "./event-page.ts";
 import { eventsBody } from "./events-page.ts";
 import { readFilter } from "./filters.ts";
@@ -46,8 +46,9 @@ const EVENT = /^\/admin\/events\/([^/]+)$/;
  * adds its payload), `/admin/bulk?action=requeue|resolve&<filter>` a bulk action's confirmation.
  * POSTs (row actions, `/admin/bulk`) are refused 403 when read-only, from another site
  * ({@link sameOrigin}), or, for a browser's Basic credential, without a valid CSRF token from one of
- * the page's forms. Every answer carries {@link SECURITY_HEADERS}; a failure is a generic 500 page,
- * its cause only in the log.
+ * the page's forms; then 400, naming the fields and writing nothing, when a form field the action
+ * takes is missing or invalid (row actions: {@link runRowAction}; bulk: {@link readBulkForm}). Every
+ * answer carries {@link SECURITY_HEADERS}; a failure is a generic 500 page, its cause only in the log.
  */
 export function createAdmin(deps: AdminDeps): Admin {
   const now = deps.now ?? Date.now;
@@ -122,21 +123,17 @@ export function createAdmin(deps: AdminDeps): Admin {
       return show(`${action[0]?.toUpperCase()}${action.slice(1)} ${row.eventId}`, result.body, result.status);
     }
     if (url.pathname === "/admin/bulk") {
-      const action = bulkAction(field("action"));
       const params = new URLSearchParams([...form.entries()].filter((e): e is [string, string] => typeof e[1] === "string"));
-      const filter = readFilter(params, now());
-      const count = Number(field("count"));
-      if (
-        !action ||
-        filter.problems.length ||
-        filter.text !== undefined ||
-        !Number.isSafeInteger(count) ||
-        !/^[0-9a-f]{32}$/.test(field("digest"))
-      )
-        return show("Bulk action", html`<p class="error">The confirmation form is incomplete: start again from the events page.</p>`, 400);
-      const result = await applyBulk(deps.db, action, filter, { count, digest: field("digest") }, field("note"));
-      log({ admin: `bulk_${action}`, confirmed: count, status: result.status });
-      return show(`Bulk ${action}`, result.body, result.status);
+      const bulk = readBulkForm(params, now());
+      if ("problems" in bulk)
+        return show(
+          "Bulk action",
+          html`<p class="error">Cannot apply the bulk action: ${bulk.problems.join("; ")}. Start again from the events page.</p>`,
+          400,
+        );
+      const result = await applyBulk(deps.db, bulk.action, bulk.filter, bulk.expected, bulk.note);
+      log({ admin: `bulk_${bulk.action}`, confirmed: bulk.expected.count, status: result.status });
+      return show(`Bulk ${bulk.action}`, result.body, result.status);
     }
     return plain(404, "Not found");
   }

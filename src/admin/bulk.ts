@@ -4,7 +4,7 @@ import type { Db } from "../db/db.ts";
 import { requeue } from "../ops/requeue.ts";
 import { resolveReviewed } from "../ops/resolve.ts";
 import { applyToSelection, selectNeedsReview } from "../ops/selection.ts";
-import { describeFilter, filterFields, type AdminFilter } from "./filters.ts";
+import { describeFilter, filterFields, readFilter, type AdminFilter } from "./filters.ts";
 import { html, type Html } from "./html.ts";
 import { withFilter } from "./events-page.ts";
 import type { ActionResult } from "./actions.ts";
@@ -46,6 +46,39 @@ export async function confirmBody(db: Db, action: BulkAction, filter: AdminFilte
       <button type="submit">${action === "requeue" ? "Requeue" : "Resolve"} ${selection.count} row(s)</button>
     </form>
     ${back}`;
+}
+
+/** A bulk apply's form, read and checked: what {@link applyBulk} takes. */
+export interface BulkForm {
+  action: BulkAction;
+  filter: AdminFilter;
+  /** The confirmation's count of rows and digest of their keys ({@link confirmBody}). */
+  expected: { count: number; digest: string };
+  /** The resolution note (non-blank for `resolve`; unused by `requeue`). */
+  note: string;
+}
+
+/**
+ * Reads the form fields of a bulk apply (`POST /admin/bulk`), as the confirmation's form sends them:
+ * `action` (`requeue` or `resolve`); the filter fields of {@link readFilter} (`state`, `type`,
+ * `endpoint`, `since`, `attempts`, `id`; never `text`), a relative `since` counted back from `nowMs`
+ * (ms since the epoch); `count` (a whole number) and `digest` (32 lowercase hex digits) from
+ * {@link confirmBody}; `note` (non-blank) for `resolve`. Returns the form, or `problems` (operator
+ * messages, each naming its field) when any field is missing or invalid; never throws.
+ */
+export function readBulkForm(params: URLSearchParams, nowMs: number): BulkForm | { problems: string[] } {
+  const field = (name: string) => params.get(name) ?? "";
+  const action = field("action") === "requeue" || field("action") === "resolve" ? (field("action") as BulkAction) : undefined;
+  const bad: string[] = [];
+  if (!action) bad.push("action (requeue or resolve)");
+  if (!/^\d{1,9}$/.test(field("count"))) bad.push("count (a whole number)");
+  if (!/^[0-9a-f]{32}$/.test(field("digest"))) bad.push("digest (32 hex digits, from the confirmation)");
+  if (action === "resolve" && field("note").trim() === "") bad.push("note (what was done, kept on every row)");
+  const filter = readFilter(params, nowMs);
+  if (filter.text !== undefined) bad.push("text (a bulk action takes no payload search)");
+  const problems = [...(bad.length > 0 ? [`missing or invalid form field(s) ${bad.join(", ")}`] : []), ...filter.problems];
+  if (!action || problems.length > 0) return { problems };
+  return { action, filter, expected: { count: Number(field("count")), digest: field("digest") }, note: field("note") };
 }
 
 /**

@@ -13,8 +13,9 @@ export type CsrfFields = () => Promise<Html>;
  * The event page's body, or null when no row has `eventId`: a table per row (endpoint, state,
  * attempts, times, last error, resolution note), the actions that row's state allows unless
  * `readonly` (requeue and resolve with a note for needs-review rows, replay for processed and ignored
- * ones), what the event changed (invoices, ledger entries, outbox messages), and the payload only when
- * `withPayload` (a link asks for it).
+ * ones), what the event changed (invoices, ledger entries, outbox messages: {@link eventEffects}; when
+ * it changed none of these, one sentence per row saying why, from its state), and the payload only
+ * when `withPayload` (a link asks for it).
  */
 export async function eventBody(db: Db, eventId: string, withPayload: boolean, readonly: boolean, csrf: CsrfFields): Promise<Html | null> {
   const rows = await showEvent(db, eventId, withPayload);
@@ -92,6 +93,11 @@ export async function eventBody(db: Db, eventId: string, withPayload: boolean, r
       </section>`,
     );
   }
+  const nothing = effects.invoices.length === 0 && effects.ledgerEntries.length === 0 && effects.outbox.length === 0;
+  if (nothing)
+    return html`${sections}
+      <h2>What it changed</h2>
+      ${rows.map((r) => html`<p class="note">${nothingChanged(r.state, `${r.provider} / ${r.endpoint}`)}</p>`)}`;
   return html`${sections}
     <h2>What it changed</h2>
     ${table(
@@ -109,6 +115,26 @@ export async function eventBody(db: Db, eventId: string, withPayload: boolean, r
       ["id", "aggregate", "type", "created", "published"],
       effects.outbox.map((o) => [o.id, `${o.aggregateType} ${o.aggregateId}`, o.eventType, o.createdAt, o.publishedAt ?? "pending"]),
     )}`;
+}
+
+/** Why a row of an event that changed no invoice, ledger entry or outbox message changed nothing, from its state. */
+function nothingChanged(state: string, at: string): string {
+  switch (state) {
+    case "ignored":
+      return `Nothing: this event was ignored at ${at} (no handler for its type).`;
+    case "needs_review":
+      return `Nothing: this event needs review at ${at}: it was refused or failed, and its changes were rolled back (see last error).`;
+    case "unprocessed":
+      return `Nothing yet: this event waits for a worker at ${at} (a failed attempt leaves nothing).`;
+    case "resolved":
+      return `Nothing: this event was resolved by hand at ${at} (see the resolution note); no handler's change was kept.`;
+    case "processed":
+      return `Nothing listed here: this event's handler ran at ${at} but booked no ledger entry, wrote no outbox message and names no invoice (a refund's or dispute's own rows are not listed).`;
+    case "object_missing":
+      return `Nothing: Stripe no longer has the object this event points to (at ${at}), so no handler ran.`;
+    default:
+      return `Nothing: this event was settled as ${state} at ${at} without running a handler.`;
+  }
 }
 
 function table(title: string, head: readonly string[], rows: readonly (readonly string[])[]): Html {

@@ -19,9 +19,12 @@ export interface EventEffects {
 /**
  * The rows `eventId` changed: the ledger entries it booked (`ledger_entries.event_id`), the outbox
  * messages its transaction wrote (their payload's `event_id`), and the invoices those entries belong
- * to plus the invoice the event itself is about (its subject's key, read by the row's provider: for
- * Stripe the object's `invoice`, else its own id). Reads
- * through the indexes of sql/0016_event_effects.sql. Empty lists for an unknown id.
+ * to plus, when a row of the event is settled `processed` (its handler ran and committed), the invoice
+ * the event itself is about (its subject's key, read by the row's provider: for Stripe the object's
+ * `invoice`, else its own id), as it is now: invoices record no event id, so this is as close as the
+ * tables tell. An ignored, needs-review (refused or failed: rolled back), unprocessed, resolved or
+ * `object_missing` event names no invoice of its own. Reads through the indexes of
+ * sql/0016_event_effects.sql. Empty lists for an unknown id.
  */
 export async function eventEffects(db: Db, eventId: string): Promise<EventEffects> {
   const ledger = await db<{ id: string; invoice_id: string; kind: string; amount: string; currency: string; booked_at: Date }[]>`
@@ -38,9 +41,13 @@ export async function eventEffects(db: Db, eventId: string): Promise<EventEffect
      where payload ->> 'event_id' = ${eventId}
      order by id
   `;
-  // The invoice the event itself is about: its subject's business key, as its provider reads it.
+  // The invoice the event itself is about (its subject's business key, as its provider reads it), only
+  // where its handler ran and committed: an ignored or parked event wrote nothing to it.
   const rows = await db<{ provider: string; payload: Record<string, unknown> | null }[]>`
-    select provider, payload from webhook_inbox where event_id = ${eventId}
+    select provider, payload
+      from webhook_inbox
+     where event_id = ${eventId}
+       and outcome = 'processed'
   `;
   const subjectKeys = rows.flatMap((r) => {
     try {

@@ -1,6 +1,7 @@
 // The operator's page through HTTP on a real receiver and PostgreSQL, without a browser: credentials,
 // headers, CSRF, read-only, escaping, the bulk confirmation's exactness.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+import { eventBody, invoice, lifecycle } from "../support/helpers.ts";
 import { ADMIN_TOKEN, basic, deliverLifecycle, parkRow, startAdminServer, stateOf, type AdminServer } from "./admin-server.ts";
 
 let server: AdminServer;
@@ -202,6 +203,80 @@ describe("createAdmin()", () => {
     } finally {
       await server.db`delete from event_backfill_checkpoints`;
     }
+  });
+
+  test("`createAdmin()` event page lists no invoice for an ignored or refused event, and says it changed nothing", async () => {
+    const paidInvoice = "in_1SkA1pLgUG5tbmjcQ7nB2vXa"; // paid by the lifecycle
+    const voided = JSON.parse(lifecycle().find((f) => f.name.includes("invoice.voided"))!.body) as {
+      data: { object: Record<string, unknown> };
+    };
+    const voidInvoice = voided.data.object.id as string;
+    expect(await server.deliver(eventBody("evt_effects_ignored", "invoice.upcoming", invoice({ id: paidInvoice })))).toBe("ignored");
+    const ledgerBefore = await server.db`select id from ledger_entries order by id`;
+    const paidOnVoid = { ...voided.data.object, status: "paid", amount_paid: voided.data.object.amount_due };
+    expect(await server.deliver(eventBody("evt_effects_refused", "invoice.paid", paidOnVoid))).toBe("needs_review");
+    expect([...(await server.db`select id from ledger_entries order by id`)]).toEqual([...ledgerBefore]);
+    const changed = async (id: string) => {
+      const response = await get(`/admin/events/${id}`);
+      expect(response.status).toBe(200);
+      const [, after] = (await response.text()).split("<h2>What it changed</h2>");
+      expect(after).toBeDefined();
+      return after!;
+    };
+    const ignored = await changed("evt_effects_ignored");
+    expect(ignored).not.toContain(paidInvoice);
+    expect(ignored).toContain("Nothing: this event was ignored at stripe / billing (no handler for its type).");
+    const refused = await changed("evt_effects_refused");
+    expect(refused).not.toContain(voidInvoice);
+    expect(refused).toContain("Nothing: this event needs review at stripe / billing: it was refused or failed");
+    // An event that did change something still lists it.
+    expect(await changed("evt_1SkB1cLgUG5tbmjc0paidxx")).toContain(paidInvoice);
+  });
+
+  test("`createAdmin()` refuses a row action or bulk apply missing its form fields with 400 naming them, and writes nothing", async () => {
+    await parkRow(server.db, "evt_nofields_1");
+    const snapshot = async () => ({
+      rows: [
+        ...(await server.db`select * from webhook_inbox where event_id in ('evt_nofields_1', 'evt_1SkB1cLgUG5tbmjc0paidxx') order by event_id`),
+      ],
+      ledger: [...(await server.db`select id from ledger_entries order by id`)],
+      outbox: [...(await server.db`select id from outbox order by id`)],
+    });
+    const before = await snapshot();
+    const bearer = { authorization: `Bearer ${ADMIN_TOKEN}` };
+    const key = { provider: "stripe", endpoint: "billing" };
+    const cases: [string, Record<string, string>, string][] = [
+      ["/admin/events/evt_nofields_1/requeue", {}, "Cannot requeue evt_nofields_1: missing form field(s) provider, endpoint"],
+      [
+        "/admin/events/evt_nofields_1/requeue",
+        { provider: "stripe", endpoint: " " },
+        "Cannot requeue evt_nofields_1: missing form field(s) endpoint",
+      ],
+      ["/admin/events/evt_nofields_1/resolve", {}, "Cannot resolve evt_nofields_1: missing form field(s) provider, endpoint, note"],
+      ["/admin/events/evt_nofields_1/resolve", { ...key, note: " " }, "Cannot resolve evt_nofields_1: missing form field(s) note"],
+      [
+        "/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx/replay",
+        {},
+        "Cannot replay evt_1SkB1cLgUG5tbmjc0paidxx: missing form field(s) provider, endpoint",
+      ],
+      [
+        "/admin/bulk",
+        {},
+        "Cannot apply the bulk action: missing or invalid form field(s) action (requeue or resolve), count (a whole number), digest (32 hex digits, from the confirmation)",
+      ],
+      [
+        "/admin/bulk",
+        { action: "resolve", count: "x", digest: "0".repeat(32) },
+        "missing or invalid form field(s) count (a whole number), note",
+      ],
+    ];
+    for (const [path, fields, message] of cases) {
+      const response = await post(path, fields, bearer);
+      expect(response.status, `${path} ${JSON.stringify(fields)}`).toBe(400);
+      expect(await response.text()).toContain(message);
+    }
+    expect(await snapshot()).toEqual(before);
+    expect(await stateOf(server.db, "evt_nofields_1")).toBe("needs_review");
   });
 
   test("`createAdmin()` event page shows what the event changed: invoice, ledger entry, outbox message", async () => {
