@@ -2,7 +2,7 @@
 // Standard Webhooks scheme. Env, args and signals live here; the loop is src/outbox/dispatcher.ts.
 import { parseArgs } from "node:util";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
-import { connect } from "../db/db.ts";
+import { connectDatabase } from "../runtime/database-tls.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
 import { httpSink } from "../outbox/http-sink.ts";
 import { readDatabaseWaitMs } from "../config.ts";
@@ -74,7 +74,7 @@ const controller = abortOnSignals("dispatcher");
 const ready = await openReadyDatabase({
   command: "webhook-inbox dispatch",
   env: process.env,
-  connect: (url) => connect(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher", pooler }),
+  connect: (url) => connectDatabase(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher", pooler }),
   signal: controller.signal,
   waitMs,
   pooler,

@@ -2,7 +2,7 @@
 import { parseArgs } from "node:util";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { ConfigError, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
-import { connect } from "../db/db.ts";
+import { connectDatabase } from "../runtime/database-tls.ts";
 import { workerHandlerTables } from "../receiver/endpoints.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { runWorker } from "../worker/worker.ts";
@@ -97,7 +97,7 @@ const controller = abortOnSignals("worker");
 const ready = await openReadyDatabase({
   command: "webhook-inbox worker",
   env: process.env,
-  connect: (url) => connect(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler }),
+  connect: (url) => connectDatabase(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler }),
   signal: controller.signal,
   waitMs,
   pooler,

@@ -15,7 +15,17 @@ export function isConnectFailure(err: unknown): boolean {
   const state = sqlState(err);
   if (state) return state.startsWith("28") || state === "3D000";
   const code = (err as { code?: unknown } | null)?.code;
-  return typeof code === "string" && (CONNECT_CODES.includes(code) || code.startsWith("ERR_TLS_") || code.startsWith("ERR_SSL_"));
+  return typeof code === "string" && (CONNECT_CODES.includes(code) || code.startsWith("ERR_TLS_") || code.startsWith("ERR_SSL_") || isCertificateRefusal(err));
+}
+
+/**
+ * True when TLS verification refused the server's certificate (Node/Bun/Deno `tls` codes such as
+ * UNABLE_TO_VERIFY_LEAF_SIGNATURE, SELF_SIGNED_CERT_IN_CHAIN, CERT_HAS_EXPIRED,
+ * ERR_TLS_CERT_ALTNAME_INVALID): a setting to fix, never worth waiting for.
+ */
+export function isCertificateRefusal(err: unknown): boolean {
+  const code = (err as { code?: unknown } | null)?.code;
+  return typeof code === "string" && /CERT|SELF_SIGNED|UNABLE_TO_VERIFY|UNABLE_TO_GET_ISSUER/.test(code);
 }
 
 /**
@@ -24,7 +34,10 @@ export function isConnectFailure(err: unknown): boolean {
  * resolver's own message names it.
  */
 export function cannotConnectMessage(err: unknown): string {
-  return `Cannot connect to the database: ${err instanceof Error ? err.message : String(err)}`;
+  const reason = err instanceof Error ? err.message : String(err);
+  if (isCertificateRefusal(err))
+    return `Cannot connect to the database: its TLS certificate not accepted (${reason.trim()}): sslrootcert must name the CA that signed the server's certificate, and with sslmode=verify-full the URL's host must be a name the certificate lists`;
+  return `Cannot connect to the database: ${reason}`;
 }
 
 /** The check or command could not connect at all; `message` is {@link cannotConnectMessage}, `cause` the original error. */

@@ -45,8 +45,17 @@ export function databaseUrlProblem(url: string): string | undefined {
   const hosts = authority.slice(at + 1);
   return (
     hostsProblem(hosts) ??
+    sslModeProblem(rest) ??
     wholeUrlProblem(`${scheme[0]}${userInfo === undefined ? "" : `${userInfo}@`}${hosts.split(",")[0]}${rest.slice(authority.length)}`)
   );
+}
+
+/** An `sslmode` libpq does not know (PostgreSQL manual, 32.19 "SSL Support"); postgres.js would try TLS anyway. */
+function sslModeProblem(rest: string): string | undefined {
+  const query = rest.indexOf("?");
+  const mode = query === -1 ? null : new URLSearchParams(rest.slice(query + 1)).get("sslmode");
+  const modes = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
+  return mode === null || modes.includes(mode) ? undefined : `DATABASE_URL: sslmode=${mode} is not one of ${modes.join(", ")}`;
 }
 
 function hostsProblem(hosts: string): string | undefined {

@@ -57,17 +57,98 @@ export interface ConnectOptions {
   pooler?: Pooler;
   /** Application name shown in pg_stat_activity. */
   applicationName?: string;
+  /**
+   * TLS to PostgreSQL; default: what the URL's `sslmode` says ({@link databaseTlsOf}). Required when the
+   * URL names an `sslrootcert` file: the runtime reads it (runtime/database-tls.ts) and passes its PEM.
+   */
+  tls?: DatabaseTls;
+}
+
+/** libpq's `sslmode` values (PostgreSQL manual, 32.19 "SSL Support", Table 32.1). */
+export type SslMode = "disable" | "allow" | "prefer" | "require" | "verify-ca" | "verify-full";
+
+/** TLS to PostgreSQL, as DATABASE_URL's libpq-style `sslmode` and `sslrootcert` ask for it. */
+export interface DatabaseTls {
+  mode: SslMode;
+  /**
+   * PEM text of the CA certificate(s) the server's certificate must chain to: the file `sslrootcert`
+   * names (a managed database's CA bundle). Undefined: the runtime's own trust store.
+   */
+  ca?: string;
+}
+
+const SSL_MODES: readonly string[] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
+
+/**
+ * The URL without its `sslmode` and `sslrootcert` parameters (postgres.js would send an unknown
+ * parameter such as `sslrootcert` to the server as a setting, which refuses it), the mode they ask
+ * for (libpq's rules: a root certificate file makes `require` verify the chain, `sslrootcert=system`
+ * means `verify-full` against the trust store), and the root certificate file's path, if any.
+ * @throws Error naming the parameter for an `sslmode` libpq does not know.
+ */
+export function databaseTlsOf(url: string): { url: string; mode?: SslMode; rootCertFile?: string } {
+  const query = url.indexOf("?");
+  if (query === -1) return { url };
+  const params = new URLSearchParams(url.slice(query + 1));
+  const mode = params.get("sslmode") ?? undefined;
+  const root = params.get("sslrootcert") ?? undefined;
+  if (mode !== undefined && !SSL_MODES.includes(mode))
+    throw new Error(`DATABASE_URL: sslmode=${mode} is not one of ${SSL_MODES.join(", ")}`);
+  params.delete("sslmode");
+  params.delete("sslrootcert");
+  const rest = params.toString();
+  const bare = url.slice(0, query) + (rest ? `?${rest}` : "");
+  if (root === "system") return { url: bare, mode: "verify-full" };
+  const effective = root !== undefined && (mode === undefined || mode === "require") ? "verify-ca" : (mode as SslMode | undefined);
+  return { url: bare, mode: effective, rootCertFile: root };
+}
+
+/**
+ * What postgres.js is given for `url`: the URL without `sslmode`/`sslrootcert` and its `ssl` option
+ * (`tls`, else the URL's `sslmode`). Shared by {@link connect} and the pooler check's own pool.
+ * @throws Error for an unknown `sslmode`, or when the URL names an `sslrootcert` file and `tls` is
+ *   undefined (the file is read at the edge: runtime/database-tls.ts).
+ */
+export function postgresTarget(url: string, tls: DatabaseTls | undefined): { url: string; tls: { ssl?: postgres.Options<{}>["ssl"] } } {
+  const fromUrl = databaseTlsOf(url);
+  if (fromUrl.rootCertFile !== undefined && tls === undefined)
+    throw new Error("DATABASE_URL names an sslrootcert file, which this caller did not read: pass its PEM as options.tls.ca");
+  const settings = tls ?? (fromUrl.mode ? { mode: fromUrl.mode } : undefined);
+  const host = /@([^/?:,]+)/.exec(fromUrl.url)?.[1] ?? /^postgres(?:ql)?:\/\/([^/?:,@]+)/.exec(fromUrl.url)?.[1];
+  return { url: fromUrl.url, tls: settings ? { ssl: sslOption(settings, host) } : {} };
+}
+
+/** postgres.js's `ssl` option for `tls` connecting to `host` (the URL's first host, for the name check of an IP address). */
+function sslOption(tls: DatabaseTls, host: string | undefined): postgres.Options<{}>["ssl"] {
+  switch (tls.mode) {
+    case "disable":
+      return false;
+    case "allow":
+    case "prefer":
+      return "prefer";
+    case "require":
+      return "require";
+    case "verify-ca":
+      // The chain is checked against the CA; the host name is not (libpq's verify-ca).
+      return { rejectUnauthorized: true, ...(tls.ca ? { ca: tls.ca } : {}), checkServerIdentity: () => undefined };
+    case "verify-full":
+      return { rejectUnauthorized: true, ...(tls.ca ? { ca: tls.ca } : {}), ...(host ? { host } : {}) };
+  }
 }
 
 /**
  * Opens a postgres.js pool. Connections are lazy: nothing is contacted until the first query.
  * Reconnect backoff is bounded (≤ 1 s) so a short database restart is a short outage, not ~20 s
- * of 5xx (postgres.js's default backoff grows with attempts).
- * @throws Error when the postgres.js loaded is not the patched one ({@link assertPatchedPostgres}).
+ * of 5xx (postgres.js's default backoff grows with attempts). TLS follows the URL's `sslmode` and
+ * `sslrootcert` as libpq does ({@link databaseTlsOf}, `options.tls`).
+ * @throws Error when the postgres.js loaded is not the patched one ({@link assertPatchedPostgres}), for an
+ *   unknown `sslmode`, or when the URL names an `sslrootcert` file and `options.tls` was not given.
  */
 export function connect(url: string, options: ConnectOptions = {}): Db {
   assertPatchedPostgres();
-  return postgres(url, {
+  const target = postgresTarget(url, options.tls);
+  return postgres(target.url, {
+    ...target.tls,
     max: options.max ?? 10,
     connect_timeout: options.connectTimeoutSec ?? 5,
     idle_timeout: 60,

@@ -1,7 +1,7 @@
 // Start-up check for a transaction pooler nobody told us about. Portable: Web APIs and postgres.js only.
 import postgres from "postgres";
 import { CannotConnectError } from "./connect-failure.ts";
-import { isDatabaseUnavailable, type Pooler } from "./db.ts";
+import { isDatabaseUnavailable, postgresTarget, type DatabaseTls, type Pooler } from "./db.ts";
 
 type Client = postgres.ReservedSql;
 
@@ -22,10 +22,12 @@ type Client = postgres.ReservedSql;
  *   opened: unreachable, wrong password, no such database, unknown host, an unknown URL parameter;
  *   the postgres.js error when the connected database refuses the statements.
  */
-export async function detectTransactionPooler(url: string, rounds = 3, timeoutMs = 10_000): Promise<boolean> {
+export async function detectTransactionPooler(url: string, rounds = 3, timeoutMs = 10_000, tls?: DatabaseTls): Promise<boolean> {
   let closed = false;
   let timer: ReturnType<typeof setTimeout> | undefined;
-  const sql = postgres(url, {
+  const target = postgresTarget(url, tls);
+  const sql = postgres(target.url, {
+    ...target.tls,
     max: 2,
     prepare: false,
     connect_timeout: 5,
@@ -98,16 +100,17 @@ function pause(ms: number): Promise<void> {
  * The start-up refusal for a hidden transaction pooler: one line naming `DATABASE_POOLER` when
  * `pooler` is `none` and {@link detectTransactionPooler} sees one, otherwise undefined (also when the
  * database cannot be reached: the command's own connection reports that, and where the pooler goes
- * unseen, `sql.begin`'s commit check keeps an unsaved event from being acknowledged).
+ * unseen, `sql.begin`'s commit check keeps an unsaved event from being acknowledged). `tls`: the
+ * URL's TLS settings with its `sslrootcert` read (runtime/database-tls.ts).
  * @throws CannotConnectError when the connection failed for another reason (wrong password, no such
  *   database, unknown host, an unknown URL parameter); any other error of the check (e.g. a
  *   statement pooler refusing `begin`).
  */
-export async function hiddenPoolerProblem(url: string, pooler: Pooler): Promise<string | undefined> {
+export async function hiddenPoolerProblem(url: string, pooler: Pooler, tls?: DatabaseTls): Promise<string | undefined> {
   if (pooler === "transaction") return undefined;
   let found: boolean;
   try {
-    found = await detectTransactionPooler(url);
+    found = await detectTransactionPooler(url, 3, 10_000, tls);
   } catch (err) {
     if (isDatabaseUnavailable(err instanceof CannotConnectError ? err.cause : err)) return undefined;
     throw err;

@@ -1,6 +1,7 @@
 // Waiting for PostgreSQL at start-up: a command started while the database restarts (or before its
 // container is up) waits for it instead of dying with a connection error. Portable: postgres.js only.
 import postgres from "postgres";
+import { isCertificateRefusal } from "./connect-failure.ts";
 import { isDatabaseUnavailable, type Db } from "./db.ts";
 
 /** Options of {@link waitForDatabase}; times in ms. */
@@ -112,6 +113,8 @@ function describeFailure(err: unknown): string {
   if (err instanceof postgres.PostgresError) return `${err.message} (SQLSTATE ${err.code})`;
   const code = (err as { code?: unknown } | null)?.code;
   if (code === NO_ANSWER && err instanceof Error) return err.message;
+  if (isCertificateRefusal(err) && err instanceof Error)
+    return `its TLS certificate not accepted (${err.message.trim()}, ${String(code)}): check sslrootcert and the URL's host name`;
   return typeof code === "string" ? code : err instanceof Error ? err.name : "unknown error";
 }
 

@@ -3,6 +3,7 @@
 import { isDatabaseUnavailable, type Db, type Pooler } from "../db/db.ts";
 import { migrate } from "../db/migrate.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
+import { databaseTls } from "./database-tls.ts";
 import { waitForDatabase } from "../db/wait-for-database.ts";
 import { openDatabase, type DatabaseHandle } from "./database.ts";
 import { loadMigrations } from "./migrations-fs.ts";
@@ -63,7 +64,7 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
     await waitForDatabase(db, wait);
     // Before the first transaction (the migrations): behind an undeclared transaction pooler, refuse.
     if (!database.embedded) {
-      const problem = await hiddenPoolerProblem(database.url, options.pooler);
+      const problem = await hiddenPoolerProblem(database.url, options.pooler, databaseTls(database.url));
       if (problem !== undefined) throw new Error(problem);
     }
     const migrations = loadMigrations();

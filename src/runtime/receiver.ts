@@ -4,7 +4,8 @@ import { createApp, type App } from "../receiver/app.ts";
 import type { LogFn } from "../log.ts";
 import { createBodyBudget } from "../receiver/body-budget.ts";
 import { ConfigError, loadConfig, PRODUCTION_NEEDS_DATABASE_URL, type Config } from "../config.ts";
-import { connect, type Db } from "../db/db.ts";
+import type { Db } from "../db/db.ts";
+import { connectDatabase, databaseTls } from "./database-tls.ts";
 import { migrate, type Migration } from "../db/migrate.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 import { waitForDatabase } from "../db/wait-for-database.ts";
@@ -40,7 +41,7 @@ export function loadServerConfig(env: Record<string, string | undefined>, runtim
  * (`DATABASE_POOLER=transaction`) prepared statements are off (see {@link connect}).
  */
 export function connectReceiver(url: string, config: Config, applicationName: string, max = config.dbPoolMax + 1): Db {
-  return connect(url, { max, applicationName, pooler: config.databasePooler });
+  return connectDatabase(url, { max, applicationName, pooler: config.databasePooler });
 }
 
 /**
@@ -49,7 +50,7 @@ export function connectReceiver(url: string, config: Config, applicationName: st
  * does not queue behind a slow scrape.
  */
 export function connectProbes(url: string, config: Config, applicationName: string): Db {
-  return connect(url, { max: 2, applicationName: `${applicationName} probes`, pooler: config.databasePooler });
+  return connectDatabase(url, { max: 2, applicationName: `${applicationName} probes`, pooler: config.databasePooler });
 }
 
 /** Options of {@link receiverApp}. */
@@ -114,7 +115,7 @@ export async function prepareReceiverDatabase(
   log: (line: string) => void,
 ): Promise<string[]> {
   await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal, log });
-  const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler);
+  const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler, databaseTls(config.databaseUrl));
   if (poolerProblem !== undefined) throw new Error(poolerProblem);
   return migrate(db, migrations);
 }

@@ -1,5 +1,6 @@
 // Edge file: the start-up refusal of a command whose DATABASE_URL leads to an undeclared transaction pooler.
-import { connect, type Db, type Pooler } from "../db/db.ts";
+import type { Db, Pooler } from "../db/db.ts";
+import { connectDatabase, databaseTls } from "./database-tls.ts";
 import { CannotConnectError } from "../db/connect-failure.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 import { openDatabase, poolerFromEnv, type DatabaseHandle } from "./database.ts";
@@ -16,7 +17,7 @@ export async function refuseHiddenPooler(database: { url: string; embedded?: boo
   if (database.embedded) return;
   let problem: string | undefined;
   try {
-    problem = await hiddenPoolerProblem(database.url, pooler);
+    problem = await hiddenPoolerProblem(database.url, pooler, databaseTls(database.url));
   } catch (err) {
     if (err instanceof CannotConnectError) problem = err.message;
     else
@@ -44,5 +45,5 @@ export async function openCommandDatabase(
   });
   const pooler = poolerFromEnv(env);
   await refuseHiddenPooler(database, pooler);
-  return { database, db: connect(database.url, { max, applicationName, pooler }) };
+  return { database, db: connectDatabase(database.url, { max, applicationName, pooler }) };
 }
