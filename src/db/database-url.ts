@@ -50,12 +50,14 @@ export function databaseUrlProblem(url: string): string | undefined {
   );
 }
 
+/** libpq's `sslmode` values (PostgreSQL manual, 32.19 "SSL Support", Table 32.1). */
+export const SSL_MODES: readonly string[] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
+
 /** An `sslmode` libpq does not know (PostgreSQL manual, 32.19 "SSL Support"); postgres.js would try TLS anyway. */
 function sslModeProblem(rest: string): string | undefined {
   const query = rest.indexOf("?");
   const mode = query === -1 ? null : new URLSearchParams(rest.slice(query + 1)).get("sslmode");
-  const modes = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
-  return mode === null || modes.includes(mode) ? undefined : `DATABASE_URL: sslmode=${mode} is not one of ${modes.join(", ")}`;
+  return mode === null || SSL_MODES.includes(mode) ? undefined : `DATABASE_URL: sslmode=${mode} is not one of ${SSL_MODES.join(", ")}`;
 }
 
 function hostsProblem(hosts: string): string | undefined {

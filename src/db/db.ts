@@ -1,5 +1,6 @@
 import postgres from "postgres";
 import { PermanentError } from "../errors.ts";
+import { SSL_MODES } from "./database-url.ts";
 import { assertPatchedPostgres } from "./patched-postgres.ts";
 
 /** The connection pool (postgres.js `Sql`). Use it only outside transactions. */
@@ -77,7 +78,6 @@ export interface DatabaseTls {
   ca?: string;
 }
 
-const SSL_MODES: readonly string[] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
 
 /**
  * The URL without its `sslmode` and `sslrootcert` parameters (postgres.js would send an unknown
