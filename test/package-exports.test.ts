@@ -61,7 +61,7 @@ test("`assertPatchedPostgres()` throws for an unpatched postgres.js, naming the 
   expect(() => assertPatchedPostgres({ default: Postgres })).toThrow("unpatched");
 });
 
-test("`bun pm pack` packs src, sql, patches and README.md, and never .data, test or bench-results", () => {
+test("`bun pm pack` packs src, sql, patches, docs and README.md (whose links lead into docs/), and never .data, test or bench-results", () => {
   const packed = Bun.spawnSync(["bun", "pm", "pack", "--dry-run"], { cwd: `${import.meta.dir}/..`, stdout: "pipe", stderr: "pipe" });
   const files = `${packed.stdout.toString()}${packed.stderr.toString()}`
     .split("\n")
@@ -71,5 +71,6 @@ test("`bun pm pack` packs src, sql, patches and README.md, and never .data, test
   expect(files).toContain("sql/0001_inbox.sql");
   expect(files).toContain("patches/postgres@3.4.9.patch");
   expect(files).toContain("README.md");
+  expect(files).toContain("docs/troubleshooting.md");
   expect(files.filter((file) => /^(\.data|test|bench-results|node_modules)\//.test(file) || file === "bun.lock")).toEqual([]);
 });

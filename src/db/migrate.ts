@@ -11,7 +11,7 @@ export interface Migration {
 
 const LOCK_KEY = "webhook-inbox:migrate";
 
-/** Oldest PostgreSQL major the migrations and queries are tested on (README, "Requirements"). */
+/** Oldest PostgreSQL major the migrations and queries are tested on (README, "Supported PostgreSQL"). */
 export const MIN_POSTGRES_MAJOR = 14;
 
 /**

@@ -53,7 +53,7 @@ interface Waiting {
  * (`insertInbox`), one autocommit statement, so one commit (one WAL flush) and one round trip serve
  * them all, and each is answered from its own row's result only after that commit, exactly as
  * `receiveAsync` answers it alone. The statement has no transaction to set a bound in (BEGIN and
- * COMMIT round trips cost about a third of the throughput at 16 senders: README, Performance), and
+ * COMMIT round trips cost about a third of the throughput at 16 senders: docs/performance.md), and
  * needs none for a guarantee: it runs no handler, and it can wait only on another transaction inserting
  * one of its keys (itself bounded by its own bound) or on a table lock an operator or a migration
  * holds; a receiver killed meanwhile may leave its rows recorded, and the provider's retry is then a

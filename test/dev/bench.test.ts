@@ -1,7 +1,7 @@
 // `bun run bench`: with DATABASE_URL set it measures in a scratch database it creates and drops, and
 // leaves the database DATABASE_URL names untouched (it truncates tables between sections); pgbench
 // accepts its scripts; a quick run completes every section. No timing is asserted here; the figures
-// live in README.md.
+// live in docs/performance.md.
 import { afterAll, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
 import { existsSync } from "node:fs";

@@ -389,7 +389,7 @@ requireBinary("pgbouncer", "apt-get install pgbouncer", () => {
         "test",
       );
       // The receiver answers what PostgreSQL (or the pooler) answered; the pooler's own query_wait_timeout
-      // bounds how long a delivery waits for a server connection (README: Running behind PgBouncer).
+      // bounds how long a delivery waits for a server connection (docs/runtimes.md: PgBouncer).
       const { db } = await bouncerWithServerDown(fresh.name, {}, 2);
       const app = receiverApp(config, db, { log: () => {} });
       const body = eventBody(
