@@ -38,7 +38,7 @@ const RUNTIMES: Runtime[] = [
 ];
 
 beforeAll(() => {
-  // Node.js 20 runs the bundle; `bun run build:node` is the README's command.
+  // Node.js 20 runs the bundle; `bun run build:node` is the command docs/runtimes.md gives.
   const build = spawnSync("bun", ["run", "build:node"], { cwd: ROOT, encoding: "utf8" });
   if (build.status !== 0) throw new Error(`bun run build:node failed:\n${build.stdout}\n${build.stderr}`);
 });
