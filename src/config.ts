@@ -12,7 +12,7 @@ export interface EndpointSettings {
   name: string;
   /** `whsec_…` signing secrets; more than one during a rotation. */
   secrets: string[];
-  /** The env variable the secrets came from (for messages), or `generated` for the dev secret. */
+  /** The env variable the secrets came from (for messages), `generated` for the dev secret, or `unused` ({@link loadEndpointsWithoutSecrets}). */
   source: string;
   /** `INBOX_MODE` for billing, `INBOX_MODE_<NAME>` for others; default `sync` (`async` for thin and refetch endpoints, which allow only async). */
   mode: "sync" | "async" | "hybrid";
@@ -131,24 +131,12 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
   const production = env.NODE_ENV === "production";
   if (production && databaseUrl === undefined) problems.push(PRODUCTION_NEEDS_DATABASE_URL);
   const databasePooler = readPooler(env, problems);
-  const endpoints: EndpointSettings[] = [];
-  const readMode = (variable: string): EndpointSettings["mode"] => {
-    const raw = env[variable] || "sync";
-    if (raw === "sync" || raw === "async" || raw === "hybrid") return raw;
-    problems.push(`${variable} must be sync, async or hybrid, got "${raw}"`);
-    return "sync";
-  };
-  const readSecrets = (name: string, variable: string): void => {
+  const readSecrets = (name: string, variable: string): Pick<EndpointSettings, "secrets" | "source"> | undefined => {
     const raw = env[variable];
-    const suffix = name === "billing" ? "" : `_${name.toUpperCase().replaceAll("-", "_")}`;
-    const { mode, ...kindAndRefetch } = readKind(env, suffix, readMode, problems);
     if (raw === undefined || raw.trim() === "") {
-      if (name === "billing" && databaseUrl === undefined && !production && devSecret) {
-        endpoints.push({ name, secrets: [devSecret], source: "generated", mode, ...kindAndRefetch });
-      } else {
-        problems.push(`${variable} is required (the ${name} endpoint's whsec_… signing secret)`);
-      }
-      return;
+      if (name === "billing" && databaseUrl === undefined && !production && devSecret) return { secrets: [devSecret], source: "generated" };
+      problems.push(`${variable} is required (the ${name} endpoint's whsec_… signing secret)`);
+      return undefined;
     }
     const secrets = raw.split(",").map((s) => s.trim());
     secrets.forEach((s, i) => {
@@ -157,22 +145,9 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
           `${variable} value ${i + 1} of ${secrets.length} is not a whsec_… secret (whsec_ followed by at least 16 characters of A–Z, a–z, 0–9, +/=_-)`,
         );
     });
-    endpoints.push({ name, secrets, source: variable, mode, ...kindAndRefetch });
+    return { secrets, source: variable };
   };
-  readSecrets("billing", "STRIPE_WEBHOOK_SECRET");
-  const seen = new Set(["billing"]);
-  for (const name of (env.STRIPE_ENDPOINTS ?? "")
-    .split(",")
-    .map((s) => s.trim())
-    .filter(Boolean)) {
-    // A secret pasted here by mistake must not be echoed: name the entry by position when it looks like one.
-    const shown =
-      /^whsec_/i.test(name) || name.length > 63 ? `number ${seen.size} (not shown: it looks like a secret or is too long)` : `"${name}"`;
-    if (!ENDPOINT_NAME.test(name)) problems.push(`STRIPE_ENDPOINTS entry ${shown} must match ${ENDPOINT_NAME.source}`);
-    else if (seen.has(name)) problems.push(`STRIPE_ENDPOINTS names "${name}" twice`);
-    else readSecrets(name, `STRIPE_WEBHOOK_SECRET_${name.toUpperCase().replaceAll("-", "_")}`);
-    seen.add(name);
-  }
+  const endpoints = readEndpoints(env, problems, readSecrets);
   const config: Config = {
     port: int("PORT", 3000, 0, 65535),
     host: env.HOST || "127.0.0.1",
@@ -203,6 +178,62 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     problems.push("ADMIN_TOKEN must not contain whitespace and needs at least 10 different characters (e.g. openssl rand -hex 32)");
   if (problems.length > 0) throw new ConfigError(problems);
   return config;
+}
+
+/**
+ * The configured Stripe endpoints, `billing` first, then each of `STRIPE_ENDPOINTS` (names checked,
+ * each once): kind, refetch flag and mode from {@link readKind}; the signing secrets from `secretsOf`
+ * (given the endpoint's name and its secret variable; undefined leaves the endpoint out, its problem
+ * already appended). Appends a problem naming the variable for each invalid value.
+ */
+function readEndpoints(
+  env: Record<string, string | undefined>,
+  problems: string[],
+  secretsOf: (name: string, variable: string) => Pick<EndpointSettings, "secrets" | "source"> | undefined,
+): EndpointSettings[] {
+  const endpoints: EndpointSettings[] = [];
+  const readMode = (variable: string): EndpointSettings["mode"] => {
+    const raw = env[variable] || "sync";
+    if (raw === "sync" || raw === "async" || raw === "hybrid") return raw;
+    problems.push(`${variable} must be sync, async or hybrid, got "${raw}"`);
+    return "sync";
+  };
+  const read = (name: string): void => {
+    const suffix = name === "billing" ? "" : `_${name.toUpperCase().replaceAll("-", "_")}`;
+    const { mode, ...kindAndRefetch } = readKind(env, suffix, readMode, problems);
+    const secrets = secretsOf(name, `STRIPE_WEBHOOK_SECRET${suffix}`);
+    if (secrets) endpoints.push({ name, ...secrets, mode, ...kindAndRefetch });
+  };
+  read("billing");
+  const seen = new Set(["billing"]);
+  for (const name of (env.STRIPE_ENDPOINTS ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean)) {
+    // A secret pasted here by mistake must not be echoed: name the entry by position when it looks like one.
+    const shown =
+      /^whsec_/i.test(name) || name.length > 63 ? `number ${seen.size} (not shown: it looks like a secret or is too long)` : `"${name}"`;
+    if (!ENDPOINT_NAME.test(name)) problems.push(`STRIPE_ENDPOINTS entry ${shown} must match ${ENDPOINT_NAME.source}`);
+    else if (seen.has(name)) problems.push(`STRIPE_ENDPOINTS names "${name}" twice`);
+    else read(name);
+    seen.add(name);
+  }
+  return endpoints;
+}
+
+/**
+ * The configured Stripe endpoints for what verifies no signature: event backfill (`reconcile events`,
+ * the catch-up of `serve` and `worker`) reads events from the Stripe API with `STRIPE_API_KEY`. Names,
+ * kinds, modes and refetch flags are read and checked as {@link loadConfig} reads them, billing first;
+ * the signing secrets (`STRIPE_WEBHOOK_SECRET[_<NAME>]`) are neither read nor required: each endpoint
+ * has `secrets: []` and `source: "unused"`.
+ * @throws ConfigError listing every problem, each naming its variable.
+ */
+export function loadEndpointsWithoutSecrets(env: Record<string, string | undefined>): EndpointSettings[] {
+  const problems: string[] = [];
+  const endpoints = readEndpoints(env, problems, () => ({ secrets: [], source: "unused" }));
+  if (problems.length > 0) throw new ConfigError(problems);
+  return endpoints;
 }
 
 /**

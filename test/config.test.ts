@@ -1,5 +1,5 @@
 import { describe, expect, test } from "bun:test";
-import { ConfigError, loadConfig, readApiEndpoints } from "../src/config.ts";
+import { ConfigError, loadConfig, loadEndpointsWithoutSecrets, readApiEndpoints } from "../src/config.ts";
 import { OTHER_SECRET, SECRET } from "./support/helpers.ts";
 
 const DEV_SECRET = "whsec_dev_generated_0123456789abcdef";
@@ -372,5 +372,25 @@ describe("endpoint kinds and refetch mode", () => {
       refetch: ["billing"],
       problems: [],
     });
+  });
+
+  test("`loadEndpointsWithoutSecrets()` reads every endpoint with DATABASE_URL and no signing secret, and still lists bad settings", () => {
+    const env = { DATABASE_URL: "postgres://u:p@db.example:5432/inbox", STRIPE_ENDPOINTS: "events-thin,ops", INBOX_MODE: "hybrid" };
+    expect(loadEndpointsWithoutSecrets({ ...env, STRIPE_ENDPOINT_KIND_EVENTS_THIN: "thin" })).toEqual([
+      { name: "billing", secrets: [], source: "unused", mode: "hybrid" },
+      { name: "events-thin", secrets: [], source: "unused", mode: "async", kind: "thin" },
+      { name: "ops", secrets: [], source: "unused", mode: "sync" },
+    ]);
+    let thrown: unknown;
+    try {
+      loadEndpointsWithoutSecrets({ ...env, INBOX_MODE_OPS: "fast", STRIPE_ENDPOINTS: "ops,Bad" });
+    } catch (err) {
+      thrown = err;
+    }
+    expect(thrown).toBeInstanceOf(ConfigError);
+    expect((thrown as ConfigError).problems).toEqual([
+      'INBOX_MODE_OPS must be sync, async or hybrid, got "fast"',
+      'STRIPE_ENDPOINTS entry "Bad" must match ^[a-z][a-z0-9-]{0,62}$',
+    ]);
   });
 });

@@ -1,6 +1,6 @@
 // `bun run reconcile events`: the command line of event backfill (parsing, runs per endpoint, output).
 import type Stripe from "stripe";
-import { ConfigError, loadConfig, type Config } from "../config.ts";
+import { ConfigError, loadEndpointsWithoutSecrets, type EndpointSettings } from "../config.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { stripeEndpoints } from "../receiver/endpoints.ts";
 import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
@@ -17,12 +17,15 @@ export const EVENTS_USAGE = `Usage: bun run reconcile events [options]
   --page-size N      events per Stripe list call, 1–100 (default 100)
   --every 15m        run again at this interval until stopped (SIGTERM/Ctrl-C)
 STRIPE_API_KEY (a restricted key with Events read is enough) and STRIPE_API_BASE (default https://api.stripe.com).
+Endpoints and their modes come from serve's settings (STRIPE_ENDPOINTS, STRIPE_ENDPOINT_KIND_*, INBOX_MODE*); no
+STRIPE_WEBHOOK_SECRET is needed: backfill verifies no signature.
 Exit codes: 0 everything recorded, 1 a failure, an interval older than Stripe's 30 days, another run holding the lease or a stop
 before the end (the checkpoint is after the last page recorded), 2 usage.`;
 
 /** What the command needs from its entry file: the database, output streams and a stop signal. */
 export interface EventsCommandDeps {
-  openDb(config: Config): Promise<{ db: Db; close(): Promise<void> }>;
+  /** Opens the database the way one-shot commands do (DATABASE_URL or the embedded server). */
+  openDb(): Promise<{ db: Db; close(): Promise<void> }>;
   out(line: string): void;
   err(line: string): void;
   /** Progress lines (pages, events, new vs already recorded); undefined when stderr is not a terminal. */
@@ -32,9 +35,6 @@ export interface EventsCommandDeps {
   /** Waits `ms` or until `signal` aborts (for `--every`). */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
 }
-
-/** Any `whsec_` value: backfill reads no signature, but the endpoint list comes from the same settings as `serve`. */
-const UNUSED_SECRET = "whsec_reconcile_reads_no_signatures";
 
 class UsageError extends Error {}
 
@@ -151,28 +151,27 @@ export async function reconcileEventsCommand(
 ): Promise<number> {
   const now = deps.now ?? Date.now;
   let options;
-  let config: Config;
+  let settings: EndpointSettings[];
   let stripe: Stripe;
   try {
     options = parse(args, now());
     if (options.help) return (deps.out(EVENTS_USAGE), 0);
-    config = loadConfig(env, UNUSED_SECRET);
+    // Backfill verifies no signature: the endpoints come from the same variables as `serve`'s, secrets aside.
+    settings = loadEndpointsWithoutSecrets(env);
     stripe = stripeApiClient(readStripeApiSettings(env));
   } catch (err) {
     if (err instanceof UsageError) return (deps.err(`${err.message}\n\n${EVENTS_USAGE}`), 2);
     if (err instanceof ConfigError) return (deps.err(err.message), 2);
     throw err;
   }
-  const endpoints = stripeEndpoints(config.endpoints, config.hybridBudgetMs).filter(
-    (e) => !options.endpoint || e.name === options.endpoint,
-  );
+  const endpoints = stripeEndpoints(settings).filter((e) => !options.endpoint || e.name === options.endpoint);
   if (endpoints.length === 0) return (deps.err(`No endpoint named "${options.endpoint}" is configured (STRIPE_ENDPOINTS)`), 2);
   const list = stripeEventLister(
     stripe,
     { types: options.types, undelivered: options.undelivered },
     { onRetry: (attempt, waitMs, reason) => deps.err(`Stripe answered ${reason}; retrying in ${waitMs} ms (try ${attempt + 1})`) },
   );
-  const { db, close } = await deps.openDb(config);
+  const { db, close } = await deps.openDb();
   try {
     for (;;) {
       let code = 0;

@@ -1,5 +1,5 @@
 // Wiring of the automatic event catch-up for `serve` and `worker`: settings from the environment.
-import { ConfigError, loadConfig, readApiEndpoints } from "../config.ts";
+import { ConfigError, loadEndpointsWithoutSecrets, readApiEndpoints } from "../config.ts";
 import type { Db } from "../db/db.ts";
 import type { LogFn } from "../log.ts";
 import { runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../reconcile/catch-up.ts";
@@ -76,12 +76,12 @@ export function startCatchUp(
  * Where event backfill records each configured Stripe endpoint's events: its own provider, handlers
  * and mode; for a thin endpoint, the classic `stripe` provider with the change-once handlers under the
  * thin endpoint's name (the Events API lists classic events, and each claims its change, so a thin
- * notification of the same change applies nothing twice) in async mode.
- * @throws ConfigError as {@link loadConfig}.
+ * notification of the same change applies nothing twice) in async mode. No signing secret is needed
+ * (the worker has none): the endpoints come from {@link loadEndpointsWithoutSecrets}.
+ * @throws ConfigError as {@link loadEndpointsWithoutSecrets}.
  */
 export function catchUpEndpoints(env: Record<string, string | undefined>): CatchUpEndpoint[] {
-  const config = loadConfig(env, "whsec_catch_up_reads_no_signatures");
-  return stripeEndpoints(config.endpoints, config.hybridBudgetMs).map((e) => {
+  return stripeEndpoints(loadEndpointsWithoutSecrets(env)).map((e) => {
     const backoff = e.hybrid?.backoff ?? { baseMs: 1_000, capMs: 600_000 };
     if (e.provider.name === "stripe-thin")
       return { target: { provider: "stripe", endpoint: e.name, handlers: migratingHandlersFor("stripe")! }, mode: "async", backoff };

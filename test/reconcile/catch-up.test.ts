@@ -6,7 +6,7 @@ import { runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../../src
 import { recordBackfillRequest } from "../../src/handlers/backfill-requests.ts";
 import { stripeEventLister } from "../../src/reconcile/stripe-events.ts";
 import { handlersFor, migratingHandlersFor } from "../../src/receiver/endpoints.ts";
-import { readCatchUpSettings } from "../../src/runtime/catch-up.ts";
+import { catchUpEndpoints, readCatchUpSettings } from "../../src/runtime/catch-up.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
 import { closeAll, connections, freshDatabase } from "../support/helpers.ts";
 import { API_KEY, fakeWith, recentEvents } from "./backfill-support.ts";
@@ -118,6 +118,19 @@ test("`readCatchUpSettings()` is off by default and requires STRIPE_API_KEY once
     everyMs: 900_000,
   });
   expect(() => readCatchUpSettings({ RECONCILE_EVERY: "soon" })).toThrow(/RECONCILE_EVERY must be a positive duration/);
+});
+
+test("`catchUpEndpoints()` needs no signing secret with DATABASE_URL (the worker, which runs the catch-up too, has none)", () => {
+  const endpoints = catchUpEndpoints({
+    DATABASE_URL: "postgres://u:p@db.example:5432/inbox",
+    STRIPE_ENDPOINTS: "events",
+    STRIPE_ENDPOINT_KIND_EVENTS: "thin",
+    INBOX_MODE: "async",
+  });
+  expect(endpoints.map((e) => [e.target.provider, e.target.endpoint, e.mode])).toEqual([
+    ["stripe", "billing", "async"],
+    ["stripe", "events", "async"],
+  ]);
 });
 
 test("`runBackfillRequests()` backfills a health notification's window for its thin endpoint once, as classic events claiming their change, and finishes the request", async () => {

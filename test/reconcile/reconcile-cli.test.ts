@@ -69,6 +69,34 @@ test("`reconcile events --dry-run --json` prints a machine summary and writes no
   expect((await db`select count(*)::int as n from webhook_inbox`)[0]!.n).toBe(0);
 }, 30_000);
 
+test("`reconcile events` and `reconcile invoices|refunds|disputes` run with DATABASE_URL and no STRIPE_WEBHOOK_SECRET (they verify no signature)", async () => {
+  const other = await freshDatabase();
+  try {
+    // Only what reading the Stripe API and the database needs; a second endpoint without its secret too.
+    const noSecrets = { STRIPE_WEBHOOK_SECRET: "", DATABASE_URL: other.url, STRIPE_ENDPOINTS: "connect", INBOX_MODE_CONNECT: "async" };
+    const backfill = await reconcile(["events", "--dry-run", "--json"], noSecrets);
+    expect(backfill.stderr).not.toContain("STRIPE_WEBHOOK_SECRET");
+    expect(backfill.code).toBe(0);
+    const summary = JSON.parse(backfill.stdout) as { exitCode: number; endpoints: { endpoint: string; events: number }[] };
+    expect(summary.endpoints.map((e) => [e.endpoint, e.events])).toEqual([
+      ["billing", events.length],
+      ["connect", events.length],
+    ]);
+    for (const kind of ["invoices", "refunds", "disputes"]) {
+      const run = await reconcile([kind], noSecrets);
+      expect(run.stderr).not.toContain("STRIPE_WEBHOOK_SECRET");
+      // The fake holds events only: no object of the kind, so nothing drifted.
+      expect({ kind, code: run.code, first: run.stdout.split("\n")[0] }).toEqual({
+        kind,
+        code: 0,
+        first: expect.stringMatching(new RegExp(`^Checked 0 Stripe ${kind} created since .*: no drift$`)),
+      });
+    }
+  } finally {
+    await other.drop();
+  }
+}, 60_000);
+
 test("`reconcile events` killed (SIGKILL) in the middle of a page and run again leaves no gap and applies nothing twice", async () => {
   // Another transaction holds the key of events[10] (page [10..13] with pages of 4 after the first
   // second [0, 1]), so the run's page transaction waits there with part of the page written.
