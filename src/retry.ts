@@ -6,8 +6,8 @@ export interface RetryOptions {
   retryable: (err: unknown) => string | undefined;
   /** Wait before try `n + 1` after try `n` failed (1-based); default no wait. */
   waitMs?: (n: number) => number;
-  /** Told before each wait: the try that failed, the wait and the reason. */
-  onRetry?: (n: number, waitMs: number, reason: string) => void;
+  /** Told before each wait: the try that failed, the wait, the reason and the error itself. */
+  onRetry?: (n: number, waitMs: number, reason: string, err: unknown) => void;
   /** Replaces the timer (tests). */
   sleep?: (ms: number) => Promise<void>;
 }
@@ -28,7 +28,7 @@ export async function retry<T>(work: (n: number) => Promise<T>, options: RetryOp
       const reason = options.retryable(err);
       if (reason === undefined || n >= options.tries) throw err;
       const waitMs = options.waitMs?.(n) ?? 0;
-      options.onRetry?.(n, waitMs, reason);
+      options.onRetry?.(n, waitMs, reason, err);
       if (waitMs > 0) await sleep(waitMs);
     }
   }

@@ -65,15 +65,20 @@ if (problems[0]) usageError(problems.join("\n"));
  * The worker's Stripe API reader: required when a thin or refetch endpoint is configured, built whenever
  * STRIPE_API_KEY is set (thin rows recorded earlier still need it). Appends problems.
  */
-function readFetcher(problems: string[]): { fetcher: Fetcher; stripe: ReturnType<typeof stripeApiClient> } | undefined {
+function readFetcher(problems: string[]): { fetcher: Fetcher; stripe: ReturnType<typeof stripeApiClient>; apiBase: URL } | undefined {
   const needed = apiEndpoints.thin.size > 0 || apiEndpoints.refetch.size > 0;
   if (!needed && !process.env.STRIPE_API_KEY) return undefined;
   const rawRate = process.env.STRIPE_API_REQUESTS_PER_SEC || "20";
   const rate = Number(rawRate);
   if (!/^\d+$/.test(rawRate) || rate < 1) problems.push(`STRIPE_API_REQUESTS_PER_SEC must be a whole number ≥ 1, got "${rawRate}"`);
   try {
-    const stripe = stripeApiClient(readStripeApiSettings(process.env));
-    return { stripe, fetcher: stripeFetcher({ stripe, refetchEndpoints: apiEndpoints.refetch, requestsPerSecond: rate }) };
+    const settings = readStripeApiSettings(process.env);
+    const stripe = stripeApiClient(settings);
+    return {
+      stripe,
+      apiBase: settings.apiBase,
+      fetcher: stripeFetcher({ stripe, refetchEndpoints: apiEndpoints.refetch, requestsPerSecond: rate, apiBase: settings.apiBase }),
+    };
   } catch (err) {
     const listed = (err as { problems?: string[] }).problems ?? [String(err)];
     problems.push(
@@ -108,15 +113,18 @@ if (!ready) {
 }
 const { database, db } = ready;
 
-// A wrong or revoked key is one clear line at start, not every thin row parked one by one.
+// A wrong or revoked key is one clear line at start, not every thin row parked one by one. An API that
+// cannot be reached is one line too, and the worker starts: rows that need it wait and are retried.
 if (api) {
-  const problem = await checkStripeApiKey(api.stripe);
-  if (problem) {
-    console.error(`Cannot start webhook-inbox worker: ${problem}`);
+  const problem = await checkStripeApiKey(api.stripe, api.apiBase);
+  if (problem?.fatal) {
+    console.error(`Cannot start webhook-inbox worker: ${problem.message}`);
     await db.end({ timeout: 1 });
     await database.close();
     process.exit(1);
   }
+  if (problem)
+    console.error(`webhook-inbox worker: ${problem.message}; starting anyway: rows that need the Stripe API wait and are retried`);
 }
 console.log(
   JSON.stringify({

@@ -3,7 +3,9 @@ import type Stripe from "stripe";
 import { ConfigError, loadEndpointsWithoutSecrets, type EndpointSettings } from "../config.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { stripeEndpoints } from "../receiver/endpoints.ts";
-import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
+import { readStripeApiSettings, stripeApiClient, type StripeApiSettings } from "../stripe-api/client.ts";
+import { describeStripeFailure } from "../stripe-api/describe-failure.ts";
+import type { StripeRetryOptions } from "../stripe-api/retry.ts";
 import { backfillEvents, MAX_PAGE_SIZE, type BackfillSummary } from "./backfill-events.ts";
 import { stripeEventLister } from "./stripe-events.ts";
 
@@ -34,6 +36,8 @@ export interface EventsCommandDeps {
   now?: () => number;
   /** Waits `ms` or until `signal` aborts (for `--every`). */
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
+  /** Backoff of each list call (withStripeRetry's defaults otherwise; tests shorten the waits). */
+  retry?: Omit<StripeRetryOptions, "onRetry">;
 }
 
 class UsageError extends Error {}
@@ -152,13 +156,15 @@ export async function reconcileEventsCommand(
   const now = deps.now ?? Date.now;
   let options;
   let settings: EndpointSettings[];
+  let api: StripeApiSettings;
   let stripe: Stripe;
   try {
     options = parse(args, now());
     if (options.help) return (deps.out(EVENTS_USAGE), 0);
     // Backfill verifies no signature: the endpoints come from the same variables as `serve`'s, secrets aside.
     settings = loadEndpointsWithoutSecrets(env);
-    stripe = stripeApiClient(readStripeApiSettings(env));
+    api = readStripeApiSettings(env);
+    stripe = stripeApiClient(api);
   } catch (err) {
     if (err instanceof UsageError) return (deps.err(`${err.message}\n\n${EVENTS_USAGE}`), 2);
     if (err instanceof ConfigError) return (deps.err(err.message), 2);
@@ -169,7 +175,11 @@ export async function reconcileEventsCommand(
   const list = stripeEventLister(
     stripe,
     { types: options.types, undelivered: options.undelivered },
-    { onRetry: (attempt, waitMs, reason) => deps.err(`Stripe answered ${reason}; retrying in ${waitMs} ms (try ${attempt + 1})`) },
+    {
+      ...deps.retry,
+      onRetry: (attempt, waitMs, reason, err) =>
+        deps.err(`${describeStripeFailure(err, api.apiBase) ?? reason}; retrying in ${waitMs} ms (try ${attempt + 1})`),
+    },
   );
   const { db, close } = await deps.openDb();
   try {
@@ -203,9 +213,7 @@ export async function reconcileEventsCommand(
           const message =
             sqlState(err) === SQLSTATE.undefinedTable
               ? "the database schema is older than this code: run `bun run migrate` first"
-              : err instanceof Error
-                ? err.message
-                : String(err);
+              : (describeStripeFailure(err, api.apiBase) ?? (err instanceof Error ? err.message : String(err)));
           deps.err(`${e.name}: backfill failed: ${message.slice(0, 300)} (the checkpoint is after the last page recorded; run again)`);
         }
       }

@@ -4,6 +4,7 @@ import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { describeError } from "../errors.ts";
 import { handlerTables } from "../receiver/endpoints.ts";
 import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
+import { describeStripeFailure } from "../stripe-api/describe-failure.ts";
 import { withStripeRetry, type StripeRetryOptions } from "../stripe-api/retry.ts";
 import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
 import { parseReconcileArgs, UsageError, type ReconcileArgs } from "./reconcile-args.ts";
@@ -76,10 +77,13 @@ export async function runReconcile(
   const err = io.err ?? ((line: string) => console.error(line));
   let opts: ReconcileArgs;
   let stripe: Stripe;
+  let apiBase: URL;
   try {
     opts = parseReconcileArgs(args, io.now?.() ?? new Date(), `reconcile ${kind.name}`);
     if (opts.help) return (out(reconcileUsage(kind)), 0);
-    stripe = stripeApiClient(readStripeApiSettings(env));
+    const settings = readStripeApiSettings(env);
+    apiBase = settings.apiBase;
+    stripe = stripeApiClient(settings);
   } catch (e) {
     if (e instanceof UsageError) return (err(`${e.message}\n\n${reconcileUsage(kind)}`), 2);
     if (e instanceof ConfigError) return (err(e.message), 2);
@@ -87,14 +91,14 @@ export async function runReconcile(
   }
   const { db, close } = await io.openDatabase(env);
   try {
-    const report = await reconcile(db, stripe, kind, opts, io, err);
+    const report = await reconcile(db, stripe, kind, opts, io, err, apiBase);
     out(opts.json ? JSON.stringify(report, null, 2) : render(report).join("\n"));
     return report.drifted > 0 ? 1 : 0;
   } catch (e) {
     const message =
       sqlState(e) === SQLSTATE.undefinedTable
         ? `Cannot read the local tables: ${describeError(e)} (run \`bun run migrate\` first?)`
-        : `Cannot reconcile ${kind.name}: ${describeError(e)}`;
+        : `Cannot reconcile ${kind.name}: ${describeStripeFailure(e, apiBase) ?? describeError(e)}`;
     err(message);
     // A --json consumer (a cron log, an alert) gets a document on failure too, not an empty stdout.
     if (opts.json) out(JSON.stringify({ kind: kind.name, failed: true, error: message, exitCode: 1 }, null, 2));
@@ -104,7 +108,15 @@ export async function runReconcile(
   }
 }
 
-async function reconcile(db: Db, stripe: Stripe, kind: ObjectKind, opts: ReconcileArgs, io: ReconcileIo, err: (l: string) => void) {
+async function reconcile(
+  db: Db,
+  stripe: Stripe,
+  kind: ObjectKind,
+  opts: ReconcileArgs,
+  io: ReconcileIo,
+  err: (l: string) => void,
+  apiBase: URL,
+) {
   const report: Reconciliation = {
     kind: kind.name,
     since: opts.since.toISOString(),
@@ -118,7 +130,8 @@ async function reconcile(db: Db, stripe: Stripe, kind: ObjectKind, opts: Reconci
   };
   const retry: StripeRetryOptions = {
     ...io.retry,
-    onRetry: (attempt, waitMs, reason) => err(`Stripe answered ${reason} (try ${attempt}): retrying in ${waitMs} ms`),
+    onRetry: (attempt, waitMs, reason, e) =>
+      err(`${describeStripeFailure(e, apiBase) ?? reason} (try ${attempt}): retrying in ${waitMs} ms`),
   };
   for await (const page of pages(stripe, kind, opts.since, io.pageSize ?? 100, retry)) {
     report.checked += page.length;

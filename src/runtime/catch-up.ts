@@ -3,9 +3,10 @@ import { ConfigError, loadEndpointsWithoutSecrets, readApiEndpoints } from "../c
 import type { Db } from "../db/db.ts";
 import type { LogFn } from "../log.ts";
 import { runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../reconcile/catch-up.ts";
-import { stripeEventLister } from "../reconcile/stripe-events.ts";
+import { stripeEventLister, type ListEvents } from "../reconcile/stripe-events.ts";
 import { migratingHandlersFor, stripeEndpoints } from "../receiver/endpoints.ts";
 import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
+import { describeStripeFailure } from "../stripe-api/describe-failure.ts";
 
 /** Catch-up settings: both durations in ms; undefined `idleAfterMs` and `everyMs` mean off. */
 export interface CatchUpSettings {
@@ -60,10 +61,9 @@ export function startCatchUp(
   log: LogFn,
 ): Promise<void> | undefined {
   if (settings.idleAfterMs === undefined && settings.everyMs === undefined) return undefined;
-  const stripe = stripeApiClient(readStripeApiSettings(env));
   return runCatchUp({
     db,
-    list: stripeEventLister(stripe, {}),
+    list: eventLister(env),
     endpoints: catchUpEndpoints(env),
     idleAfterMs: settings.idleAfterMs ?? settings.everyMs!,
     everyMs: settings.everyMs,
@@ -107,11 +107,10 @@ export function startBackfillRequests(
   const { thin } = readApiEndpoints(env, problems);
   if (problems.length > 0) throw new ConfigError(problems);
   if (thin.size === 0) return undefined;
-  const stripe = stripeApiClient(readStripeApiSettings(env));
   const handlers = migratingHandlersFor("stripe")!;
   return runBackfillRequests({
     db,
-    list: stripeEventLister(stripe, {}),
+    list: eventLister(env),
     endpoints: new Map(
       [...thin].map((name) => [
         name,
@@ -121,4 +120,23 @@ export function startBackfillRequests(
     signal,
     log,
   });
+}
+
+/**
+ * Stripe's Events API with `STRIPE_API_KEY` at `STRIPE_API_BASE`, whose final failures are thrown as an
+ * Error whose message names the host (describeStripeFailure: "Cannot connect to the Stripe API at
+ * <host>:<port> …"), the stripe-node error as its `cause`: the catch-up logs the message.
+ * @throws ConfigError for invalid Stripe API settings.
+ */
+function eventLister(env: Record<string, string | undefined>): ListEvents {
+  const settings = readStripeApiSettings(env);
+  const list = stripeEventLister(stripeApiClient(settings), {});
+  return async (call) => {
+    try {
+      return await list(call);
+    } catch (err) {
+      const described = describeStripeFailure(err, settings.apiBase);
+      throw described === undefined ? err : new Error(described, { cause: err });
+    }
+  };
 }

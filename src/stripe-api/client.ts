@@ -1,5 +1,7 @@
 import Stripe from "stripe";
 import { ConfigError } from "../config.ts";
+import { describeError } from "../errors.ts";
+import { describeStripeFailure } from "./describe-failure.ts";
 
 /**
  * Where and how the Stripe API is called by the commands that read it (backfill, reconciliation,
@@ -69,21 +71,35 @@ export function stripeApiClient(settings: StripeApiSettings, timeoutMs = 30_000)
   });
 }
 
+/** What {@link checkStripeApiKey} found: `fatal` problems stop the command; the others are reported and it starts. */
+export interface StripeApiProblem {
+  fatal: boolean;
+  /** One line for an operator, naming STRIPE_API_BASE's host:port; never the key. */
+  message: string;
+}
+
 /**
  * Tries the API key once with the cheapest read (`GET /v1/events?limit=1`, Stripe API reference "List
- * all events"): returns one line for an operator when Stripe refuses the key (401: wrong, revoked, or
- * for another account), undefined otherwise. A 403 (a restricted key without Events read) and a
- * network or 5xx failure are not the key's fault: the commands start, and their own reads retry.
- * Never quotes the key.
+ * all events") against `apiBase` (the client's `STRIPE_API_BASE`, for the message). Returns undefined
+ * when it answers; a fatal problem when Stripe refuses the key (401: wrong, revoked, or for another
+ * account); a non-fatal one, to report at start, when the API cannot be reached or answers 429/5xx
+ * (describeStripeFailure: "Cannot connect to the Stripe API at <host>:<port> …"): not the key's fault,
+ * so the commands start and their own reads retry. A 403 (a restricted key without Events read, which
+ * thin and refetch reads do not need) is not reported. Never quotes the key.
  */
-export async function checkStripeApiKey(stripe: Stripe): Promise<string | undefined> {
+export async function checkStripeApiKey(stripe: Stripe, apiBase: URL): Promise<StripeApiProblem | undefined> {
   try {
     await stripe.events.list({ limit: 1 });
     return undefined;
   } catch (err) {
     const status = (err as { statusCode?: unknown } | null)?.statusCode;
     if (status === 401)
-      return "Stripe refused STRIPE_API_KEY (401 Unauthorized): it is wrong, revoked or of another account; set a valid sk_… or rk_… key";
-    return undefined;
+      return {
+        fatal: true,
+        message:
+          "Stripe refused STRIPE_API_KEY (401 Unauthorized): it is wrong, revoked or of another account; set a valid sk_… or rk_… key",
+      };
+    if (status === 403) return undefined;
+    return { fatal: false, message: describeStripeFailure(err, apiBase) ?? `Cannot read the Stripe API: ${describeError(err)}` };
   }
 }

@@ -8,8 +8,11 @@ export interface StripeRetryOptions {
   baseMs?: number;
   /** Longest single wait, ms; default 8000. */
   maxMs?: number;
-  /** Called before each wait with the try that failed (1-based), the wait (ms) and a short reason (status or error code, never the key). */
-  onRetry?: (attempt: number, waitMs: number, reason: string) => void;
+  /**
+   * Called before each wait with the try that failed (1-based), the wait (ms), a short reason (status or
+   * error code, never the key) and the stripe-node error (for describeStripeFailure).
+   */
+  onRetry?: (attempt: number, waitMs: number, reason: string, err: unknown) => void;
   /** Replaces the timer (tests). */
   sleep?: (ms: number) => Promise<void>;
 }

@@ -65,7 +65,7 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
         return await deferClaim(
           db,
           claim,
-          `Stripe API unavailable, retried later without using an attempt: ${describeError(err)}`,
+          `Stripe API unavailable, retried later without using an attempt: ${options.fetcher.describeFailure?.(err) ?? describeError(err)}`,
           options,
         );
       }

@@ -1,5 +1,6 @@
 import type Stripe from "stripe";
 import type { Claim } from "./claim.ts";
+import { describeStripeFailure } from "../stripe-api/describe-failure.ts";
 import { withStripeRetry, type StripeRetryOptions } from "../stripe-api/retry.ts";
 import { PermanentError } from "../errors.ts";
 import { EVENT_GENERATION_RESOLVED, readThinNotification } from "../providers/stripe-thin.ts";
@@ -23,6 +24,8 @@ export interface Fetcher {
    *   PermanentError for a row no fetch can help (a classic event whose object has no id).
    */
   resolve(claim: Claim & { payload: Record<string, unknown> }): Promise<Resolution>;
+  /** One line about a failure `resolve` threw, naming the API's host:port (describeStripeFailure); undefined when it cannot say more than the error. */
+  describeFailure?(err: unknown): string | undefined;
 }
 
 /** Settings of {@link stripeFetcher}. */
@@ -35,6 +38,8 @@ export interface FetcherOptions {
   requestsPerSecond?: number;
   /** Backoff of each request ({@link withStripeRetry}); default 4 tries from 250 ms. */
   retry?: StripeRetryOptions;
+  /** `STRIPE_API_BASE` the client points at, named in failures (`describeFailure`); without it failures are described by the caller. */
+  apiBase?: URL;
 }
 
 /** Where a classic object type is read: Stripe API paths of the objects the Stripe handlers apply. */
@@ -64,6 +69,7 @@ export function stripeFetcher(options: FetcherOptions): Fetcher {
     }, retry);
 
   return {
+    describeFailure: (err) => (options.apiBase ? describeStripeFailure(err, options.apiBase) : undefined),
     needsFetch: (claim) =>
       claim.provider === "stripe-thin" || (claim.provider === "stripe" && options.refetchEndpoints.has(claim.endpoint)),
     async resolve(claim) {

@@ -6,7 +6,8 @@ import { runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../../src
 import { recordBackfillRequest } from "../../src/handlers/backfill-requests.ts";
 import { stripeEventLister } from "../../src/reconcile/stripe-events.ts";
 import { handlersFor, migratingHandlersFor } from "../../src/receiver/endpoints.ts";
-import { catchUpEndpoints, readCatchUpSettings } from "../../src/runtime/catch-up.ts";
+import { catchUpEndpoints, readCatchUpSettings, startCatchUp } from "../../src/runtime/catch-up.ts";
+import { freePort } from "../../src/runtime/embedded-postgres.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
 import { closeAll, connections, freshDatabase } from "../support/helpers.ts";
 import { API_KEY, fakeWith, recentEvents } from "./backfill-support.ts";
@@ -130,6 +131,21 @@ test("`catchUpEndpoints()` needs no signing secret with DATABASE_URL (the worker
   expect(endpoints.map((e) => [e.target.provider, e.target.endpoint, e.mode])).toEqual([
     ["stripe", "billing", "async"],
     ["stripe", "events", "async"],
+  ]);
+});
+
+test("`startCatchUp()` logs a failure to reach STRIPE_API_BASE naming its host:port, never the key", async () => {
+  const port = await freePort(); // free a moment ago: nothing listens there
+  const env = { STRIPE_API_KEY: API_KEY, STRIPE_API_BASE: `http://127.0.0.1:${port}`, RECONCILE_IDLE_AFTER: "1h" };
+  const log: Record<string, unknown>[] = [];
+  // Without RECONCILE_EVERY it runs the start check only (after its 8 tries, with real waits) and returns.
+  await startCatchUp(env, readCatchUpSettings(env), db, new AbortController().signal, (line) => log.push(line));
+  expect(log).toEqual([
+    {
+      catch_up: "failed",
+      endpoint: "billing",
+      error: `Cannot connect to the Stripe API at 127.0.0.1:${port} (STRIPE_API_BASE): connection refused (ECONNREFUSED)`,
+    },
   ]);
 });
 

@@ -343,7 +343,7 @@ describe("reconcile invoices", () => {
     expect(run.json().checked).toBe(7);
     expect(run.json().byClass).toEqual({ missing_locally: 7 });
     expect(store.requests.filter((r) => r.status === 429).length).toBeGreaterThanOrEqual(4);
-    expect(run.err).toContain("Stripe answered HTTP 429");
+    expect(run.err).toContain(`Stripe API at ${new URL(fake.url).host} answered HTTP 429`);
     expect([...(await db`select count(*)::int as n from invoices where status = 'open'`)]).toEqual([{ n: 7 }]);
   });
 

@@ -7,6 +7,9 @@ import { stripeApiEvent } from "../../src/providers/stripe.ts";
 import { handlersFor } from "../../src/receiver/endpoints.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
 import { reconcileEventsCommand } from "../../src/reconcile/events-command.ts";
+import { reconcileInvoicesCommand } from "../../src/reconcile/invoices-command.ts";
+import { reconcileDisputesCommand } from "../../src/reconcile/money-commands.ts";
+import { freePort } from "../../src/runtime/embedded-postgres.ts";
 import { spawnBun } from "../support/bun-child.ts";
 import { connections, freshDatabase, SECRET } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
@@ -94,6 +97,36 @@ test("`reconcile events` and `reconcile invoices|refunds|disputes` run with DATA
     }
   } finally {
     await other.drop();
+  }
+}, 60_000);
+
+test("`reconcile events|invoices|disputes` with nothing listening at STRIPE_API_BASE say they cannot connect to its host:port (never that Stripe answered, never the key) and exit 1", async () => {
+  const port = await freePort(); // free a moment ago: nothing listens there
+  const unreachable = env({ STRIPE_API_BASE: `http://127.0.0.1:${port}` });
+  const cannotConnect = `Cannot connect to the Stripe API at 127.0.0.1:${port} (STRIPE_API_BASE): connection refused (ECONNREFUSED)`;
+  const openDb = async () => ({ db, close: async () => {} });
+  const noWaits = { sleep: async () => {} };
+  const check = (code: number, err: string[]) => {
+    expect(code).toBe(1);
+    // Every try but the last is retried with a line, then one line says why the command gave up.
+    expect(err.filter((l) => l.startsWith(`${cannotConnect}`)).length).toBe(7);
+    expect(err.join("\n")).not.toMatch(/answered|StripeConnectionError/);
+    expect(err.join("\n")).not.toContain(API_KEY);
+  };
+
+  const eventsErr: string[] = [];
+  const events = await reconcileEventsCommand([], unreachable, { openDb, out: () => {}, err: (l) => eventsErr.push(l), retry: noWaits });
+  check(events, eventsErr);
+  expect(eventsErr.at(-1)).toBe(`billing: backfill failed: ${cannotConnect} (the checkpoint is after the last page recorded; run again)`);
+
+  for (const [name, command] of [
+    ["invoices", reconcileInvoicesCommand],
+    ["disputes", reconcileDisputesCommand],
+  ] as const) {
+    const err: string[] = [];
+    const code = await command([], unreachable, { openDatabase: openDb, out: () => {}, err: (l) => err.push(l), retry: noWaits });
+    check(code, err);
+    expect(err.at(-1)).toBe(`Cannot reconcile ${name}: ${cannotConnect}`);
   }
 }, 60_000);
 

@@ -1,6 +1,10 @@
 // `bun run worker` settings as a real process: every problem listed at once, naming flag and variable.
-import { expect, test } from "bun:test";
+import { afterAll, expect, test } from "bun:test";
+import type { Subprocess } from "bun";
 import { join } from "node:path";
+import { freePort } from "../../src/runtime/embedded-postgres.ts";
+import { spawnBun, waitForLine } from "../support/bun-child.ts";
+import { freshDatabase } from "../support/helpers.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 
@@ -20,3 +24,38 @@ test("`bun run worker` lists every settings problem at once (attempts, lease vs 
   expect(stderr).toContain("--timeout-ms (5000) must be shorter than --lease-ms (1000)");
   expect(stderr).toContain('--concurrency (WORKER_CONCURRENCY) must be a whole number ≥ 1, got "two"');
 }, 30_000);
+
+const tracked = new Set<Subprocess>();
+afterAll(() => {
+  for (const child of tracked) child.kill("SIGKILL");
+});
+
+test("`bun run worker` with nothing listening at STRIPE_API_BASE says at start it cannot connect to that host:port (never the key), and starts", async () => {
+  const database = await freshDatabase();
+  try {
+    const port = await freePort(); // free a moment ago: nothing listens there
+    const key = "sk_test_workerworker123";
+    const worker = spawnBun(
+      ["src/bin/worker.ts", "--poll-ms", "100"],
+      {
+        PATH: process.env.PATH,
+        DATABASE_URL: database.url,
+        STRIPE_ENDPOINTS: "events",
+        STRIPE_ENDPOINT_KIND_EVENTS: "thin",
+        STRIPE_API_KEY: key,
+        STRIPE_API_BASE: `http://127.0.0.1:${port}`,
+      },
+      tracked,
+    );
+    await waitForLine(worker, '{"worker":"started"', 30_000);
+    worker.child.kill("SIGTERM");
+    expect(await worker.child.exited).toBe(0);
+    const stderr = await worker.stderr;
+    expect(stderr).toContain(
+      `webhook-inbox worker: Cannot connect to the Stripe API at 127.0.0.1:${port} (STRIPE_API_BASE): connection refused (ECONNREFUSED); starting anyway`,
+    );
+    expect(stderr).not.toContain(key);
+  } finally {
+    await database.drop();
+  }
+}, 60_000);
