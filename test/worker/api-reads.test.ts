@@ -1,7 +1,8 @@
 // Rows the worker must read from Stripe's API first (thin notifications, refetch endpoints): a read
 // counts against the claim's lease, and a read that keeps failing backs off ever longer and is parked
 // for an operator after a bound (review of bf4a976, R3 and R8). The API is a stub: these tests are about
-// the worker's leases, attempts and deferrals, not about stripe-node.
+// the worker's leases, attempts and deferrals, not about stripe-node (but for the last test: the real
+// reader against an address where nothing listens).
 import { afterAll, beforeEach, expect, test } from "bun:test";
 import { connect, type Db } from "../../src/db/db.ts";
 import { handlerTable } from "../../src/handlers/handler-table.ts";
@@ -10,7 +11,9 @@ import { inboxRow, insertInbox } from "../../src/inbox/inbox.ts";
 import { thinSubject } from "../../src/providers/stripe-thin.ts";
 import { claimBatch } from "../../src/worker/claim.ts";
 import { MAX_DEFERS, processClaim } from "../../src/worker/process-claim.ts";
-import type { Fetcher } from "../../src/worker/stripe-fetch.ts";
+import { freePort } from "../../src/runtime/embedded-postgres.ts";
+import { stripeApiClient } from "../../src/stripe-api/client.ts";
+import { stripeFetcher, type Fetcher } from "../../src/worker/stripe-fetch.ts";
 import { runWorker } from "../../src/worker/worker.ts";
 import { count, freshDatabase } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
@@ -133,4 +136,31 @@ test("`processClaim()` defers a row whose API read keeps failing: its attempt gi
     expect(waits[i]!).toBeLessThan(base + 50);
   }
   expect(fetcher.reads.length).toBe(MAX_DEFERS);
+});
+
+test("`processClaim()` with stripeFetcher() and nothing listening at STRIPE_API_BASE defers the row, naming that host:port in last_error", async () => {
+  await thinRows(1);
+  const port = await freePort(); // free a moment ago: nothing listens there
+  const apiBase = new URL(`http://127.0.0.1:${port}`);
+  const fetcher = stripeFetcher({
+    stripe: stripeApiClient({ apiKey: "sk_test_apireadsapireads", apiBase }),
+    refetchEndpoints: new Set(),
+    retry: { attempts: 2, baseMs: 1, maxMs: 2 },
+    apiBase,
+  });
+  const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 3 });
+  const result = await processClaim(db, claim!, {
+    tables,
+    fetcher,
+    timeoutMs: 5_000,
+    maxAttempts: 3,
+    backoff: { baseMs: 1_000, capMs: 16_000 },
+  });
+  expect(result.outcome).toBe("deferred");
+  const [row] = await db`select attempts, defers, last_error from webhook_inbox`;
+  expect(row).toEqual({
+    attempts: 0,
+    defers: 1,
+    last_error: `Stripe API unavailable, retried later without using an attempt: Cannot connect to the Stripe API at 127.0.0.1:${port} (STRIPE_API_BASE): connection refused (ECONNREFUSED)`,
+  });
 });
