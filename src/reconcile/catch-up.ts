@@ -89,8 +89,10 @@ async function idle(db: Db, target: ReceiveTarget, ms: number): Promise<boolean>
   return row?.idle ?? true;
 }
 
+/** Waits `ms`, or less when `signal` aborts; returns at once when it already has (a stop during the work before the wait). */
 function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise((resolve) => {
+    if (signal.aborted) return resolve();
     const timer = setTimeout(resolve, ms);
     signal.addEventListener(
       "abort",

@@ -188,3 +188,21 @@ test("`runBackfillRequests()` backfills a health notification's window for its t
   expect((await db`select count(*)::int as n from event_backfill_checkpoints where endpoint = 'thin'`)[0]!.n).toBe(0);
   expect(await serve()).toEqual([]);
 });
+
+test("`runBackfillRequests()` stopped while it looks for a request returns at once, not after its 30 s poll", async () => {
+  const stop = new AbortController();
+  // The stop arrives during the look-up (a worker's SIGTERM right after start): the wait after it must not start.
+  const stopping = ((strings: TemplateStringsArray, ...values: unknown[]) => {
+    stop.abort();
+    return (db as unknown as (s: TemplateStringsArray, ...v: unknown[]) => unknown)(strings, ...values);
+  }) as unknown as Db;
+  const started = Date.now();
+  await runBackfillRequests({
+    db: stopping,
+    list: async () => ({ data: [], hasMore: false }),
+    endpoints: new Map(),
+    signal: stop.signal,
+    log: () => {},
+  });
+  expect(Date.now() - started).toBeLessThan(5_000);
+});
