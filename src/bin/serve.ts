@@ -4,6 +4,7 @@ import type { Db } from "../db/db.ts";
 import { devWebhookSecret } from "../runtime/database.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { connectProbes, connectReceiver, receiverApp } from "../runtime/receiver.ts";
+import { startBanner } from "../runtime/start-banner.ts";
 import { onStopSignals } from "../runtime/signals.ts";
 import { createStartingApp } from "../receiver/starting-app.ts";
 import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
@@ -68,11 +69,8 @@ if (ready) {
   console.log(
     `webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`,
   );
-  for (const e of config.endpoints) {
-    console.log(
-      `  endpoint ${e.name} (${e.kind === "thin" ? "thin, " : e.refetch ? "refetch, " : ""}${e.mode}): POST ${base}/webhooks/stripe/${e.name}${e === config.endpoints[0] ? ` (also ${base}/webhooks/stripe)` : ""}`,
-    );
-  }
+  // Endpoints, the operator's page and /metrics: where they are and whether a token guards them (never its value).
+  for (const line of startBanner(config, base)) console.log(line);
   if (database.embedded) {
     console.log(
       `  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"} (not for production: set DATABASE_URL)`,

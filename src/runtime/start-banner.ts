@@ -1,0 +1,24 @@
+import type { Config } from "../config.ts";
+
+/**
+ * The lines `bun run serve` prints under "webhook-inbox listening on <base>": each endpoint's webhook
+ * URL, then the operator's page and the metrics URL, each saying whether it is on and how it is
+ * protected. `base` is the listening URL (`http://host:port`, no trailing slash). Names the variables
+ * (`ADMIN_TOKEN`, `ADMIN_READONLY`, `METRICS_TOKEN`), never their values. Each line starts with two
+ * spaces.
+ */
+export function startBanner(config: Pick<Config, "endpoints" | "adminToken" | "adminReadonly" | "metricsToken">, base: string): string[] {
+  const lines = config.endpoints.map(
+    (e, i) =>
+      `  endpoint ${e.name} (${e.kind === "thin" ? "thin, " : e.refetch ? "refetch, " : ""}${e.mode}): POST ${base}/webhooks/stripe/${e.name}${i === 0 ? ` (also ${base}/webhooks/stripe)` : ""}`,
+  );
+  lines.push(
+    config.adminToken === undefined
+      ? `  admin page: off (${base}/admin answers 404): set ADMIN_TOKEN (≥ 32 characters) to turn it on`
+      : `  admin page: ${base}/admin (on: any user name, ADMIN_TOKEN as the password${config.adminReadonly ? "; read-only: ADMIN_READONLY=true" : ""})`,
+    config.metricsToken === undefined
+      ? `  metrics: GET ${base}/metrics (open: no METRICS_TOKEN; keep HOST on a private interface)`
+      : `  metrics: GET ${base}/metrics (protected: Authorization: Bearer <METRICS_TOKEN>)`,
+  );
+  return lines;
+}
