@@ -4,6 +4,7 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
 import { checkStorm, passed } from "../../src/dev/chaos/check.ts";
+import { minimumInvoices } from "../../src/dev/chaos/minimum-invoices.ts";
 import { generateStorm } from "../../src/dev/chaos/model.ts";
 import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
 import { PermanentError } from "../../src/handlers/handler-table.ts";
@@ -110,6 +111,30 @@ describe("bun run chaos", () => {
     180_000,
   );
 });
+
+test("`chaos --invoices 10` exits 2 before starting anything, stating the minimum its timed faults need; without them it is accepted", async () => {
+  const env: Record<string, string | undefined> = { ...process.env };
+  delete env.DATABASE_URL; // an embedded server of its own: restart-db applies
+  const run = async (args: string[]) => {
+    const child = Bun.spawn(["bun", "src/dev/bin/chaos.ts", ...args], { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" });
+    const [stderr, code] = await Promise.all([new Response(child.stderr).text(), child.exited]);
+    return { code, first: stderr.split("\n")[0] };
+  };
+  expect(await run(["--invoices", "10"])).toEqual({
+    code: 2,
+    first:
+      "--invoices must be at least 50 at --rate 150 with the faults restart-db, outage, got 10: a smaller storm is sent before they are due (it must send for 2 s); use more --invoices, a lower --rate, or --faults without them",
+  });
+  // Past the size check, the next one (--workers 0) answers: 10 is enough without the timed faults, and at --rate 30.
+  const workersZero = '--workers must be a whole number ≥ 1, got "0"';
+  expect(await run(["--invoices", "10", "--faults", "kill-receiver,kill-worker", "--mode", "async", "--workers", "0"])).toEqual({
+    code: 2,
+    first: workersZero,
+  });
+  expect(await run(["--invoices", "10", "--rate", "30", "--mode", "async", "--workers", "0"])).toEqual({ code: 2, first: workersZero });
+  expect(minimumInvoices(150)).toBe(50);
+  expect(minimumInvoices(90)).toBe(30);
+}, 30_000);
 
 test("`chaos` on SIGTERM mid-storm stops every child it started (receivers, workers, PostgreSQL) and exits 143", async () => {
   const env: Record<string, string | undefined> = { ...process.env };

@@ -8,6 +8,7 @@ import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
 import { checkStorm, passed } from "../chaos/check.ts";
+import { minimumInvoices } from "../chaos/minimum-invoices.ts";
 import { generateStorm } from "../chaos/model.ts";
 import { sendStorm } from "../chaos/storm.ts";
 import { thinStorm } from "../chaos/thin-storm.ts";
@@ -25,7 +26,10 @@ import { onStopSignals } from "../../runtime/signals.ts";
 
 const USAGE = `Usage: bun run chaos [options]
   --mode sync|async|hybrid   processing mode of the receivers (default sync)
-  --invoices N               invoice lifecycles in the storm (default 100; ~6 events each: invoices, refunds, disputes)
+  --invoices N               invoice lifecycles in the storm (default 100; ~6 events each: invoices, refunds, disputes);
+                             with restart-db or outage among the faults at least ⌈2 s × --rate ÷ 6⌉ (50 at the
+                             default rate; fewer is refused with exit 2): the storm must send for 2 s for them
+                             to happen while it runs
   --poison N                 extra events a handler can never apply; they must end needs-review (default 0)
   --senders N                concurrent Stripe-like senders (default 8)
   --rate N                   deliveries per second over all senders (default 150)
@@ -100,6 +104,14 @@ if (o.thin) faults.delete("outage");
 const outage = faults.has("outage");
 if (outage && num("give-up-ms", 1) >= num("outage-ms", 1))
   usage("--give-up-ms must be shorter than --outage-ms: the outage must outlast the senders' retries");
+// The faults due at a time into the storm happen only while it is sent: a storm too small for them is
+// refused here, before anything starts (restart-db is skipped with DATABASE_URL, see below).
+const timedFaults = [...faults].filter((f) => f === "outage" || (f === "restart-db" && !process.env.DATABASE_URL));
+if (timedFaults.length > 0 && num("invoices", 1) < minimumInvoices(num("rate", 1)))
+  usage(
+    `--invoices must be at least ${minimumInvoices(num("rate", 1))} at --rate ${num("rate", 1)} with the faults ${timedFaults.join(", ")}, got ${num("invoices", 1)}: ` +
+      "a smaller storm is sent before they are due (it must send for 2 s); use more --invoices, a lower --rate, or --faults without them",
+  );
 // A thin endpoint is processed by workers whatever --mode says (it applies to the classic billing endpoint).
 const workerCount = mode === "sync" && !o.thin ? 0 : num("workers", 1);
 const random = mulberry32(seed);
@@ -213,7 +225,9 @@ const faultLoop = (async () => {
         victim.start();
       }
     }
-    await sleep(num("fault-every-ms", 1) * (0.5 + random()));
+    // Wake up when the restart or the outage falls due rather than sleep past it (the storm may end meanwhile).
+    const dueInMs = Math.min(dbRestartDue ? 1_000 : Infinity, outageDue ? outageAtMs() : Infinity) - (Date.now() - stormStarted) + 1;
+    await sleep(Math.max(0, Math.min(num("fault-every-ms", 1) * (0.5 + random()), dueInMs)));
   }
 })();
 
