@@ -15,6 +15,8 @@ export interface ServerProcess {
   output(): string;
   /** SIGTERM, then the exit code (null when killed by a signal); SIGKILL after `graceMs`. */
   stop(graceMs?: number): Promise<number | null>;
+  /** SIGKILL to the server itself (a crash: no shutdown runs), then waits until `timeout` has exited too. */
+  kill(): Promise<void>;
 }
 
 /** Options for {@link startServer}. */
@@ -27,6 +29,8 @@ export interface ServerOptions {
   lifetimeSec?: number;
   /** How long to wait for `GET /healthz` to answer 200, ms. Default 30 000. */
   readyMs?: number;
+  /** The loopback port to listen on (a restart on the port of a killed server). Default a free port. */
+  port?: number;
 }
 
 /**
@@ -34,7 +38,7 @@ export interface ServerOptions {
  * answers as soon as it listens, before the database is waited for and migrated).
  */
 export async function startServer(options: ServerOptions): Promise<ServerProcess> {
-  const port = await freePort();
+  const port = options.port ?? (await freePort());
   const env = {
     PATH: process.env.PATH ?? "/usr/bin:/bin",
     HOME: process.env.HOME ?? "/root",
@@ -66,6 +70,14 @@ export async function startServer(options: ServerOptions): Promise<ServerProcess
     clearTimeout(killer);
     return code;
   };
+  const kill = async (): Promise<void> => {
+    const server = child.pid === undefined ? undefined : serverPid(child.pid);
+    if (running()) {
+      if (server !== undefined) process.kill(server, "SIGKILL");
+      else if (child.pid !== undefined) process.kill(-child.pid, "SIGKILL"); // not forked yet: the whole group
+    }
+    await exited;
+  };
   try {
     await waitUntil(
       `${options.command.join(" ")} to answer GET /readyz`,
@@ -84,7 +96,7 @@ export async function startServer(options: ServerOptions): Promise<ServerProcess
       `Cannot start ${options.command.join(" ")}: ${err instanceof Error ? err.message : String(err)}\n${output.slice(-3000)}`,
     );
   }
-  return { base, output: () => output, stop };
+  return { base, output: () => output, stop, kill };
 }
 
 /** The child of `timeout` (pid `parent`): the server process (Linux /proc). */
