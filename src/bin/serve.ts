@@ -4,6 +4,7 @@ import type { Db } from "../db/db.ts";
 import { devWebhookSecret } from "../runtime/database.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { connectProbes, connectReceiver, receiverApp } from "../runtime/receiver.ts";
+import { databaseTls } from "../runtime/database-tls.ts";
 import { startBanner } from "../runtime/start-banner.ts";
 import { onStopSignals } from "../runtime/signals.ts";
 import { createStartingApp } from "../receiver/starting-app.ts";
@@ -56,7 +57,7 @@ console.log(`webhook-inbox starting on ${base}: /healthz answers, deliveries get
 const startup = openReadyDatabase({
   command: "webhook-inbox serve",
   env,
-  connect: (url) => connectReceiver(url, config, "webhook-inbox serve"),
+  connect: (url) => connectReceiver(url, config, "webhook-inbox serve", undefined, databaseTls(url)),
   signal: stopping.signal,
   waitMs: config.databaseWaitMs,
   pooler: config.databasePooler,
@@ -64,7 +65,7 @@ const startup = openReadyDatabase({
 const ready = await startup;
 if (ready) {
   const { database, db, applied, schemaVersion } = ready;
-  probeDb = connectProbes(database.url, config, "webhook-inbox serve");
+  probeDb = connectProbes(database.url, config, "webhook-inbox serve", databaseTls(database.url));
   starting.ready(receiverApp(config, db, { schemaVersion, probeDb }));
   console.log(
     `webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`,

@@ -4,8 +4,7 @@ import { createApp, type App } from "../receiver/app.ts";
 import type { LogFn } from "../log.ts";
 import { createBodyBudget } from "../receiver/body-budget.ts";
 import { ConfigError, loadConfig, PRODUCTION_NEEDS_DATABASE_URL, type Config } from "../config.ts";
-import type { Db } from "../db/db.ts";
-import { connectDatabase, databaseTls } from "./database-tls.ts";
+import { connect, type DatabaseTls, type Db } from "../db/db.ts";
 import { migrate, type Migration } from "../db/migrate.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 import { waitForDatabase } from "../db/wait-for-database.ts";
@@ -37,11 +36,13 @@ export function loadServerConfig(env: Record<string, string | undefined>, runtim
 
 /**
  * The receiver's pool: by default one connection more than the delivery limit (the spare serves the
- * NOTIFY after commits and the parking of refused events). Behind a transaction pooler
+ * NOTIFY after commits and the parking of refused events). `tls`: the URL's TLS settings with its
+ * `sslrootcert` file read (runtime/database-tls.ts `databaseTls`, by the server entry files; this
+ * module reads no file, so workerd can load it). Behind a transaction pooler
  * (`DATABASE_POOLER=transaction`) prepared statements are off (see {@link connect}).
  */
-export function connectReceiver(url: string, config: Config, applicationName: string, max = config.dbPoolMax + 1): Db {
-  return connectDatabase(url, { max, applicationName, pooler: config.databasePooler });
+export function connectReceiver(url: string, config: Config, applicationName: string, max = config.dbPoolMax + 1, tls?: DatabaseTls): Db {
+  return connect(url, { max, applicationName, pooler: config.databasePooler, tls });
 }
 
 /**
@@ -49,8 +50,8 @@ export function connectReceiver(url: string, config: Config, applicationName: st
  * from the database even while every delivery connection waits on a row lock, and a readiness check
  * does not queue behind a slow scrape.
  */
-export function connectProbes(url: string, config: Config, applicationName: string): Db {
-  return connectDatabase(url, { max: 2, applicationName: `${applicationName} probes`, pooler: config.databasePooler });
+export function connectProbes(url: string, config: Config, applicationName: string, tls?: DatabaseTls): Db {
+  return connect(url, { max: 2, applicationName: `${applicationName} probes`, pooler: config.databasePooler, tls });
 }
 
 /** Options of {@link receiverApp}. */
@@ -113,9 +114,10 @@ export async function prepareReceiverDatabase(
   migrations: readonly Migration[],
   signal: AbortSignal,
   log: (line: string) => void,
+  tls?: DatabaseTls,
 ): Promise<string[]> {
   await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal, log });
-  const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler, databaseTls(config.databaseUrl));
+  const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler, tls);
   if (poolerProblem !== undefined) throw new Error(poolerProblem);
   return migrate(db, migrations);
 }

@@ -1,6 +1,7 @@
 // Entry file for Deno 2: `deno run --allow-net --allow-env --allow-read --allow-sys src/adapter/deno/serve.ts`.
 // npm packages come from node_modules (bun install), so Deno needs no registry of its own.
-import { ConfigError } from "../../config.ts";
+import type { DatabaseTls } from "../../db/db.ts";
+import { databaseTls } from "../../runtime/database-tls.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import {
   connectProbes,
@@ -24,14 +25,16 @@ declare const Deno: {
 };
 
 let config: ServerConfig;
+let tls: DatabaseTls | undefined;
 try {
   config = loadServerConfig(Deno.env.toObject(), "Deno");
+  tls = databaseTls(config.databaseUrl);
 } catch (err) {
-  console.error(err instanceof ConfigError ? err.message : err);
+  console.error(err instanceof Error ? err.message : err);
   Deno.exit(1);
 }
-const db = connectReceiver(config.databaseUrl, config, "webhook-inbox deno");
-const probeDb = connectProbes(config.databaseUrl, config, "webhook-inbox deno");
+const db = connectReceiver(config.databaseUrl, config, "webhook-inbox deno", undefined, tls);
+const probeDb = connectProbes(config.databaseUrl, config, "webhook-inbox deno", tls);
 const stopping = new AbortController();
 // Listen before the database answers: /healthz 200, /readyz and deliveries 503 until it is migrated.
 const starting = createStartingApp();
@@ -60,7 +63,7 @@ Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
 
 try {
   const migrations = loadMigrations();
-  const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line));
+  const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line), tls);
   starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
   console.log(`webhook-inbox (Deno) listening on ${base}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
 } catch (err) {

@@ -2,7 +2,8 @@
 // cannot load TypeScript). node:http serves the core fetch through @remix-run/node-fetch-server.
 import { createServer } from "node:http";
 import { createRequestListener } from "@remix-run/node-fetch-server";
-import { ConfigError } from "../../config.ts";
+import type { DatabaseTls } from "../../db/db.ts";
+import { databaseTls } from "../../runtime/database-tls.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import {
   connectProbes,
@@ -16,14 +17,16 @@ import { onStopSignals } from "../../runtime/signals.ts";
 import { createStartingApp } from "../../receiver/starting-app.ts";
 
 let config: ServerConfig;
+let tls: DatabaseTls | undefined;
 try {
   config = loadServerConfig(process.env, "Node.js");
+  tls = databaseTls(config.databaseUrl);
 } catch (err) {
-  console.error(err instanceof ConfigError ? err.message : err);
+  console.error(err instanceof Error ? err.message : err);
   process.exit(1);
 }
-const db = connectReceiver(config.databaseUrl, config, "webhook-inbox node");
-const probeDb = connectProbes(config.databaseUrl, config, "webhook-inbox node");
+const db = connectReceiver(config.databaseUrl, config, "webhook-inbox node", undefined, tls);
+const probeDb = connectProbes(config.databaseUrl, config, "webhook-inbox node", tls);
 const stopping = new AbortController();
 // Listen before the database answers: /healthz 200, /readyz and deliveries 503 until it is migrated.
 const starting = createStartingApp();
@@ -51,7 +54,7 @@ onStopSignals(
 
 try {
   const migrations = loadMigrations();
-  const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line));
+  const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line), tls);
   starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
   console.log(
     `webhook-inbox (Node.js ${process.version}) listening on ${await listening}${applied.length ? `, applied ${applied.join(", ")}` : ""}`,
