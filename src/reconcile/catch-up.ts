@@ -2,6 +2,8 @@
 import type { Db } from "../db/db.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import type { LogFn } from "../log.ts";
+import type { Endpoint } from "../receiver/app.ts";
+import { migratingHandlersFor } from "../receiver/endpoints.ts";
 import type { Mode, ReceiveTarget } from "../receiver/receive.ts";
 import { backfillEvents, type BackfillSummary } from "./backfill-events.ts";
 import type { ListEvents } from "./stripe-events.ts";
@@ -12,6 +14,21 @@ export interface CatchUpEndpoint {
   target: ReceiveTarget;
   mode: Mode;
   backoff: Backoff;
+}
+
+/**
+ * Where event backfill (`reconcile events`, the worker's catch-up) records a configured Stripe
+ * endpoint's events: its own provider, handlers and mode; for a thin endpoint, the classic `stripe`
+ * provider with the change-once handlers under the thin endpoint's name, in async mode. The Events
+ * API lists classic events: recorded as thin rows with the thin handlers they would all be `ignored`
+ * and the checkpoint would move past them. Each classic event claims its change, so a thin
+ * notification of the same change applies nothing twice.
+ */
+export function backfillEndpoint(e: Endpoint): CatchUpEndpoint {
+  const backoff = e.hybrid?.backoff ?? { baseMs: 1_000, capMs: 600_000 };
+  if (e.provider.name === "stripe-thin")
+    return { target: { provider: "stripe", endpoint: e.name, handlers: migratingHandlersFor("stripe")! }, mode: "async", backoff };
+  return { target: { provider: e.provider.name, endpoint: e.name, handlers: e.handlers }, mode: e.mode ?? "sync", backoff };
 }
 
 /** Settings of {@link runCatchUp}. Durations in ms. */

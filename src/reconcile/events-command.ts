@@ -3,6 +3,7 @@ import type Stripe from "stripe";
 import { ConfigError, loadEndpointsWithoutSecrets, type EndpointSettings } from "../config.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { stripeEndpoints } from "../receiver/endpoints.ts";
+import { backfillEndpoint } from "./catch-up.ts";
 import { readStripeApiSettings, stripeApiClient, type StripeApiSettings } from "../stripe-api/client.ts";
 import { describeStripeFailure } from "../stripe-api/describe-failure.ts";
 import type { StripeRetryOptions } from "../stripe-api/retry.ts";
@@ -191,9 +192,7 @@ export async function reconcileEventsCommand(
           const s = await backfillEvents({
             db,
             list,
-            target: { provider: e.provider.name, endpoint: e.name, handlers: e.handlers },
-            mode: e.mode ?? "sync",
-            backoff: e.hybrid?.backoff ?? { baseMs: 1_000, capMs: 600_000 },
+            ...backfillEndpoint(e),
             since: options.since,
             filtered: options.types !== undefined || options.undelivered,
             dryRun: options.dryRun,

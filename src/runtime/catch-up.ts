@@ -2,7 +2,7 @@
 import { ConfigError, loadEndpointsWithoutSecrets, readApiEndpoints } from "../config.ts";
 import type { Db } from "../db/db.ts";
 import type { LogFn } from "../log.ts";
-import { runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../reconcile/catch-up.ts";
+import { backfillEndpoint, runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../reconcile/catch-up.ts";
 import { stripeEventLister, type ListEvents } from "../reconcile/stripe-events.ts";
 import { migratingHandlersFor, stripeEndpoints } from "../receiver/endpoints.ts";
 import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
@@ -81,12 +81,7 @@ export function startCatchUp(
  * @throws ConfigError as {@link loadEndpointsWithoutSecrets}.
  */
 export function catchUpEndpoints(env: Record<string, string | undefined>): CatchUpEndpoint[] {
-  return stripeEndpoints(loadEndpointsWithoutSecrets(env)).map((e) => {
-    const backoff = e.hybrid?.backoff ?? { baseMs: 1_000, capMs: 600_000 };
-    if (e.provider.name === "stripe-thin")
-      return { target: { provider: "stripe", endpoint: e.name, handlers: migratingHandlersFor("stripe")! }, mode: "async", backoff };
-    return { target: { provider: e.provider.name, endpoint: e.name, handlers: e.handlers }, mode: e.mode ?? "sync", backoff };
-  });
+  return stripeEndpoints(loadEndpointsWithoutSecrets(env)).map(backfillEndpoint);
 }
 
 /**

@@ -100,6 +100,27 @@ test("`reconcile events` and `reconcile invoices|refunds|disputes` run with DATA
   }
 }, 60_000);
 
+test("`reconcile events` on a thin endpoint records the classic events for the worker under that endpoint (as the catch-up does), not as thin rows all \`ignored\`", async () => {
+  const other = await freshDatabase();
+  try {
+    const thin = { DATABASE_URL: other.url, STRIPE_ENDPOINTS: "events", STRIPE_ENDPOINT_KIND_EVENTS: "thin" };
+    const run = await reconcile(["events", "--endpoint", "events"], thin);
+    expect({ code: run.code, stderr: run.stderr }).toEqual({ code: 0, stderr: "" });
+    const rows = await other.db<{ provider: string; state: string; n: number }[]>`
+      select provider, case when processed_at is null then 'queued' else outcome end as state, count(*)::int as n
+        from webhook_inbox where endpoint = 'events' group by 1, 2 order by 1, 2`;
+    // Types with no Stripe handler (plan.created) are settled as ignored; every other event waits for the worker.
+    const unhandled = events.filter((e) => !Object.hasOwn(handlersFor("stripe")!, String(e.type))).length;
+    expect(unhandled).toBe(1);
+    expect(rows).toEqual([
+      { provider: "stripe", state: "ignored", n: unhandled },
+      { provider: "stripe", state: "queued", n: events.length - unhandled },
+    ]);
+  } finally {
+    await other.drop();
+  }
+}, 60_000);
+
 test("`reconcile events|invoices|disputes` with nothing listening at STRIPE_API_BASE say they cannot connect to its host:port (never that Stripe answered, never the key) and exit 1", async () => {
   const port = await freePort(); // free a moment ago: nothing listens there
   const unreachable = env({ STRIPE_API_BASE: `http://127.0.0.1:${port}` });
