@@ -112,7 +112,7 @@ test("`reconcile events` on a thin endpoint records the classic events for the w
     // Types with no Stripe handler (plan.created) are settled as ignored; every other event waits for the worker.
     const unhandled = events.filter((e) => !Object.hasOwn(handlersFor("stripe")!, String(e.type))).length;
     expect(unhandled).toBe(1);
-    expect(rows).toEqual([
+    expect([...rows]).toEqual([
       { provider: "stripe", state: "ignored", n: unhandled },
       { provider: "stripe", state: "queued", n: events.length - unhandled },
     ]);
