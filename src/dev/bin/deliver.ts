@@ -92,7 +92,8 @@ console.log(
   `${verb} ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${printableUrl(url)} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`,
 );
 for (const [outcome, count] of Object.entries(summary.outcomes).sort()) console.log(`  ${outcome.padEnd(10)} ${count}`);
-for (const [status, count] of Object.entries(summary.retried).sort()) console.log(`  retried after ${status}: ${count}`);
+// Every non-2xx answer or connection failure, whether or not an attempt was left to retry it.
+for (const [status, count] of Object.entries(summary.retried).sort()) console.log(`  ${status === "network" ? "no answer (connection failed)" : `answered ${status}`}: ${count}`);
 // A connection that broke before the answer may still have been recorded: delivering again shows it as duplicate.
 for (const f of summary.failures) {
   const note = f.status === "network" ? " (no answer: it may have been recorded; deliver again to see)" : "";
