@@ -75,7 +75,8 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
       input = { object: subjectOf(claim.provider, stored.payload).object, storePayload: stored.copy };
     }
   } catch (err) {
-    return failed(db, claim, err, options, isFinalApiError(err));
+    // An API error is worded without Stripe's own message, which quotes the key masked to its last characters.
+    return failed(db, claim, err, options, isFinalApiError(err), options.fetcher?.describeFailure?.(err));
   }
   try {
     const applied = await applyEvent(db, {
@@ -94,8 +95,8 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
   }
 }
 
-async function failed(db: Db, claim: Claim, err: unknown, options: ProcessOptions, final: boolean) {
-  const error = describeError(err);
+async function failed(db: Db, claim: Claim, err: unknown, options: ProcessOptions, final: boolean, described?: string) {
+  const error = described ?? describeError(err);
   const parked = await recordFailure(db, claim, error, isPermanent(err) || final, options);
   return { outcome: parked ? ("needs_review" as const) : ("failed" as const), error };
 }

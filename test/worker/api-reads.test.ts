@@ -164,3 +164,34 @@ test("`processClaim()` with stripeFetcher() and nothing listening at STRIPE_API_
     last_error: `Stripe API unavailable, retried later without using an attempt: Cannot connect to the Stripe API at 127.0.0.1:${port} (STRIPE_API_BASE): connection refused (ECONNREFUSED)`,
   });
 });
+
+test("`processClaim()` parks a row whose API read Stripe refuses with 401, its last_error saying so without Stripe's message (which quotes the masked key)", async () => {
+  await thinRows(1);
+  // Stripe's own 401 body names the key, masked but for its last characters.
+  const stub = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    fetch: () =>
+      Response.json(
+        { error: { type: "invalid_request_error", message: "Invalid API Key provided: sk_test_****WXYZ" } },
+        { status: 401 },
+      ),
+  });
+  try {
+    const apiBase = new URL(`http://127.0.0.1:${stub.port}`);
+    const fetcher = stripeFetcher({
+      stripe: stripeApiClient({ apiKey: "sk_test_apireadsapiWXYZ", apiBase }),
+      refetchEndpoints: new Set(),
+      retry: { attempts: 1, baseMs: 1, maxMs: 2 },
+      apiBase,
+    });
+    const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 3 });
+    const result = await processClaim(db, claim!, { tables, fetcher, timeoutMs: 5_000, maxAttempts: 3, backoff: { baseMs: 1_000, capMs: 16_000 } });
+    expect(result.outcome).toBe("needs_review");
+    const [row] = await db<{ last_error: string }[]>`select last_error from webhook_inbox`;
+    expect(row!.last_error).toContain("401");
+    expect(row!.last_error).not.toContain("WXYZ");
+  } finally {
+    stub.stop(true);
+  }
+});
