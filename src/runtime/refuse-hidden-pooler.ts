@@ -1,5 +1,5 @@
 // Edge file: the start-up refusal of a command whose DATABASE_URL leads to an undeclared transaction pooler.
-import type { Db, Pooler } from "../db/db.ts";
+import type { DatabaseTls, Db, Pooler } from "../db/db.ts";
 import { connectDatabase, databaseTls } from "./database-tls.ts";
 import { CannotConnectError } from "../db/connect-failure.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
@@ -16,8 +16,16 @@ import { openDatabase, poolerFromEnv, type DatabaseHandle } from "./database.ts"
 export async function refuseHiddenPooler(database: { url: string; embedded?: boolean }, pooler: Pooler): Promise<void> {
   if (database.embedded) return;
   let problem: string | undefined;
+  let tls: DatabaseTls | undefined;
   try {
-    problem = await hiddenPoolerProblem(database.url, pooler, databaseTls(database.url));
+    // An unreadable sslrootcert is a setting's problem, said as such, not as the pooler check's.
+    tls = databaseTls(database.url);
+  } catch (err) {
+    console.error(err instanceof Error ? err.message : String(err));
+    process.exit(1);
+  }
+  try {
+    problem = await hiddenPoolerProblem(database.url, pooler, tls);
   } catch (err) {
     if (err instanceof CannotConnectError) problem = err.message;
     else
