@@ -60,6 +60,11 @@ export async function openDatabase(
     dir,
     async () => {
       if (existsSync(join(dir, "postmaster.pid")) && (await answers(url))) return reuseEmbedded(dir, url, port);
+      const other = runningOnOtherPort(dir, port);
+      if (other !== undefined)
+        throw new Error(
+          `The embedded PostgreSQL in ${dir} runs on port ${other}, not ${port}: run this command with EMBEDDED_PG_PORT=${other}`,
+        );
       // Its own process group: Ctrl-C must reach only this command, which stops the server after its
       // graceful shutdown (a server in the terminal's group would stop at once under in-flight requests).
       const server = await startEmbeddedPostgres({ dir, port, ownProcessGroup: true, signal: options.signal });
@@ -141,4 +146,29 @@ export function poolerFromEnv(env: Record<string, string | undefined>): Pooler {
   const pooler = readPooler(env, problems);
   if (problems[0]) throw new Error(problems[0]);
   return pooler;
+}
+
+/**
+ * The port the live postmaster of `dir` listens on, when it is not `port` (postmaster.pid: pid on line
+ * 1, port on line 4; PostgreSQL manual, "Database File Layout"); undefined when none runs there or it
+ * uses `port`. A command given another EMBEDDED_PG_PORT than the one that started the server would
+ * otherwise try to start a second postmaster on the same directory and print PostgreSQL's lock-file error.
+ */
+function runningOnOtherPort(dir: string, port: number): number | undefined {
+  let lines: string[];
+  try {
+    lines = readFileSync(join(dir, "postmaster.pid"), "utf8").split("\n");
+  } catch {
+    return undefined;
+  }
+  const pid = Number(lines[0]);
+  const running = Number(lines[3]);
+  if (!Number.isInteger(pid) || pid <= 0 || !Number.isInteger(running) || running === port) return undefined;
+  try {
+    process.kill(pid, 0);
+  } catch (err) {
+    // EPERM: alive but another user's (the postgres OS user when this runs as root).
+    if ((err as { code?: string }).code !== "EPERM") return undefined;
+  }
+  return running;
 }

@@ -67,6 +67,26 @@ test("`openDatabase()` called twice at once on a new data directory starts one s
   }
 }, 120_000);
 
+test("`openDatabase()` with another EMBEDDED_PG_PORT than the running embedded server's names the port to use, and starts nothing", async () => {
+  const dir = await temporaryDataDir("webhook-inbox-other-port-");
+  const port = await freePort();
+  const first = await openDatabase({ EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(port) });
+  try {
+    const other = await freePort();
+    const error = await openDatabase({ EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(other) }).catch((err: unknown) => err as Error);
+    expect(error).toBeInstanceOf(Error);
+    expect((error as Error).message).toStartWith(`The embedded PostgreSQL in ${dir} runs on port ${port}, not ${other}`);
+    expect((error as Error).message).toEndWith(`run this command with EMBEDDED_PG_PORT=${port}`);
+    // The first server still answers: nothing was started or stopped on the directory.
+    const again = await openDatabase({ EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(port) });
+    expect(again.url).toBe(first.url);
+    await again.close();
+  } finally {
+    await first.close();
+    await rm(dirname(dir), { recursive: true, force: true });
+  }
+}, 120_000);
+
 test("`withStartLock()` takes over a lock left by a process that is gone, and names a live holder's lock when it waited too long", async () => {
   const dir = await temporaryDataDir("webhook-inbox-start-lock-");
   try {
