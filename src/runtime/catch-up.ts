@@ -1,10 +1,10 @@
 // Wiring of the automatic event catch-up for `serve` and `worker`: settings from the environment.
-import { ConfigError, loadEndpointsWithoutSecrets, readApiEndpoints } from "../config.ts";
+import { ConfigError, loadEndpointsWithoutSecrets } from "../config.ts";
 import type { Db } from "../db/db.ts";
 import type { LogFn } from "../log.ts";
 import { backfillEndpoint, runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../reconcile/catch-up.ts";
 import { stripeEventLister, type ListEvents } from "../reconcile/stripe-events.ts";
-import { migratingHandlersFor, stripeEndpoints } from "../receiver/endpoints.ts";
+import { stripeEndpoints } from "../receiver/endpoints.ts";
 import { readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
 import { describeStripeFailure } from "../stripe-api/describe-failure.ts";
 
@@ -73,11 +73,8 @@ export function startCatchUp(
 }
 
 /**
- * Where event backfill records each configured Stripe endpoint's events: its own provider, handlers
- * and mode; for a thin endpoint, the classic `stripe` provider with the change-once handlers under the
- * thin endpoint's name (the Events API lists classic events, and each claims its change, so a thin
- * notification of the same change applies nothing twice) in async mode. No signing secret is needed
- * (the worker has none): the endpoints come from {@link loadEndpointsWithoutSecrets}.
+ * The configured Stripe endpoints as event backfill records them ({@link backfillEndpoint}), read
+ * without signing secrets ({@link loadEndpointsWithoutSecrets}: backfill verifies no signature).
  * @throws ConfigError as {@link loadEndpointsWithoutSecrets}.
  */
 export function catchUpEndpoints(env: Record<string, string | undefined>): CatchUpEndpoint[] {
@@ -98,20 +95,12 @@ export function startBackfillRequests(
   signal: AbortSignal,
   log: LogFn,
 ): Promise<void> | undefined {
-  const problems: string[] = [];
-  const { thin } = readApiEndpoints(env, problems);
-  if (problems.length > 0) throw new ConfigError(problems);
-  if (thin.size === 0) return undefined;
-  const handlers = migratingHandlersFor("stripe")!;
+  const thin = stripeEndpoints(loadEndpointsWithoutSecrets(env)).filter((e) => e.provider.name === "stripe-thin");
+  if (thin.length === 0) return undefined;
   return runBackfillRequests({
     db,
     list: eventLister(env),
-    endpoints: new Map(
-      [...thin].map((name) => [
-        name,
-        { target: { provider: "stripe", endpoint: name, handlers }, mode: "async", backoff: { baseMs: 1_000, capMs: 600_000 } },
-      ]),
-    ),
+    endpoints: new Map(thin.map((e) => [e.name, backfillEndpoint(e)])),
     signal,
     log,
   });
