@@ -45,19 +45,20 @@ export function databaseUrlProblem(url: string): string | undefined {
   const hosts = authority.slice(at + 1);
   return (
     hostsProblem(hosts) ??
-    sslModeProblem(rest) ??
+    sslModeProblem(rest.includes("?") ? new URLSearchParams(rest.slice(rest.indexOf("?") + 1)).get("sslmode") : null) ??
     wholeUrlProblem(`${scheme[0]}${userInfo === undefined ? "" : `${userInfo}@`}${hosts.split(",")[0]}${rest.slice(authority.length)}`)
   );
 }
 
 /** libpq's `sslmode` values (PostgreSQL manual, 32.19 "SSL Support", Table 32.1). */
-export const SSL_MODES: readonly string[] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
+const SSL_MODES: readonly string[] = ["disable", "allow", "prefer", "require", "verify-ca", "verify-full"];
 
-/** An `sslmode` libpq does not know (PostgreSQL manual, 32.19 "SSL Support"); postgres.js would try TLS anyway. */
-function sslModeProblem(rest: string): string | undefined {
-  const query = rest.indexOf("?");
-  const mode = query === -1 ? null : new URLSearchParams(rest.slice(query + 1)).get("sslmode");
-  return mode === null || SSL_MODES.includes(mode) ? undefined : `DATABASE_URL: sslmode=${mode} is not one of ${SSL_MODES.join(", ")}`;
+/**
+ * The problem with DATABASE_URL's `sslmode` value `mode` (null or undefined: none given), or undefined
+ * when libpq knows it (PostgreSQL manual, 32.19 "SSL Support"); postgres.js would try TLS anyway.
+ */
+export function sslModeProblem(mode: string | null | undefined): string | undefined {
+  return mode == null || SSL_MODES.includes(mode) ? undefined : `DATABASE_URL: sslmode=${mode} is not one of ${SSL_MODES.join(", ")}`;
 }
 
 function hostsProblem(hosts: string): string | undefined {

@@ -1,6 +1,6 @@
 import postgres from "postgres";
 import { PermanentError } from "../errors.ts";
-import { SSL_MODES } from "./database-url.ts";
+import { sslModeProblem } from "./database-url.ts";
 import { assertPatchedPostgres } from "./patched-postgres.ts";
 
 /** The connection pool (postgres.js `Sql`). Use it only outside transactions. */
@@ -78,7 +78,6 @@ export interface DatabaseTls {
   ca?: string;
 }
 
-
 /**
  * The URL without its `sslmode` and `sslrootcert` parameters (postgres.js would send an unknown
  * parameter such as `sslrootcert` to the server as a setting, which refuses it), the mode they ask
@@ -92,8 +91,8 @@ export function databaseTlsOf(url: string): { url: string; mode?: SslMode; rootC
   const params = new URLSearchParams(url.slice(query + 1));
   const mode = params.get("sslmode") ?? undefined;
   const root = params.get("sslrootcert") ?? undefined;
-  if (mode !== undefined && !SSL_MODES.includes(mode))
-    throw new Error(`DATABASE_URL: sslmode=${mode} is not one of ${SSL_MODES.join(", ")}`);
+  const problem = sslModeProblem(mode);
+  if (problem) throw new Error(problem);
   params.delete("sslmode");
   params.delete("sslrootcert");
   const rest = params.toString();
