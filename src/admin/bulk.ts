@@ -84,7 +84,8 @@ export function readBulkForm(params: URLSearchParams, nowMs: number): BulkForm |
 /**
  * Applies `action` to the needs-review rows of `filter` if they are still exactly the confirmed
  * `count` rows with `digest` ({@link applyToSelection}); answers 200 with what was done, or 409 with
- * the new count and nothing done.
+ * the new count and nothing done. Its arguments come from {@link readBulkForm}, which has checked
+ * them (a non-blank `note` for `resolve`).
  */
 export async function applyBulk(
   db: Db,
@@ -93,7 +94,6 @@ export async function applyBulk(
   expected: { count: number; digest: string },
   note: string,
 ): Promise<ActionResult> {
-  if (action === "resolve" && note.trim() === "") return { status: 400, body: html`<p class="error">Resolve needs a note.</p>` };
   const outcome = await applyToSelection(db, filter.rows, expected, (tx) =>
     action === "requeue" ? requeue(tx, filter.rows, false) : resolveReviewed(tx, filter.rows, note, false),
   );
