@@ -18,6 +18,13 @@ export interface HandlerContext {
    * (the classic event of the same change). changeOnce claims it; undefined means `eventId`.
    */
   changeId?: string;
+  /**
+   * The Stripe account the event belongs to: a connected account's id (`acct_…`, the event's
+   * `account` field, Stripe docs "Connect webhooks") or `""` for the platform's own events (and for
+   * providers without accounts). Business tables key their rows by it, so the same object id under two
+   * accounts never collides. Undefined is read as `""`.
+   */
+  account?: string;
 }
 
 /**
