@@ -118,7 +118,7 @@ async function printTables(db: Db): Promise<void> {
   );
 }
 
-const { database, db } = await openCommandDatabase(process.env, "webhook-inbox billing", 1);
+const { db } = await openCommandDatabase(process.env, "webhook-inbox billing", 1);
 try {
   await printTables(db);
 } catch (err) {
@@ -130,5 +130,4 @@ try {
   process.exitCode = 1;
 } finally {
   await db.end({ timeout: 5 });
-  await database.close();
 }

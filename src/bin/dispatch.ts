@@ -69,7 +69,7 @@ if (sinkUrl && sinkSecret) {
 if (problems.length > 0 || !send) usageError(problems);
 
 const pooler = poolerFromEnv(process.env);
-// Signals before the database is opened: a stop during start-up must also stop an embedded server.
+// Signals before the database is opened: a stop during start-up ends the start at once.
 const controller = abortOnSignals("dispatcher");
 const ready = await openReadyDatabase({
   command: "webhook-inbox dispatch",
@@ -108,6 +108,5 @@ await runDispatcher({
   listen: !parsed.values["no-listen"] && pooler !== "transaction", // LISTEN does not survive a transaction pooler
 });
 await db.end({ timeout: 5 });
-await database.close();
 console.log(JSON.stringify({ dispatcher: "stopped" }));
 process.exit(0);

@@ -401,7 +401,7 @@ if (problem) {
 }
 
 let code: number;
-const { database, db } = await openCommandDatabase(process.env, "webhook-inbox inbox", 2);
+const { db } = await openCommandDatabase(process.env, "webhook-inbox inbox", 2);
 try {
   code = await run(db);
 } catch (err) {
@@ -414,6 +414,5 @@ try {
   }
 } finally {
   await db.end({ timeout: 5 });
-  await database.close();
 }
 process.exit(code!);

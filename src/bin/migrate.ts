@@ -18,7 +18,7 @@ if (args.length) {
   process.exit(2);
 }
 
-const { database, db } = await openCommandDatabase(process.env, "webhook-inbox migrate", 1);
+const { db } = await openCommandDatabase(process.env, "webhook-inbox migrate", 1);
 try {
   const applied = await migrate(db, loadMigrations());
   console.log(applied.length ? `Applied ${applied.join(", ")}` : "Nothing to apply: the schema is current");
@@ -27,5 +27,4 @@ try {
   process.exitCode = 1;
 } finally {
   await db.end({ timeout: 5 });
-  await database.close();
 }

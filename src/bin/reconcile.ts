@@ -9,12 +9,11 @@ import { onStopSignals } from "../runtime/signals.ts";
 
 /** Opens the database as every one-shot command does (exits 1 with one line when it cannot). */
 async function openDb(env: Record<string, string | undefined>, max: number) {
-  const { database, db } = await openCommandDatabase(env, "webhook-inbox reconcile", max);
+  const { db } = await openCommandDatabase(env, "webhook-inbox reconcile", max);
   return {
     db,
     close: async () => {
       await db.end({ timeout: 5 });
-      await database.close();
     },
   };
 }

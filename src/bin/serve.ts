@@ -22,8 +22,7 @@ try {
   process.exit(1);
 }
 
-// Signals first: a stop must reach us before anything is spawned (the embedded server runs in its own
-// process group, so nothing else would stop it). A repeated SIGTERM is ignored; a second Ctrl-C (not
+// Signals first: a stop must reach us before anything is spawned. A repeated SIGTERM is ignored; a second Ctrl-C (not
 // the duplicate of `bun run`) exits at once (see onStopSignals).
 // (Handlers run at the first await below, once `server` and `startup` exist.)
 const stopping = new AbortController();
@@ -74,7 +73,7 @@ if (ready) {
   for (const line of startBanner(config, base)) console.log(line);
   if (database.embedded) {
     console.log(
-      `  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"} (not for production: set DATABASE_URL)`,
+      `  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"}, kept running after serve (bun run db:status, db:stop; not for production: set DATABASE_URL)`,
     );
   }
   // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
@@ -88,13 +87,12 @@ if (ready) {
 async function shutdown(signal: string): Promise<void> {
   console.log(`${signal}: no longer accepting; finishing in-flight requests`);
   stopping.abort(new Error(`Stopped by ${signal}`));
-  // A stop during start-up: the start releases what it opened, the embedded server included.
+  // A stop during start-up: the start closes its pool itself and resolves null.
   const opened = await startup;
   await server.stop();
   if (opened) {
     await catchUp;
     await Promise.all([opened.db.end({ timeout: 5 }), probeDb?.end({ timeout: 1 })]);
-    await opened.database.close();
   }
   process.exit(0);
 }

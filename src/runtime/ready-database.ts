@@ -45,7 +45,7 @@ const MIGRATE_TRIES = 3;
  * attempt, up to `waitMs`), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
  * pooler-check.ts), then applies pending migrations (waiting again and retrying, up to three
  * attempts, when the connection is lost during them). Resolves null when `signal` was aborted
- * meanwhile, once everything it opened is released (an embedded server it started is stopped).
+ * meanwhile, once its pool is closed (an embedded server it started keeps running: see openDatabase).
  * On any other failure it prints one line, `Cannot start <command>: <why>`, to stderr (no stack trace,
  * never the URL or password), releases what it opened and exits the process with status 1.
  */
@@ -55,7 +55,6 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
   let db: Db | undefined;
   const release = async () => {
     await db?.end({ timeout: 1 }).catch(() => {});
-    await database?.close().catch(() => {});
   };
   try {
     database = await openDatabase(options.env, { signal });

@@ -6,7 +6,7 @@ import { createServer } from "node:net";
 import { dirname, join } from "node:path";
 import { openDatabase } from "../../src/runtime/database.ts";
 import { freePort, temporaryDataDir } from "../../src/runtime/embedded-postgres.ts";
-import { withStartLock } from "../../src/runtime/embedded-owner.ts";
+import { runningPostmaster, stopDevDatabase, withStartLock } from "../../src/runtime/dev-database.ts";
 
 test("`openDatabase()` refuses an unreadable DATABASE_URL without quoting it (the password would be in it)", async () => {
   const error = await openDatabase({ DATABASE_URL: "postgres://app:SEC/RET-pw@db.internal/inbox" }).catch((err: unknown) => err as Error);
@@ -51,7 +51,7 @@ test("`openDatabase()` says the embedded port is taken by another program, and i
   }
 }, 60_000);
 
-test("`openDatabase()` called twice at once on a new data directory starts one server and reuses it, instead of failing both on the port", async () => {
+test("`openDatabase()` called twice at once on a new data directory starts one server and both use it, instead of failing both on the port", async () => {
   const dir = await temporaryDataDir("webhook-inbox-two-starts-");
   const env = { EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(await freePort()) };
   const opened = await Promise.allSettled([openDatabase(env), openDatabase(env)]);
@@ -60,9 +60,9 @@ test("`openDatabase()` called twice at once on a new data directory starts one s
     const handles = opened.flatMap((o) => (o.status === "fulfilled" ? [o.value] : []));
     expect(handles[0]!.url).toBe(handles[1]!.url);
     expect(existsSync(`${dir}.starting`)).toBe(false); // the start lock is given back
+    expect(runningPostmaster(dir)?.port).toBe(Number(env.EMBEDDED_PG_PORT)); // it outlives both: db:stop stops it
   } finally {
-    // The second reused the first's server: closing it does nothing; the first stops the server.
-    for (const o of opened.toReversed()) if (o.status === "fulfilled") await o.value.close();
+    await stopDevDatabase(dir);
     await rm(dirname(dir), { recursive: true, force: true });
   }
 }, 120_000);
@@ -80,9 +80,8 @@ test("`openDatabase()` with another EMBEDDED_PG_PORT than the running embedded s
     // The first server still answers: nothing was started or stopped on the directory.
     const again = await openDatabase({ EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(port) });
     expect(again.url).toBe(first.url);
-    await again.close();
   } finally {
-    await first.close();
+    await stopDevDatabase(dir);
     await rm(dirname(dir), { recursive: true, force: true });
   }
 }, 120_000);

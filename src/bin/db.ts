@@ -1,0 +1,81 @@
+// Entry file: `bun run db:status|db:start|db:stop|db:reset`: the embedded development PostgreSQL that
+// every command of this checkout shares (src/runtime/dev-database.ts). It never touches DATABASE_URL's server.
+// Exit codes: 0 done (status: running), 1 a failure, 2 usage, 3 status: not running (pg_ctl's code).
+import { existsSync, readdirSync, rmSync } from "node:fs";
+import { join } from "node:path";
+import { DATA_DIR } from "../runtime/database.ts";
+import { devDatabaseOf, devDatabaseUrl, runningPostmaster, startDevDatabase, stopDevDatabase, withStartLock, type DevDatabase } from "../runtime/dev-database.ts";
+
+const USAGE = `Usage: bun run db:<command>   (or bun src/bin/db.ts <command>)
+  db:status  whether the embedded PostgreSQL runs, its port, and a psql line to paste
+  db:start   start it (any command that needs it starts it too)
+  db:stop    stop it (fast shutdown: open transactions roll back)
+  db:reset   stop it and delete its data directory: every inbox row, ledger entry and outbox message in it
+Settings: EMBEDDED_PG_DIR (default .data/postgres), EMBEDDED_PG_PORT (default 54329).`;
+
+/** The lines `db:status` prints for a server running on `dev.dir` at `port` with `pid`. */
+function runningLines(dev: DevDatabase, pid: number, port: number): string[] {
+  const url = devDatabaseUrl(port);
+  return [
+    `embedded PostgreSQL: running (pid ${pid}) on 127.0.0.1:${port}, data in ${dev.dir}`,
+    `  psql '${url}'`,
+    `  DATABASE_URL=${url}   (what the commands use when DATABASE_URL is unset)`,
+    `  log: ${dev.logFile}`,
+    `  bun run db:stop stops it`,
+    ...(port !== dev.port ? [`  it runs on ${port}, not EMBEDDED_PG_PORT ${dev.port}: give the commands EMBEDDED_PG_PORT=${port}`] : []),
+  ];
+}
+
+/** Runs one command; resolves its exit code. */
+async function run(command: string | undefined, env: Record<string, string | undefined>): Promise<number> {
+  if (command === undefined || !["status", "start", "stop", "reset"].includes(command)) {
+    console.error(command === undefined || command === "--help" ? USAGE : `Unknown command "${command}"\n${USAGE}`);
+    return command === "--help" ? 0 : 2;
+  }
+  const dev = devDatabaseOf(env, join(DATA_DIR, "postgres"));
+  if (env.DATABASE_URL) console.error("DATABASE_URL is set: the commands use that server; this is about the embedded one only");
+  const postmaster = runningPostmaster(dev.dir);
+  switch (command) {
+    case "status":
+      if (postmaster === undefined) {
+        console.log(`embedded PostgreSQL: not running (data in ${dev.dir}${existsSync(join(dev.dir, "PG_VERSION")) ? "" : ", not created yet"}); bun run db:start or any command starts it`);
+        return 3;
+      }
+      console.log(runningLines(dev, postmaster.pid, postmaster.port).join("\n"));
+      return 0;
+    case "start": {
+      if (postmaster === undefined) {
+        await withStartLock(dev.dir, async () => {
+          if (runningPostmaster(dev.dir) === undefined) await startDevDatabase(dev);
+        });
+      }
+      const started = runningPostmaster(dev.dir)!;
+      console.log(runningLines(dev, started.pid, started.port).join("\n"));
+      return 0;
+    }
+    case "stop":
+      console.log((await stopDevDatabase(dev.dir)) ? `embedded PostgreSQL stopped (data kept in ${dev.dir})` : "embedded PostgreSQL: not running");
+      return 0;
+    default: {
+      // reset: only a data directory that is a cluster (or empty) is deleted; anything else is refused.
+      const entries = existsSync(dev.dir) ? readdirSync(dev.dir) : [];
+      if (entries.length > 0 && !entries.includes("PG_VERSION")) {
+        console.error(`Cannot reset: ${dev.dir} is not a PostgreSQL data directory (no PG_VERSION); nothing deleted`);
+        return 1;
+      }
+      await withStartLock(dev.dir, async () => {
+        await stopDevDatabase(dev.dir);
+        rmSync(dev.dir, { recursive: true, force: true });
+      });
+      console.log(`embedded PostgreSQL reset: ${dev.dir} deleted; the next command starts a new, empty database`);
+      return 0;
+    }
+  }
+}
+
+try {
+  process.exitCode = await run(process.argv[2], process.env);
+} catch (err) {
+  console.error(err instanceof Error ? err.message : String(err));
+  process.exitCode = 1;
+}
