@@ -87,6 +87,8 @@ describe.each(RUNTIMES)("$name", (runtime) => {
       `;
       expect(rows).toEqual({ inbox: 0, invoices: 0 });
 
+      // The entry files that start a server print where its endpoints, operator's page and metrics are.
+      if (runtime.migrates) expect(server.output()).toContain(`  endpoint billing (sync): POST ${server.base}/webhooks/stripe/billing`);
       expect(await server.stop()).toBe(0);
       expect(
         await fetch(`${server.base}/healthz`).then(

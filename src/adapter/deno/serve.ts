@@ -3,6 +3,7 @@
 import type { DatabaseTls } from "../../db/db.ts";
 import { databaseTls } from "../../runtime/database-tls.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
+import { startBanner } from "../../runtime/start-banner.ts";
 import {
   connectProbes,
   connectReceiver,
@@ -66,6 +67,7 @@ try {
   const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line), tls);
   starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
   console.log(`webhook-inbox (Deno) listening on ${base}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
+  for (const line of startBanner(config, base)) console.log(line);
 } catch (err) {
   // A stop during the wait is finished by shutdown(); anything else ends here with one line.
   if (!stopping.signal.aborted) {

@@ -5,6 +5,7 @@ import { createRequestListener } from "@remix-run/node-fetch-server";
 import type { DatabaseTls } from "../../db/db.ts";
 import { databaseTls } from "../../runtime/database-tls.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
+import { startBanner } from "../../runtime/start-banner.ts";
 import {
   connectProbes,
   connectReceiver,
@@ -56,9 +57,9 @@ try {
   const migrations = loadMigrations();
   const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line), tls);
   starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
-  console.log(
-    `webhook-inbox (Node.js ${process.version}) listening on ${await listening}${applied.length ? `, applied ${applied.join(", ")}` : ""}`,
-  );
+  const base = await listening;
+  console.log(`webhook-inbox (Node.js ${process.version}) listening on ${base}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
+  for (const line of startBanner(config, base)) console.log(line);
 } catch (err) {
   // A stop during the wait is finished by shutdown(); anything else ends here with one line.
   if (!stopping.signal.aborted) {
