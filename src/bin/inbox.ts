@@ -278,11 +278,12 @@ async function run(db: Db): Promise<number> {
       );
       if (opts.json || !opts.payload) return 0;
       for (const r of rows) {
-        // The whole payload as indented JSON (escaped like --json), or the exact raw body jsonb could not hold.
+        // The whole payload as indented JSON (escaped like --json), or the exact raw body jsonb could not
+        // hold, line by line as the sender wrote it (every other control character escaped).
         console.log(
           `payload at endpoint ${printable(r.endpoint)}${r.rawBody === undefined ? "" : " (raw body: jsonb could not hold it)"}:`,
         );
-        console.log(r.rawBody === undefined ? printableJson(r.payload) : printable(r.rawBody));
+        console.log(r.rawBody === undefined ? printableJson(r.payload) : r.rawBody.split("\n").map(printable).join("\n"));
       }
       return 0;
     }

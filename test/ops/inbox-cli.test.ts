@@ -321,6 +321,17 @@ describe("inbox CLI", () => {
       expect(text.stdout).toContain('"customer": "cus_payload_marker"');
       expect(text.stdout).not.toContain("[Object");
 
+      // A body jsonb could not hold (a \u0000 escape) is kept raw and printed with its line breaks.
+      const kept = event("invoice.paid", { description: "a\u0000b" });
+      await db`
+        insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, needs_review_at, attempts, last_error)
+        values ('stripe', 'billing', ${kept.eventId}, 'invoice.paid', null, ${kept.body}, now(), 1, 'Payload cannot be stored as jsonb')
+      `;
+      const raw = await inbox(["show", kept.eventId, "--payload"]);
+      expect(raw.stdout).toContain("payload at endpoint billing (raw body: jsonb could not hold it):");
+      expect(raw.stdout).toContain(kept.body.split("\n").find((line) => line.includes('"description"'))!);
+      expect(raw.stdout).toContain(`\n  "id": "${kept.eventId}",\n`);
+
       const unknown = await inbox(["show", "evt_cli_unknown"]);
       expect(unknown.code).toBe(1);
       expect(unknown.stderr).toContain("No inbox row for evt_cli_unknown");
