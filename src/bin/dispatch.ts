@@ -1,6 +1,7 @@
 // Entry file: `bun run dispatch [options]`: delivers outbox rows to OUTBOX_SINK_URL, signed with the
 // Standard Webhooks scheme. Env, args and signals live here; the loop is src/outbox/dispatcher.ts.
 import { parseArgs } from "node:util";
+import { loadTelemetry } from "../runtime/telemetry.ts";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { connectDatabase } from "../runtime/database-tls.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
@@ -106,6 +107,7 @@ await runDispatcher({
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   ordered,
   listen: !parsed.values["no-listen"] && pooler !== "transaction", // LISTEN does not survive a transaction pooler
+  telemetry: await loadTelemetry(process.env),
 });
 await db.end({ timeout: 5 });
 console.log(JSON.stringify({ dispatcher: "stopped" }));

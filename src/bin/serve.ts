@@ -1,5 +1,6 @@
 // Entry file: `bun run serve`. Env, embedded PostgreSQL, migrations, Bun.serve and signals live here.
 import { ConfigError, loadConfig, type Config } from "../config.ts";
+import { loadTelemetry } from "../runtime/telemetry.ts";
 import type { Db } from "../db/db.ts";
 import { devWebhookSecret } from "../runtime/database.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
@@ -65,7 +66,7 @@ const ready = await startup;
 if (ready) {
   const { database, db, applied, schemaVersion } = ready;
   probeDb = connectProbes(database.url, config, "webhook-inbox serve", databaseTls(database.url));
-  starting.ready(receiverApp(config, db, { schemaVersion, probeDb }));
+  starting.ready(receiverApp(config, db, { schemaVersion, probeDb, telemetry: await loadTelemetry(process.env) }));
   console.log(
     `webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`,
   );

@@ -1,5 +1,6 @@
 // Entry file: `bun run worker [options]`: processes async and hybrid rows. Env, args and signals live here.
 import { parseArgs } from "node:util";
+import { loadTelemetry } from "../runtime/telemetry.ts";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { ConfigError, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
 import { connectDatabase } from "../runtime/database-tls.ts";
@@ -160,6 +161,7 @@ await runWorker({
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   listen,
   ...(api ? { fetcher: api.fetcher } : {}),
+  telemetry: await loadTelemetry(process.env),
 });
 await catchUp;
 await backfillRequests;

@@ -231,10 +231,15 @@ const MIN_IDLE_BOUND_MS = 1_000;
  * statements at the bound. Awaited, not pipelined ahead of the next statement: postgres.js re-prepares
  * a statement a transaction pooler's server connection does not know, and a re-prepared statement
  * pipelined ahead of another left the connection waiting forever (test/runtimes/pgbouncer.test.ts).
- * Call first in the transaction. PostgreSQL manual, "Client Connection Defaults".
+ * The same statement sets `webhook_inbox.traceparent` to `traceparent` (or '' when tracing is off),
+ * which outbox rows written in the transaction take as their `traceparent` (sql/0024_traceparent.sql).
+ * Call first in the transaction. PostgreSQL manual, "Client Connection Defaults" and "Customized Options".
  */
-export async function boundTransaction(tx: Tx, timeoutMs: number): Promise<void> {
+export async function boundTransaction(tx: Tx, timeoutMs: number, traceparent = ""): Promise<void> {
   const ms = Math.max(1, Math.ceil(timeoutMs));
   const idle = String(Math.max(ms, MIN_IDLE_BOUND_MS));
-  await tx`select set_config('statement_timeout', ${String(ms)}, true), set_config('idle_in_transaction_session_timeout', ${idle}, true)`;
+  await tx`
+    select set_config('statement_timeout', ${String(ms)}, true), set_config('idle_in_transaction_session_timeout', ${idle}, true),
+           set_config('webhook_inbox.traceparent', ${traceparent}, true)
+  `;
 }

@@ -89,6 +89,11 @@ export interface ApplyInput {
    * "Client Connection Defaults"). A try after a conflict gets what is left of it.
    */
   timeoutMs: number;
+  /**
+   * W3C traceparent of the span applying the event (src/telemetry.ts): outbox rows the handler writes
+   * carry it (boundTransaction); undefined when tracing is off.
+   */
+  traceparent?: string;
   /** Runs in the transaction before the handler (after the row is held). */
   before?: (tx: Tx) => Promise<void>;
   /** Runs in the transaction after the handler, whatever the outcome (a duplicate too); throwing rolls everything back. */
@@ -126,7 +131,7 @@ export async function applyEvent(db: Db, input: ApplyInput): Promise<Applied> {
 }
 
 async function applyIn(tx: Tx, input: ApplyInput, timeoutMs: number): Promise<Applied> {
-  await boundTransaction(tx, timeoutMs);
+  await boundTransaction(tx, timeoutMs, input.traceparent);
   const handler = Object.hasOwn(input.handlers, input.type) ? input.handlers[input.type] : undefined;
   const held = await holdRow(tx, input, handler !== undefined);
   if (held !== "held") {

@@ -19,6 +19,11 @@ export interface OutboxMessage {
    * token of every earlier claim of any row. Marking the row published or failed requires it.
    */
   token: bigint;
+  /**
+   * W3C traceparent sent to the sink (header `traceparent`): the dispatcher's send span when tracing
+   * is on, else the one stored on the row by the transaction that wrote it (sql/0024); undefined: none.
+   */
+  traceparent?: string;
 }
 
 /** Options of {@link claimOutboxBatch}. */
@@ -50,6 +55,7 @@ interface ClaimedRow {
   created_at: Date;
   attempts: number;
   claim_token: string;
+  traceparent: string | null;
 }
 
 /**
@@ -101,7 +107,7 @@ export async function claimOutboxBatch(db: Db, options: OutboxClaimOptions): Pro
      where p.attempts < ${options.maxAttempts}
        and o.id = p.id
     returning o.id::text as id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.created_at,
-              o.attempts, o.claim_token::text as claim_token
+              o.attempts, o.claim_token::text as claim_token, o.traceparent
   `;
   return rows
     .map((r) => ({
@@ -114,6 +120,7 @@ export async function claimOutboxBatch(db: Db, options: OutboxClaimOptions): Pro
       createdAt: r.created_at,
       attempt: r.attempts,
       token: BigInt(r.claim_token),
+      ...(r.traceparent ? { traceparent: r.traceparent } : {}),
     }))
     .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
 }

@@ -1,4 +1,5 @@
 import type { Db } from "../db/db.ts";
+import { inSpan, spanContextOf, traceparentOf, type Telemetry } from "../telemetry.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import type { OutboxMessage } from "./claim.ts";
@@ -25,6 +26,11 @@ export interface DeliverOptions {
   timeoutMs: number;
   maxAttempts: number;
   backoff: Backoff;
+  /**
+   * OpenTelemetry: the send runs in a `send <event type>` producer span, a child of the row's stored
+   * traceparent (the transaction that wrote it), and the sink receives that span's traceparent.
+   */
+  telemetry?: Telemetry;
 }
 
 /** The send did not settle within its timeout. */
@@ -48,13 +54,36 @@ export async function deliverClaimed(
   options: DeliverOptions,
 ): Promise<{ outcome: DeliveryOutcome; error?: string }> {
   try {
-    await sendWithTimeout(message, options.send, options.timeoutMs);
+    await sendTraced(message, options);
   } catch (err) {
     const error = describeError(err);
     const outcome = await recordDeliveryFailure(db, message, error, err instanceof PermanentError, options);
     return { outcome, error };
   }
   return { outcome: (await markPublished(db, message.id, message.token)) ? "published" : "stale" };
+}
+
+/** {@link sendWithTimeout} inside the send span when tracing is on (see DeliverOptions.telemetry). */
+function sendTraced(message: OutboxMessage, options: DeliverOptions): Promise<void> {
+  const t = options.telemetry;
+  if (!t) return sendWithTimeout(message, options.send, options.timeoutMs);
+  const stored = spanContextOf(message.traceparent);
+  const spec = {
+    name: `send ${message.eventType}`,
+    kind: t.api.SpanKind.PRODUCER,
+    parent: stored ? t.api.trace.setSpanContext(t.api.ROOT_CONTEXT, stored) : undefined,
+    attributes: {
+      "messaging.system": "webhook-inbox-outbox",
+      "messaging.operation.type": "send",
+      "messaging.operation.name": "send",
+      "messaging.message.id": message.messageId,
+      "webhook_inbox.attempt": message.attempt,
+    },
+  };
+  return inSpan(t, spec, (span) => {
+    const traceparent = traceparentOf(t, span) ?? message.traceparent;
+    return sendWithTimeout(traceparent ? { ...message, traceparent } : message, options.send, options.timeoutMs);
+  });
 }
 
 async function sendWithTimeout(message: OutboxMessage, send: SendFn, timeoutMs: number): Promise<void> {

@@ -1,4 +1,5 @@
 import { OUTBOX_CHANNEL } from "../inbox/notifier.ts";
+import type { Telemetry } from "../telemetry.ts";
 import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
 import { describeError } from "../errors.ts";
 import { createWakeUp } from "../loop/wake-up.ts";
@@ -18,6 +19,8 @@ export interface DispatcherOptions extends LoopOptions {
    * Default false.
    */
   ordered?: boolean;
+  /** OpenTelemetry: a producer span per send, its traceparent sent to the sink (deliver-claimed.ts). Default: none. */
+  telemetry?: Telemetry;
 }
 
 /**
@@ -59,7 +62,7 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
       token: message.token.toString(),
     };
     try {
-      const result = await deliverClaimed(db, message, { send: options.send, timeoutMs, maxAttempts, backoff });
+      const result = await deliverClaimed(db, message, { send: options.send, timeoutMs, maxAttempts, backoff, telemetry: options.telemetry });
       log({ ...line, outcome: result.outcome, ...(result.error ? { error: result.error } : {}), duration_ms: Date.now() - started });
     } catch (err) {
       // Settling the row failed (database unreachable): the lease expires and the row is delivered again.

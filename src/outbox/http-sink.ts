@@ -36,7 +36,7 @@ export function webhookBody(message: OutboxMessage): string {
  * `standardwebhooks` package: HMAC-SHA256 over `<id>.<timestamp>.<body>`, pure JS on Web APIs):
  * headers `webhook-id` (the stable `msg_outbox_<id>`, for the receiver's deduplication),
  * `webhook-timestamp` (seconds, the send time, for its tolerance check) and `webhook-signature`
- * (`v1,<base64>`). A 2xx is delivered; any other status (redirects are not followed) throws
+ * (`v1,<base64>`), and `traceparent` (W3C Trace Context) when the message carries one. A 2xx is delivered; any other status (redirects are not followed) throws
  * {@link SinkRejectedError}; a network error or the dispatcher's timeout (its `signal`) throws too.
  * @throws Error at once when `secret` is not a usable `whsec_…` secret or `url` is not http(s).
  */
@@ -58,6 +58,7 @@ export function httpSink(options: HttpSinkOptions): SendFn {
         "webhook-id": message.messageId,
         "webhook-timestamp": String(Math.floor(timestamp.getTime() / 1000)),
         "webhook-signature": signer.sign(message.messageId, timestamp, body),
+        ...(message.traceparent ? { traceparent: message.traceparent } : {}),
       },
       body,
       redirect: "manual",

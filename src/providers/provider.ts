@@ -29,6 +29,11 @@ export interface VerifiedEvent {
    * the copy stored as the inbox payload, which `payload`, `type` and `id` were read from; the inbox
    * then keeps `body` in `raw_body` as well. See jsonb-text.ts.
    */
+  /**
+   * The W3C `traceparent` of the span that recorded this delivery (src/telemetry.ts), stored on the
+   * inbox row so a worker's span can link to it; undefined when tracing is off.
+   */
+  traceparent?: string;
   sanitized?: JsonbCopy & {
     /** True when the event type itself was changed: no handler can be chosen for it. */
     typeChanged: boolean;

@@ -18,6 +18,8 @@ import {
   type ReceiveTarget,
 } from "./receive.ts";
 import { readBody } from "./request-body.ts";
+import type { Context } from "@opentelemetry/api";
+import { inSpan, messagingAttributes, requestContext, traceparentOf, type Telemetry } from "../telemetry.ts";
 import { createBodyBudget, type BodyBudget } from "./body-budget.ts";
 import { createLimiter } from "./limiter.ts";
 import { createMetrics, type Metrics } from "./metrics.ts";
@@ -70,6 +72,12 @@ export interface AppDeps {
   /** Clock, ms since the epoch. Default `Date.now`. */
   now?: () => number;
   log?: LogFn;
+  /**
+   * OpenTelemetry (src/telemetry.ts), when the entry file loaded `@opentelemetry/api`: a server span
+   * per request, a `receive <endpoint>` span recording the event and a `process <endpoint>` span
+   * applying it (sync, hybrid). Default: none, nothing is called.
+   */
+  telemetry?: Telemetry;
   /** Counters for `/metrics`; default a fresh registry. */
   metrics?: Metrics;
   /** Migrations the code expects, for `/readyz`; default: reachability only. */
@@ -148,9 +156,28 @@ export function createApp(deps: AppDeps): App {
   });
 
   async function receive(request: IRequest): Promise<Response> {
+    const t = deps.telemetry;
+    if (!t) return receiveTraced(request, undefined);
+    const server = {
+      name: "POST /webhooks/:provider/:endpoint",
+      kind: t?.api.SpanKind.SERVER,
+      parent: requestContext(t, request.headers),
+      attributes: { "http.request.method": "POST", "http.route": "/webhooks/:provider/:endpoint", "url.path": new URL(request.url).pathname },
+    };
+    return inSpan(t, server, async (span, context) => {
+      const response = await receiveTraced(request, context);
+      span?.setAttribute("http.response.status_code", response.status);
+      if (response.status >= 500) span?.setStatus({ code: t.api.SpanStatusCode.ERROR });
+      return response;
+    });
+  }
+
+  async function receiveTraced(request: IRequest, traced: Context | undefined): Promise<Response> {
     const started = now();
     const endpoint = findEndpoint(deps.endpoints, request.params.provider, request.params.endpoint);
     const entry: Record<string, unknown> = { endpoint: endpoint?.name ?? request.params.endpoint ?? null };
+    const spanContext = traced && deps.telemetry?.api.trace.getSpanContext(traced);
+    if (spanContext && deps.telemetry?.api.isSpanContextValid(spanContext)) Object.assign(entry, { trace_id: spanContext.traceId, span_id: spanContext.spanId });
     let response: Response;
     const hold = bodyBudget.hold();
     try {
@@ -164,7 +191,18 @@ export function createApp(deps: AppDeps): App {
         nowMs: now(),
       });
       Object.assign(entry, { event_id: event.id, type: event.type });
-      const outcome = await receiveIn(endpoint, event, entry);
+      const recording = {
+        name: `receive ${endpoint.name}`,
+        kind: deps.telemetry?.api.SpanKind.CONSUMER,
+        parent: traced,
+        attributes: messagingAttributes(endpoint.provider.name, endpoint.name, event.id, event.type, "receive"),
+      };
+      const outcome = await inSpan(deps.telemetry, recording, async (span, context) => {
+        event.traceparent = traceparentOf(deps.telemetry, span);
+        const result = await receiveIn(endpoint, event, entry, context);
+        span?.setAttribute("webhook_inbox.outcome", result);
+        return result;
+      });
       entry.outcome = outcome;
       response = Response.json({ outcome, event_id: event.id });
     } catch (err) {
@@ -192,8 +230,31 @@ export function createApp(deps: AppDeps): App {
     return response;
   }
 
+  /**
+   * Runs `apply` (the event's transaction) in a `process <endpoint>` span under `traced`, giving it the
+   * span's traceparent for the outbox rows it writes; the outcome and a fallback's cause go on the span.
+   */
+  function processSpan(
+    endpoint: Endpoint,
+    event: VerifiedEvent,
+    traced: Context | undefined,
+    apply: (traceparent: string | undefined, onFallback: (err: unknown) => void) => Promise<Outcome>,
+  ): Promise<Outcome> {
+    const t = deps.telemetry;
+    const spec = { name: `process ${endpoint.name}`, parent: traced, attributes: messagingAttributes(endpoint.provider.name, endpoint.name, event.id, event.type, "process") };
+    return inSpan(t, spec, async (span) => {
+      const failed = (err: unknown) => {
+        span?.setAttribute("error.type", err instanceof Error ? err.constructor.name : "unknown");
+        span?.setStatus({ code: t!.api.SpanStatusCode.ERROR, message: describeError(err).slice(0, 300) });
+      };
+      const outcome = await apply(traceparentOf(t, span), failed);
+      span?.setAttribute("webhook_inbox.outcome", outcome);
+      return outcome;
+    });
+  }
+
   /** Runs the endpoint's mode; a fallback's cause goes into the log line. */
-  function receiveIn(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>): Promise<Outcome> {
+  function receiveIn(endpoint: Endpoint, event: VerifiedEvent, entry: Record<string, unknown>, traced: Context | undefined): Promise<Outcome> {
     const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
     const hybrid = endpoint.hybrid ?? DEFAULT_HYBRID;
     // A failure no retry can fix is parked as needs-review (200): a 5xx would make the provider retry in vain.
@@ -212,9 +273,20 @@ export function createApp(deps: AppDeps): App {
     }
     switch (endpoint.mode ?? "sync") {
       case "sync":
-        return slot(() => receiveSync(deps.db, target, event, statementTimeoutMs).catch(parkWhen(isPermanent)));
+        return slot(() =>
+          processSpan(endpoint, event, traced, (traceparent) => receiveSync(deps.db, target, event, statementTimeoutMs, traceparent)).catch(
+            parkWhen(isPermanent),
+          ),
+        );
       case "hybrid":
-        return slot(() => receiveHybrid(deps.db, target, event, hybrid, (err) => (entry.fallback = describeError(err))));
+        return slot(() =>
+          processSpan(endpoint, event, traced, (traceparent, failed) =>
+            receiveHybrid(deps.db, target, event, { ...hybrid, traceparent }, (err) => {
+              entry.fallback = describeError(err);
+              failed(err);
+            }),
+          ),
+        );
       case "async":
         // Only the payload itself can be permanent here (jsonb cannot hold it): kept with its raw body.
         return groups.receive(target, event).catch((err: unknown) => {

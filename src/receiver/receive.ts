@@ -25,7 +25,8 @@ export const DEFAULT_STATEMENT_TIMEOUT_MS = 10_000;
  * Sync mode (seed §5.3): records the event and applies its handler in one transaction
  * ({@link applyEvent}): `processed`, `ignored` (no handler: recorded settled, so a redelivery is a
  * duplicate) or `duplicate` (the key was already recorded, or a concurrent delivery committed it
- * first). `timeoutMs` bounds each statement on the server (lock waits included).
+ * first). `timeoutMs` bounds each statement on the server (lock waits included). `traceparent`: the
+ * W3C trace context of the span applying it, given to the outbox rows its handler writes.
  * @throws whatever the handler or the database threw, after the rollback: nothing of the attempt
  *   remains, so the provider's retry processes it again.
  */
@@ -34,8 +35,9 @@ export function receiveSync(
   target: ReceiveTarget,
   event: VerifiedEvent,
   timeoutMs = DEFAULT_STATEMENT_TIMEOUT_MS,
+  traceparent?: string,
 ): Promise<Applied> {
-  return applyEvent(db, { ...applyInput(target, event), hold: { insert: event }, timeoutMs });
+  return applyEvent(db, { ...applyInput(target, event), hold: { insert: event }, timeoutMs, traceparent });
 }
 
 /**
@@ -59,6 +61,8 @@ export interface HybridOptions {
   /** Time bound of the in-request attempt, ms (each statement, on the server). */
   budgetMs: number;
   backoff: Backoff;
+  /** W3C trace context of the span applying the event (see {@link receiveSync}). */
+  traceparent?: string;
 }
 
 /**
@@ -78,7 +82,7 @@ export async function receiveHybrid(
   onFallback?: (err: unknown) => void,
 ): Promise<Outcome> {
   try {
-    return await receiveSync(db, target, event, options.budgetMs);
+    return await receiveSync(db, target, event, options.budgetMs, options.traceparent);
   } catch (err) {
     if (isDatabaseUnavailable(err)) throw err;
     onFallback?.(err);

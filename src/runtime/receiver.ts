@@ -1,6 +1,7 @@
 // Wiring shared by every entry file (Bun, Deno, Node, workerd): settings → pool → the one core fetch.
 // Portable on purpose: Web APIs, postgres.js and the core only; no file system, signals or servers.
 import { createApp, type App } from "../receiver/app.ts";
+import type { Telemetry } from "../telemetry.ts";
 import type { LogFn } from "../log.ts";
 import { createBodyBudget } from "../receiver/body-budget.ts";
 import { ConfigError, loadConfig, PRODUCTION_NEEDS_DATABASE_URL, type Config } from "../config.ts";
@@ -62,6 +63,8 @@ export interface ReceiverOptions {
   log?: LogFn;
   /** Connection for `/readyz` and `/metrics` (see {@link connectProbes}); default `db`. */
   probeDb?: Db;
+  /** OpenTelemetry (runtime/telemetry.ts `loadTelemetry`); default: no spans. */
+  telemetry?: Telemetry;
 }
 
 /**
@@ -97,6 +100,7 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
     queueTimeoutMs: config.queueTimeoutMs,
     statementTimeoutMs: config.statementTimeoutMs,
     metricsToken: config.metricsToken,
+    telemetry: options.telemetry,
   });
 }
 

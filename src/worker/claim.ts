@@ -22,6 +22,8 @@ export interface Claim extends InboxKey {
    * and no "ignored" either, fits it. Undefined for every other row.
    */
   refusal?: string;
+  /** W3C traceparent of the span that recorded the row (sql/0024), for the worker's span link; null when none. */
+  traceparent?: string | null;
 }
 
 /** The last_error of a row whose type sanitizing changed (the receiver parks it with the same opening words). */
@@ -67,6 +69,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       payload: Record<string, unknown> | null;
       raw_body: string | null;
       type_changed: boolean | null;
+      traceparent: string | null;
     }[]
   >`
     with picked as (
@@ -99,11 +102,12 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload,
                 case when w.payload is null then w.raw_body end as raw_body,
                 -- Sanitizing writes U+FFFD (chr(65533)); a row kept from its raw body may have had it done.
-                (w.payload_sanitized is not null or w.payload is null) and strpos(w.event_type, chr(65533)) > 0 as type_changed
+                (w.payload_sanitized is not null or w.payload is null) and strpos(w.event_type, chr(65533)) > 0 as type_changed,
+                w.traceparent
     )
     select true as claimed, * from claimed
     union all
-    select false, *, null, null, null from parked
+    select false, *, null, null, null, null from parked
   `;
   const parked = rows.filter((r) => !r.claimed);
   if (parked.length > 0)
@@ -127,6 +131,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       leaseEndsAt,
       payload: r.payload,
       rawBody: r.raw_body,
+      traceparent: r.traceparent,
       ...(r.type_changed ? { refusal: TYPE_CHANGED } : {}),
     }));
 }

@@ -7,6 +7,8 @@ import { jsonbCopy, type JsonbCopy } from "../providers/jsonb-text.ts";
 import { subjectOf } from "../providers/registry.ts";
 import { retryableStripeError } from "../stripe-api/retry.ts";
 import type { Claim } from "./claim.ts";
+import type { Context } from "@opentelemetry/api";
+import { inSpan, messagingAttributes, spanContextOf, traceparentOf, type Telemetry } from "../telemetry.ts";
 import type { Fetcher, Resolution } from "./stripe-fetch.ts";
 
 /**
@@ -29,6 +31,11 @@ export interface ProcessOptions {
   backoff: Backoff;
   /** Reads what thin rows and refetch endpoints' rows are about (stripe-fetch.ts). */
   fetcher?: Fetcher;
+  /**
+   * OpenTelemetry (src/telemetry.ts): a `process <endpoint>` span per claim, linked to the span that
+   * recorded the row (its stored traceparent), with the API read as a child `GET <object type>` span.
+   */
+  telemetry?: Telemetry;
 }
 
 /**
@@ -47,6 +54,30 @@ export interface ProcessOptions {
  * expires and the row is claimed again).
  */
 export async function processClaim(db: Db, claim: Claim, options: ProcessOptions): Promise<{ outcome: WorkOutcome; error?: string }> {
+  const t = options.telemetry;
+  if (!t) return processUntraced(db, claim, options);
+  const ingest = spanContextOf(claim.traceparent);
+  const spec = {
+    name: `process ${claim.endpoint}`,
+    kind: t.api.SpanKind.CONSUMER,
+    attributes: { ...messagingAttributes(claim.provider, claim.endpoint, claim.eventId, claim.eventType, "process"), "webhook_inbox.attempt": claim.attempt },
+    links: ingest ? [{ context: ingest }] : [],
+  };
+  return inSpan(t, spec, async (span, context) => {
+    const result = await processUntraced(db, claim, options, traceparentOf(t, span), context);
+    span?.setAttribute("webhook_inbox.outcome", result.outcome);
+    if (result.error !== undefined) span?.setStatus({ code: t.api.SpanStatusCode.ERROR, message: result.error.slice(0, 300) });
+    return result;
+  });
+}
+
+async function processUntraced(
+  db: Db,
+  claim: Claim,
+  options: ProcessOptions,
+  traceparent?: string,
+  traced?: Context,
+): Promise<{ outcome: WorkOutcome; error?: string }> {
   let input: { object: Record<string, unknown>; changeId?: string; storePayload?: JsonbCopy };
   const handlers = options.tables[claim.provider] ?? {};
   try {
@@ -59,7 +90,11 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
     if (handled && options.fetcher?.needsFetch(claim)) {
       let read: Resolution;
       try {
-        read = await within(options.fetcher.resolve({ ...claim, payload: stored.payload }), claim.leaseEndsAt - options.timeoutMs);
+        const fetcher = options.fetcher;
+        const reading = { name: `GET ${claim.provider} object`, kind: options.telemetry?.api.SpanKind.CLIENT, parent: traced, attributes: { "messaging.message.id": claim.eventId } };
+        read = await inSpan(options.telemetry, reading, () =>
+          within(fetcher.resolve({ ...claim, payload: stored.payload }), claim.leaseEndsAt - options.timeoutMs),
+        );
       } catch (err) {
         if (isPermanent(err) || (retryableStripeError(err) === undefined && !(err instanceof ReadTooSlow))) throw err;
         return await deferClaim(
@@ -87,6 +122,7 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
       changeId: input.changeId,
       hold: { claimed: true, storePayload: input.storePayload },
       timeoutMs: options.timeoutMs,
+      traceparent,
     });
     // A claimed row is processed, ignored, or found settled by someone else (never queued).
     return { outcome: applied === "duplicate" ? "skipped" : (applied as "processed" | "ignored") };

@@ -8,6 +8,7 @@ import { assertPatchedPostgres } from "../db/patched-postgres.ts";
 import { stripeThinProvider } from "../providers/stripe-thin.ts";
 import type { Fetcher } from "./stripe-fetch.ts";
 import { processClaim } from "./process-claim.ts";
+import type { Telemetry } from "../telemetry.ts";
 
 /** Settings of {@link runWorker}; times in ms (the shared ones in {@link LoopOptions}). */
 export interface WorkerOptions extends LoopOptions {
@@ -19,6 +20,8 @@ export interface WorkerOptions extends LoopOptions {
   tables: Readonly<Record<string, HandlerTable>>;
   /** Reads from the Stripe API what thin rows point to and what refetch endpoints' rows are about (stripe-fetch.ts). */
   fetcher?: Fetcher;
+  /** OpenTelemetry: a span per claim linked to the recording span (process-claim.ts). Default: none. */
+  telemetry?: Telemetry;
 }
 
 /**
@@ -36,7 +39,7 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
   assertPatchedPostgres();
   const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(options, "Worker");
   const providers = Object.keys(options.tables).filter((p) => options.fetcher !== undefined || p !== stripeThinProvider.name);
-  const processOptions = { tables: options.tables, timeoutMs, maxAttempts, backoff, fetcher: options.fetcher };
+  const processOptions = { tables: options.tables, timeoutMs, maxAttempts, backoff, fetcher: options.fetcher, telemetry: options.telemetry };
 
   // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);

@@ -1,6 +1,7 @@
 // Entry file for Deno 2: `deno run --allow-net --allow-env --allow-read --allow-sys src/adapter/deno/serve.ts`.
 // npm packages come from node_modules (bun install), so Deno needs no registry of its own.
 import type { DatabaseTls } from "../../db/db.ts";
+import { loadTelemetry } from "../../runtime/telemetry.ts";
 import { databaseTls } from "../../runtime/database-tls.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { startBanner } from "../../runtime/start-banner.ts";
@@ -65,7 +66,7 @@ Deno.addSignalListener("SIGINT", () => void shutdown("SIGINT"));
 try {
   const migrations = loadMigrations();
   const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line), tls);
-  starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
+  starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb, telemetry: await loadTelemetry(Deno.env.toObject()) }));
   console.log(`webhook-inbox (Deno) listening on ${base}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
   for (const line of startBanner(config, base)) console.log(line);
 } catch (err) {

@@ -1,6 +1,7 @@
 // Entry file for Node.js 20: `bun run build:node && node dist/node/serve.mjs` (a bundle, since Node 20
 // cannot load TypeScript). node:http serves the core fetch through @remix-run/node-fetch-server.
 import { createServer } from "node:http";
+import { loadTelemetry } from "../../runtime/telemetry.ts";
 import { createRequestListener } from "@remix-run/node-fetch-server";
 import type { DatabaseTls } from "../../db/db.ts";
 import { databaseTls } from "../../runtime/database-tls.ts";
@@ -56,7 +57,7 @@ onStopSignals(
 try {
   const migrations = loadMigrations();
   const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line), tls);
-  starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb }));
+  starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb, telemetry: await loadTelemetry(process.env) }));
   const base = await listening;
   console.log(`webhook-inbox (Node.js ${process.version}) listening on ${base}${applied.length ? `, applied ${applied.join(", ")}` : ""}`);
   for (const line of startBanner(config, base)) console.log(line);
