@@ -222,6 +222,34 @@ describe("thin fixtures", () => {
   });
 });
 
+describe("health-recovery fixtures", () => {
+  test("`deliver()` sends the health notification twice and the worker, reading the fixtures' fake API, applies the invoice no event announced once", async () => {
+    // What `bun run fake-stripe test/fixtures/stripe/health-recovery/api` serves: the v2 event and the paid invoice, no events.
+    for (const f of readFixtures("stripe/health-recovery/api")) {
+      const o = JSON.parse(f.body) as { object: string };
+      fake.store.put(o.object === "v2.core.event" ? V2_EVENTS : `${o.object}s`, o as never);
+    }
+    const app = createApp({ db, endpoints: endpoints() });
+    const summary = await deliverFiles(readFixtures("stripe/health-recovery/notification"), {
+      url: `${BASE}/thin`,
+      secret: OTHER_SECRET,
+      copies: 2,
+      fetch: (request) => app.fetch(request),
+    });
+    expect(summary.outcomes).toEqual({ queued: 1, duplicate: 1 });
+    const lines = await drain();
+    expect(await db`select id, status, amount_paid::int as amount_paid from invoices`).toEqual([
+      { id: "in_1SkB4pLgUG5tbmjcT0qE5yAd", status: "paid", amount_paid: 7500 },
+    ] as never);
+    expect(await count(db, "ledger_entries", "kind = 'payment' and amount = 7500")).toBe(1);
+    expect(await count(db, "outbox")).toBe(1);
+    expect(String(lines.find((l) => l.type === "v2.core.health.event_generation_failure.resolved")?.note)).toBe(
+      "read invoice in_1SkB4pLgUG5tbmjcT0qE5yAd (invoice.paid) to apply its current state; backfilling events created " +
+        "2026-11-30T09:45:00.000Z..2026-12-01T09:45:00.000Z (24 h before data.resolved_at: the event names no start)",
+    );
+  });
+});
+
 describe("migration: classic and thin events of one change", () => {
   test.each([
     ["classic first", ["billing", "thin"]],
