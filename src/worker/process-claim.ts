@@ -42,12 +42,19 @@ export interface ProcessOptions {
  * - then the row's handler runs through {@link applyEvent} (`FOR UPDATE` re-check, handler, settle,
  *   one transaction bounded by `timeoutMs` on the server) on the stored event's object or the object read.
  * On failure the transaction rolls back and {@link recordFailure} stores the error and the next
- * attempt time (parked at once when permanent). Returns the outcome and the error text on failure;
+ * attempt time (parked at once when permanent). Returns the outcome, the error text on failure and
+ * the fetcher's note when the row was applied from a read (a health notification's: what was read,
+ * which window is backfilled and why);
  * never throws for handler or API errors. A failure to record the failure is thrown (the lease then
  * expires and the row is claimed again).
  */
-export async function processClaim(db: Db, claim: Claim, options: ProcessOptions): Promise<{ outcome: WorkOutcome; error?: string }> {
+export async function processClaim(
+  db: Db,
+  claim: Claim,
+  options: ProcessOptions,
+): Promise<{ outcome: WorkOutcome; error?: string; note?: string }> {
   let input: { object: Record<string, unknown>; changeId?: string; storePayload?: JsonbCopy };
+  let note: string | undefined;
   const handlers = options.tables[claim.provider] ?? {};
   try {
     if (claim.refusal) throw new PermanentError(claim.refusal);
@@ -59,7 +66,8 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
     if (handled && options.fetcher?.needsFetch(claim)) {
       let read: Resolution;
       try {
-        read = await within(options.fetcher.resolve({ ...claim, payload: stored.payload }), claim.leaseEndsAt - options.timeoutMs);
+        const handles = (type: string) => Object.hasOwn(handlers, type);
+        read = await within(options.fetcher.resolve({ ...claim, payload: stored.payload }, handles), claim.leaseEndsAt - options.timeoutMs);
       } catch (err) {
         if (isPermanent(err) || (retryableStripeError(err) === undefined && !(err instanceof ReadTooSlow))) throw err;
         return await deferClaim(
@@ -71,6 +79,7 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
       }
       if (read.kind === "missing") return await settleMissing(db, claim, read.error);
       input = { object: read.object, changeId: read.changeId };
+      note = read.note;
     } else {
       input = { object: subjectOf(claim.provider, stored.payload).object, storePayload: stored.copy };
     }
@@ -89,7 +98,7 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
       timeoutMs: options.timeoutMs,
     });
     // A claimed row is processed, ignored, or found settled by someone else (never queued).
-    return { outcome: applied === "duplicate" ? "skipped" : (applied as "processed" | "ignored") };
+    return { outcome: applied === "duplicate" ? "skipped" : (applied as "processed" | "ignored"), ...(note ? { note } : {}) };
   } catch (err) {
     return failed(db, claim, err, options, false);
   }

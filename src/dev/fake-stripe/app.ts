@@ -123,7 +123,8 @@ export function fakeStripeApi(store: FakeStripeStore): (request: Request) => Pro
     const query: Query = {};
     for (const [k, v] of url.searchParams) query[k] = v;
     const answer = respond(store, request, url, query);
-    store.requests.push({ method: request.method, path: url.pathname, query, status: answer.status });
+    const account = request.headers.get("stripe-account") ?? undefined;
+    store.requests.push({ method: request.method, path: url.pathname, query, status: answer.status, ...(account ? { account } : {}) });
     return answer;
   };
 }

@@ -15,6 +15,8 @@ export interface SeenRequest {
   path: string;
   query: Record<string, string>;
   status: number;
+  /** The `Stripe-Account` header sent (a connected account's id), when one was. */
+  account?: string;
 }
 
 /** An injected failure: the next `count` requests (matching `path` when given) get `status`. */
