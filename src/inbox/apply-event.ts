@@ -81,6 +81,11 @@ export interface ApplyInput {
   object: Record<string, unknown>;
   /** The change this event carries when it is another event's (a thin event's snapshot event), for `changeOnce`. */
   changeId?: string;
+  /**
+   * The Stripe account the event belongs to ({@link HandlerContext.account}): the inbox row's `account`
+   * for a claimed or replayed row. Undefined: the inserted event's own `account`, else `""` (the platform).
+   */
+  account?: string;
   hold: Hold;
   /**
    * The time bound, ms: PostgreSQL's `statement_timeout` (lock waits included) and
@@ -137,7 +142,8 @@ async function applyIn(tx: Tx, input: ApplyInput, timeoutMs: number): Promise<Ap
   if (handler) {
     const { provider, endpoint, eventId } = input.key;
     const watched = watchQueries(tx);
-    await handler(watched.tx, input.object, { provider, endpoint, eventId, eventType: input.type, changeId: input.changeId });
+    const account = input.account ?? ("insert" in input.hold ? input.hold.insert.account : undefined) ?? "";
+    await handler(watched.tx, input.object, { provider, endpoint, eventId, eventType: input.type, changeId: input.changeId, account });
     const unsent = watched.unsent();
     if (unsent > 0)
       throw new PermanentError(
