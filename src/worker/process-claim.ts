@@ -85,6 +85,7 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
       type: claim.eventType,
       object: input.object,
       changeId: input.changeId,
+      account: claim.account,
       hold: { claimed: true, storePayload: input.storePayload },
       timeoutMs: options.timeoutMs,
     });

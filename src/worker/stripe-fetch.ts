@@ -56,8 +56,10 @@ const RESOURCE_PATH: Readonly<Record<string, string>> = {
  * A {@link Fetcher} over stripe-node. Thin rows: the stored notification is rebuilt with stripe-node's
  * `parseEventNotificationWithoutVerification` (it was verified on receipt) and read with its own
  * `fetchRelatedObject()` (GET of `related_object.url` as given) or, for the health type, `fetchEvent()`
- * (GET `/v2/core/events/<id>`). Refetch rows: GET `/v1/<resource>/<id>` of the classic event's
- * `data.object`. Requests share one rate limit. The worker calls it only for types its table handles.
+ * (GET `/v2/core/events/<id>`); a notification with a `context` (a connected account) is read in that
+ * context (stripe-node sends it as `Stripe-Context`). Refetch rows: GET `/v1/<resource>/<id>` of the
+ * classic event's `data.object`, as the row's account (`Stripe-Account`) when it has one. Requests
+ * share one rate limit. The worker calls it only for types its table handles.
  */
 export function stripeFetcher(options: FetcherOptions): Fetcher {
   const limit = createRateLimit(options.requestsPerSecond ?? 20);
@@ -98,7 +100,10 @@ export function stripeFetcher(options: FetcherOptions): Fetcher {
       if (!current || !id || !path || !/^[A-Za-z0-9_]{1,250}$/.test(id)) {
         throw new PermanentError(`Cannot refetch ${claim.eventId}: its data.object has no id or an object type without an API path`);
       }
-      const object = await missingAsUndefined(() => call(() => options.stripe.rawRequest("GET", `/v1/${path}/${id}`) as Promise<unknown>));
+      // A connected account's object is read as that account (header Stripe-Account; Stripe docs,
+      // "Making API calls for connected accounts"); the platform's own without it.
+      const as = claim.account ? { stripeAccount: claim.account } : undefined;
+      const object = await missingAsUndefined(() => call(() => options.stripe.rawRequest("GET", `/v1/${path}/${id}`, undefined, as) as Promise<unknown>));
       if (object === undefined) return missing(type ?? "object", id);
       return { kind: "apply", object: object as Record<string, unknown>, changeId: claim.eventId };
     },
