@@ -170,8 +170,9 @@ async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: Handler
     )
     insert into outbox (account, aggregate_type, aggregate_id, event_type, payload)
     select account, 'Invoice', invoice_id, 'InvoicePaymentBooked',
-           jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text,
-                              'account', account)
+           jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
+             -- A connected account's message names it; the platform's keep their shape.
+             || case when account <> '' then jsonb_build_object('account', account) else '{}'::jsonb end
       from booked
   `;
 }

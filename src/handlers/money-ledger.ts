@@ -76,8 +76,9 @@ export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: Handle
     select account, ${message.aggregate}::text, source_id, ${message.eventType}::text,
            jsonb_build_object('kind', kind, 'amount', amount, 'currency', currency, 'settlement_amount', settlement_amount,
                               'settlement_currency', settlement_currency, 'balance_transaction', balance_transaction,
-                              'source_id', source_id, 'charge', charge, 'payment_intent', payment_intent, 'event_id', ${context.eventId}::text,
-                              'account', account)
+                              'source_id', source_id, 'charge', charge, 'payment_intent', payment_intent, 'event_id', ${context.eventId}::text)
+             -- A connected account's message names it; the platform's keep their shape.
+             || case when account <> '' then jsonb_build_object('account', account) else '{}'::jsonb end
       from booked
     returning id
   `;
