@@ -69,16 +69,16 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
  * draft → open → (uncollectible →) paid | void.
  */
 function moveInvoice(target: Status, from: Status[]): Handler {
-  return async (tx, object) => {
+  return async (tx, object, ctx) => {
     const inv = readInvoice(object);
     await tx`
-      insert into invoices (id, customer_id, status, currency, amount_due)
-      values (${inv.id}::text, ${inv.customer}::text, ${target}::text, ${inv.currency}::text, ${inv.amountDue}::bigint)
+      insert into invoices (account, id, customer_id, status, currency, amount_due)
+      values (${ctx.account ?? ""}::text, ${inv.id}::text, ${inv.customer}::text, ${target}::text, ${inv.currency}::text, ${inv.amountDue}::bigint)
       ${
         from.length === 0
-          ? tx`on conflict (id) do nothing`
+          ? tx`on conflict (account, id) do nothing`
           : tx`
-      on conflict (id) do update
+      on conflict (account, id) do update
          set status = excluded.status,
              amount_due = excluded.amount_due,
              updated_at = now()
@@ -110,6 +110,7 @@ async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: Handler
   // later) moves nothing and books nothing: the one `payment` entry is booked, with the total
   // amount_paid, by the event that carries the invoice as `paid`.
   if (inv.status !== "paid") return;
+  const account = ctx.account ?? "";
   // Money that does not add up is never booked as is, nor dropped: refused, so the event is parked.
   // An overpayment Stripe reports as such (amount_overpaid, credited to the customer's balance) is money
   // that moved: booked as amount_paid. Any other excess is an anomaly.
@@ -135,9 +136,10 @@ async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: Handler
   // before it through RETURNING: PostgreSQL manual, "Data-Modifying Statements in WITH").
   await tx`
     with paid as (
-      insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
-      values (${inv.id}::text, ${inv.customer}::text, 'paid', ${inv.currency}::text, ${inv.amountDue}::bigint, ${inv.amountPaid}::bigint, now())
-      on conflict (id) do update
+      insert into invoices (account, id, customer_id, status, currency, amount_due, amount_paid, paid_at)
+      values (${account}::text, ${inv.id}::text, ${inv.customer}::text, 'paid', ${inv.currency}::text, ${inv.amountDue}::bigint,
+              ${inv.amountPaid}::bigint, now())
+      on conflict (account, id) do update
          set status = 'paid',
              amount_due = excluded.amount_due,
              amount_paid = excluded.amount_paid,
@@ -156,19 +158,21 @@ async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: Handler
                  then webhook_inbox_refuse('Payment event for a paid invoice: amount_paid differs from the amount already booked: not booked (reconcile by hand)')
                else invoices.status in ('draft', 'open', 'uncollectible')
              end
-      returning id, amount_paid, currency
+      returning account, id, amount_paid, currency
     ), booked as (
       -- A fully discounted invoice (amount_due 0, amount_paid 0) is paid with no money moved: no ledger row.
-      insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
-      select id, 'payment', amount_paid, currency, ${ctx.eventId}::text
+      insert into ledger_entries (account, invoice_id, kind, amount, currency, event_id)
+      select account, id, 'payment', amount_paid, currency, ${ctx.eventId}::text
         from paid
        where amount_paid > 0
-      on conflict (invoice_id, kind) do nothing
-      returning invoice_id, amount, currency
+      on conflict (account, invoice_id, kind) do nothing
+      returning account, invoice_id, amount, currency
     )
-    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-    select 'Invoice', invoice_id, 'InvoicePaymentBooked',
+    insert into outbox (account, aggregate_type, aggregate_id, event_type, payload)
+    select account, 'Invoice', invoice_id, 'InvoicePaymentBooked',
            jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
+             -- A connected account's message names it; the platform's keep their shape.
+             || case when account <> '' then jsonb_build_object('account', account) else '{}'::jsonb end
       from booked
   `;
 }

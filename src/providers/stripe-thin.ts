@@ -2,7 +2,7 @@ import Stripe from "stripe";
 import { AppError, PermanentError } from "../errors.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
 import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
-import { checkStripeTimestamp, stripeVerification } from "./stripe.ts";
+import { accountAndMode, checkStripeTimestamp, stripeVerification } from "./stripe.ts";
 
 /** The thin event type that reports a window in which Stripe failed to create events (an event backfill recovers them). */
 export const EVENT_GENERATION_RESOLVED = "v2.core.health.event_generation_failure.resolved";
@@ -76,7 +76,8 @@ function toVerifiedNotification(body: string): VerifiedEvent {
   const payload = parsed as Record<string, unknown>;
   const created = new Date(checked.created);
   const createdAt = Number.isNaN(created.getTime()) ? undefined : created;
-  if (!copy) return { id: checked.id, type: checked.type, payload, subject: thinSubject(payload), body, createdAt };
+  const scope = accountAndMode(payload, "context");
+  if (!copy) return { id: checked.id, type: checked.type, payload, subject: thinSubject(payload), body, createdAt, ...scope };
   const clean = JSON.parse(copy.json) as Record<string, unknown>;
   const cleanChecked = readThinNotification(clean);
   return {
@@ -86,6 +87,7 @@ function toVerifiedNotification(body: string): VerifiedEvent {
     subject: thinSubject(clean),
     body,
     createdAt,
+    ...scope,
     sanitized: { ...copy, typeChanged: cleanChecked.type !== checked.type },
   };
 }

@@ -10,6 +10,8 @@ export interface Claim extends InboxKey {
    * row was claimed again cannot push back the new owner's lease.
    */
   attempt: number;
+  /** The row's `account` (sql/0021): the connected account the event belongs to, `""` for the platform's own. */
+  account: string;
   /** When this claim's lease ends, ms since the epoch (this process's clock, taken before the claim was sent). */
   leaseEndsAt: number;
   /** The stored event (never changes while unprocessed), so processing needs no second read. */
@@ -67,6 +69,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       payload: Record<string, unknown> | null;
       raw_body: string | null;
       type_changed: boolean | null;
+      account: string;
     }[]
   >`
     with picked as (
@@ -99,11 +102,12 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload,
                 case when w.payload is null then w.raw_body end as raw_body,
                 -- Sanitizing writes U+FFFD (chr(65533)); a row kept from its raw body may have had it done.
-                (w.payload_sanitized is not null or w.payload is null) and strpos(w.event_type, chr(65533)) > 0 as type_changed
+                (w.payload_sanitized is not null or w.payload is null) and strpos(w.event_type, chr(65533)) > 0 as type_changed,
+                w.account
     )
     select true as claimed, * from claimed
     union all
-    select false, *, null, null, null from parked
+    select false, *, null, null, null, null from parked
   `;
   const parked = rows.filter((r) => !r.claimed);
   if (parked.length > 0)
@@ -127,6 +131,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       leaseEndsAt,
       payload: r.payload,
       rawBody: r.raw_body,
+      account: r.account,
       ...(r.type_changed ? { refusal: TYPE_CHANGED } : {}),
     }));
 }

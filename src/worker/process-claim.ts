@@ -94,6 +94,7 @@ export async function processClaim(
       type: claim.eventType,
       object: input.object,
       changeId: input.changeId,
+      account: claim.account,
       hold: { claimed: true, storePayload: input.storePayload },
       timeoutMs: options.timeoutMs,
     });

@@ -89,7 +89,7 @@ const ACCOUNT_ID = /^acct_[A-Za-z0-9]{1,250}$/;
  * `Stripe-Account`). The health type: `fetchEvent()` (`GET /v2/core/events/<id>`), then, when the table
  * applies its `data.impact.event_type`, the impact's `related_object.url`, checked and read the same
  * way for the impact's `context` account (a 404 reads as null). Refetch rows: GET `/v1/<resource>/<id>` of the classic event's
- * `data.object`. Requests share one rate limit. The worker calls it only for types its table handles.
+ * `data.object`, as the row's account (`Stripe-Account`) when it has one. Requests share one rate limit. The worker calls it only for types its table handles.
  */
 export function stripeFetcher(options: FetcherOptions): Fetcher {
   const limit = createRateLimit(options.requestsPerSecond ?? 20);
@@ -145,7 +145,10 @@ export function stripeFetcher(options: FetcherOptions): Fetcher {
       if (!current || !id || !path || !/^[A-Za-z0-9_]{1,250}$/.test(id)) {
         throw new PermanentError(`Cannot refetch ${claim.eventId}: its data.object has no id or an object type without an API path`);
       }
-      const object = await missingAsUndefined(() => call(() => options.stripe.rawRequest("GET", `/v1/${path}/${id}`) as Promise<unknown>));
+      // A connected account's object is read as that account (header Stripe-Account; Stripe docs,
+      // "Making API calls for connected accounts"); the platform's own without it.
+      const as = claim.account ? { stripeAccount: claim.account } : undefined;
+      const object = await missingAsUndefined(() => call(() => options.stripe.rawRequest("GET", `/v1/${path}/${id}`, undefined, as) as Promise<unknown>));
       if (object === undefined) return missing(type ?? "object", id);
       return { kind: "apply", object: object as Record<string, unknown>, changeId: claim.eventId };
     },
