@@ -371,7 +371,8 @@ describe("health notification", () => {
   }
   /** The paid invoice in the fake (no event announces it: the fake's event list stays empty), and a health event naming it. */
   function paidWithoutEvent(id: string, context?: string): string {
-    fake.store.put("invoices", { ...PAID, created: 1_764_461_000 } as never);
+    // A connected account's invoice is kept (and read) under that account.
+    fake.store.put("invoices", { ...PAID, created: 1_764_461_000 } as never, context ?? "");
     putHealthEvent(id, "invoice.paid", { id: "in_health_1", type: "invoice", url: "/v1/invoices/in_health_1" }, context);
     return JSON.stringify(healthNotification(id, CREATED));
   }
@@ -391,7 +392,7 @@ describe("health notification", () => {
     expect(await booked()).toEqual([{ invoice_id: "in_health_1", kind: "payment", amount: 4200 }] as never);
     expect(await count(db, "outbox", "event_type = 'InvoicePaymentBooked'")).toBe(1);
     expect(await db`select change_id, event_id from stripe_change_claims`).toEqual([{ change_id: id, event_id: id }] as never);
-    expect(fake.store.requests.map((r) => `${r.path} ${r.account ?? "platform"}`)).toEqual([
+    expect(fake.store.requests.map((r) => `${r.path} ${r.account || "platform"}`)).toEqual([
       `/v2/core/events/${id} platform`,
       "/v1/invoices/in_health_1 platform",
     ]);
@@ -458,7 +459,7 @@ describe("health notification", () => {
     const id = "evt_test_health_connect";
     expect(await deliver(app, "thin", paidWithoutEvent(id, "acct_1HealthConnect"))).toBe("queued");
     const lines = await drain();
-    expect(fake.store.requests.map((r) => `${r.path} ${r.account ?? "platform"}`)).toEqual([
+    expect(fake.store.requests.map((r) => `${r.path} ${r.account || "platform"}`)).toEqual([
       `/v2/core/events/${id} platform`,
       "/v1/invoices/in_health_1 acct_1HealthConnect",
     ]);
