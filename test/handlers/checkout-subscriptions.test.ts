@@ -255,4 +255,29 @@ describe("subscription states of the same second", () => {
   });
 });
 
+test(
+  "in refetch mode a stale `checkout.session.completed` (unpaid) is applied as `GET /v1/checkout/sessions/:id` returns it (paid): fulfilled once",
+  async () => {
+    const [, completed, succeeded] = checkoutEvents().map((e) => e.body);
+    const current = (JSON.parse(succeeded!) as { data: { object: Record<string, unknown> } }).data.object;
+    const fake = startFakeStripe();
+    try {
+      fake.store.put("checkout/sessions", current as never);
+      const apiBase = new URL(fake.url);
+      const fetcher = stripeFetcher({
+        stripe: stripeApiClient({ apiKey: "sk_test_refetchcheckout", apiBase }),
+        refetchEndpoints: new Set(["billing"]),
+        apiBase,
+      });
+      expect((await deliver("async", [completed!, completed!])).sort()).toEqual(["duplicate", "queued"]);
+      await drainWithWorkers(fetcher);
+      expect([...(await db`select state, payment_status from checkout_sessions`)]).toEqual([{ state: "fulfilled", payment_status: "paid" }]);
+      expect([...(await db`select event_type, count(*)::int as n from outbox group by 1`)]).toEqual([{ event_type: "CheckoutSessionFulfilled", n: 1 }]);
+      expect(fake.store.requests.map((r) => `${r.path} ${r.status}`)).toEqual([`/v1/checkout/sessions/${String(current.id)} 200`]);
+    } finally {
+      await fake.stop();
+    }
+  },
+  WAITS,
+);
 
