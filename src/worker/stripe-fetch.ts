@@ -57,6 +57,8 @@ const RESOURCE_PATH: Readonly<Record<string, string>> = {
   dispute: "disputes",
   invoice_payment: "invoice_payments",
   payment_intent: "payment_intents",
+  subscription: "subscriptions",
+  "checkout.session": "checkout/sessions",
 };
 
 /**
@@ -142,7 +144,7 @@ export function stripeFetcher(options: FetcherOptions): Fetcher {
       const type = typeof current?.object === "string" ? current.object : undefined;
       const id = typeof current?.id === "string" ? current.id : undefined;
       const path = type === undefined ? undefined : RESOURCE_PATH[type];
-      if (!current || !id || !path || !/^[A-Za-z0-9_]{1,250}$/.test(id)) {
+      if (!current || !id || path === undefined || !/^[A-Za-z0-9_]{1,250}$/.test(id)) {
         throw new PermanentError(`Cannot refetch ${claim.eventId}: its data.object has no id or an object type without an API path`);
       }
       // A connected account's object is read as that account (header Stripe-Account; Stripe docs,

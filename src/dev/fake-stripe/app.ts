@@ -146,7 +146,8 @@ function respond(store: FakeStripeStore, request: Request, url: URL, q: Query, a
     if (!event) return stripeError(404, "invalid_request_error", `No such event: '${v2[1]}'`, "resource_missing", "id");
     return json(200, event);
   }
-  const m = /^\/v1\/([a-z_]+)(?:\/([A-Za-z0-9_]+))?$/.exec(url.pathname);
+  // Resources are one segment (`invoices`) or two (`checkout/sessions`), stored under that path.
+  const m = /^\/v1\/((?:checkout\/)?[a-z_]+)(?:\/([A-Za-z0-9_]+))?$/.exec(url.pathname);
   if (request.method !== "GET" || !m)
     return stripeError(404, "invalid_request_error", `Unrecognized request URL (${request.method}: ${url.pathname}).`);
   const [, resource, id] = m as unknown as [string, string, string | undefined];
