@@ -26,6 +26,19 @@ export interface EndpointSettings {
    * object's current state read from the API instead of the event's copy. Default false.
    */
   refetch?: boolean;
+  /**
+   * `STRIPE_MODE` / `STRIPE_MODE_<NAME>` = `live` | `test`, or derived from `STRIPE_API_KEY`'s prefix
+   * (`sk_live_`/`rk_live_` → live, `sk_test_`/`rk_test_` → test) when unset: an event whose `livemode`
+   * differs is recorded `ignored_mode`, never applied. Undefined: neither declared nor derivable, the
+   * endpoint accepts both modes (refused for a Connect endpoint). docs/stripe-connect.md.
+   */
+  livemode?: boolean;
+  /**
+   * `STRIPE_CONNECT` / `STRIPE_CONNECT_<NAME>` = `true`: the endpoint receives connected accounts'
+   * events (Stripe docs, "Connect webhooks"); each is applied under its `account`. Default false: an
+   * event with an `account` is parked as needs-review there.
+   */
+  connect?: boolean;
 }
 
 /** Every setting of the receiver, read and checked at once by {@link loadConfig}. */
@@ -201,8 +214,9 @@ function readEndpoints(
   const read = (name: string): void => {
     const suffix = name === "billing" ? "" : `_${name.toUpperCase().replaceAll("-", "_")}`;
     const { mode, ...kindAndRefetch } = readKind(env, suffix, readMode, problems);
+    const account = readAccountMode(env, suffix, problems);
     const secrets = secretsOf(name, `STRIPE_WEBHOOK_SECRET${suffix}`);
-    if (secrets) endpoints.push({ name, ...secrets, mode, ...kindAndRefetch });
+    if (secrets) endpoints.push({ name, ...secrets, mode, ...kindAndRefetch, ...account });
   };
   read("billing");
   const seen = new Set(["billing"]);
@@ -270,6 +284,37 @@ function readKind(
     );
   }
   return kind === "thin" ? { mode: "async", kind } : { mode: "async", refetch };
+}
+
+/** The mode a Stripe API key is for, from its prefix (`sk_live_`, `rk_test_`, …); undefined for anything else. */
+export function apiKeyLivemode(key: string | undefined): boolean | undefined {
+  const m = /^(?:sk|rk)_(live|test)_/.exec((key ?? "").trim());
+  return m ? m[1] === "live" : undefined;
+}
+
+/**
+ * An endpoint's Connect flag and mode from `STRIPE_CONNECT<suffix>` and `STRIPE_MODE<suffix>` (suffix as
+ * in {@link readKind}). The mode is the declared one, else the one `STRIPE_API_KEY`'s prefix says
+ * ({@link apiKeyLivemode}); a declared mode contradicting the key, and a Connect endpoint with no mode
+ * at all, are problems (one line each, naming the variables). Only set fields are returned.
+ */
+function readAccountMode(env: Record<string, string | undefined>, suffix: string, problems: string[]): Pick<EndpointSettings, "livemode" | "connect"> {
+  const connectVar = `STRIPE_CONNECT${suffix}`;
+  const connect = readFlag(env, connectVar, problems);
+  const modeVar = `STRIPE_MODE${suffix}`;
+  const raw = env[modeVar] || undefined;
+  if (raw !== undefined && raw !== "live" && raw !== "test") problems.push(`${modeVar} must be live or test, got "${raw}"`);
+  const declared = raw === "live" ? true : raw === "test" ? false : undefined;
+  const fromKey = apiKeyLivemode(env.STRIPE_API_KEY);
+  const name = (live: boolean) => (live ? "live" : "test");
+  if (declared !== undefined && fromKey !== undefined && declared !== fromKey)
+    problems.push(`${modeVar}=${name(declared)} contradicts STRIPE_API_KEY, a ${name(fromKey)}-mode key: set one mode for both`);
+  const livemode = declared ?? fromKey;
+  if (connect && livemode === undefined)
+    problems.push(
+      `${connectVar}=true needs a mode: set ${modeVar}=live or test (or a STRIPE_API_KEY sk_live_/sk_test_): a Connect endpoint receives both modes with one secret`,
+    );
+  return { ...(livemode === undefined ? {} : { livemode }), ...(connect ? { connect } : {}) };
 }
 
 /** A boolean variable: unset, empty or `false` is false, `true` is true; anything else is a problem naming it. */

@@ -1,7 +1,7 @@
 // The events page's filter as it travels in a query string or a form, and back.
 import { parseDuration, type RowFilter, type RowState } from "../ops/filter.ts";
 
-const STATES: readonly RowState[] = ["needs_review", "unprocessed", "processed", "ignored", "resolved"];
+const STATES: readonly RowState[] = ["needs_review", "unprocessed", "processed", "ignored", "ignored_mode", "resolved"];
 
 /** A filter read from a request: the row filter, the payload text, and the problems found (each names its field). */
 export interface AdminFilter {

@@ -45,6 +45,10 @@ export async function overviewBody(
     const duplicates = counts?.find((d) => d.outcome === "duplicate")?.count ?? 0;
     const received = rows.reduce((n, r) => n + OUTCOMES.reduce((m, o) => m + count(r, o), 0), 0);
     const checkpoint = checkpoints?.find((c) => c.provider === k.provider && c.endpoint === k.endpoint);
+    // Events of the other mode (test at a live endpoint, or the reverse): recorded, never applied.
+    const otherMode = status.arrivals
+      .filter((a) => a.provider === k.provider && a.endpoint === k.endpoint)
+      .reduce((n, a) => n + a.ignoredMode, 0);
     return html`<section class="endpoint">
       <h2>${k.provider} / ${k.endpoint}</h2>
       <div class="tiles">
@@ -59,6 +63,10 @@ export async function overviewBody(
         <div class="tile${(b?.needsReview ?? 0) > 0 ? " warn" : ""}">
           <b><a href="/admin/events?state=needs_review&amp;endpoint=${encodeURIComponent(k.endpoint)}">${b?.needsReview ?? 0}</a></b
           >needs review
+        </div>
+        <div class="tile ignored-mode">
+          <b><a href="/admin/events?state=ignored_mode&amp;endpoint=${encodeURIComponent(k.endpoint)}">${otherMode}</a></b
+          >ignored (other mode), last hour
         </div>
         ${checkpoint ? html`<div class="tile checkpoint"><b>${age(checkpoint.ageSec)}</b>since the event backfill checkpoint</div>` : false}
       </div>

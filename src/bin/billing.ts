@@ -1,5 +1,5 @@
-// Entry file: `bun run billing`: prints invoices, the ledger, net amounts per invoice, the outbox and the
-// inbox by state.
+// Entry file: `bun run billing`: prints invoices (with their dunning state), the ledger, net amounts per
+// invoice, Checkout Sessions and subscriptions (when there are any), the outbox and the inbox by state.
 // Exit codes: 0 ok, 1 failure, 2 usage error.
 import { parseArgs } from "node:util";
 import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
@@ -67,7 +67,7 @@ async function printTables(db: Db): Promise<void> {
   table(
     "invoices",
     await db`
-    select id, status, currency, amount_due, amount_paid
+    select id, status, currency, amount_due, amount_paid, attempt_count, dunning
       from (select * from invoices order by created_at desc, id desc limit ${limit}) newest
      order by id
   `,
@@ -92,6 +92,7 @@ async function printTables(db: Db): Promise<void> {
   `,
     counts?.net ?? 0,
   );
+  await printCheckoutAndSubscriptions(db);
   table(
     "outbox",
     await db`
@@ -116,6 +117,33 @@ async function printTables(db: Db): Promise<void> {
   `
     ).map(printableRow),
   );
+}
+
+/** Checkout Sessions and subscriptions (sql/0022), the `limit` newest of each, printed only when there are any. */
+async function printCheckoutAndSubscriptions(db: Db): Promise<void> {
+  const [counts] = await db<{ sessions: number; subscriptions: number }[]>`
+    select (select count(*) from checkout_sessions)::int as sessions, (select count(*) from subscriptions)::int as subscriptions
+  `;
+  if (counts?.sessions)
+    table(
+      "checkout_sessions (fulfilled: one checkout_fulfilments row and one CheckoutSessionFulfilled message each)",
+      await db`
+      select account, id, state, payment_status, amount_total, currency
+        from (select * from checkout_sessions order by created_at desc, id desc limit ${limit}) newest
+       order by id
+    `,
+      counts.sessions,
+    );
+  if (counts?.subscriptions)
+    table(
+      "subscriptions",
+      await db`
+      select account, id, status, has_access, current_period_end, cancel_at_period_end
+        from (select * from subscriptions order by created_at desc, id desc limit ${limit}) newest
+       order by id
+    `,
+      counts.subscriptions,
+    );
 }
 
 const { db } = await openCommandDatabase(process.env, "webhook-inbox billing", 1);

@@ -225,6 +225,7 @@ async function run(db: Db): Promise<number> {
           received: a.received,
           processed: a.processed,
           ignored: a.ignored,
+          ignored_mode: a.ignoredMode,
           resolved: a.resolved,
           unprocessed: a.unprocessed,
           needs_review: a.needsReview,

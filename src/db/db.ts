@@ -232,7 +232,7 @@ const MIN_IDLE_BOUND_MS = 1_000;
  * a statement a transaction pooler's server connection does not know, and a re-prepared statement
  * pipelined ahead of another left the connection waiting forever (test/runtimes/pgbouncer.test.ts).
  * The same statement sets `webhook_inbox.traceparent` to `traceparent` (or '' when tracing is off),
- * which outbox rows written in the transaction take as their `traceparent` (sql/0024_traceparent.sql).
+ * which outbox rows written in the transaction take as their `traceparent` (sql/0023_traceparent.sql).
  * Call first in the transaction. PostgreSQL manual, "Client Connection Defaults" and "Customized Options".
  */
 export async function boundTransaction(tx: Tx, timeoutMs: number, traceparent = ""): Promise<void> {

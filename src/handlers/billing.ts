@@ -24,6 +24,10 @@ interface InvoiceFields {
    * object", `paid_out_of_band`). False when absent.
    */
   paidOutOfBand: boolean;
+  /** Payment attempts Stripe has made (`attempt_count`; 0 when absent). */
+  attemptCount: number;
+  /** The subscription the invoice bills (`parent.subscription_details.subscription` from API 2025-03-31.basil on, else `subscription`), or null. */
+  subscription: string | null;
 }
 
 type Status = "draft" | "open" | "uncollectible" | "paid" | "void";
@@ -45,6 +49,8 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
     amountPaid: object.amount_paid,
     amountOverpaid: object.amount_overpaid ?? 0,
     paidOutOfBand: object.paid_out_of_band ?? false,
+    attemptCount: object.attempt_count ?? 0,
+    subscription: invoiceSubscription(object),
   };
   const bad: string[] = [];
   if (object.object !== undefined && object.object !== "invoice") bad.push("object");
@@ -58,8 +64,23 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
   if (!Number.isSafeInteger(fields.amountPaid) || (fields.amountPaid as number) < 0) bad.push("amount_paid");
   if (!Number.isSafeInteger(fields.amountOverpaid) || (fields.amountOverpaid as number) < 0) bad.push("amount_overpaid");
   if (typeof fields.paidOutOfBand !== "boolean") bad.push("paid_out_of_band");
+  if (!Number.isSafeInteger(fields.attemptCount) || (fields.attemptCount as number) < 0) bad.push("attempt_count");
   if (bad.length > 0) throw new PermanentError(`Cannot apply invoice event: missing or invalid field(s) ${bad.join(", ")}`);
   return fields as InvoiceFields;
+}
+
+/**
+ * The subscription id an invoice names: `parent.subscription_details.subscription` (API versions from
+ * 2025-03-31.basil on, Stripe API reference "The Invoice object", `parent`), else the older top-level
+ * `subscription`; a string id or an expanded object's `id`. Null when it names none or something that is
+ * not a subscription id (Stripe's published example invoice carries the placeholder "subscription"):
+ * the link is information, never a reason to refuse the invoice's event.
+ */
+export function invoiceSubscription(object: Record<string, unknown>): string | null {
+  const parent = object.parent as { subscription_details?: { subscription?: unknown } | null } | null | undefined;
+  const raw = parent?.subscription_details?.subscription ?? object.subscription ?? null;
+  const id = typeof raw === "object" && raw !== null ? (raw as { id?: unknown }).id : raw;
+  return typeof id === "string" && /^sub_[A-Za-z0-9_]{1,250}$/.test(id) ? id : null;
 }
 
 /**
@@ -69,16 +90,16 @@ export function readInvoice(object: Record<string, unknown>): InvoiceFields {
  * draft → open → (uncollectible →) paid | void.
  */
 function moveInvoice(target: Status, from: Status[]): Handler {
-  return async (tx, object) => {
+  return async (tx, object, ctx) => {
     const inv = readInvoice(object);
     await tx`
-      insert into invoices (id, customer_id, status, currency, amount_due)
-      values (${inv.id}::text, ${inv.customer}::text, ${target}::text, ${inv.currency}::text, ${inv.amountDue}::bigint)
+      insert into invoices (account, id, customer_id, status, currency, amount_due)
+      values (${ctx.account ?? ""}::text, ${inv.id}::text, ${inv.customer}::text, ${target}::text, ${inv.currency}::text, ${inv.amountDue}::bigint)
       ${
         from.length === 0
-          ? tx`on conflict (id) do nothing`
+          ? tx`on conflict (account, id) do nothing`
           : tx`
-      on conflict (id) do update
+      on conflict (account, id) do update
          set status = excluded.status,
              amount_due = excluded.amount_due,
              updated_at = now()
@@ -110,6 +131,7 @@ async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: Handler
   // later) moves nothing and books nothing: the one `payment` entry is booked, with the total
   // amount_paid, by the event that carries the invoice as `paid`.
   if (inv.status !== "paid") return;
+  const account = ctx.account ?? "";
   // Money that does not add up is never booked as is, nor dropped: refused, so the event is parked.
   // An overpayment Stripe reports as such (amount_overpaid, credited to the customer's balance) is money
   // that moved: booked as amount_paid. Any other excess is an anomaly.
@@ -135,13 +157,19 @@ async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: Handler
   // before it through RETURNING: PostgreSQL manual, "Data-Modifying Statements in WITH").
   await tx`
     with paid as (
-      insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at)
-      values (${inv.id}::text, ${inv.customer}::text, 'paid', ${inv.currency}::text, ${inv.amountDue}::bigint, ${inv.amountPaid}::bigint, now())
-      on conflict (id) do update
+      insert into invoices (account, id, customer_id, status, currency, amount_due, amount_paid, paid_at, subscription_id, attempt_count)
+      values (${account}::text, ${inv.id}::text, ${inv.customer}::text, 'paid', ${inv.currency}::text, ${inv.amountDue}::bigint,
+              ${inv.amountPaid}::bigint, now(), ${inv.subscription}::text, ${inv.attemptCount}::int)
+      on conflict (account, id) do update
          set status = 'paid',
              amount_due = excluded.amount_due,
              amount_paid = excluded.amount_paid,
              paid_at = coalesce(invoices.paid_at, excluded.paid_at),
+             -- Paid: dunning is over (dunning.ts records it while the invoice is open).
+             subscription_id = coalesce(invoices.subscription_id, excluded.subscription_id),
+             attempt_count = greatest(invoices.attempt_count, excluded.attempt_count),
+             next_payment_attempt = null,
+             dunning = null,
              updated_at = now()
        -- Evaluated on the latest committed row, also one another transaction inserted after this
        -- statement began (ON CONFLICT waits for it): money for a void invoice, in another currency
@@ -156,19 +184,21 @@ async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: Handler
                  then webhook_inbox_refuse('Payment event for a paid invoice: amount_paid differs from the amount already booked: not booked (reconcile by hand)')
                else invoices.status in ('draft', 'open', 'uncollectible')
              end
-      returning id, amount_paid, currency
+      returning account, id, amount_paid, currency
     ), booked as (
       -- A fully discounted invoice (amount_due 0, amount_paid 0) is paid with no money moved: no ledger row.
-      insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
-      select id, 'payment', amount_paid, currency, ${ctx.eventId}::text
+      insert into ledger_entries (account, invoice_id, kind, amount, currency, event_id)
+      select account, id, 'payment', amount_paid, currency, ${ctx.eventId}::text
         from paid
        where amount_paid > 0
-      on conflict (invoice_id, kind) do nothing
-      returning invoice_id, amount, currency
+      on conflict (account, invoice_id, kind) do nothing
+      returning account, invoice_id, amount, currency
     )
-    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-    select 'Invoice', invoice_id, 'InvoicePaymentBooked',
+    insert into outbox (account, aggregate_type, aggregate_id, event_type, payload)
+    select account, 'Invoice', invoice_id, 'InvoicePaymentBooked',
            jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
+             -- A connected account's message names it; the platform's keep their shape.
+             || case when account <> '' then jsonb_build_object('account', account) else '{}'::jsonb end
       from booked
   `;
 }

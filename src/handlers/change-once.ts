@@ -24,11 +24,11 @@ export function changeOnce(handler: Handler): Handler {
 export async function claimChange(tx: Tx, context: HandlerContext): Promise<boolean> {
   const change = context.changeId ?? context.eventId;
   const rows = await tx`
-    insert into stripe_change_claims (change_id, provider, endpoint, event_id)
-    select ${change}::text, ${context.provider}::text, ${context.endpoint}::text, ${context.eventId}::text
+    insert into stripe_change_claims (account, change_id, provider, endpoint, event_id)
+    select ${context.account ?? ""}::text, ${change}::text, ${context.provider}::text, ${context.endpoint}::text, ${context.eventId}::text
      where ${change}::text = ${context.eventId}::text
         or not exists (select 1 from webhook_inbox where provider = 'stripe' and event_id = ${change}::text and outcome = 'processed')
-    on conflict (change_id) do nothing
+    on conflict (account, change_id) do nothing
     returning 1
   `;
   return rows.length === 1;

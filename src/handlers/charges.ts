@@ -27,11 +27,12 @@ export async function recordCharge(tx: Tx, object: Record<string, unknown>, cont
   const listed = (object.refunds as { data?: unknown } | null | undefined)?.data;
   if (listed !== undefined && !Array.isArray(listed)) f.bad.push("refunds");
   f.check("charge event");
-  await lockMoneyKeys(tx, charge.id, charge.paymentIntent);
+  await lockMoneyKeys(tx, charge.id, charge.paymentIntent, context.account);
   await tx`
-    insert into stripe_charges (id, payment_intent, amount, currency, event_id)
-    values (${charge.id}::text, ${charge.paymentIntent}::text, ${charge.amount}::bigint, ${charge.currency}::text, ${context.eventId}::text)
-    on conflict (id) do update
+    insert into stripe_charges (account, id, payment_intent, amount, currency, event_id)
+    values (${context.account ?? ""}::text, ${charge.id}::text, ${charge.paymentIntent}::text, ${charge.amount}::bigint, ${charge.currency}::text,
+            ${context.eventId}::text)
+    on conflict (account, id) do update
        set payment_intent = excluded.payment_intent
      where stripe_charges.payment_intent is null
        and excluded.payment_intent is not null

@@ -121,12 +121,13 @@ export async function applyDispute(tx: Tx, object: Record<string, unknown>, cont
   if (object.object !== undefined && object.object !== "dispute") f.bad.push("object");
   f.check("dispute event");
   const entries = readTransactions(object.balance_transactions).flatMap((txn) => entriesOf(txn, dispute));
-  await lockMoneyKey(tx, dispute.id);
+  const account = context.account ?? "";
+  await lockMoneyKey(tx, dispute.id, account);
   await tx`
-    insert into disputes (id, charge, payment_intent, amount, currency, status, status_rank)
-    values (${dispute.id}::text, ${dispute.charge}::text, ${dispute.paymentIntent}::text, ${dispute.amount}::bigint,
+    insert into disputes (account, id, charge, payment_intent, amount, currency, status, status_rank)
+    values (${account}::text, ${dispute.id}::text, ${dispute.charge}::text, ${dispute.paymentIntent}::text, ${dispute.amount}::bigint,
             ${dispute.currency}::text, ${dispute.status}::text, ${RANK[dispute.status]}::smallint)
-    on conflict (id) do update
+    on conflict (account, id) do update
        set status = excluded.status,
            status_rank = excluded.status_rank,
            updated_at = now()
@@ -137,7 +138,7 @@ export async function applyDispute(tx: Tx, object: Record<string, unknown>, cont
            end
   `;
   for (const entry of entries) await bookMoneyOut(tx, entry, context);
-  await checkDisputeAddsUp(tx, dispute.id);
+  await checkDisputeAddsUp(tx, dispute.id, account);
 }
 
 /**
@@ -147,7 +148,7 @@ export async function applyDispute(tx: Tx, object: Record<string, unknown>, cont
  * fees above the fees in theirs (what comes back never exceeds what left). Caller holds
  * {@link lockMoneyKey} on the dispute.
  */
-async function checkDisputeAddsUp(tx: Tx, id: string): Promise<void> {
+async function checkDisputeAddsUp(tx: Tx, id: string, account: string): Promise<void> {
   const rows = await tx<{ currency: string; gone: string; back: string; what: string; amount: string; dispute_currency: string }[]>`
     select l.currency, m.what,
            coalesce(sum(l.amount) filter (where l.kind = m.out_kind), 0)::text as gone,
@@ -156,8 +157,9 @@ async function checkDisputeAddsUp(tx: Tx, id: string): Promise<void> {
       from disputes d
      cross join (values ('withdrawals', 'dispute_withdrawal', 'dispute_reinstatement'),
                         ('fees', 'dispute_fee', 'dispute_fee_reversal')) m(what, out_kind, back_kind)
-      join ledger_entries l on l.source_id = d.id and l.kind in (m.out_kind, m.back_kind)
-     where d.id = ${id}
+      join ledger_entries l on l.account = d.account and l.source_id = d.id and l.kind in (m.out_kind, m.back_kind)
+     where d.account = ${account}
+       and d.id = ${id}
      group by l.currency, m.what, d.amount, d.currency
   `;
   for (const row of rows) {

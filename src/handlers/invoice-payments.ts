@@ -29,12 +29,12 @@ export async function recordInvoicePayment(tx: Tx, object: Record<string, unknow
   if (object.object !== undefined && object.object !== "invoice_payment") f.bad.push("object");
   if (p.bad.length > 0 || (row.paymentIntent === null && row.charge === null)) f.bad.push("payment");
   f.check("invoice payment event");
-  await lockMoneyKeys(tx, row.charge, row.paymentIntent);
+  await lockMoneyKeys(tx, row.charge, row.paymentIntent, context.account);
   await tx`
-    insert into invoice_payments (id, invoice_id, payment_intent, charge, amount_paid, currency, event_id)
-    values (${row.id}::text, ${row.invoice}::text, ${row.paymentIntent}::text, ${row.charge}::text,
+    insert into invoice_payments (account, id, invoice_id, payment_intent, charge, amount_paid, currency, event_id)
+    values (${context.account ?? ""}::text, ${row.id}::text, ${row.invoice}::text, ${row.paymentIntent}::text, ${row.charge}::text,
             ${row.amountPaid}::bigint, ${row.currency}::text, ${context.eventId}::text)
-    on conflict (id) do nothing
+    on conflict (account, id) do nothing
   `;
   await settleRefunds(tx, row.charge, row.paymentIntent, context);
 }

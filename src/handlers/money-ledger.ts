@@ -50,12 +50,12 @@ export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: Handle
   const message = MESSAGES[entry.kind];
   const rows = await tx`
     with booked as (
-      insert into ledger_entries (kind, amount, currency, settlement_amount, settlement_currency, balance_transaction,
+      insert into ledger_entries (account, kind, amount, currency, settlement_amount, settlement_currency, balance_transaction,
                                   payment_intent, charge, source_id, event_id)
-      values (${entry.kind}::text, ${entry.amount}::bigint, ${entry.currency}::text, ${entry.settlement?.amount ?? null}::bigint,
+      values (${context.account ?? ""}::text, ${entry.kind}::text, ${entry.amount}::bigint, ${entry.currency}::text, ${entry.settlement?.amount ?? null}::bigint,
               ${entry.settlement?.currency ?? null}::text, ${entry.balanceTransaction}::text,
               ${entry.paymentIntent}::text, ${entry.charge}::text, ${entry.sourceId}::text, ${context.eventId}::text)
-      on conflict (balance_transaction, kind) where kind <> 'payment' do update
+      on conflict (account, balance_transaction, kind) where kind <> 'payment' do update
          set amount = ledger_entries.amount
        -- Never updates: the same movement again is nothing to do; a different one under the same key
        -- is refused. CASE fixes the evaluation order.
@@ -70,13 +70,15 @@ export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: Handle
                  then webhook_inbox_refuse('Money-out event differs from the ' || excluded.kind || ' already booked for balance transaction ' || excluded.balance_transaction || ': not booked (reconcile by hand)')
                else false
              end
-      returning kind, amount, currency, settlement_amount, settlement_currency, balance_transaction, source_id, charge, payment_intent
+      returning account, kind, amount, currency, settlement_amount, settlement_currency, balance_transaction, source_id, charge, payment_intent
     )
-    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-    select ${message.aggregate}::text, source_id, ${message.eventType}::text,
+    insert into outbox (account, aggregate_type, aggregate_id, event_type, payload)
+    select account, ${message.aggregate}::text, source_id, ${message.eventType}::text,
            jsonb_build_object('kind', kind, 'amount', amount, 'currency', currency, 'settlement_amount', settlement_amount,
                               'settlement_currency', settlement_currency, 'balance_transaction', balance_transaction,
                               'source_id', source_id, 'charge', charge, 'payment_intent', payment_intent, 'event_id', ${context.eventId}::text)
+             -- A connected account's message names it; the platform's keep their shape.
+             || case when account <> '' then jsonb_build_object('account', account) else '{}'::jsonb end
       from booked
     returning id
   `;
@@ -85,11 +87,11 @@ export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: Handle
 
 /**
  * Serializes, until the end of the inbox transaction, every money-out handler working on `key` (a
- * charge, payment intent or dispute id), so checks that read several rows (refunds against their
- * charge) see each other's writes. PostgreSQL manual, "Advisory Locks".
+ * charge, payment intent or dispute id) of `account` (`""`: the platform's own), so checks that read
+ * several rows (refunds against their charge) see each other's writes. PostgreSQL manual, "Advisory Locks".
  */
-export async function lockMoneyKey(tx: Tx, key: string): Promise<void> {
-  await tx`select pg_advisory_xact_lock(hashtextextended(${`money-out:${key}`}::text, 0))`;
+export async function lockMoneyKey(tx: Tx, key: string, account = ""): Promise<void> {
+  await tx`select pg_advisory_xact_lock(hashtextextended(${`money-out:${account}:${key}`}::text, 0))`;
 }
 
 /**
@@ -97,7 +99,7 @@ export async function lockMoneyKey(tx: Tx, key: string): Promise<void> {
  * that order so two handlers never wait on each other. Refunds, charges and invoice payments take it,
  * so a refund and the charge or invoice payment it is checked against see each other's writes.
  */
-export async function lockMoneyKeys(tx: Tx, charge: string | null, paymentIntent: string | null): Promise<void> {
-  if (charge !== null) await lockMoneyKey(tx, charge);
-  if (paymentIntent !== null) await lockMoneyKey(tx, paymentIntent);
+export async function lockMoneyKeys(tx: Tx, charge: string | null, paymentIntent: string | null, account = ""): Promise<void> {
+  if (charge !== null) await lockMoneyKey(tx, charge, account);
+  if (paymentIntent !== null) await lockMoneyKey(tx, paymentIntent, account);
 }

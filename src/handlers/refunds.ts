@@ -59,13 +59,14 @@ export function readRefund(object: Record<string, unknown>): RefundFields {
  */
 export async function applyRefund(tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> {
   const refund = readRefund(object);
-  await lockMoneyKeys(tx, refund.charge, refund.paymentIntent);
+  const account = context.account ?? "";
+  await lockMoneyKeys(tx, refund.charge, refund.paymentIntent, account);
   const problem = contradictionOf(refund);
   if (problem !== null) throw new PermanentError(`Cannot apply refund ${refund.id}: ${problem}: not booked (reconcile by hand)`);
   const [known] = await tx<
     { amount: string; currency: string; balance_transaction: string | null; failure_balance_transaction: string | null }[]
   >`
-    select amount::text, currency, balance_transaction, failure_balance_transaction from refunds where id = ${refund.id}
+    select amount::text, currency, balance_transaction, failure_balance_transaction from refunds where account = ${account} and id = ${refund.id}
   `;
   if (known !== undefined) {
     const other =
@@ -80,11 +81,11 @@ export async function applyRefund(tx: Tx, object: Record<string, unknown>, conte
       throw new PermanentError(`Cannot apply refund ${refund.id}: the event says ${other}: not booked (reconcile by hand)`);
   }
   await tx`
-    insert into refunds (id, charge, payment_intent, amount, currency, status, status_rank, balance_transaction, failure_balance_transaction)
-    values (${refund.id}::text, ${refund.charge}::text, ${refund.paymentIntent}::text, ${refund.amount}::bigint,
+    insert into refunds (account, id, charge, payment_intent, amount, currency, status, status_rank, balance_transaction, failure_balance_transaction)
+    values (${account}::text, ${refund.id}::text, ${refund.charge}::text, ${refund.paymentIntent}::text, ${refund.amount}::bigint,
             ${refund.currency}::text, ${refund.status}::text, ${RANK[refund.status]}::smallint, ${refund.balanceTransaction}::text,
             ${refund.failureBalanceTransaction}::text)
-    on conflict (id) do update
+    on conflict (account, id) do update
        set status = case when excluded.status_rank > refunds.status_rank then excluded.status else refunds.status end,
            status_rank = greatest(refunds.status_rank, excluded.status_rank),
            balance_transaction = coalesce(refunds.balance_transaction, excluded.balance_transaction),

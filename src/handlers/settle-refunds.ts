@@ -29,17 +29,19 @@ interface RefundLimit {
 }
 
 /** The limit `refund` is checked against, or null while neither its charge nor its invoice payment is known. */
-async function limitOf(tx: Tx, refund: DueRefund): Promise<RefundLimit | null> {
+async function limitOf(tx: Tx, refund: DueRefund, account: string): Promise<RefundLimit | null> {
   if (refund.charge !== null) {
     const [charge] = await tx<{ amount: string; currency: string; booked: string }[]>`
       select c.amount::text, c.currency,
              -- A refund counts, its reversal counts back.
              (select coalesce(sum(case when l.kind = 'refund_reversal' then -l.amount else l.amount end), 0)
                 from ledger_entries l
-               where l.kind in ('refund', 'refund_reversal')
+               where l.account = c.account
+                 and l.kind in ('refund', 'refund_reversal')
                  and l.charge = c.id)::text as booked
         from stripe_charges c
-       where c.id = ${refund.charge}
+       where c.account = ${account}
+         and c.id = ${refund.charge}
     `;
     if (charge !== undefined)
       return { what: `charge ${refund.charge}`, amount: Number(charge.amount), currency: charge.currency, booked: Number(charge.booked) };
@@ -49,13 +51,16 @@ async function limitOf(tx: Tx, refund: DueRefund): Promise<RefundLimit | null> {
            case when min(ip.currency) = max(ip.currency) then min(ip.currency) end as currency,
            (select coalesce(sum(case when l.kind = 'refund_reversal' then -l.amount else l.amount end), 0)
               from ledger_entries l
-             where l.kind in ('refund', 'refund_reversal')
+             where l.account = ${account}
+               and l.kind in ('refund', 'refund_reversal')
                and (l.payment_intent = ${refund.payment_intent}::text
                     or l.charge = ${refund.charge}::text
-                    or l.charge in (select c.id from stripe_charges c where c.payment_intent = ${refund.payment_intent}::text)))::text as booked
+                    or l.charge in (select c.id from stripe_charges c
+                                     where c.account = ${account} and c.payment_intent = ${refund.payment_intent}::text)))::text as booked
       from invoice_payments ip
-     where ip.payment_intent = ${refund.payment_intent}::text
-        or ip.charge = ${refund.charge}::text
+     where ip.account = ${account}
+       and (ip.payment_intent = ${refund.payment_intent}::text
+            or ip.charge = ${refund.charge}::text)
   `;
   if (paid?.amount == null) return null;
   return {
@@ -81,22 +86,24 @@ async function limitOf(tx: Tx, refund: DueRefund): Promise<RefundLimit | null> {
  * charge and payment intent.
  */
 export async function settleRefunds(tx: Tx, charge: string | null, paymentIntent: string | null, context: HandlerContext): Promise<void> {
+  const account = context.account ?? "";
   const due = await tx<DueRefund[]>`
     select r.id, r.charge, r.payment_intent, r.amount::text, r.currency, r.balance_transaction, r.failure_balance_transaction
       from refunds r
-     where (r.charge = ${charge}::text
+     where r.account = ${account}
+       and (r.charge = ${charge}::text
             or r.payment_intent = ${paymentIntent}::text
-            or r.charge in (select c.id from stripe_charges c where c.payment_intent = ${paymentIntent}::text))
+            or r.charge in (select c.id from stripe_charges c where c.account = ${account} and c.payment_intent = ${paymentIntent}::text))
        -- A recorded balance transaction came from an event where money moved (a failed one carrying it
        -- also names the failure balance transaction, which reverses the booking; a canceled one carrying
        -- it is refused), so a later failed status without one does not unbook it in any order.
        and r.balance_transaction is not null
        and r.amount > 0
-       and not exists (select 1 from ledger_entries l where l.kind = 'refund' and l.source_id = r.id)
+       and not exists (select 1 from ledger_entries l where l.account = r.account and l.kind = 'refund' and l.source_id = r.id)
      order by r.id
   `;
   for (const refund of due) {
-    const limit = await limitOf(tx, refund);
+    const limit = await limitOf(tx, refund, account);
     if (limit === null) continue;
     if (limit.currency !== refund.currency) {
       throw new PermanentError(
@@ -125,7 +132,7 @@ export async function settleRefunds(tx: Tx, charge: string | null, paymentIntent
     );
   }
   await reverseFailedRefunds(tx, charge, paymentIntent, context);
-  if (charge !== null) await checkChargeAddsUp(tx, charge);
+  if (charge !== null) await checkChargeAddsUp(tx, charge, account);
 }
 
 /**
@@ -137,15 +144,17 @@ export async function settleRefunds(tx: Tx, charge: string | null, paymentIntent
  * Caller holds `lockMoneyKeys` (money-ledger.ts) on the same charge and payment intent.
  */
 async function reverseFailedRefunds(tx: Tx, charge: string | null, paymentIntent: string | null, context: HandlerContext): Promise<void> {
+  const account = context.account ?? "";
   const failed = await tx<(Omit<DueRefund, "failure_balance_transaction"> & { failure_balance_transaction: string })[]>`
     select r.id, r.charge, r.payment_intent, r.amount::text, r.currency, r.balance_transaction, r.failure_balance_transaction
       from refunds r
-     where (r.charge = ${charge}::text
+     where r.account = ${account}
+       and (r.charge = ${charge}::text
             or r.payment_intent = ${paymentIntent}::text
-            or r.charge in (select c.id from stripe_charges c where c.payment_intent = ${paymentIntent}::text))
+            or r.charge in (select c.id from stripe_charges c where c.account = ${account} and c.payment_intent = ${paymentIntent}::text))
        and r.failure_balance_transaction is not null
-       and exists (select 1 from ledger_entries l where l.kind = 'refund' and l.source_id = r.id)
-       and not exists (select 1 from ledger_entries l where l.kind = 'refund_reversal' and l.source_id = r.id)
+       and exists (select 1 from ledger_entries l where l.account = r.account and l.kind = 'refund' and l.source_id = r.id)
+       and not exists (select 1 from ledger_entries l where l.account = r.account and l.kind = 'refund_reversal' and l.source_id = r.id)
      order by r.id
   `;
   for (const refund of failed) {
@@ -167,12 +176,12 @@ async function reverseFailedRefunds(tx: Tx, charge: string | null, paymentIntent
 }
 
 /**
- * Refuses (PermanentError) when the refunds booked against `charge` do not add up with the charge as
+ * Refuses (PermanentError) when the refunds booked against `charge` (of `account`, `""` the platform) do not add up with the charge as
  * recorded: a refund (or reversal) in another currency than the charge's, or refunds less their
  * reversals above the charge's amount (refunds booked against the invoice payment before the charge
  * arrived). Does nothing while the charge is unknown. Caller holds `lockMoneyKeys` (money-ledger.ts) on the charge.
  */
-export async function checkChargeAddsUp(tx: Tx, charge: string): Promise<void> {
+export async function checkChargeAddsUp(tx: Tx, charge: string, account = ""): Promise<void> {
   const [row] = await tx<{ other_currency: boolean; over: boolean; refunded: string; amount: string; currency: string }[]>`
     select coalesce(bool_or(l.currency <> c.currency), false) as other_currency,
            coalesce(sum(case when l.kind = 'refund_reversal' then -l.amount else l.amount end), 0) > c.amount as over,
@@ -180,9 +189,10 @@ export async function checkChargeAddsUp(tx: Tx, charge: string): Promise<void> {
            c.amount::text as amount,
            c.currency
       from stripe_charges c
-      left join ledger_entries l on l.charge = c.id and l.kind in ('refund', 'refund_reversal')
-     where c.id = ${charge}
-     group by c.id
+      left join ledger_entries l on l.account = c.account and l.charge = c.id and l.kind in ('refund', 'refund_reversal')
+     where c.account = ${account}
+       and c.id = ${charge}
+     group by c.account, c.id
   `;
   if (row?.other_currency)
     throw new PermanentError(

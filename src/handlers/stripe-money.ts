@@ -1,4 +1,7 @@
 import { billingHandlers } from "./billing.ts";
+import { checkoutHandlers } from "./checkout.ts";
+import { dunningHandlers } from "./dunning.ts";
+import { subscriptionHandlers } from "./subscriptions.ts";
 import { recordCharge } from "./charges.ts";
 import { applyDispute } from "./disputes.ts";
 import { handlerTable } from "./handler-table.ts";
@@ -26,5 +29,8 @@ export const moneyOutHandlers = handlerTable({
   "charge.dispute.funds_reinstated": applyDispute,
 });
 
-/** Every Stripe handler the receiver and the worker run: the invoice lifecycle and money going out. */
-export const stripeHandlers = handlerTable(billingHandlers, moneyOutHandlers);
+/**
+ * Every Stripe handler the receiver and the worker run: the invoice lifecycle and its dunning, money
+ * going out, Checkout fulfilment and subscriptions.
+ */
+export const stripeHandlers = handlerTable(billingHandlers, dunningHandlers, moneyOutHandlers, checkoutHandlers, subscriptionHandlers);

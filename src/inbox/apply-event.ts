@@ -64,7 +64,7 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  *   needs-review (another worker, a redelivery's settle or an operator may have settled it); after
  *   the handler it is settled, storing `storePayload` as its payload when given (a row kept only as its
  *   raw body, applied from its jsonb-storable copy).
- * - `replay`: a settled row (not resolved by an operator) runs through its handler again, locked
+ * - `replay`: a settled row (not resolved by an operator, not `ignored_mode`) runs through its handler again, locked
  *   `FOR UPDATE`; it stays settled, and a row recorded `ignored` whose type has a handler now is
  *   marked `processed` (ops/replay.ts).
  */
@@ -81,6 +81,11 @@ export interface ApplyInput {
   object: Record<string, unknown>;
   /** The change this event carries when it is another event's (a thin event's snapshot event), for `changeOnce`. */
   changeId?: string;
+  /**
+   * The Stripe account the event belongs to ({@link HandlerContext.account}): the inbox row's `account`
+   * for a claimed or replayed row. Undefined: the inserted event's own `account`, else `""` (the platform).
+   */
+  account?: string;
   hold: Hold;
   /**
    * The time bound, ms: PostgreSQL's `statement_timeout` (lock waits included) and
@@ -142,7 +147,8 @@ async function applyIn(tx: Tx, input: ApplyInput, timeoutMs: number): Promise<Ap
   if (handler) {
     const { provider, endpoint, eventId } = input.key;
     const watched = watchQueries(tx);
-    await handler(watched.tx, input.object, { provider, endpoint, eventId, eventType: input.type, changeId: input.changeId });
+    const account = input.account ?? ("insert" in input.hold ? input.hold.insert.account : undefined) ?? "";
+    await handler(watched.tx, input.object, { provider, endpoint, eventId, eventType: input.type, changeId: input.changeId, account });
     const unsent = watched.unsent();
     if (unsent > 0)
       throw new PermanentError(
@@ -178,6 +184,8 @@ async function holdRow(tx: Tx, input: ApplyInput, handled: boolean): Promise<"he
   if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
   if (row.parked) throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
   if (!row.settled) throw new Error(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
+  if (row.outcome === "ignored_mode")
+    throw new Error(`Cannot replay ${name}: it was recorded ignored_mode (its livemode is not its endpoint's mode) and must never be applied`);
   if (row.outcome === "resolved")
     throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.note}"); running its handler would override that`);
   return "held";

@@ -37,7 +37,10 @@ export interface InboxRow {
   source: EventSource;
   /** The event's own creation time, Unix seconds, for retention; null: now. */
   createdAtSec: number | null;
-  settled: "processed" | "ignored" | null;
+  /** The Stripe account the event belongs to (`webhook_inbox.account`, sql/0021): `acct_…`, or `""` for the platform's own. */
+  account: string;
+  /** `ignored_mode`: the event's livemode is not its endpoint's mode (recorded, never applied: docs/stripe-connect.md). */
+  settled: "processed" | "ignored" | "ignored_mode" | null;
   failed?: { error: string; parked: boolean; backoff: Backoff };
   /** W3C traceparent of the span that recorded it (`traceparent` column), or null. */
   traceparent: string | null;
@@ -56,6 +59,7 @@ export function inboxRow(key: InboxKey, event: VerifiedEvent, settled: InboxRow[
     replaced: event.sanitized?.replaced ?? null,
     source: event.source ?? "webhook",
     createdAtSec: event.createdAt ? event.createdAt.getTime() / 1000 : null,
+    account: event.account ?? "",
     settled,
     traceparent: event.traceparent ?? null,
   };
@@ -89,21 +93,23 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
     r.failed?.parked ?? false,
     r.failed?.backoff.baseMs ?? null,
     r.failed?.backoff.capMs ?? null,
+    r.account,
     r.traceparent,
   ]);
   const inserted = await sql<{ provider: string; endpoint: string; event_id: string }[]>`
     insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, event_created_at,
-                               processed_at, outcome, attempts, last_error, needs_review_at, available_at, traceparent)
+                               processed_at, outcome, attempts, last_error, needs_review_at, available_at, account, traceparent)
     select provider, endpoint, event_id, event_type, payload::text::jsonb, raw_body::text, payload_sanitized::text, source::text,
            coalesce(to_timestamp(created::float8), now()),
            case when outcome::text is not null then now() end, outcome::text,
            case when last_error::text is not null then 1 else 0 end, last_error::text,
            case when parked::boolean then now() end,
            case when last_error::text is not null then now() + webhook_inbox_backoff(1, base_ms::int, cap_ms::int) else now() end,
+           account::text,
            traceparent::text
       from (values ${sql(values as unknown as EscapableArray[])})
         as r (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, created, outcome, last_error, parked, base_ms, cap_ms,
-              traceparent)
+              account, traceparent)
     on conflict (provider, endpoint, event_id) do nothing
     returning provider, endpoint, event_id
   `;

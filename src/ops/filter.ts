@@ -1,7 +1,7 @@
 import type { Db, Tx } from "../db/db.ts";
 
 /** A row's state, as the `webhook_inbox_state` view defines it (sql/0004_retention.sql, 0009_resolve.sql). */
-export type RowState = "processed" | "ignored" | "resolved" | "unprocessed" | "needs_review";
+export type RowState = "processed" | "ignored" | "ignored_mode" | "resolved" | "unprocessed" | "needs_review";
 
 /** Which inbox rows an operator command applies to; every field narrows, none means all. */
 export interface RowFilter {

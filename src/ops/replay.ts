@@ -32,8 +32,8 @@ const REPLAY_TIMEOUT_MS = 30_000;
  */
 export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable | undefined): Promise<ReplayResult> {
   const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
-  const [row] = await db<{ event_type: string; payload: Record<string, unknown> | null; processed: boolean }[]>`
-    select event_type, payload, processed_at is not null as processed
+  const [row] = await db<{ event_type: string; payload: Record<string, unknown> | null; processed: boolean; account: string }[]>`
+    select event_type, payload, processed_at is not null as processed, account
       from webhook_inbox
      where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
   `;
@@ -48,6 +48,7 @@ export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable 
     type: row.event_type,
     // A row that is not settled has no payload to trust yet: applyEvent refuses it before this is read.
     object: row.payload ? subjectOf(key.provider, row.payload).object : {},
+    account: row.account,
     hold: { replay: true },
     timeoutMs: REPLAY_TIMEOUT_MS,
     // Pending statistics of earlier transactions on this connection may not be flushed yet

@@ -9,6 +9,8 @@ export interface Arrivals {
   received: number;
   processed: number;
   ignored: number;
+  /** Events recorded `ignored_mode`: their livemode is not the endpoint's mode (never applied; docs/stripe-connect.md). */
+  ignoredMode: number;
   /** Needs-review rows an operator closed by hand (`inbox resolve`). */
   resolved: number;
   unprocessed: number;
@@ -36,6 +38,7 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
       received: number;
       processed: number;
       ignored: number;
+      ignored_mode: number;
       resolved: number;
       unprocessed: number;
       needs_review: number;
@@ -45,6 +48,7 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
            count(*)::int as received,
            count(*) filter (where state = 'processed')::int as processed,
            count(*) filter (where state = 'ignored')::int as ignored,
+           count(*) filter (where state = 'ignored_mode')::int as ignored_mode,
            count(*) filter (where state = 'resolved')::int as resolved,
            count(*) filter (where state = 'unprocessed')::int as unprocessed,
            count(*) filter (where state = 'needs_review')::int as needs_review
@@ -65,6 +69,7 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
       received: r.received,
       processed: r.processed,
       ignored: r.ignored,
+      ignoredMode: r.ignored_mode,
       resolved: r.resolved,
       unprocessed: r.unprocessed,
       needsReview: r.needs_review,

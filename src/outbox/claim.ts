@@ -21,7 +21,7 @@ export interface OutboxMessage {
   token: bigint;
   /**
    * W3C traceparent sent to the sink (header `traceparent`): the dispatcher's send span when tracing
-   * is on, else the one stored on the row by the transaction that wrote it (sql/0024); undefined: none.
+   * is on, else the one stored on the row by the transaction that wrote it (sql/0023); undefined: none.
    */
   traceparent?: string;
 }

@@ -16,6 +16,14 @@ export interface VerifiedEvent {
   subject: Subject;
   /** The event's own creation time as its provider gives it (Stripe: `created`), for retention; undefined: unknown (the arrival time is used). */
   createdAt?: Date;
+  /**
+   * The Stripe account the event belongs to: a connected account's id (`acct_…`: a classic event's
+   * `account`, a thin notification's `context`; Stripe docs "Connect webhooks") or `""` for the
+   * platform's own events and for providers without accounts. Undefined is read as `""`.
+   */
+  account?: string;
+  /** The event's `livemode` (Stripe: true for live mode, false for test mode); undefined when the provider has none. */
+  livemode?: boolean;
   /** The verified request body, exactly as received (for an event read from Stripe's API: the event as the API returned it, serialized). */
   body: string;
   /**

@@ -2,19 +2,13 @@ import Stripe from "stripe";
 import { AppError, PermanentError } from "../errors.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
 import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
-import { checkStripeTimestamp, stripeVerification } from "./stripe.ts";
+import { accountAndMode, checkStripeTimestamp, stripeVerification } from "./stripe.ts";
 
 /** The thin event type that reports a window in which Stripe failed to create events (an event backfill recovers them). */
 export const EVENT_GENERATION_RESOLVED = "v2.core.health.event_generation_failure.resolved";
 
 /** Event ids as the classic provider accepts them (thin ids look like `evt_test_65R…`). */
 const EVENT_ID = /^evt_[A-Za-z0-9_]{1,250}$/;
-/**
- * What a `related_object.url` may be: an API path of Stripe's (v1 or v2) and an id, nothing else. The
- * worker fetches it as given with our API key, so a signed notification must not point elsewhere.
- */
-const RELATED_URL = /^\/v[12]\/[a-z_]+(?:\/[a-z_]+)*\/[A-Za-z0-9_]{1,250}$/;
-
 /** The pointer a thin notification carries (stripe-node `V2.Core.Events.RelatedObject`). */
 export interface RelatedObject {
   id: string;
@@ -82,7 +76,8 @@ function toVerifiedNotification(body: string): VerifiedEvent {
   const payload = parsed as Record<string, unknown>;
   const created = new Date(checked.created);
   const createdAt = Number.isNaN(created.getTime()) ? undefined : created;
-  if (!copy) return { id: checked.id, type: checked.type, payload, subject: thinSubject(payload), body, createdAt };
+  const scope = accountAndMode(payload, "context");
+  if (!copy) return { id: checked.id, type: checked.type, payload, subject: thinSubject(payload), body, createdAt, ...scope };
   const clean = JSON.parse(copy.json) as Record<string, unknown>;
   const cleanChecked = readThinNotification(clean);
   return {
@@ -92,6 +87,7 @@ function toVerifiedNotification(body: string): VerifiedEvent {
     subject: thinSubject(clean),
     body,
     createdAt,
+    ...scope,
     sanitized: { ...copy, typeChanged: cleanChecked.type !== checked.type },
   };
 }
@@ -106,8 +102,11 @@ function readJson(body: string): unknown {
 
 /**
  * Checks the shape of a thin notification (stripe-node `EventNotificationBase`): `object:
- * "v2.core.event"`, an `evt_…` id, a type, and when present a `related_object` whose `url` is an API
- * path and a `snapshot_event` that is an event id.
+ * "v2.core.event"`, an `evt_…` id, a type, and when present a `related_object` of three strings
+ * (`id`, `type`, `url`) and a `snapshot_event` that is an event id. The form of `related_object.url`
+ * is not checked here: a type without a handler is recorded `ignored` whatever it points to (Stripe
+ * has nested paths such as `/v1/accounts/{account}/persons/{id}`), and the worker checks the URL just
+ * before it reads it (worker/stripe-fetch.ts `stripeApiPath`).
  * @throws AppError `invalid_event` naming what is wrong (a classic event says so).
  */
 export function readThinNotification(value: unknown): ThinNotification {
@@ -121,12 +120,8 @@ export function readThinNotification(value: unknown): ThinNotification {
   const related = n.related_object as Record<string, unknown> | null | undefined;
   if (related !== undefined && related !== null) {
     const ok =
-      typeof related === "object" &&
-      typeof related.id === "string" &&
-      typeof related.type === "string" &&
-      typeof related.url === "string" &&
-      RELATED_URL.test(related.url);
-    if (!ok) throw invalid("related_object must have an id, a type and a url that is a Stripe API path");
+      typeof related === "object" && typeof related.id === "string" && typeof related.type === "string" && typeof related.url === "string";
+    if (!ok) throw invalid("related_object must have an id, a type and a url, each a string");
   }
   if (
     n.snapshot_event !== undefined &&
@@ -135,6 +130,49 @@ export function readThinNotification(value: unknown): ThinNotification {
   )
     throw invalid("snapshot_event must be an event id evt_…");
   return n as unknown as ThinNotification;
+}
+
+/**
+ * What a `v2.core.health.event_generation_failure.resolved` event reports as failed, its `data.impact`
+ * (stripe-node `V2CoreHealthEventGenerationFailureResolvedEvent.Data.Impact`, `src/resources/V2/Core/Events.ts`
+ * of its beta line; Stripe docs "Handle webhook event generation failures"): one event Stripe did not
+ * create, so no event id exists for it and the Events API cannot list it.
+ */
+export interface HealthImpact {
+  /** The type of the event Stripe failed to create, as Stripe names it: `invoice.paid` (a v1 type) or `v2.…`. */
+  event_type: string;
+  /** The object that event was about (`id`, `type`, `url`). */
+  related_object: RelatedObject;
+  /** The connected account (`acct_…`) the event was for; absent for the platform's own. */
+  context?: string;
+}
+
+/**
+ * Reads `data.impact` of a full health event (`GET /v2/core/events/<id>`): `event_type`,
+ * `related_object` (`id`, `type`, `url`: strings) and the optional `context`. The URL's form is not
+ * checked here (worker/stripe-fetch.ts checks it before a read).
+ * @throws PermanentError naming the field when the event lacks one or it is not a string.
+ */
+export function readHealthImpact(event: Record<string, unknown>): HealthImpact {
+  const data = event.data as Record<string, unknown> | null | undefined;
+  const impact = data?.impact as Record<string, unknown> | null | undefined;
+  const related = impact?.related_object as Record<string, unknown> | null | undefined;
+  const bad = (field: string) =>
+    new PermanentError(`Cannot read the health event ${String(event.id)}: data.impact.${field} is missing or not a string`);
+  if (typeof impact?.event_type !== "string" || impact.event_type === "") throw bad("event_type");
+  for (const field of ["id", "type", "url"] as const) if (typeof related?.[field] !== "string") throw bad(`related_object.${field}`);
+  if (impact.context !== undefined && impact.context !== null && typeof impact.context !== "string") throw bad("context");
+  const { id, type, url } = related as unknown as RelatedObject;
+  return {
+    event_type: impact.event_type,
+    related_object: { id, type, url },
+    ...(typeof impact.context === "string" ? { context: impact.context } : {}),
+  };
+}
+
+/** The thin handler type of a health impact's `event_type`: a v1 type gains its `v1.` prefix (`invoice.paid` → `v1.invoice.paid`); `v1.…`/`v2.…` stay. */
+export function thinTypeOf(eventType: string): string {
+  return /^v[12]\./.test(eventType) ? eventType : `v1.${eventType}`;
 }
 
 /**

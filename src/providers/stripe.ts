@@ -133,7 +133,8 @@ function toVerifiedEvent(event: unknown, body: string): VerifiedEvent {
   const checked = checkEvent(event);
   const copy = jsonbCopy(body);
   const createdAt = createdOf(checked.payload);
-  if (!copy) return { ...checked, subject: stripeSubject(checked.payload), body, createdAt };
+  const scope = accountAndMode(checked.payload, "account");
+  if (!copy) return { ...checked, subject: stripeSubject(checked.payload), body, createdAt, ...scope };
   // Only string contents changed: the copy has the same shape (the id pattern allows no escape).
   const clean = checkEvent(JSON.parse(copy.json));
   return {
@@ -141,8 +142,23 @@ function toVerifiedEvent(event: unknown, body: string): VerifiedEvent {
     subject: stripeSubject(clean.payload),
     body,
     createdAt,
+    ...scope,
     sanitized: { ...copy, typeChanged: clean.type !== checked.type },
   };
+}
+
+/**
+ * The account and mode of a Stripe event or thin notification (`field`: `account` for classic events,
+ * `context` for thin notifications; Stripe docs "Connect webhooks"): the account id, `""` when absent
+ * or null (the platform's own), and `livemode` when it is a boolean.
+ * @throws AppError `invalid_event` when the field is neither absent, null nor a string of 1–255 characters.
+ */
+export function accountAndMode(payload: Record<string, unknown>, field: "account" | "context"): { account: string; livemode?: boolean } {
+  const raw = payload[field];
+  if (raw !== undefined && raw !== null && (typeof raw !== "string" || raw.length > 255 || /[\s\u0000-\u001f]/.test(raw)))
+    throw new AppError("invalid_event", `Signed body is not a Stripe event: ${field} must be an account id (acct_…) or absent`);
+  const livemode = payload.livemode;
+  return { account: typeof raw === "string" ? raw : "", ...(typeof livemode === "boolean" ? { livemode } : {}) };
 }
 
 /** The event's `created` (Unix seconds, Stripe API reference "The Event object") as a Date; undefined when absent or not a time. */

@@ -12,6 +12,8 @@ import {
   receiveHybrid,
   receiveSync,
   recordFallback,
+  recordIgnoredMode,
+  refusalOf,
   type HybridOptions,
   type Mode,
   type Outcome,
@@ -41,6 +43,13 @@ export interface Endpoint {
   isDefault?: boolean;
   /** Processing mode; default `sync`. */
   mode?: Mode;
+  /**
+   * The endpoint's Stripe mode (`STRIPE_MODE[_<NAME>]` or the API key's): true live, false test. An
+   * event whose `livemode` differs is recorded `ignored_mode` and never applied. Undefined: both accepted.
+   */
+  livemode?: boolean;
+  /** `STRIPE_CONNECT[_<NAME>]=true`: connected accounts' events are applied under their account; otherwise they are parked. */
+  connect?: boolean;
   /** Hybrid mode's in-request budget and retry backoff; default 2 000 ms, 1 s doubling to 10 min. */
   hybrid?: HybridOptions;
 }
@@ -266,6 +275,13 @@ export function createApp(deps: AppDeps): App {
       if (!permanent(err)) throw err;
       return park(err);
     };
+    const refusal = refusalOf(endpoint, event);
+    // A test event at a live endpoint (or the reverse) is kept and counted, never applied: a 2xx so Stripe does not retry it.
+    if (refusal?.kind === "mode") return slot(() => recordIgnoredMode(deps.db, target, event));
+    // A connected account's event at a non-Connect endpoint is parked only when it would be applied: a type
+    // the endpoint does not handle is recorded `ignored` like any other (thin notifications of any account).
+    if (refusal?.kind === "account" && Object.hasOwn(endpoint.handlers, event.type))
+      return slot(() => park(new PermanentError(refusal.reason)));
     if (event.sanitized?.typeChanged) {
       // No handler can be chosen for a type that is not the one sent: keep it, with its raw body, for an operator.
       const why = `Event type holds characters PostgreSQL cannot store (${event.sanitized.replaced}): recorded with them replaced, not applied`;

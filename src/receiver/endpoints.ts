@@ -29,7 +29,7 @@ const stripeChangeOnce = changeOnceTable(handlerTables.stripe);
  * `mode` defaults to sync; `hybridBudgetMs` is the hybrid in-request budget in ms.
  */
 export function stripeEndpoints(
-  settings: readonly (Pick<EndpointSettings, "name" | "secrets" | "kind"> & { mode?: Mode })[],
+  settings: readonly (Pick<EndpointSettings, "name" | "secrets" | "kind"> & Partial<Pick<EndpointSettings, "livemode" | "connect">> & { mode?: Mode })[],
   hybridBudgetMs = 2_000,
 ): Endpoint[] {
   // While thin endpoints run next to classic ones (a migration), classic events claim their change too,
@@ -45,6 +45,8 @@ export function stripeEndpoints(
     // A thin endpoint is async by nature: the worker fetches what a notification points to.
     mode: s.kind === "thin" ? "async" : (s.mode ?? "sync"),
     hybrid: { budgetMs: hybridBudgetMs, backoff: { baseMs: 1_000, capMs: 600_000 } },
+    ...(s.livemode === undefined ? {} : { livemode: s.livemode }),
+    ...(s.connect ? { connect: true } : {}),
   }));
 }
 

@@ -2,11 +2,14 @@ import { isDatabaseUnavailable, isPermanent, type Db } from "../db/db.ts";
 import { describeError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent, type Applied } from "../inbox/apply-event.ts";
-import { recordUnapplied, type Backoff } from "../inbox/inbox.ts";
+import { inboxRow, insertInbox, recordUnapplied, type Backoff } from "../inbox/inbox.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 
-/** The result of one delivery, returned as a value (all are 2xx). */
-export type Outcome = "processed" | "duplicate" | "ignored" | "queued" | "needs_review";
+/**
+ * The result of one delivery, returned as a value (all are 2xx). `ignored_mode`: the event's
+ * `livemode` is not its endpoint's mode ({@link recordIgnoredMode}).
+ */
+export type Outcome = "processed" | "duplicate" | "ignored" | "queued" | "needs_review" | "ignored_mode";
 
 /** How an endpoint processes: in the request (`sync`), by a worker (`async`), or in the request with a worker as fallback (`hybrid`). */
 export type Mode = "sync" | "async" | "hybrid";
@@ -109,12 +112,49 @@ export async function recordFallback(
   return parked ? "needs_review" : "queued";
 }
 
-/** The key, handler table, type and object of a received event, for {@link applyEvent}. */
+/**
+ * Records an event whose `livemode` is not its endpoint's mode (a Connect endpoint receives test and
+ * live events with one secret: docs/stripe-connect.md): settled at once with outcome `ignored_mode`,
+ * its handler never run (no business row, no outbox row), in one autocommit statement, so it is counted
+ * per endpoint and a redelivery is a `duplicate`. Returns `ignored_mode`, or `duplicate` when the key
+ * was recorded already (whatever it was recorded as).
+ * @throws the database error (nothing was recorded: the caller answers 5xx).
+ */
+export async function recordIgnoredMode(db: Db, target: Pick<ReceiveTarget, "provider" | "endpoint">, event: VerifiedEvent): Promise<Outcome> {
+  const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
+  const inserted = await insertInbox(db, [inboxRow(key, event, "ignored_mode")]);
+  return inserted.size === 1 ? "ignored_mode" : "duplicate";
+}
+
+/**
+ * Why an endpoint must not apply `event`, or undefined: `mode` when the endpoint has a mode
+ * (`livemode` defined) and the event's `livemode` is not it (a missing one included: it cannot be
+ * shown to be the endpoint's); `account` when the event belongs to a connected account (`account` not
+ * `""`) and the endpoint is not declared Connect (`STRIPE_CONNECT[_<NAME>]`), with the reason for the
+ * inbox row's last_error.
+ */
+export function refusalOf(
+  endpoint: { name: string; livemode?: boolean; connect?: boolean },
+  event: Pick<VerifiedEvent, "account" | "livemode">,
+): { kind: "mode" } | { kind: "account"; reason: string } | undefined {
+  if (endpoint.livemode !== undefined && event.livemode !== endpoint.livemode) return { kind: "mode" };
+  if ((event.account ?? "") !== "" && !endpoint.connect)
+    return {
+      kind: "account",
+      reason:
+        `Event of connected account ${event.account} at endpoint ${endpoint.name}, which is not declared Connect: not applied ` +
+        "(set STRIPE_CONNECT for this endpoint to apply connected accounts' events, then requeue it; or resolve it)",
+    };
+  return undefined;
+}
+
+/** The key, handler table, type, object and account of a received event, for {@link applyEvent}. */
 function applyInput(target: ReceiveTarget, event: VerifiedEvent) {
   return {
     key: { provider: target.provider, endpoint: target.endpoint, eventId: event.id },
     handlers: target.handlers,
     type: event.type,
     object: event.subject.object,
+    account: event.account ?? "",
   };
 }

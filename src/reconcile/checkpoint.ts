@@ -1,4 +1,5 @@
-// The per-endpoint backfill checkpoint and its lease (sql/0017_event_backfill.sql).
+// The backfill checkpoint of one endpoint and account, and its lease (sql/0017_event_backfill.sql,
+// sql/0021_connect_accounts.sql).
 import type { Db, Tx } from "../db/db.ts";
 
 /** One endpoint's checkpoint as backfill reads it. Times are Dates; null before the first page. */
@@ -10,10 +11,12 @@ export interface Checkpoint {
   coveredUntil: Date | null;
 }
 
-/** An endpoint's checkpoint row key and the lease holder. */
+/** A checkpoint row's key: the endpoint, and the Stripe account whose events it covers. */
 export interface CheckpointKey {
   provider: string;
   endpoint: string;
+  /** A connected account's id (`acct_…`), or `""`/undefined for the platform's own events. */
+  account?: string;
 }
 
 /** The checkpoint of `key`, or one with every field null when backfill never ran for it. */
@@ -21,7 +24,7 @@ export async function readCheckpoint(db: Db | Tx, key: CheckpointKey): Promise<C
   const [row] = await db<{ cursor_event_id: string | null; cursor_created: Date | null; covered_until: Date | null }[]>`
     select cursor_event_id, cursor_created, covered_until
       from event_backfill_checkpoints
-     where (provider, endpoint) = (${key.provider}, ${key.endpoint})
+     where (provider, endpoint, account) = (${key.provider}, ${key.endpoint}, ${key.account ?? ""})
   `;
   return {
     cursorEventId: row?.cursor_event_id ?? null,
@@ -38,9 +41,9 @@ export async function readCheckpoint(db: Db | Tx, key: CheckpointKey): Promise<C
  */
 export async function takeLease(db: Db, key: CheckpointKey, owner: string, leaseMs: number): Promise<boolean> {
   const rows = await db`
-    insert into event_backfill_checkpoints as c (provider, endpoint, lease_owner, lease_until)
-    values (${key.provider}, ${key.endpoint}, ${owner}, now() + ${leaseMs} * interval '1 millisecond')
-    on conflict (provider, endpoint) do update
+    insert into event_backfill_checkpoints as c (provider, endpoint, account, lease_owner, lease_until)
+    values (${key.provider}, ${key.endpoint}, ${key.account ?? ""}, ${owner}, now() + ${leaseMs} * interval '1 millisecond')
+    on conflict (provider, endpoint, account) do update
        set lease_owner = excluded.lease_owner, lease_until = excluded.lease_until, updated_at = now()
      where c.lease_owner is null or c.lease_until < now() or c.lease_owner = excluded.lease_owner
     returning 1
@@ -53,7 +56,7 @@ export async function releaseLease(db: Db, key: CheckpointKey, owner: string): P
   await db`
     update event_backfill_checkpoints
        set lease_owner = null, lease_until = null, updated_at = now()
-     where (provider, endpoint) = (${key.provider}, ${key.endpoint})
+     where (provider, endpoint, account) = (${key.provider}, ${key.endpoint}, ${key.account ?? ""})
        and lease_owner = ${owner}
   `;
 }
@@ -88,8 +91,8 @@ export async function advanceCheckpoint(tx: Tx, key: CheckpointKey, owner: strin
       from (select covered_until is null or (covered_until >= to_timestamp(${advance.startSec})
                    and covered_until <= to_timestamp(${advance.coveredUntilSec})) as moves
               from event_backfill_checkpoints
-             where (provider, endpoint) = (${key.provider}, ${key.endpoint})) as m
-     where (provider, endpoint) = (${key.provider}, ${key.endpoint})
+             where (provider, endpoint, account) = (${key.provider}, ${key.endpoint}, ${key.account ?? ""})) as m
+     where (provider, endpoint, account) = (${key.provider}, ${key.endpoint}, ${key.account ?? ""})
        and lease_owner = ${owner}
     returning 1
   `;

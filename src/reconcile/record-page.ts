@@ -12,7 +12,7 @@ export type PageCounts = Record<Outcome, number>;
 
 /** An empty {@link PageCounts}. */
 export function noCounts(): PageCounts {
-  return { processed: 0, duplicate: 0, ignored: 0, queued: 0, needs_review: 0 };
+  return { processed: 0, duplicate: 0, ignored: 0, queued: 0, needs_review: 0, ignored_mode: 0 };
 }
 
 /**

@@ -5,12 +5,14 @@ import type { Config } from "../config.ts";
  * URL, then the operator's page and the metrics URL, each saying whether it is on and how it is
  * protected. `base` is the listening URL (`http://host:port`, no trailing slash). Names the variables
  * (`ADMIN_TOKEN`, `ADMIN_READONLY`, `METRICS_TOKEN`), never their values. Each line starts with two
- * spaces.
+ * spaces. An endpoint with a Stripe mode says `live events only` or `test events only` (the other
+ * mode is recorded ignored_mode), and `Connect` when it applies connected accounts' events; one without
+ * a mode says nothing more: it accepts both modes, as before (docs/stripe-connect.md).
  */
 export function startBanner(config: Pick<Config, "endpoints" | "adminToken" | "adminReadonly" | "metricsToken">, base: string): string[] {
   const lines = config.endpoints.map(
     (e, i) =>
-      `  endpoint ${e.name} (${e.kind === "thin" ? "thin, " : e.refetch ? "refetch, " : ""}${e.mode}): POST ${base}/webhooks/stripe/${e.name}${i === 0 ? ` (also ${base}/webhooks/stripe)` : ""}`,
+      `  endpoint ${e.name} (${e.kind === "thin" ? "thin, " : e.refetch ? "refetch, " : ""}${e.mode}${scope(e)}): POST ${base}/webhooks/stripe/${e.name}${i === 0 ? ` (also ${base}/webhooks/stripe)` : ""}`,
   );
   lines.push(
     config.adminToken === undefined
@@ -21,4 +23,10 @@ export function startBanner(config: Pick<Config, "endpoints" | "adminToken" | "a
       : `  metrics: GET ${base}/metrics (protected: Authorization: Bearer <METRICS_TOKEN>)`,
   );
   return lines;
+}
+
+/** `, Connect, live events only` and the like for an endpoint's account and mode settings; "" when it has none. */
+function scope(e: Config["endpoints"][number]): string {
+  const mode = e.livemode === undefined ? "" : e.livemode ? ", live events only" : ", test events only";
+  return `${e.connect ? ", Connect" : ""}${mode}`;
 }

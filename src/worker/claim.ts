@@ -10,6 +10,8 @@ export interface Claim extends InboxKey {
    * row was claimed again cannot push back the new owner's lease.
    */
   attempt: number;
+  /** The row's `account` (sql/0021): the connected account the event belongs to, `""` for the platform's own. */
+  account: string;
   /** When this claim's lease ends, ms since the epoch (this process's clock, taken before the claim was sent). */
   leaseEndsAt: number;
   /** The stored event (never changes while unprocessed), so processing needs no second read. */
@@ -22,7 +24,7 @@ export interface Claim extends InboxKey {
    * and no "ignored" either, fits it. Undefined for every other row.
    */
   refusal?: string;
-  /** W3C traceparent of the span that recorded the row (sql/0024), for the worker's span link; null when none. */
+  /** W3C traceparent of the span that recorded the row (sql/0023), for the worker's span link; null when none. */
   traceparent?: string | null;
 }
 
@@ -69,6 +71,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       payload: Record<string, unknown> | null;
       raw_body: string | null;
       type_changed: boolean | null;
+      account: string;
       traceparent: string | null;
     }[]
   >`
@@ -103,11 +106,12 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
                 case when w.payload is null then w.raw_body end as raw_body,
                 -- Sanitizing writes U+FFFD (chr(65533)); a row kept from its raw body may have had it done.
                 (w.payload_sanitized is not null or w.payload is null) and strpos(w.event_type, chr(65533)) > 0 as type_changed,
+                w.account,
                 w.traceparent
     )
     select true as claimed, * from claimed
     union all
-    select false, *, null, null, null, null from parked
+    select false, *, null, null, null, null, null from parked
   `;
   const parked = rows.filter((r) => !r.claimed);
   if (parked.length > 0)
@@ -131,6 +135,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       leaseEndsAt,
       payload: r.payload,
       rawBody: r.raw_body,
+      account: r.account,
       traceparent: r.traceparent,
       ...(r.type_changed ? { refusal: TYPE_CHANGED } : {}),
     }));

@@ -49,11 +49,13 @@ export interface ProcessOptions {
  * - then the row's handler runs through {@link applyEvent} (`FOR UPDATE` re-check, handler, settle,
  *   one transaction bounded by `timeoutMs` on the server) on the stored event's object or the object read.
  * On failure the transaction rolls back and {@link recordFailure} stores the error and the next
- * attempt time (parked at once when permanent). Returns the outcome and the error text on failure;
+ * attempt time (parked at once when permanent). Returns the outcome, the error text on failure and
+ * the fetcher's note when the row was applied from a read (a health notification's: what was read,
+ * which window is backfilled and why);
  * never throws for handler or API errors. A failure to record the failure is thrown (the lease then
  * expires and the row is claimed again).
  */
-export async function processClaim(db: Db, claim: Claim, options: ProcessOptions): Promise<{ outcome: WorkOutcome; error?: string }> {
+export async function processClaim(db: Db, claim: Claim, options: ProcessOptions): Promise<{ outcome: WorkOutcome; error?: string; note?: string }> {
   const t = options.telemetry;
   if (!t) return processUntraced(db, claim, options);
   const ingest = spanContextOf(claim.traceparent);
@@ -77,8 +79,9 @@ async function processUntraced(
   options: ProcessOptions,
   traceparent?: string,
   traced?: Context,
-): Promise<{ outcome: WorkOutcome; error?: string }> {
+): Promise<{ outcome: WorkOutcome; error?: string; note?: string }> {
   let input: { object: Record<string, unknown>; changeId?: string; storePayload?: JsonbCopy };
+  let note: string | undefined;
   const handlers = options.tables[claim.provider] ?? {};
   try {
     if (claim.refusal) throw new PermanentError(claim.refusal);
@@ -91,9 +94,10 @@ async function processUntraced(
       let read: Resolution;
       try {
         const fetcher = options.fetcher;
+        const handles = (type: string) => Object.hasOwn(handlers, type);
         const reading = { name: `GET ${claim.provider} object`, kind: options.telemetry?.api.SpanKind.CLIENT, parent: traced, attributes: { "messaging.message.id": claim.eventId } };
         read = await inSpan(options.telemetry, reading, () =>
-          within(fetcher.resolve({ ...claim, payload: stored.payload }), claim.leaseEndsAt - options.timeoutMs),
+          within(fetcher.resolve({ ...claim, payload: stored.payload }, handles), claim.leaseEndsAt - options.timeoutMs),
         );
       } catch (err) {
         if (isPermanent(err) || (retryableStripeError(err) === undefined && !(err instanceof ReadTooSlow))) throw err;
@@ -106,6 +110,7 @@ async function processUntraced(
       }
       if (read.kind === "missing") return await settleMissing(db, claim, read.error);
       input = { object: read.object, changeId: read.changeId };
+      note = read.note;
     } else {
       input = { object: subjectOf(claim.provider, stored.payload).object, storePayload: stored.copy };
     }
@@ -120,12 +125,13 @@ async function processUntraced(
       type: claim.eventType,
       object: input.object,
       changeId: input.changeId,
+      account: claim.account,
       hold: { claimed: true, storePayload: input.storePayload },
       timeoutMs: options.timeoutMs,
       traceparent,
     });
     // A claimed row is processed, ignored, or found settled by someone else (never queued).
-    return { outcome: applied === "duplicate" ? "skipped" : (applied as "processed" | "ignored") };
+    return { outcome: applied === "duplicate" ? "skipped" : (applied as "processed" | "ignored"), ...(note ? { note } : {}) };
   } catch (err) {
     return failed(db, claim, err, options, false);
   }

@@ -29,7 +29,7 @@ export interface WorkerOptions extends LoopOptions {
  * (one claim statement: claim.ts) and start each at once in its slot ({@link processClaim}: its own
  * transaction, bounded by `timeoutMs`); a row is claimed only when a slot can start it, so its lease
  * runs only while it is worked on. Sleeps until a NOTIFY, a freed slot or the poll interval. Logs one
- * line per row: event id, type, attempt, outcome, duration ms (never the payload). Resolves after
+ * line per row: event id, type, attempt, outcome, the error or the fetcher's note, duration ms (never the payload). Resolves after
  * `signal` aborts and the rows in flight finished. Database errors while claiming are logged and
  * retried after the poll interval (capped at 1 s); they never end the loop.
  * @throws Error when `timeoutMs >= leaseMs` (a row could outlive its lease while still running), or
@@ -56,7 +56,13 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     const p: Promise<void> = processClaim(db, claim, processOptions)
       .then(
         (result) =>
-          log({ ...line, outcome: result.outcome, ...(result.error ? { error: result.error } : {}), duration_ms: Date.now() - claimedAt }),
+          log({
+            ...line,
+            outcome: result.outcome,
+            ...(result.error ? { error: result.error } : {}),
+            ...(result.note ? { note: result.note } : {}),
+            duration_ms: Date.now() - claimedAt,
+          }),
         // Not expected (processClaim reports failures as outcomes): the lease expires and the row is claimed again.
         (err: unknown) => log({ ...line, outcome: "failed", error: describeError(err), duration_ms: Date.now() - claimedAt }),
       )

@@ -6,6 +6,7 @@ import type { Db } from "../../src/db/db.ts";
 import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
 import { signStripePayload, stripeProvider } from "../../src/providers/stripe.ts";
 import { eventBody, invoice, lifecycle } from "../support/helpers.ts";
+import { checkoutEvents, subscriptionEvents } from "../support/checkout-subscriptions.ts";
 import { MONEY_OUT_END_STATE, moneyOut, moneyOutState } from "../support/money-out.ts";
 import { everyHandlerRunTest, handlerTableSuite } from "./handler-table-suite.ts";
 
@@ -85,4 +86,4 @@ handlerTableSuite({
   ],
 });
 
-everyHandlerRunTest("stripe", stripeHandlers, [lifecycle(), moneyOut(), siblings, recovered]);
+everyHandlerRunTest("stripe", stripeHandlers, [lifecycle(), moneyOut(), siblings, recovered, checkoutEvents(), subscriptionEvents()]);

@@ -39,8 +39,7 @@ providerContractSuite({
     JSON.stringify({ id: "evt_1Classic", object: "event", type: "invoice.paid", data: { object: { id: "in_1" } } }),
     JSON.stringify({ ...notification, object: "v2.core.account" }),
     JSON.stringify({ ...notification, id: "not_an_event" }),
-    JSON.stringify({ ...notification, related_object: { id: "in_1", type: "invoice", url: "https://elsewhere.example/v1/invoices/in_1" } }),
-    JSON.stringify({ ...notification, related_object: { id: "in_1", type: "invoice", url: "/v1/invoices/in_1?expand[]=customer" } }),
+    JSON.stringify({ ...notification, related_object: { id: "in_1", type: "invoice", url: 42 } }),
     JSON.stringify({ ...notification, snapshot_event: 42 }),
     JSON.stringify([1, 2]),
     "not json",
@@ -68,4 +67,15 @@ test("`readThinNotification()` accepts a notification without related_object or 
   };
   expect(readThinNotification(health).type).toBe(health.type);
   expect(thinSubject(health).key).toBeUndefined();
+});
+
+test("`readThinNotification()` leaves related_object.url's form to the worker: nested Stripe paths and any other string are read as given", () => {
+  for (const url of [
+    "/v1/accounts/acct_1Nested/persons/person_1Nested",
+    "https://elsewhere.example/v1/invoices/in_1",
+    "/v1/invoices/in_1?x=1",
+  ]) {
+    const read = readThinNotification({ ...notification, related_object: { id: "in_1", type: "invoice", url } });
+    expect(read.related_object?.url).toBe(url);
+  }
 });

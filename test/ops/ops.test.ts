@@ -213,6 +213,7 @@ describe("inboxStatus() and readBacklog()", () => {
       received: 0,
       processed: 0,
       ignored: 0,
+      ignoredMode: 0,
       resolved: 0,
       unprocessed: 0,
       needsReview: 0,

@@ -48,7 +48,27 @@ export function healthNotification(
   return { id, object: "v2.core.event", type: EVENT_GENERATION_RESOLVED, created: createdIso, livemode: false };
 }
 
+/**
+ * `data` of a `v2.core.health.event_generation_failure.resolved` event as stripe-node describes it
+ * (`V2CoreHealthEventGenerationFailureResolvedEvent.Data` in `src/resources/V2/Core/Events.ts` of its beta
+ * and private-preview lines; stripe-node 23.1.0 does not type it yet), the related object typed by the
+ * pinned stripe-node's `V2.Core.Events.RelatedObject`. No field says when the failure began.
+ */
+export interface HealthEventData {
+  alert_id: string;
+  grouping_key: string;
+  impact: {
+    /** The connected account the event was for; only present for a connected account. */
+    context?: string;
+    /** The type of the event Stripe failed to generate, e.g. `invoice.paid`. */
+    event_type: string;
+    related_object: Stripe.V2.Core.Events.RelatedObject;
+  };
+  resolved_at: string;
+  summary: string;
+}
+
 /** The full v2 event of {@link healthNotification}, as `GET /v2/core/events/<id>` returns it. */
-export function healthEvent(id: string, createdIso: string, data: Record<string, unknown>): Record<string, unknown> {
+export function healthEvent(id: string, createdIso: string, data: HealthEventData): Record<string, unknown> {
   return { ...healthNotification(id, createdIso), data, created: createdIso };
 }

@@ -2,7 +2,7 @@
 // what they point to from the fake Stripe API (stripe-node over loopback), the Stripe handlers applying it.
 import { afterAll, afterEach, beforeEach, describe, expect, test } from "bun:test";
 import { createApp, type Endpoint } from "../../src/receiver/app.ts";
-import { handlerTables, stripeEndpoints, workerHandlerTables } from "../../src/receiver/endpoints.ts";
+import { handlerTables, stripeEndpoints, thinHandlers, workerHandlerTables } from "../../src/receiver/endpoints.ts";
 import { connect, type Db } from "../../src/db/db.ts";
 import { runWorker, type WorkerOptions } from "../../src/worker/worker.ts";
 import { stripeFetcher } from "../../src/worker/stripe-fetch.ts";
@@ -31,7 +31,7 @@ import {
 import { deliver as deliverFiles } from "../../src/dev/deliver.ts";
 import { readThinNotification } from "../../src/providers/stripe-thin.ts";
 import Stripe from "stripe";
-import { healthEvent, healthNotification, thinFromClassic } from "../support/thin.ts";
+import { healthEvent, healthNotification, thinFromClassic, type HealthEventData, type ThinBody } from "../support/thin.ts";
 import { waitUntil } from "../support/wait-until.ts";
 
 const fresh = await freshDatabase();
@@ -222,6 +222,34 @@ describe("thin fixtures", () => {
   });
 });
 
+describe("health-recovery fixtures", () => {
+  test("`deliver()` sends the health notification twice and the worker, reading the fixtures' fake API, applies the invoice no event announced once", async () => {
+    // What `bun run fake-stripe test/fixtures/stripe/health-recovery/api` serves: the v2 event and the paid invoice, no events.
+    for (const f of readFixtures("stripe/health-recovery/api")) {
+      const o = JSON.parse(f.body) as { object: string };
+      fake.store.put(o.object === "v2.core.event" ? V2_EVENTS : `${o.object}s`, o as never);
+    }
+    const app = createApp({ db, endpoints: endpoints() });
+    const summary = await deliverFiles(readFixtures("stripe/health-recovery/notification"), {
+      url: `${BASE}/thin`,
+      secret: OTHER_SECRET,
+      copies: 2,
+      fetch: (request) => app.fetch(request),
+    });
+    expect(summary.outcomes).toEqual({ queued: 1, duplicate: 1 });
+    const lines = await drain();
+    expect(await db`select id, status, amount_paid::int as amount_paid from invoices`).toEqual([
+      { id: "in_1SkB4pLgUG5tbmjcT0qE5yAd", status: "paid", amount_paid: 7500 },
+    ] as never);
+    expect(await count(db, "ledger_entries", "kind = 'payment' and amount = 7500")).toBe(1);
+    expect(await count(db, "outbox")).toBe(1);
+    expect(String(lines.find((l) => l.type === "v2.core.health.event_generation_failure.resolved")?.note)).toBe(
+      "read invoice in_1SkB4pLgUG5tbmjcT0qE5yAd (invoice.paid) to apply its current state; backfilling events created " +
+        "2026-11-30T09:45:00.000Z..2026-12-01T09:45:00.000Z (24 h before data.resolved_at: the event names no start)",
+    );
+  });
+});
+
 describe("migration: classic and thin events of one change", () => {
   test.each([
     ["classic first", ["billing", "thin"]],
@@ -326,65 +354,244 @@ describe("refetch mode", () => {
 });
 
 describe("health notification", () => {
-  test("`runWorker()` records one backfill request for the window a resolved event-generation failure reports", async () => {
+  const RESOLVED = "2026-12-01T09:45:00.000Z";
+  const CREATED = "2026-12-01T10:00:00.000Z";
+  const PAID = invoice({ id: "in_health_1", status: "paid", amount_due: 4200, amount_paid: 4200 });
+
+  /** Puts into the fake the full health event `id` reporting that Stripe created no `eventType` event for `related` (of `context`). */
+  function putHealthEvent(id: string, eventType: string, related: { id: string; type: string; url: string }, context?: string): void {
+    const data: HealthEventData = {
+      alert_id: `halert_${id}`,
+      grouping_key: `_grouping_${id}`,
+      impact: { event_type: eventType, related_object: related, ...(context ? { context } : {}) },
+      resolved_at: RESOLVED,
+      summary: "Stripe failed to generate events",
+    };
+    fake.store.put(V2_EVENTS, { ...healthEvent(id, CREATED, data), created: Date.parse(CREATED) / 1000 } as never);
+  }
+  /** The paid invoice in the fake (no event announces it: the fake's event list stays empty), and a health event naming it. */
+  function paidWithoutEvent(id: string, context?: string): string {
+    // A connected account's invoice is kept (and read) under that account.
+    fake.store.put("invoices", { ...PAID, created: 1_764_461_000 } as never, context ?? "");
+    putHealthEvent(id, "invoice.paid", { id: "in_health_1", type: "invoice", url: "/v1/invoices/in_health_1" }, context);
+    return JSON.stringify(healthNotification(id, CREATED));
+  }
+  const booked = async () => [...(await db`select invoice_id, kind, amount::int as amount from ledger_entries`)];
+
+  test("`runWorker()` applies the paid invoice a health event names (no event of it exists) once, and requests a backfill of the 24 h before resolved_at", async () => {
     const app = createApp({ db, endpoints: endpoints() });
     const id = "evt_test_health_1";
-    fake.store.put(V2_EVENTS, {
-      ...healthEvent(id, "2026-12-01T10:00:00.000Z", {
-        alert_id: "alert_1",
-        grouping_key: "event_generation_failure",
-        started_at: "2026-12-01T08:30:00.000Z",
-        resolved_at: "2026-12-01T09:45:00.000Z",
-        summary: "Events were not generated",
-      }),
-      created: 1_764_583_200,
-    } as never);
-    const body = JSON.stringify(healthNotification(id, "2026-12-01T10:00:00.000Z"));
+    const body = paidWithoutEvent(id);
     expect(await deliver(app, "thin", body)).toBe("queued");
     expect(await deliver(app, "thin", body)).toBe("duplicate");
-    await drain();
+    const lines = await drain();
+    expect(fake.store.objects.get("events")).toBeUndefined();
+    expect(await db`select id, status, amount_paid::int as amount_paid from invoices`).toEqual([
+      { id: "in_health_1", status: "paid", amount_paid: 4200 },
+    ] as never);
+    expect(await booked()).toEqual([{ invoice_id: "in_health_1", kind: "payment", amount: 4200 }] as never);
+    expect(await count(db, "outbox", "event_type = 'InvoicePaymentBooked'")).toBe(1);
+    expect(await db`select change_id, event_id from stripe_change_claims`).toEqual([{ change_id: id, event_id: id }] as never);
+    expect(fake.store.requests.map((r) => `${r.path} ${r.account || "platform"}`)).toEqual([
+      `/v2/core/events/${id} platform`,
+      "/v1/invoices/in_health_1 platform",
+    ]);
     const rows = await db`select endpoint, requested_by, window_start, window_end from event_backfill_requests`;
     expect([...rows]).toEqual([
-      {
-        endpoint: "thin",
-        requested_by: id,
-        window_start: new Date("2026-12-01T08:30:00.000Z"),
-        window_end: new Date("2026-12-01T09:45:00.000Z"),
-      },
+      { endpoint: "thin", requested_by: id, window_start: new Date("2026-11-30T09:45:00.000Z"), window_end: new Date(RESOLVED) },
     ]);
-    expect(fake.store.requests.filter((r) => r.path === `/v2/core/events/${id}`).length).toBe(1);
+    const line = lines.find((l) => l.event_id === id);
+    expect(line?.outcome).toBe("processed");
+    expect(String(line?.note)).toBe(
+      "read invoice in_health_1 (invoice.paid) to apply its current state; backfilling events created " +
+        "2026-11-30T09:45:00.000Z..2026-12-01T09:45:00.000Z (24 h before data.resolved_at: the event names no start)",
+    );
 
     // The seam the event backfill takes its work from: one runner at a time, taken again if its run died.
     const taken = await takeBackfillRequest(db);
-    expect(taken).toMatchObject({
-      endpoint: "thin",
-      start: new Date("2026-12-01T08:30:00.000Z"),
-      end: new Date("2026-12-01T09:45:00.000Z"),
-    });
+    expect(taken).toMatchObject({ endpoint: "thin", start: new Date("2026-11-30T09:45:00.000Z"), end: new Date(RESOLVED) });
     expect(await takeBackfillRequest(db)).toBeUndefined();
     expect((await takeBackfillRequest(db, 0))?.id).toBe(taken!.id);
     expect(await finishBackfillRequest(db, taken!.id)).toBe(true);
     expect(await takeBackfillRequest(db, 0)).toBeUndefined();
   });
 
-  test("`healthWindow()` ends at resolved_at (else created) and starts at started_at, impact.started_at, else the lookback", () => {
-    const created = "2026-12-01T10:00:00.000Z";
-    const at = (iso: string) => new Date(iso);
-    expect(healthWindow({ created, data: { resolved_at: "2026-12-01T09:00:00Z", started_at: "2026-12-01T08:00:00Z" } }, 3_600_000)).toEqual(
-      {
-        start: at("2026-12-01T08:00:00Z"),
-        end: at("2026-12-01T09:00:00Z"),
-      },
+  test("`runWorker()` books the payment once when the health event arrives twice at once at two thin endpoints and both rows are applied concurrently", async () => {
+    const two = stripeEndpoints([
+      { name: "thin", secrets: [OTHER_SECRET], kind: "thin" },
+      { name: "thin2", secrets: [OTHER_SECRET], kind: "thin" },
+    ]);
+    const app = createApp({ db, endpoints: two });
+    const id = "evt_test_health_twice";
+    const body = paidWithoutEvent(id);
+    const outcomes = await Promise.all(
+      ["thin", "thin2", "thin", "thin2"].map(async (name) => {
+        const res = await app.fetch(await signedRequest(`${BASE}/${name}`, body, { secret: OTHER_SECRET }));
+        return ((await res.json()) as { outcome: string }).outcome;
+      }),
     );
-    expect(healthWindow({ created, data: { impact: { started_at: "2026-12-01T07:00:00Z" } } }, 3_600_000)).toEqual({
-      start: at("2026-12-01T07:00:00Z"),
-      end: at(created),
+    expect(outcomes.sort()).toEqual(["duplicate", "duplicate", "queued", "queued"]);
+    // One claim takes both rows into two slots: their reads and transactions run at once, on their own connections.
+    const lines = await drain({ concurrency: 2 });
+    expect(lines.filter((l) => l.event_id === id).map((l) => l.outcome)).toEqual(["processed", "processed"]);
+    expect(await count(db, "invoices", "status = 'paid'")).toBe(1);
+    expect(await booked()).toEqual([{ invoice_id: "in_health_1", kind: "payment", amount: 4200 }] as never);
+    expect(await count(db, "outbox")).toBe(1);
+    expect(await db`select change_id from stripe_change_claims`).toEqual([{ change_id: id }] as never);
+  });
+
+  test("a genuine event of the same change arriving after the health event (classic, then thin) books nothing more", async () => {
+    const app = createApp({ db, endpoints: endpoints() });
+    expect(await deliver(app, "thin", paidWithoutEvent("evt_test_health_then_genuine"))).toBe("queued");
+    await drain();
+    const classic = eventBody("evt_genuine_paid", "invoice.paid", PAID);
+    expect(await deliver(app, "billing", classic)).toBe("processed");
+    expect(await deliver(app, "thin", JSON.stringify(thinFromClassic(classic, "evt_test_thin_genuine_paid", false)))).toBe("queued");
+    await drain();
+    expect(await count(db, "invoices", "status = 'paid'")).toBe(1);
+    expect(await booked()).toEqual([{ invoice_id: "in_health_1", kind: "payment", amount: 4200 }] as never);
+    expect(await count(db, "outbox")).toBe(1);
+    expect(await count(db, "webhook_inbox", "outcome = 'processed'")).toBe(3);
+  });
+
+  test("`runWorker()` reads the object of a connected account's health event with Stripe-Account set to the impact's context", async () => {
+    const app = createApp({ db, endpoints: endpoints() });
+    const id = "evt_test_health_connect";
+    expect(await deliver(app, "thin", paidWithoutEvent(id, "acct_1HealthConnect"))).toBe("queued");
+    const lines = await drain();
+    expect(fake.store.requests.map((r) => `${r.path} ${r.account || "platform"}`)).toEqual([
+      `/v2/core/events/${id} platform`,
+      "/v1/invoices/in_health_1 acct_1HealthConnect",
+    ]);
+    expect(await count(db, "ledger_entries", "kind = 'payment'")).toBe(1);
+    expect(String(lines.find((l) => l.event_id === id)?.note)).toContain("(invoice.paid, account acct_1HealthConnect)");
+  });
+
+  test("a health event whose impact no handler applies (payment_intent.requires_action) is recorded without effect and without reading its object", async () => {
+    const app = createApp({ db, endpoints: endpoints() });
+    const id = "evt_test_health_unhandled";
+    putHealthEvent(id, "payment_intent.requires_action", {
+      id: "pi_health_1",
+      type: "payment_intent",
+      url: "/v1/payment_intents/pi_health_1",
     });
-    expect(healthWindow({ created, data: { resolved_at: "2026-12-01T09:00:00Z" } }, 3_600_000)).toEqual({
+    expect(await deliver(app, "thin", JSON.stringify(healthNotification(id, CREATED)))).toBe("queued");
+    const lines = await drain();
+    expect(await db`select outcome, last_error from webhook_inbox`).toEqual([{ outcome: "processed", last_error: null }] as never);
+    for (const table of ["invoices", "ledger_entries", "outbox", "stripe_change_claims"]) expect(await count(db, table)).toBe(0);
+    expect(await count(db, "event_backfill_requests", `requested_by = '${id}'`)).toBe(1);
+    expect(fake.store.requests.map((r) => r.path)).toEqual([`/v2/core/events/${id}`]);
+    expect(String(lines.find((l) => l.event_id === id)?.note)).toStartWith(
+      "no handler applies payment_intent.requires_action: payment_intent pi_health_1 (payment_intent.requires_action) not read; backfilling",
+    );
+  });
+
+  test("`healthWindow()` ends at resolved_at (else created) and starts the lookback before it, saying so", () => {
+    const at = (iso: string) => new Date(iso);
+    expect(healthWindow({ created: CREATED, data: { resolved_at: "2026-12-01T09:00:00Z" } }, 3_600_000)).toEqual({
       start: at("2026-12-01T08:00:00Z"),
       end: at("2026-12-01T09:00:00Z"),
+      basis: "1 h before data.resolved_at: the event names no start",
+    });
+    expect(healthWindow({ created: CREATED, data: {} }, 3_600_000)).toEqual({
+      start: at("2026-12-01T09:00:00Z"),
+      end: at(CREATED),
+      basis: "1 h before the event's created (no data.resolved_at): the event names no start",
     });
   });
+});
+
+describe("related_object.url", () => {
+  const nested = (type: "v1.person.updated" | "v2.core.account_person.updated", url: string, id: string): string => {
+    const body: ThinBody<Stripe.Events.V1PersonUpdatedEventNotification> = {
+      id,
+      object: "v2.core.event",
+      type: "v1.person.updated",
+      created: "2026-12-01T10:00:00.000Z",
+      livemode: false,
+      context: "acct_1NestedUrl",
+      related_object: { id: "person_1NestedUrl", type: "person", url },
+    };
+    return JSON.stringify({ ...body, type });
+  };
+
+  test.each(["sync", "async", "hybrid"] as const)(
+    "an unhandled notification is answered 200 ignored in %s mode whatever its related_object.url, and nothing is read",
+    async (mode) => {
+      const app = createApp({
+        db,
+        endpoints: [{ name: "thin", provider: stripeThinProvider, route: "stripe", secrets: [OTHER_SECRET], handlers: thinHandlers, mode }],
+      });
+      const bodies = [
+        nested("v1.person.updated", "/v1/accounts/acct_1NestedUrl/persons/person_1NestedUrl", "evt_test_nested_v1"),
+        nested("v2.core.account_person.updated", "/v2/core/accounts/acct_1NestedUrl/persons/person_1NestedUrl", "evt_test_nested_v2"),
+        nested("v1.person.updated", "https://elsewhere.example/v1/persons/person_1?x=1", "evt_test_nested_elsewhere"),
+      ];
+      for (const b of bodies) expect(await deliver(app, "thin", b)).toBe("ignored");
+      expect(await count(db, "webhook_inbox", "outcome = 'ignored' and processed_at is not null")).toBe(3);
+      expect(fake.store.requests).toEqual([]);
+    },
+  );
+
+  test("`runWorker()` refuses a handled notification whose related_object.url is not a Stripe API path: needs-review, nothing fetched anywhere", async () => {
+    let elsewhere = 0;
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: () => (elsewhere++, Response.json({ id: "in_x", object: "invoice" })),
+    });
+    try {
+      const app = createApp({ db, endpoints: endpoints() });
+      fake.store.put("invoices", { ...invoice({ id: "in_x", status: "paid", amount_paid: 2000 }), created: 1_764_461_000 } as never);
+      const classic = eventBody("evt_elsewhere", "invoice.paid", invoice({ id: "in_x", status: "paid", amount_paid: 2000 }));
+      const urls = [
+        `http://127.0.0.1:${server.port}/v1/invoices/in_x`,
+        `//127.0.0.1:${server.port}/v1/invoices/in_x`,
+        "/v1/invoices/../../v1/invoices/in_x",
+        "/v1/invoices/in_x?expand[]=customer",
+        "/v1/invoices/in%5Fx",
+        "/v3/invoices/in_x",
+      ];
+      for (const [i, url] of urls.entries()) {
+        const thin = thinFromClassic(classic, `evt_test_elsewhere_${i}`, false);
+        expect(await deliver(app, "thin", JSON.stringify({ ...thin, related_object: { ...thin.related_object, url } }))).toBe("queued");
+      }
+      // A health event whose impact points off Stripe: its event is read, its object is not.
+      putHealthEventElsewhere(`http://127.0.0.1:${server.port}/v1/invoices/in_x`);
+      expect(await deliver(app, "thin", JSON.stringify(healthNotification("evt_test_health_elsewhere", "2026-12-01T10:00:00.000Z")))).toBe(
+        "queued",
+      );
+      await drain();
+      const rows = await db<{ event_id: string; parked: boolean; last_error: string }[]>`
+        select event_id, needs_review_at is not null as parked, last_error from webhook_inbox order by event_id`;
+      expect(rows.length).toBe(urls.length + 1);
+      for (const row of rows) {
+        expect(row.parked).toBe(true);
+        expect(row.last_error).toContain("Refused to read related_object.url");
+        expect(row.last_error).toContain("not a Stripe API path");
+      }
+      expect(elsewhere).toBe(0);
+      expect(fake.store.requests.map((r) => r.path)).toEqual(["/v2/core/events/evt_test_health_elsewhere"]);
+      expect(await count(db, "invoices")).toBe(0);
+      expect(await count(db, "event_backfill_requests")).toBe(0);
+    } finally {
+      await server.stop(true);
+    }
+  });
+
+  function putHealthEventElsewhere(url: string): void {
+    const data: HealthEventData = {
+      alert_id: "halert_elsewhere",
+      grouping_key: "_grouping_elsewhere",
+      impact: { event_type: "invoice.paid", related_object: { id: "in_x", type: "invoice", url } },
+      resolved_at: "2026-12-01T09:45:00.000Z",
+      summary: "Stripe failed to generate events",
+    };
+    fake.store.put(V2_EVENTS, {
+      ...healthEvent("evt_test_health_elsewhere", "2026-12-01T10:00:00.000Z", data),
+      created: 1_764_583_200,
+    } as never);
+  }
 });
 
 describe("a worker without Stripe API settings", () => {

@@ -18,7 +18,7 @@ async function applyInvoicePaid(tx: postgres.TransactionSql, inv: Record<string,
   await tx`
     insert into invoices (id, customer_id, status, currency, amount_paid, paid_at)
     values (${id}, ${customer}, 'paid', ${currency}, ${amount}, now())
-    on conflict (id) do update
+    on conflict (account, id) do update
        set status = 'paid', amount_paid = excluded.amount_paid, paid_at = coalesce(invoices.paid_at, excluded.paid_at), updated_at = now()
      where invoices.status not in ('paid', 'void')
   `;
@@ -27,7 +27,7 @@ async function applyInvoicePaid(tx: postgres.TransactionSql, inv: Record<string,
   const booked = await tx`
     insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
     values (${id}, 'payment', ${amount}, ${currency}, ${inv.event_id as string})
-    on conflict (invoice_id, kind) do nothing
+    on conflict (account, invoice_id, kind) do nothing
     returning id
   `;
   if (booked.length === 0) return;

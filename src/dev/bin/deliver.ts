@@ -14,7 +14,13 @@ const USAGE = `Usage: bun run deliver <file.json|dir>… [options]
   --attempts N       attempts per delivery (default 6); a 5xx, 408, 409, 429 or connection failure is
                      retried with backoff, any other 4xx is final at once (unlike Stripe: resending
                      a bad signature or body changes nothing); 3 connection failures in a row stop
-                     the whole run`;
+                     the whole run
+  --account acct_…   send each event as a connected account's, like a Connect endpoint receives it:
+                     sets the classic event's \`account\` (a thin notification's \`context\`); "" = the platform's
+  --livemode B       sets each event's livemode to true or false
+  --id-suffix S      appends _S to each event id (Stripe's ids are unique across accounts and modes: the
+                     same file sent for two accounts needs two ids, or the second is a duplicate)
+                     With any of these three the body is re-serialized (2-space indent) before signing.`;
 
 function fail(message: string): never {
   console.error(`${message}\n\n${USAGE}`);
@@ -33,6 +39,9 @@ try {
       shuffle: { type: "boolean", default: false },
       seed: { type: "string", default: String(Date.now() % 100000) }, // any whole number ≥ 0
       attempts: { type: "string", default: "6" },
+      account: { type: "string" },
+      livemode: { type: "string" },
+      "id-suffix": { type: "string" },
       help: { type: "boolean", short: "h", default: false },
     },
   });
@@ -63,6 +72,29 @@ const files: EventFile[] = positionals.flatMap((path) => {
   return paths.map((p) => ({ name: basename(p), body: readFileSync(p, "utf8") }));
 });
 if (files.length === 0) fail("No .json files found");
+if (values.livemode !== undefined && values.livemode !== "true" && values.livemode !== "false")
+  fail(`--livemode must be true or false, got "${values.livemode}"`);
+if (values.account !== undefined && !/^(acct_[A-Za-z0-9]{1,250})?$/.test(values.account))
+  fail(`--account must be an account id acct_… (or "" for the platform), got "${values.account}"`);
+if (values["id-suffix"] !== undefined && !/^[A-Za-z0-9_]{1,40}$/.test(values["id-suffix"]))
+  fail(`--id-suffix must be 1–40 of A–Z, a–z, 0–9, _, got "${values["id-suffix"]}"`);
+if (values.account !== undefined || values.livemode !== undefined || values["id-suffix"] !== undefined) {
+  for (const file of files) {
+    let event: Record<string, unknown>;
+    try {
+      event = JSON.parse(file.body) as Record<string, unknown>;
+    } catch {
+      fail(`${file.name} is not JSON: --account, --livemode and --id-suffix need a JSON event`);
+    }
+    // Stripe names the connected account in a classic event's `account`, in a thin notification's `context`.
+    const field = event.object === "v2.core.event" ? "context" : "account";
+    if (values.account === "") delete event[field];
+    else if (values.account !== undefined) event[field] = values.account;
+    if (values.livemode !== undefined) event.livemode = values.livemode === "true";
+    if (values["id-suffix"] !== undefined) event.id = `${String(event.id)}_${values["id-suffix"]}`;
+    file.body = JSON.stringify(event, null, 2);
+  }
+}
 
 const devSecretFile = join(DATA_DIR, "dev-webhook-secret");
 // An empty STRIPE_WEBHOOK_SECRET counts as unset, as it does for `bun run serve`.

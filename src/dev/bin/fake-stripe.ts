@@ -4,11 +4,14 @@
 // refetch mode by hand: point STRIPE_API_BASE at the printed URL. Events and their objects get recent
 // `created` times (one per second in file order, ending now), so they are inside Stripe's 30 days; each event's
 // `data.object` is also served by retrieve and list (`/v1/invoices`, `/v1/refunds`, …) in its latest
-// state. Without --delivered every event also lists under `delivery_success=false`. Runs until Ctrl-C.
+// state. Without --delivered every event also lists under `delivery_success=false`. A file holding a v2
+// event (`object: "v2.core.event"`) or any other Stripe object is served as written (test/fixtures/stripe/
+// health-recovery/api: a health event and the paid invoice it names, with no event of its own). Runs until Ctrl-C.
 import { readdirSync, readFileSync, statSync } from "node:fs";
 import { join } from "node:path";
 import { parseArgs } from "node:util";
 import { startFakeStripe } from "../fake-stripe/serve.ts";
+import { V2_EVENTS } from "../fake-stripe/app.ts";
 import { FakeStripeStore, type StoredObject } from "../fake-stripe/store.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 
@@ -47,10 +50,12 @@ const files = paths.flatMap((p) =>
         .map((f) => join(p, f))
     : [p],
 );
-const events = files
-  .map((f) => JSON.parse(readFileSync(f, "utf8")) as StoredObject & { data?: { object?: StoredObject } })
-  .filter((e) => e.object === "event");
+const read = files.map((f) => JSON.parse(readFileSync(f, "utf8")) as StoredObject & { data?: { object?: StoredObject } });
+const events = read.filter((e) => e.object === "event");
 const store = new FakeStripeStore(parsed.values.key);
+// A v2 event (a thin notification's full form) is served by GET /v2/core/events/<id> as written; any
+// other object (an invoice no event announces) by retrieve and list, as written.
+for (const o of read.filter((e) => e.object !== "event")) store.put(o.object === "v2.core.event" ? V2_EVENTS : `${o.object}s`, o);
 const now = Math.floor(Date.now() / 1000);
 events.forEach((event, i) => {
   const created = now - events.length + i;
@@ -60,7 +65,7 @@ events.forEach((event, i) => {
 });
 const fake = startFakeStripe({ port, store });
 console.log(
-  `fake Stripe API on ${fake.url}: ${events.length} events, ${[...store.objects.keys()].filter((k) => k !== "events").join(", ")}; ` +
+  `fake Stripe API on ${fake.url}: ${events.length} events, ${[...store.objects.keys()].filter((k) => k !== "events").join(", ") || "no objects"}; ` +
     `STRIPE_API_BASE=${fake.url} STRIPE_API_KEY=${parsed.values.key ? "<the --key given>" : "sk_test_anything123 (any key is accepted)"}`,
 );
 onStopSignals(

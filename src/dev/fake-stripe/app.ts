@@ -7,7 +7,7 @@
 // older than that are gone, as Stripe keeps events for 30 days: not listed, and a 400
 // `resource_missing` as a cursor. Query parameters are parsed in the
 // indexed bracket form stripe-node sends (`created[gte]=…`, `types[0]=…`).
-import type { FakeStripeStore, StoredObject } from "./store.ts";
+import { FakeStripeStore, type StoredObject } from "./store.ts";
 
 type Query = Record<string, string>;
 
@@ -113,7 +113,10 @@ export const V2_EVENTS = "v2/core/events";
  * The fake's fetch handler. Routes: `GET /v2/core/events/<id>` (a v2 event put under {@link V2_EVENTS},
  * what stripe-node's `fetchEvent()` on a thin notification reads; 404 `resource_missing` when absent), `GET /v1/<resource>` (list, filtered by `created`; events also
  * by type, types and delivery_success; invoices also by `status`) and `GET /v1/<resource>/<id>`
- * (retrieve; 404 `resource_missing` when absent). Every request needs `Authorization: Bearer <key>`
+ * (retrieve; 404 `resource_missing` when absent). A request is made for the account its
+ * `Stripe-Account` (or `Stripe-Context`) header names, the platform without one: it lists and retrieves
+ * only that account's objects (another account's id is a 404 `resource_missing`, as at Stripe), and
+ * `GET /v1/accounts` lists the connected accounts objects were put for. Every request needs `Authorization: Bearer <key>`
  * when the store has a key (401 otherwise). Injected faults answer first (429 `rate_limit`, 5xx
  * `api_error`). Everything else is 404 `invalid_request_error` "Unrecognized request URL".
  */
@@ -122,13 +125,16 @@ export function fakeStripeApi(store: FakeStripeStore): (request: Request) => Pro
     const url = new URL(request.url);
     const query: Query = {};
     for (const [k, v] of url.searchParams) query[k] = v;
-    const answer = respond(store, request, url, query);
-    store.requests.push({ method: request.method, path: url.pathname, query, status: answer.status });
+    // Stripe-Account (classic Connect calls) or Stripe-Context (what stripe-node sends for a thin
+    // notification's context): the account whose objects the request sees; none is the platform.
+    const account = request.headers.get("stripe-account") ?? request.headers.get("stripe-context") ?? "";
+    const answer = respond(store, request, url, query, account);
+    store.requests.push({ method: request.method, path: url.pathname, query, status: answer.status, account });
     return answer;
   };
 }
 
-function respond(store: FakeStripeStore, request: Request, url: URL, q: Query): Response {
+function respond(store: FakeStripeStore, request: Request, url: URL, q: Query, account: string): Response {
   if (store.apiKey !== undefined && request.headers.get("authorization") !== `Bearer ${store.apiKey}`)
     return stripeError(401, "invalid_request_error", "Invalid API Key provided.");
   const fault = store.takeFault(url.pathname);
@@ -136,16 +142,18 @@ function respond(store: FakeStripeStore, request: Request, url: URL, q: Query): 
   if (fault !== undefined) return stripeError(fault, "api_error", "An unknown error occurred (injected).");
   const v2 = /^\/v2\/core\/events\/([A-Za-z0-9_]+)$/.exec(url.pathname);
   if (request.method === "GET" && v2) {
-    const event = store.get(V2_EVENTS, v2[1]!);
+    const event = store.get(V2_EVENTS, v2[1]!, account);
     if (!event) return stripeError(404, "invalid_request_error", `No such event: '${v2[1]}'`, "resource_missing", "id");
     return json(200, event);
   }
-  const m = /^\/v1\/([a-z_]+)(?:\/([A-Za-z0-9_]+))?$/.exec(url.pathname);
+  // Resources are one segment (`invoices`) or two (`checkout/sessions`), stored under that path.
+  const m = /^\/v1\/((?:checkout\/)?[a-z_]+)(?:\/([A-Za-z0-9_]+))?$/.exec(url.pathname);
   if (request.method !== "GET" || !m)
     return stripeError(404, "invalid_request_error", `Unrecognized request URL (${request.method}: ${url.pathname}).`);
   const [, resource, id] = m as unknown as [string, string, string | undefined];
   if (id !== undefined) {
-    const object = store.get(resource, id);
+    // Only the account's own objects: another account's id is a 404 resource_missing, as at Stripe.
+    const object = store.get(resource, id, account);
     if (!object || !store.holds(resource, object))
       return stripeError(404, "invalid_request_error", `No such ${resource.replace(/s$/, "")}: '${id}'`, "resource_missing", "id");
     return json(200, object);
@@ -153,7 +161,8 @@ function respond(store: FakeStripeStore, request: Request, url: URL, q: Query): 
   const filterEvent = resource === "events" ? eventFilter(store, q) : undefined;
   if (filterEvent instanceof Response) return filterEvent;
   const all: StoredObject[] = [];
-  const held = (store.objects.get(resource) ?? []).filter((o) => store.holds(resource, o));
+  const slot = FakeStripeStore.slot(resource, account);
+  const held = (store.objects.get(slot) ?? []).filter((o) => store.holds(resource, o));
   for (const o of held) {
     const created = createdMatches(o.created, q);
     if (created instanceof Response) return created;
@@ -163,7 +172,7 @@ function respond(store: FakeStripeStore, request: Request, url: URL, q: Query): 
     all.push(o);
   }
   // Newest first; same second: the later insertion first.
-  const order = new Map((store.objects.get(resource) ?? []).map((o, i) => [o.id, i]));
+  const order = new Map((store.objects.get(slot) ?? []).map((o, i) => [o.id, i]));
   const newestFirst = (a: StoredObject, b: StoredObject) => b.created - a.created || (order.get(b.id) ?? 0) - (order.get(a.id) ?? 0);
   all.sort(newestFirst);
   return page(all, held.sort(newestFirst), q, `/v1/${resource}`);

@@ -15,6 +15,8 @@ export interface SeenRequest {
   path: string;
   query: Record<string, string>;
   status: number;
+  /** The account the request was made for: its `Stripe-Account` (or `Stripe-Context`) header, `""` without one (the platform). */
+  account: string;
 }
 
 /** An injected failure: the next `count` requests (matching `path` when given) get `status`. */
@@ -28,6 +30,10 @@ export interface Fault {
  * The fake's state. `objects` maps a list path segment (`events`, `invoices`, `charges`, `refunds`,
  * `disputes`, `invoice_payments`, …) to its objects in insertion order; the list order is newest
  * first by `created`, ties broken by later insertion first (how Stripe orders same-second objects).
+ * The platform's objects are under the resource's name; a connected account's under
+ * `<acct_…>/<resource>` ({@link FakeStripeStore.slot}): each method takes the account (`""`, the
+ * default, is the platform), and an object put for an account adds that account to the platform's
+ * `accounts` (what `GET /v1/accounts` lists).
  */
 export class FakeStripeStore {
   readonly objects = new Map<string, StoredObject[]>();
@@ -46,26 +52,35 @@ export class FakeStripeStore {
   /** @param apiKey the key every request must carry as `Authorization: Bearer …` (undefined accepts any). */
   constructor(readonly apiKey?: string) {}
 
-  /** Adds (or replaces, keeping its position) an object under `resource`, e.g. `put("invoices", invoice)`. */
-  put(resource: string, object: StoredObject): void {
-    const list = this.objects.get(resource) ?? [];
+  /** The key of `resource`'s objects of `account` in {@link objects}: the resource itself for the platform (`""`). */
+  static slot(resource: string, account = ""): string {
+    return account === "" ? resource : `${account}/${resource}`;
+  }
+
+  /** Adds (or replaces, keeping its position) an object under `resource` of `account` (default the platform), e.g. `put("invoices", invoice)`. */
+  put(resource: string, object: StoredObject, account = ""): void {
+    const slot = FakeStripeStore.slot(resource, account);
+    const list = this.objects.get(slot) ?? [];
     const at = list.findIndex((o) => o.id === object.id);
     if (at >= 0) list[at] = object;
     else list.push(object);
-    this.objects.set(resource, list);
+    this.objects.set(slot, list);
+    if (account !== "" && !this.get("accounts", account))
+      this.put("accounts", { id: account, object: "account", created: Math.floor(this.now() / 1000) });
   }
 
-  /** Adds an event; `delivered: false` also lists it under `delivery_success=false`. */
-  putEvent(event: StoredObject, delivered = true): void {
-    this.put("events", event);
+  /** Adds an event of `account` (default the platform); `delivered: false` also lists it under `delivery_success=false`. */
+  putEvent(event: StoredObject, delivered = true, account = ""): void {
+    this.put("events", event, account);
     if (!delivered) this.undelivered.add(event.id);
   }
 
-  /** Removes an object (a later retrieve is a 404 `resource_missing`). */
-  remove(resource: string, id: string): void {
-    const list = this.objects.get(resource) ?? [];
+  /** Removes an object of `account` (a later retrieve is a 404 `resource_missing`). */
+  remove(resource: string, id: string, account = ""): void {
+    const slot = FakeStripeStore.slot(resource, account);
+    const list = this.objects.get(slot) ?? [];
     this.objects.set(
-      resource,
+      slot,
       list.filter((o) => o.id !== id),
     );
   }
@@ -79,9 +94,9 @@ export class FakeStripeStore {
     );
   }
 
-  /** The object with `id` under `resource`, or undefined. */
-  get(resource: string, id: string): StoredObject | undefined {
-    return this.objects.get(resource)?.find((o) => o.id === id);
+  /** The object with `id` under `resource` of `account` (default the platform), or undefined: never another account's. */
+  get(resource: string, id: string, account = ""): StoredObject | undefined {
+    return this.objects.get(FakeStripeStore.slot(resource, account))?.find((o) => o.id === id);
   }
 
   /** Makes the next `count` requests (to paths matching `path`, when given) fail with `status` (429, 500, …). */
