@@ -1,0 +1,61 @@
+// Spans of one delivery exported with OpenTelemetry's OTLP/HTTP exporter (the setup docs/observability.md
+// shows for Bun) to a local collector started here, decoded from what arrived (OTLP JSON encoding).
+import { afterAll, expect, test } from "bun:test";
+import * as api from "@opentelemetry/api";
+import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
+import { SimpleSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
+import { createApp } from "../../src/receiver/app.ts";
+import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
+import { TRACER_NAME } from "../../src/telemetry.ts";
+import { eventBody, freshDatabase, invoice, SECRET, signedRequest } from "../support/helpers.ts";
+
+const fresh = await freshDatabase();
+afterAll(() => fresh.drop());
+
+/** OTLP's JSON encoding of an export request (opentelemetry-proto, trace_service.proto), the parts read here. */
+interface ExportRequest {
+  resourceSpans: {
+    scopeSpans: {
+      scope: { name: string };
+      spans: { name: string; traceId: string; spanId: string; parentSpanId?: string; attributes: { key: string; value: { stringValue?: string } }[] }[];
+    }[];
+  }[];
+}
+
+test("one delivery's spans reach an OTLP/HTTP collector: server, receive and process, with the event's messaging attributes", async () => {
+  const received: { type: string | null; body: ExportRequest }[] = [];
+  const collector = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    async fetch(request) {
+      received.push({ type: request.headers.get("content-type"), body: (await request.json()) as ExportRequest });
+      return Response.json({});
+    },
+  });
+  const provider = new TracerProvider({
+    spanProcessors: [new SimpleSpanProcessor({ exporter: new OTLPTraceExporter({ url: `http://127.0.0.1:${collector.port}/v1/traces` }) })],
+  });
+  try {
+    const app = createApp({
+      db: fresh.db,
+      endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode: "sync" }]),
+      telemetry: { api, tracer: provider.getTracer(TRACER_NAME) },
+      log: () => {},
+    });
+    const body = eventBody("evt_otlp_1", "invoice.paid", invoice({ id: "in_otlp_1", status: "paid", amount_paid: 2000 }));
+    expect((await app.fetch(await signedRequest("http://receiver.test/webhooks/stripe", body))).status).toBe(200);
+    await provider.forceFlush();
+  } finally {
+    await provider.shutdown();
+    collector.stop(true);
+  }
+  expect(received.every((r) => r.type?.startsWith("application/json"))).toBe(true);
+  const spans = received.flatMap((r) => r.body.resourceSpans.flatMap((rs) => rs.scopeSpans.filter((s) => s.scope.name === TRACER_NAME).flatMap((s) => s.spans)));
+  expect(spans.map((s) => s.name).sort()).toEqual(["POST /webhooks/:provider/:endpoint", "process billing", "receive billing"]);
+  const byName = new Map(spans.map((s) => [s.name, s]));
+  expect(new Set(spans.map((s) => s.traceId)).size).toBe(1);
+  expect(byName.get("receive billing")?.parentSpanId).toBe(byName.get("POST /webhooks/:provider/:endpoint")?.spanId);
+  expect(byName.get("process billing")?.parentSpanId).toBe(byName.get("receive billing")?.spanId);
+  const attributes = Object.fromEntries(byName.get("receive billing")!.attributes.map((a) => [a.key, a.value.stringValue]));
+  expect(attributes).toMatchObject({ "messaging.message.id": "evt_otlp_1", "messaging.destination.name": "billing", "webhook_inbox.outcome": "processed" });
+});
