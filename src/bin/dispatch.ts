@@ -1,7 +1,7 @@
 // Entry file: `bun run dispatch [options]`: delivers outbox rows to OUTBOX_SINK_URL, signed with the
 // Standard Webhooks scheme. Env, args and signals live here; the loop is src/outbox/dispatcher.ts.
 import { parseArgs } from "node:util";
-import { loadTelemetry } from "../runtime/telemetry.ts";
+import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { connectDatabase } from "../runtime/database-tls.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
@@ -95,6 +95,7 @@ console.log(
     ...settings,
   }),
 );
+const telemetry = await loadTelemetry(process.env);
 await runDispatcher({
   db,
   send,
@@ -107,8 +108,9 @@ await runDispatcher({
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   ordered,
   listen: !parsed.values["no-listen"] && pooler !== "transaction", // LISTEN does not survive a transaction pooler
-  telemetry: await loadTelemetry(process.env),
+  telemetry,
 });
 await db.end({ timeout: 5 });
 console.log(JSON.stringify({ dispatcher: "stopped" }));
+await flushTelemetry(telemetry);
 process.exit(0);

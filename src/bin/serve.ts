@@ -1,6 +1,6 @@
 // Entry file: `bun run serve`. Env, embedded PostgreSQL, migrations, Bun.serve and signals live here.
 import { ConfigError, loadConfig, type Config } from "../config.ts";
-import { loadTelemetry } from "../runtime/telemetry.ts";
+import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import type { Db } from "../db/db.ts";
 import { devWebhookSecret } from "../runtime/database.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
@@ -54,6 +54,8 @@ try {
 const base = `http://${config.host}:${server.port}`;
 console.log(`webhook-inbox starting on ${base}: /healthz answers, deliveries get 503 until the database is ready`);
 
+// OpenTelemetry when `@opentelemetry/api` is installed (an SDK registered by a --preload file exports).
+const telemetry = await loadTelemetry(env);
 const startup = openReadyDatabase({
   command: "webhook-inbox serve",
   env,
@@ -66,7 +68,7 @@ const ready = await startup;
 if (ready) {
   const { database, db, applied, schemaVersion } = ready;
   probeDb = connectProbes(database.url, config, "webhook-inbox serve", databaseTls(database.url));
-  starting.ready(receiverApp(config, db, { schemaVersion, probeDb, telemetry: await loadTelemetry(process.env) }));
+  starting.ready(receiverApp(config, db, { schemaVersion, probeDb, telemetry }));
   console.log(
     `webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`,
   );
@@ -95,5 +97,6 @@ async function shutdown(signal: string): Promise<void> {
     await catchUp;
     await Promise.all([opened.db.end({ timeout: 5 }), probeDb?.end({ timeout: 1 })]);
   }
+  await flushTelemetry(telemetry);
   process.exit(0);
 }

@@ -1,6 +1,6 @@
 // Entry file: `bun run worker [options]`: processes async and hybrid rows. Env, args and signals live here.
 import { parseArgs } from "node:util";
-import { loadTelemetry } from "../runtime/telemetry.ts";
+import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { ConfigError, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
 import { connectDatabase } from "../runtime/database-tls.ts";
@@ -148,6 +148,7 @@ try {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(2);
 }
+const telemetry = await loadTelemetry(process.env);
 await runWorker({
   db,
   // Next to thin endpoints, classic rows claim their change like the receiver's classic endpoints then do.
@@ -161,10 +162,11 @@ await runWorker({
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   listen,
   ...(api ? { fetcher: api.fetcher } : {}),
-  telemetry: await loadTelemetry(process.env),
+  telemetry,
 });
 await catchUp;
 await backfillRequests;
 await db.end({ timeout: 5 });
 console.log(JSON.stringify({ worker: "stopped" }));
+await flushTelemetry(telemetry);
 process.exit(0);

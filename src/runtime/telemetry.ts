@@ -16,3 +16,15 @@ export async function loadTelemetry(env: Record<string, string | undefined>): Pr
     return undefined;
   }
 }
+
+/**
+ * Exports the spans the registered SDK still holds (its tracer provider's `forceFlush()`, reached
+ * through the API's proxy provider), waiting at most `timeoutMs` ms; called by the entry files as they
+ * stop, after the last span ended. Does nothing without an SDK that can flush. Never throws.
+ */
+export async function flushTelemetry(telemetry: Telemetry | undefined, timeoutMs = 2_000): Promise<void> {
+  const proxy = telemetry?.api.trace.getTracerProvider() as { getDelegate?(): { forceFlush?(): Promise<void> } } | undefined;
+  const flush = proxy?.getDelegate?.().forceFlush?.();
+  if (!flush) return;
+  await Promise.race([flush.catch(() => {}), new Promise((resolve) => setTimeout(resolve, timeoutMs))]);
+}

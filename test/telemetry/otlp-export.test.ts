@@ -8,6 +8,8 @@ import { createApp } from "../../src/receiver/app.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { TRACER_NAME } from "../../src/telemetry.ts";
 import { eventBody, freshDatabase, invoice, SECRET, signedRequest } from "../support/helpers.ts";
+import { startServer } from "../runtimes/server-process.ts";
+import { waitUntil } from "../support/wait-until.ts";
 
 const fresh = await freshDatabase();
 afterAll(() => fresh.drop());
@@ -59,3 +61,44 @@ test("one delivery's spans reach an OTLP/HTTP collector: server, receive and pro
   const attributes = Object.fromEntries(byName.get("receive billing")!.attributes.map((a) => [a.key, a.value.stringValue]));
   expect(attributes).toMatchObject({ "messaging.message.id": "evt_otlp_1", "messaging.destination.name": "billing", "webhook_inbox.outcome": "processed" });
 });
+
+test("`bun run serve` with docs/observability/otel-bun-preload.ts exports a delivery's spans to OTEL_EXPORTER_OTLP_ENDPOINT under OTEL_SERVICE_NAME", async () => {
+  const received: ExportRequest[] = [];
+  const collector = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    async fetch(request) {
+      received.push((await request.json()) as ExportRequest);
+      return Response.json({});
+    },
+  });
+  const db = await freshDatabase();
+  try {
+    const server = await startServer({
+      command: [process.execPath, "--preload", "./docs/observability/otel-bun-preload.ts", "src/bin/serve.ts"],
+      env: {
+        DATABASE_URL: db.url,
+        STRIPE_WEBHOOK_SECRET: SECRET,
+        OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${collector.port}`,
+        OTEL_BSP_SCHEDULE_DELAY: "100",
+        OTEL_SERVICE_NAME: "inbox-under-test",
+      },
+    });
+    try {
+      const body = eventBody("evt_otlp_preload", "invoice.paid", invoice({ id: "in_otlp_preload", status: "paid", amount_paid: 2000 }));
+      expect((await fetch(await signedRequest(`${server.base}/webhooks/stripe`, body))).status).toBe(200);
+      const names = () =>
+        received.flatMap((r) => r.resourceSpans.flatMap((rs) => rs.scopeSpans.flatMap((s) => s.spans.map((span) => span.name))));
+      await waitUntil("the delivery's spans at the collector", async () => names().includes("process billing"), { timeoutMs: 10_000, intervalMs: 50 });
+      expect(names()).toEqual(expect.arrayContaining(["POST /webhooks/:provider/:endpoint", "receive billing", "process billing"]));
+      const service = (received[0] as unknown as { resourceSpans: { resource: { attributes: { key: string; value: { stringValue?: string } }[] } }[] })
+        .resourceSpans[0]?.resource.attributes.find((a) => a.key === "service.name")?.value.stringValue;
+      expect(service).toBe("inbox-under-test");
+    } finally {
+      expect(await server.stop()).toBe(0);
+    }
+  } finally {
+    collector.stop(true);
+    await db.drop();
+  }
+}, 60_000);
