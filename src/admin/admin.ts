@@ -1,5 +1,6 @@
 // The operator's page at /admin: server-rendered HTML on Web APIs only, the same operator functions
 // as `bun run inbox` (src/ops), behind the admin token.
+import { jsonLines } from "../log.ts";
 import type { Db } from "../db/db.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { describeError } from "../errors.ts";
@@ -52,7 +53,7 @@ const EVENT = /^\/admin\/events\/([^/]+)$/;
  */
 export function createAdmin(deps: AdminDeps): Admin {
   const now = deps.now ?? Date.now;
-  const log = deps.log ?? ((line) => console.log(JSON.stringify(line)));
+  const log = deps.log ?? jsonLines();
   const auth = createAdminAuth(deps.token, now);
   const readonly = deps.readonly === true;
   const csrf = async () => {

@@ -1,5 +1,6 @@
 // Entry file: `bun run dispatch [options]`: delivers outbox rows to OUTBOX_SINK_URL, signed with the
 // Standard Webhooks scheme. Env, args and signals live here; the loop is src/outbox/dispatcher.ts.
+import { jsonLines, readLogLevel, type LogLevel } from "../log.ts";
 import { parseArgs } from "node:util";
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
@@ -70,6 +71,14 @@ if (sinkUrl && sinkSecret) {
 if (problems.length > 0 || !send) usageError(problems);
 
 const pooler = poolerFromEnv(process.env);
+let logLevel: LogLevel = "info";
+try {
+  logLevel = readLogLevel(process.env);
+} catch (err) {
+  usageError([err instanceof Error ? err.message : String(err)]);
+}
+/** One JSON line per event of this process (src/log.ts), below LOG_LEVEL dropped. */
+const log = jsonLines({ level: logLevel });
 // Signals before the database is opened: a stop during start-up ends the start at once.
 const controller = abortOnSignals("dispatcher");
 const ready = await openReadyDatabase({
@@ -81,20 +90,18 @@ const ready = await openReadyDatabase({
   pooler,
 });
 if (!ready) {
-  console.log(JSON.stringify({ dispatcher: "stopped" }));
+  log({ dispatcher: "stopped" });
   process.exit(0);
 }
 const { database, db } = ready;
 
-console.log(
-  JSON.stringify({
+log({
     dispatcher: "started",
-    database: database.embedded ? "embedded" : "DATABASE_URL",
-    sink: new URL(sinkUrl as string).origin,
-    ordered,
-    ...settings,
-  }),
-);
+  database: database.embedded ? "embedded" : "DATABASE_URL",
+  sink: new URL(sinkUrl as string).origin,
+  ordered,
+  ...settings,
+});
 const telemetry = await loadTelemetry(process.env);
 await runDispatcher({
   db,
@@ -109,8 +116,9 @@ await runDispatcher({
   ordered,
   listen: !parsed.values["no-listen"] && pooler !== "transaction", // LISTEN does not survive a transaction pooler
   telemetry,
+  log,
 });
 await db.end({ timeout: 5 });
-console.log(JSON.stringify({ dispatcher: "stopped" }));
+log({ dispatcher: "stopped" });
 await flushTelemetry(telemetry);
 process.exit(0);

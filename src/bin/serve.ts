@@ -1,4 +1,5 @@
 // Entry file: `bun run serve`. Env, embedded PostgreSQL, migrations, Bun.serve and signals live here.
+import { jsonLines, readLogLevel, type LogFn, type LogLevel } from "../log.ts";
 import { ConfigError, loadConfig, type Config } from "../config.ts";
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import type { Db } from "../db/db.ts";
@@ -12,12 +13,24 @@ import { createStartingApp } from "../receiver/starting-app.ts";
 import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
 
 const env = process.env;
+
+/** `LOG_LEVEL`, its problem reported like the other settings' (one line, exit 1). */
+function logLevelOf(values: Record<string, string | undefined>): LogLevel {
+  try {
+    return readLogLevel(values);
+  } catch (err) {
+    throw new ConfigError([err instanceof Error ? err.message : String(err)]);
+  }
+}
 let config: Config;
 let catchUpSettings: CatchUpSettings;
+/** One JSON line per delivery and catch-up step (src/log.ts), below LOG_LEVEL dropped. */
+let log: LogFn;
 try {
   // No development secret is made (or written to .data/) where it could not be used.
   config = loadConfig(env, env.DATABASE_URL || env.NODE_ENV === "production" ? undefined : devWebhookSecret());
   catchUpSettings = readCatchUpSettings(env);
+  log = jsonLines({ level: logLevelOf(env) });
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(1);
@@ -68,7 +81,7 @@ const ready = await startup;
 if (ready) {
   const { database, db, applied, schemaVersion } = ready;
   probeDb = connectProbes(database.url, config, "webhook-inbox serve", databaseTls(database.url));
-  starting.ready(receiverApp(config, db, { schemaVersion, probeDb, telemetry }));
+  starting.ready(receiverApp(config, db, { schemaVersion, probeDb, telemetry, log }));
   console.log(
     `webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`,
   );
@@ -80,7 +93,7 @@ if (ready) {
     );
   }
   // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
-  catchUp = startCatchUp(env, catchUpSettings, db, stopping.signal, (line) => console.log(JSON.stringify(line)));
+  catchUp = startCatchUp(env, catchUpSettings, db, stopping.signal, log);
   if (catchUp) console.log("  event catch-up from Stripe's Events API: on (RECONCILE_IDLE_AFTER / RECONCILE_EVERY)");
   if (config.endpoints[0]?.source === "generated") {
     console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");

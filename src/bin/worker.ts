@@ -1,4 +1,5 @@
 // Entry file: `bun run worker [options]`: processes async and hybrid rows. Env, args and signals live here.
+import { jsonLines, readLogLevel, type LogLevel } from "../log.ts";
 import { parseArgs } from "node:util";
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
@@ -94,6 +95,14 @@ function readFetcher(problems: string[]): { fetcher: Fetcher; stripe: ReturnType
 const poolerProblems: string[] = [];
 const pooler = readPooler(process.env, poolerProblems);
 if (poolerProblems[0]) usageError(poolerProblems[0]);
+let logLevel: LogLevel = "info";
+try {
+  logLevel = readLogLevel(process.env);
+} catch (err) {
+  usageError(err instanceof Error ? err.message : String(err));
+}
+/** One JSON line per event of this process (src/log.ts), below LOG_LEVEL dropped. */
+const log = jsonLines({ level: logLevel });
 // A transaction pooler hands each transaction any server connection: a LISTEN would be registered on a
 // connection we do not keep, so notifications never arrive. Poll only there.
 const listen = !parsed.values["no-listen"] && pooler !== "transaction";
@@ -109,7 +118,7 @@ const ready = await openReadyDatabase({
   pooler,
 });
 if (!ready) {
-  console.log(JSON.stringify({ worker: "stopped" }));
+  log({ worker: "stopped" });
   process.exit(0);
 }
 const { database, db } = ready;
@@ -126,24 +135,22 @@ if (api) {
   if (problem)
     console.error(`webhook-inbox worker: ${problem.message}; starting anyway: rows that need the Stripe API wait and are retried`);
 }
-console.log(
-  JSON.stringify({
+log({
     worker: "started",
-    database: database.embedded ? "embedded" : "DATABASE_URL",
-    pooler,
-    listen,
-    ...settings,
-    "stripe-api": api ? "configured" : "none (thin rows are left to a worker that has it)",
-  }),
-);
+  database: database.embedded ? "embedded" : "DATABASE_URL",
+  pooler,
+  listen,
+  ...settings,
+  "stripe-api": api ? "configured" : "none (thin rows are left to a worker that has it)",
+});
 // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
 let catchUp: Promise<void> | undefined;
 // Backfill requests recorded by health notifications of thin endpoints, served here (the worker holds
 // the API key thin endpoints need), polled every 30 s.
 let backfillRequests: Promise<void> | undefined;
 try {
-  catchUp = startCatchUp(process.env, catchUpSettings, db, controller.signal, (line) => console.log(JSON.stringify(line)));
-  if (api) backfillRequests = startBackfillRequests(process.env, db, controller.signal, (line) => console.log(JSON.stringify(line)));
+  catchUp = startCatchUp(process.env, catchUpSettings, db, controller.signal, log);
+  if (api) backfillRequests = startBackfillRequests(process.env, db, controller.signal, log);
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(2);
@@ -163,10 +170,11 @@ await runWorker({
   listen,
   ...(api ? { fetcher: api.fetcher } : {}),
   telemetry,
+  log,
 });
 await catchUp;
 await backfillRequests;
 await db.end({ timeout: 5 });
-console.log(JSON.stringify({ worker: "stopped" }));
+log({ worker: "stopped" });
 await flushTelemetry(telemetry);
 process.exit(0);

@@ -1,4 +1,4 @@
-import type { LogFn } from "../log.ts";
+import { jsonLines, type LogFn } from "../log.ts";
 import type { Db } from "../db/db.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 
@@ -43,7 +43,7 @@ export function resolveLoopOptions(options: LoopOptions, loop: string): Resolved
     pollMs: options.pollMs ?? 5_000,
     backoff: options.backoff ?? { baseMs: 1_000, capMs: 600_000 },
     listen: options.listen !== false,
-    log: options.log ?? ((line) => console.log(JSON.stringify(line))),
+    log: options.log ?? jsonLines(),
   };
   if (resolved.timeoutMs >= resolved.leaseMs) {
     throw new Error(`${loop} timeout (${resolved.timeoutMs} ms) must be shorter than the lease (${resolved.leaseMs} ms)`);

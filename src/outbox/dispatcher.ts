@@ -63,7 +63,14 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
     };
     try {
       const result = await deliverClaimed(db, message, { send: options.send, timeoutMs, maxAttempts, backoff, telemetry: options.telemetry });
-      log({ ...line, outcome: result.outcome, ...(result.error ? { error: result.error } : {}), duration_ms: Date.now() - started });
+      log({
+        ...line,
+        outcome: result.outcome,
+        ...(result.error ? { error: result.error } : {}),
+        duration_ms: Date.now() - started,
+        level: result.outcome === "needs_review" ? "error" : result.outcome === "published" ? "info" : "warn",
+        message: `dispatch ${result.outcome}`,
+      });
     } catch (err) {
       // Settling the row failed (database unreachable): the lease expires and the row is delivered again.
       log({ ...line, outcome: "unsettled", error: describeError(err), duration_ms: Date.now() - started });

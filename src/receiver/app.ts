@@ -4,7 +4,7 @@
 import { Router, type IRequest } from "itty-router";
 import { isDatabaseUnavailable, isDataError, isPermanent, sqlState, type Db } from "../db/db.ts";
 import { AppError, describeError, errorResponse, PermanentError } from "../errors.ts";
-import type { LogFn } from "../log.ts";
+import { jsonLines, type LogFn } from "../log.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import type { VerifiedEvent, WebhookProvider } from "../providers/provider.ts";
 import {
@@ -139,7 +139,7 @@ export interface App {
 export function createApp(deps: AppDeps): App {
   assertPatchedPostgres();
   const now = deps.now ?? Date.now;
-  const log = deps.log ?? ((line) => console.log(JSON.stringify(line)));
+  const log = deps.log ?? jsonLines();
   const toleranceSec = deps.toleranceSec ?? 300;
   const maxBodyBytes = deps.maxBodyBytes ?? 1024 * 1024;
   const metrics = deps.metrics ?? createMetrics();
@@ -226,7 +226,8 @@ export function createApp(deps: AppDeps): App {
       hold.release();
     }
     const durationMs = now() - started;
-    log({ ...entry, status: response.status, duration_ms: durationMs });
+    const level = response.status >= 500 ? "error" : response.status >= 400 || entry.outcome === "needs_review" ? "warn" : "info";
+    log({ ...entry, status: response.status, duration_ms: durationMs, level, message: "delivery" });
     if (endpoint) {
       metrics.observe({
         provider: endpoint.provider.name,

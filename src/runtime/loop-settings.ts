@@ -1,5 +1,6 @@
 // Edge file: the settings and signal handling shared by the claim-loop commands (`bun run worker`,
 // `bun run dispatch`): flags, environment variables and SIGTERM/SIGINT.
+import { jsonLines } from "../log.ts";
 import { onStopSignals, REPEAT_WINDOW_MS } from "./signals.ts";
 
 /** The numeric flags of a claim loop, in ms except `concurrency` and `max-attempts`. */
@@ -65,7 +66,7 @@ export function abortOnSignals(label: string): AbortController {
   const controller = new AbortController();
   onStopSignals(
     (signal) => {
-      console.log(JSON.stringify({ [label]: "stopping", signal }));
+      jsonLines()({ [label]: "stopping", signal });
       controller.abort();
     },
     () => process.exit(1),

@@ -55,7 +55,11 @@ export interface ProcessOptions {
  * never throws for handler or API errors. A failure to record the failure is thrown (the lease then
  * expires and the row is claimed again).
  */
-export async function processClaim(db: Db, claim: Claim, options: ProcessOptions): Promise<{ outcome: WorkOutcome; error?: string; note?: string }> {
+export async function processClaim(
+  db: Db,
+  claim: Claim,
+  options: ProcessOptions,
+): Promise<{ outcome: WorkOutcome; error?: string; note?: string; traceId?: string; spanId?: string }> {
   const t = options.telemetry;
   if (!t) return processUntraced(db, claim, options);
   const ingest = spanContextOf(claim.traceparent);
@@ -69,7 +73,8 @@ export async function processClaim(db: Db, claim: Claim, options: ProcessOptions
     const result = await processUntraced(db, claim, options, traceparentOf(t, span), context);
     span?.setAttribute("webhook_inbox.outcome", result.outcome);
     if (result.error !== undefined) span?.setStatus({ code: t.api.SpanStatusCode.ERROR, message: result.error.slice(0, 300) });
-    return result;
+    const ids = span?.spanContext();
+    return ids && t.api.isSpanContextValid(ids) ? { ...result, traceId: ids.traceId, spanId: ids.spanId } : result;
   });
 }
 

@@ -61,10 +61,14 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
             outcome: result.outcome,
             ...(result.error ? { error: result.error } : {}),
             ...(result.note ? { note: result.note } : {}),
+            ...(result.traceId ? { trace_id: result.traceId, span_id: result.spanId } : {}),
             duration_ms: Date.now() - claimedAt,
+            level: result.outcome === "needs_review" ? "error" : result.outcome === "failed" || result.outcome === "deferred" ? "warn" : "info",
+            message: `worker ${result.outcome}`,
           }),
         // Not expected (processClaim reports failures as outcomes): the lease expires and the row is claimed again.
-        (err: unknown) => log({ ...line, outcome: "failed", error: describeError(err), duration_ms: Date.now() - claimedAt }),
+        (err: unknown) =>
+          log({ ...line, outcome: "failed", error: describeError(err), duration_ms: Date.now() - claimedAt, level: "error", message: "worker failed" }),
       )
       .finally(() => {
         inFlight.delete(p);
