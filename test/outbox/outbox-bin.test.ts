@@ -116,7 +116,7 @@ test(
         sink: `http://127.0.0.1:${server.port}`,
       });
       expect(lines.filter((l) => l.outcome === "published").length).toBe(6);
-      expect(lines.at(-1)).toEqual({ dispatcher: "stopped" });
+      expect(lines.at(-1)).toMatchObject({ dispatcher: "stopped", level: "info", message: "dispatcher stopped" });
       expect(JSON.stringify(lines)).not.toContain(SECRET);
       expect(await stderr).toBe("");
     } finally {

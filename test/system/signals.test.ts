@@ -89,8 +89,10 @@ test("Ctrl-C to the process group of `bun run worker` stops it gracefully: one s
     .split("\n")
     .filter((l) => l.startsWith("{"))
     .map((l) => JSON.parse(l) as Record<string, unknown>);
-  expect(lines.filter((l) => l.worker === "stopping")).toEqual([{ worker: "stopping", signal: "SIGINT" }]);
-  expect(lines.at(-1)).toEqual({ worker: "stopped" });
+  expect(lines.filter((l) => l.worker === "stopping").map(({ worker, signal }) => ({ worker, signal }))).toEqual([
+    { worker: "stopping", signal: "SIGINT" },
+  ]);
+  expect(lines.at(-1)).toMatchObject({ worker: "stopped", level: "info" });
   expect(code).toBe(0);
 }, 40_000);
 

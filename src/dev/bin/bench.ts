@@ -23,7 +23,7 @@ import { ensurePgbench, runPgbench } from "../bench/pgbench.ts";
 import { hasWrk, wrkLoad } from "../bench/wrk.ts";
 import { runWorker } from "../../worker/worker.ts";
 
-const SECTIONS = ["ceiling", "sync", "async", "drain", "duplicates"];
+const SECTIONS = ["ceiling", "sync", "async", "drain", "duplicates", "otel"];
 const USAGE = `Usage: bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only SECTIONS] [--out DIR]
   measures the receiver and the worker against pgbench on a throwaway PostgreSQL and writes
   DIR/latest.json and DIR/latest.md (default bench-results/)
@@ -284,6 +284,35 @@ try {
         table.push(`| receive async ÷ pgbench one-row insert (paired runs) | ${c} | ${vsInsert.median.toFixed(2)}× | ${vsInsert.min.toFixed(2)}–${vsInsert.max.toFixed(2)} | |`);
         say(`receive async ÷ pgbench insert @${c}: ${JSON.stringify(vsInsert)}`);
       }
+    }
+  }
+
+  // OpenTelemetry's cost without an SDK: sync deliveries through `serve` with @opentelemetry/api loaded
+  // (every span the API's no-op) and through `serve` with OTEL_SDK_DISABLED=true (no span made), in
+  // turns, each run paired with the one after it (docs/observability.md).
+  if (sections.has("otel")) {
+    for (const c of levels) {
+      const loads: Load[][] = [[], []];
+      for (let r = 0; r < runs; r++) {
+        for (const [i, extra] of ([{}, { OTEL_SDK_DISABLED: "true" }] as Record<string, string>[]).entries()) {
+          await reset();
+          await withServe({ INBOX_MODE: "sync", DB_POOL_MAX: String(Math.min(c, 64)), ...extra }, async (base) => {
+            await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warmotel${c}r${r}${i}${Date.now()}` });
+            await reset();
+            loads[i]!.push(await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: seconds * 1000, kind: "unique", run: `otel${c}r${r}${i}${Date.now()}` }));
+          });
+        }
+      }
+      for (const [i, name] of ["receive sync, @opentelemetry/api loaded, no SDK", "receive sync, OTEL_SDK_DISABLED=true"].entries()) {
+        const rps = stat(loads[i]!.map((l) => l.rps));
+        results[`${name} @${c}`] = rps;
+        row(name, c, rps, "events/s");
+        say(`${name} @${c}: ${JSON.stringify(rps)}`);
+      }
+      const ratio = stat(loads[0]!.map((l, r) => l.rps / (loads[1]![r]?.rps ?? Number.NaN)));
+      results[`receive sync, API without SDK ÷ no telemetry @${c}`] = ratio;
+      table.push(`| receive sync, API without SDK ÷ no telemetry (paired runs) | ${c} | ${ratio.median.toFixed(2)}× | ${ratio.min.toFixed(2)}–${ratio.max.toFixed(2)} | |`);
+      say(`receive sync, API without SDK ÷ no telemetry @${c}: ${JSON.stringify(ratio)}`);
     }
   }
 
