@@ -46,13 +46,13 @@ export async function listConnectedAccounts(stripe: Stripe, retry: StripeRetryOp
 
 /**
  * The accounts a run reads, `""` standing for the platform: `[""]`, `[account]`, or `["", …every
- * connected account]` (listed once per run).
+ * connected account, sorted by id]` (listed once per run).
  * @throws as {@link listConnectedAccounts}.
  */
 export async function accountsOf(choice: AccountChoice, stripe: Stripe, retry: StripeRetryOptions = {}): Promise<string[]> {
   if (choice.kind === "platform") return [""];
   if (choice.kind === "one") return [choice.account];
-  return ["", ...(await listConnectedAccounts(stripe, retry))];
+  return ["", ...(await listConnectedAccounts(stripe, retry)).sort()];
 }
 
 /** How an account is named in output: `platform` for `""`. */
