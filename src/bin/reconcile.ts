@@ -22,7 +22,9 @@ const USAGE = `Usage: bun run reconcile <command> [options]   (--help after a co
   events     backfill events from Stripe's Events API into the inbox (same keys as webhook deliveries)
   invoices   compare invoices with Stripe and, with --repair, repair drift through the handlers
   refunds    the same for refunds
-  disputes   the same for disputes`;
+  disputes   the same for disputes
+each reads the platform's own account; --account acct_… reads one connected account, --all-accounts the platform
+and every connected account (each with its own checkpoint for events)`;
 
 const [command, ...args] = process.argv.slice(2);
 

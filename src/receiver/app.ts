@@ -12,7 +12,7 @@ import {
   receiveHybrid,
   receiveSync,
   recordFallback,
-  recordIgnoredMode,
+  recordRefusal,
   refusalOf,
   type HybridOptions,
   type Mode,
@@ -276,13 +276,11 @@ export function createApp(deps: AppDeps): App {
       if (!permanent(err)) throw err;
       return park(err);
     };
+    // A test event at a live endpoint (or the reverse) is kept and counted, never applied: a 2xx so Stripe does not
+    // retry it. A connected account's event at a non-Connect endpoint is parked when it would be applied.
     const refusal = refusalOf(endpoint, event);
-    // A test event at a live endpoint (or the reverse) is kept and counted, never applied: a 2xx so Stripe does not retry it.
-    if (refusal?.kind === "mode") return slot(() => recordIgnoredMode(deps.db, target, event));
-    // A connected account's event at a non-Connect endpoint is parked only when it would be applied: a type
-    // the endpoint does not handle is recorded `ignored` like any other (thin notifications of any account).
-    if (refusal?.kind === "account" && Object.hasOwn(endpoint.handlers, event.type))
-      return slot(() => park(new PermanentError(refusal.reason)));
+    if (refusal?.kind === "account") entry.fallback = refusal.reason;
+    if (refusal) return slot(() => recordRefusal(deps.db, target, event, refusal, hybrid.backoff));
     if (event.sanitized?.typeChanged) {
       // No handler can be chosen for a type that is not the one sent: keep it, with its raw body, for an operator.
       const why = `Event type holds characters PostgreSQL cannot store (${event.sanitized.replaced}): recorded with them replaced, not applied`;

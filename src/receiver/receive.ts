@@ -1,5 +1,5 @@
 import { isDatabaseUnavailable, isPermanent, type Db } from "../db/db.ts";
-import { describeError } from "../errors.ts";
+import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent, type Applied } from "../inbox/apply-event.ts";
 import { inboxRow, insertInbox, recordUnapplied, type Backoff } from "../inbox/inbox.ts";
@@ -120,25 +120,35 @@ export async function recordFallback(
  * was recorded already (whatever it was recorded as).
  * @throws the database error (nothing was recorded: the caller answers 5xx).
  */
-export async function recordIgnoredMode(db: Db, target: Pick<ReceiveTarget, "provider" | "endpoint">, event: VerifiedEvent): Promise<Outcome> {
+export async function recordIgnoredMode(
+  db: Db,
+  target: Pick<ReceiveTarget, "provider" | "endpoint">,
+  event: VerifiedEvent,
+): Promise<Outcome> {
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   const inserted = await insertInbox(db, [inboxRow(key, event, "ignored_mode")]);
   return inserted.size === 1 ? "ignored_mode" : "duplicate";
 }
 
+/** Why an endpoint must not apply an event ({@link refusalOf}): its mode, or its account with the reason for `last_error`. */
+export type Refusal = { kind: "mode" } | { kind: "account"; reason: string };
+
 /**
- * Why an endpoint must not apply `event`, or undefined: `mode` when the endpoint has a mode
- * (`livemode` defined) and the event's `livemode` is not it (a missing one included: it cannot be
- * shown to be the endpoint's); `account` when the event belongs to a connected account (`account` not
- * `""`) and the endpoint is not declared Connect (`STRIPE_CONNECT[_<NAME>]`), with the reason for the
- * inbox row's last_error.
+ * Why an endpoint must not apply `event`, or undefined: the one rule for a webhook delivery
+ * (receiver/app.ts) and an event read from the Events API (reconcile/record-page.ts).
+ * - `mode` when the endpoint has a mode (`livemode` defined) and the event's `livemode` is not it (a
+ *   missing one included: it cannot be shown to be the endpoint's): recorded `ignored_mode`.
+ * - `account` when the event belongs to a connected account (`account` not `""`), the endpoint is not
+ *   declared Connect (`STRIPE_CONNECT[_<NAME>]`) and it handles the event's type: parked, with the
+ *   reason for the inbox row's last_error. A type it does not handle is recorded `ignored` like any
+ *   other (nothing would be applied). Stripe docs, "Connect webhooks"; docs/stripe-connect.md.
  */
 export function refusalOf(
-  endpoint: { name: string; livemode?: boolean; connect?: boolean },
-  event: Pick<VerifiedEvent, "account" | "livemode">,
-): { kind: "mode" } | { kind: "account"; reason: string } | undefined {
+  endpoint: { name: string; livemode?: boolean; connect?: boolean; handlers: HandlerTable },
+  event: Pick<VerifiedEvent, "account" | "livemode" | "type">,
+): Refusal | undefined {
   if (endpoint.livemode !== undefined && event.livemode !== endpoint.livemode) return { kind: "mode" };
-  if ((event.account ?? "") !== "" && !endpoint.connect)
+  if ((event.account ?? "") !== "" && !endpoint.connect && Object.hasOwn(endpoint.handlers, event.type))
     return {
       kind: "account",
       reason:
@@ -146,6 +156,17 @@ export function refusalOf(
         "(set STRIPE_CONNECT for this endpoint to apply connected accounts' events, then requeue it; or resolve it)",
     };
   return undefined;
+}
+
+/**
+ * Records an event {@link refusalOf} refused, never applying it: `mode` as `ignored_mode`
+ * ({@link recordIgnoredMode}), `account` parked as needs-review with the reason ({@link recordFallback}
+ * with a PermanentError). Returns that outcome, or `duplicate` when the key was recorded already.
+ * @throws the database error (nothing was recorded).
+ */
+export function recordRefusal(db: Db, target: ReceiveTarget, event: VerifiedEvent, refusal: Refusal, backoff: Backoff): Promise<Outcome> {
+  if (refusal.kind === "mode") return recordIgnoredMode(db, target, event);
+  return recordFallback(db, target, event, new PermanentError(refusal.reason), backoff);
 }
 
 /** The key, handler table, type, object and account of a received event, for {@link applyEvent}. */

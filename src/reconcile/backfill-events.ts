@@ -2,8 +2,8 @@
 import type { Db, Tx } from "../db/db.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import { stripeApiEvent, STRIPE_EVENTS_KEPT_MS } from "../providers/stripe.ts";
-import type { Mode, ReceiveTarget } from "../receiver/receive.ts";
-import { advanceCheckpoint, readCheckpoint, releaseLease, takeLease, type Advance } from "./checkpoint.ts";
+import type { Mode, ReceiveTarget, refusalOf } from "../receiver/receive.ts";
+import { advanceCheckpoint, readCheckpoint, releaseLease, takeLease, type Advance, type CheckpointKey } from "./checkpoint.ts";
 import { findWindowStart } from "./find-start.ts";
 import { noCounts, recordPage, type PageCounts } from "./record-page.ts";
 import type { ListEvents } from "./stripe-events.ts";
@@ -30,6 +30,15 @@ export interface BackfillOptions {
   mode: Mode;
   /** Hybrid fallback's first retry delay and cap (the receiver's). */
   backoff: Backoff;
+  /** The endpoint's Stripe mode (true live, false test; undefined accepts both) and Connect flag: what {@link refusalOf} checks, as for a webhook. */
+  livemode?: boolean;
+  connect?: boolean;
+  /**
+   * The account whose events to read: a connected account's id (`acct_…`: every list call is made as it,
+   * `Stripe-Account`, and every event is recorded under it) or `""`/undefined for the platform's own.
+   * The checkpoint and its lease are this account's (key (provider, endpoint, account)).
+   */
+  account?: string;
   /** Window start; default {@link OVERLAP_SEC} before the checkpoint's newest event (else its `covered_until`), else {@link DEFAULT_WINDOW_SEC} ago. */
   since?: Date;
   /** The run lists with `types` or `delivery_success=false`: it records what it finds but leaves the checkpoint alone (it does not cover every event). */
@@ -62,6 +71,8 @@ export interface PageProgress {
 /** The end of a run, for the terminal and `--json`. Times are ISO strings. */
 export interface BackfillSummary {
   endpoint: string;
+  /** The account read: `acct_…`, or `""` for the platform. */
+  account: string;
   /** `busy`: another process holds the endpoint's lease (nothing was done). */
   status: "done" | "interrupted" | "busy";
   dryRun: boolean;
@@ -90,14 +101,20 @@ const iso = (sec: number) => new Date(sec * 1000).toISOString();
  * (find-start.ts), then from each page's newest event; same-second events are never skipped because
  * the cursor is an event, not a time. A window starting before the 30 days Stripe keeps is cut at
  * that edge and the lost interval is returned in `unrecoverable` (never silently).
- * An unfiltered, non-dry run holds the endpoint's lease for its duration (`busy` when another process
- * has it) and gives it back at the end.
+ * An unfiltered, non-dry run holds the lease of its (endpoint, account) checkpoint for its duration
+ * (`busy` when another process has it) and gives it back at the end. With `account` set, every read
+ * is made as that connected account and its events are recorded under it; each event then passes
+ * the receiver's mode and Connect checks ({@link refusalOf}: `ignored_mode`, needs-review).
  * @throws stripe-node errors after their retries; database errors; a sync-mode handler failure that
  *   survived three tries of its event (that event rolled back; the checkpoint is just before it).
  */
 export async function backfillEvents(options: BackfillOptions): Promise<BackfillSummary> {
   const { db, target } = options;
-  const key = { provider: target.provider, endpoint: target.endpoint };
+  const account = options.account ?? "";
+  const key: CheckpointKey = { provider: target.provider, endpoint: target.endpoint, account };
+  // Every read of the run, the window search included, is made as the account.
+  const list: ListEvents = (call) => options.list({ ...call, account });
+  const policy = { name: target.endpoint, handlers: target.handlers, livemode: options.livemode, connect: options.connect };
   const now = options.now ?? Date.now;
   const pageSize = Math.min(Math.max(1, options.pageSize ?? MAX_PAGE_SIZE), MAX_PAGE_SIZE);
   const leaseMs = options.leaseMs ?? 60_000;
@@ -106,6 +123,7 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
   const horizonSec = nowSec - EVENT_RETENTION_DAYS * 86_400;
   const summary: BackfillSummary = {
     endpoint: target.endpoint,
+    account,
     status: "done",
     dryRun: options.dryRun === true,
     pages: 0,
@@ -140,7 +158,8 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
     // to where the page leaves it (`page`: its cursor and covered_until).
     const record = async (newestFirst: Record<string, unknown>[], page: Omit<Advance, "startSec">) => {
       const oldestFirst = newestFirst.toReversed();
-      const events = oldestFirst.map(stripeApiEvent);
+      // The account the run reads as is the events' account, whatever the listed object says.
+      const events = oldestFirst.map((e) => ({ ...stripeApiEvent(e), account }));
       const upTo = (tx: Tx, i: number) => {
         if (i === events.length - 1) return advance(tx, page);
         const created = Number(oldestFirst[i]!.created);
@@ -152,7 +171,7 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
             target,
             events.map((e) => e.id),
           )
-        : await recordPage(db, target, options.mode, options.backoff, events, upTo);
+        : await recordPage(db, target, options.mode, options.backoff, events, upTo, policy);
       const duplicate = counts.duplicate;
       const fresh = events.length - duplicate;
       summary.pages++;
@@ -168,7 +187,7 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
         newestCreatedSec: page.cursorCreatedSec,
       });
     };
-    const start = await findWindowStart(options.list, startSec, nowSec, pageSize);
+    const start = await findWindowStart(list, startSec, nowSec, pageSize);
     let cursor = start.cursor;
     if (start.firstSecondSec !== undefined && cursor !== undefined) {
       const s = start.firstSecondSec;
@@ -177,7 +196,7 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
     let lastCreated = startSec;
     while (cursor !== undefined) {
       if (options.signal?.aborted) return { ...summary, status: "interrupted", coveredUntil: await covered(db, key) };
-      const page = await options.list({ limit: pageSize, endingBefore: cursor });
+      const page = await list({ limit: pageSize, endingBefore: cursor });
       const newest = page.data[0];
       if (!newest) break;
       lastCreated = Number(newest.created);
@@ -192,7 +211,7 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
     // Nothing newer than the cursor: everything listed when the run began is covered.
     if (moves && cursor !== undefined) {
       const to = { cursorEventId: cursor, cursorCreatedSec: lastCreated, coveredUntilSec: nowSec };
-      await recordPage(db, target, options.mode, options.backoff, [], (tx) => advance(tx, to));
+      await recordPage(db, target, options.mode, options.backoff, [], (tx) => advance(tx, to), policy);
     } else if (moves && cursor === undefined) await coverEmptyWindow(options, key, requestedSec, nowSec);
     return { ...summary, coveredUntil: await covered(db, key) };
   } finally {
@@ -201,23 +220,18 @@ export async function backfillEvents(options: BackfillOptions): Promise<Backfill
 }
 
 /** A window with no event at all is covered up to now (no cursor yet: the checkpoint keeps its old one). */
-async function coverEmptyWindow(
-  options: BackfillOptions,
-  key: { provider: string; endpoint: string },
-  startSec: number,
-  nowSec: number,
-): Promise<void> {
+async function coverEmptyWindow(options: BackfillOptions, key: CheckpointKey, startSec: number, nowSec: number): Promise<void> {
   await options.db`
     update event_backfill_checkpoints
        set covered_until = to_timestamp(${nowSec}), updated_at = now()
-     where (provider, endpoint) = (${key.provider}, ${key.endpoint})
+     where (provider, endpoint, account) = (${key.provider}, ${key.endpoint}, ${key.account ?? ""})
        and lease_owner = ${options.owner}
        and (covered_until is null or covered_until >= to_timestamp(${startSec}))
        and (covered_until is null or covered_until < to_timestamp(${nowSec}))
   `;
 }
 
-async function covered(db: Db, key: { provider: string; endpoint: string }): Promise<string | null> {
+async function covered(db: Db, key: CheckpointKey): Promise<string | null> {
   return (await readCheckpoint(db, key)).coveredUntil?.toISOString() ?? null;
 }
 

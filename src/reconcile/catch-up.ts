@@ -6,6 +6,7 @@ import type { Endpoint } from "../receiver/app.ts";
 import { migratingHandlersFor } from "../receiver/endpoints.ts";
 import type { Mode, ReceiveTarget } from "../receiver/receive.ts";
 import { backfillEvents, type BackfillSummary } from "./backfill-events.ts";
+import { STRIPE_EVENTS_KEPT_MS } from "../providers/stripe.ts";
 import type { ListEvents } from "./stripe-events.ts";
 import { finishBackfillRequest, takeBackfillRequest, type BackfillRequest } from "../handlers/backfill-requests.ts";
 
@@ -14,6 +15,10 @@ export interface CatchUpEndpoint {
   target: ReceiveTarget;
   mode: Mode;
   backoff: Backoff;
+  /** The endpoint's Stripe mode (true live, false test; undefined accepts both), checked on every event as for a webhook. */
+  livemode?: boolean;
+  /** Declared Connect: the catch-up also reads each connected account it knows ({@link knownAccounts}). */
+  connect?: boolean;
 }
 
 /**
@@ -26,9 +31,15 @@ export interface CatchUpEndpoint {
  */
 export function backfillEndpoint(e: Endpoint): CatchUpEndpoint {
   const backoff = e.hybrid?.backoff ?? { baseMs: 1_000, capMs: 600_000 };
+  const checks = { ...(e.livemode === undefined ? {} : { livemode: e.livemode }), ...(e.connect ? { connect: true } : {}) };
   if (e.provider.name === "stripe-thin")
-    return { target: { provider: "stripe", endpoint: e.name, handlers: migratingHandlersFor("stripe")! }, mode: "async", backoff };
-  return { target: { provider: e.provider.name, endpoint: e.name, handlers: e.handlers }, mode: e.mode ?? "sync", backoff };
+    return {
+      target: { provider: "stripe", endpoint: e.name, handlers: migratingHandlersFor("stripe")! },
+      mode: "async",
+      backoff,
+      ...checks,
+    };
+  return { target: { provider: e.provider.name, endpoint: e.name, handlers: e.handlers }, mode: e.mode ?? "sync", backoff, ...checks };
 }
 
 /** Settings of {@link runCatchUp}. Durations in ms. */
@@ -51,23 +62,39 @@ export interface CatchUpOptions {
 /**
  * Runs event backfill without an operator: once at start for each endpoint that received nothing for
  * `idleAfterMs` (the process was down, or Stripe stopped delivering), then for every endpoint every
- * `everyMs`. Several processes may run it: the endpoint's lease (checkpoint.ts) lets one backfill
- * at a time, and the others log `busy` and skip that round. A failure is logged and retried at the
- * next round; it never stops the process. Returns when `signal` aborts.
+ * `everyMs`. Each endpoint is read for the platform and, when declared Connect, for each connected
+ * account it knows ({@link knownAccounts}), each with its own checkpoint. Several processes may run
+ * it: the (endpoint, account) lease (checkpoint.ts) lets one backfill at a time, and the others log
+ * `busy` and skip that round. A failure is logged and retried at the next round; it never stops the
+ * process (nor the other accounts' runs). Returns when `signal` aborts.
  */
 export async function runCatchUp(options: CatchUpOptions): Promise<void> {
   const owner = `catch-up ${crypto.randomUUID()}`;
-  const once = async (endpoint: CatchUpEndpoint): Promise<void> => {
+  const forAccount = async (endpoint: CatchUpEndpoint, account: string): Promise<void> => {
     try {
-      const summary = await backfillEvents({ db: options.db, list: options.list, ...endpoint, owner, signal: options.signal });
+      const summary = await backfillEvents({ db: options.db, list: options.list, ...endpoint, account, owner, signal: options.signal });
       if (summary.events > 0 || summary.status !== "done" || summary.unrecoverable) options.log(catchUpLine(summary));
     } catch (err) {
       options.log({
         catch_up: "failed",
         endpoint: endpoint.target.endpoint,
+        ...(account === "" ? {} : { account }),
         error: (err instanceof Error ? err.message : String(err)).slice(0, 300),
       });
     }
+  };
+  const once = async (endpoint: CatchUpEndpoint): Promise<void> => {
+    let accounts = [""];
+    try {
+      if (endpoint.connect) accounts = ["", ...(await knownAccounts(options.db, endpoint.target))];
+    } catch (err) {
+      options.log({
+        catch_up: "failed",
+        endpoint: endpoint.target.endpoint,
+        error: `Cannot read the endpoint's connected accounts: ${(err instanceof Error ? err.message : String(err)).slice(0, 250)}`,
+      });
+    }
+    for (const account of accounts) if (!options.signal.aborted) await forAccount(endpoint, account);
   };
   for (const endpoint of options.endpoints) {
     if (options.signal.aborted) return;
@@ -85,6 +112,7 @@ function catchUpLine(s: BackfillSummary): Record<string, unknown> {
   return {
     catch_up: s.status,
     endpoint: s.endpoint,
+    ...(s.account === "" ? {} : { account: s.account }),
     events: s.events,
     new: s.fresh,
     already_recorded: s.alreadyRecorded,
@@ -95,15 +123,47 @@ function catchUpLine(s: BackfillSummary): Record<string, unknown> {
   };
 }
 
-/** Whether the endpoint's newest inbox row and its backfill checkpoint are both older than `ms` (or absent). */
+/**
+ * Whether the endpoint's newest inbox row and its newest backfill checkpoint (of any account) are both
+ * older than `ms` (or absent): the endpoint, not an account, is what goes quiet when the process was
+ * down or Stripe stopped delivering; a quiet connected account alone is no sign of either.
+ */
 async function idle(db: Db, target: ReceiveTarget, ms: number): Promise<boolean> {
   const [row] = await db<{ idle: boolean }[]>`
     select coalesce(greatest(
              (select max(received_at) from webhook_inbox where provider = ${target.provider} and endpoint = ${target.endpoint}),
-             (select covered_until from event_backfill_checkpoints where provider = ${target.provider} and endpoint = ${target.endpoint})
+             (select max(covered_until) from event_backfill_checkpoints where provider = ${target.provider} and endpoint = ${target.endpoint})
            ) < now() - ${ms} * interval '1 millisecond', true) as idle
   `;
   return row?.idle ?? true;
+}
+
+/**
+ * The connected accounts (`acct_…`, sorted) the catch-up reads for a Connect endpoint: those with a
+ * backfill checkpoint at it (any earlier catch-up or `reconcile events --account/--all-accounts` run
+ * for it), and those of its inbox rows received within Stripe's 30 days of events (older ones have no
+ * event left to list). Read from the database rather than `GET /v1/accounts` on purpose: no extra
+ * permission beyond Events read, no call per dormant account per round, and every account that ever
+ * delivered an event (or was backfilled once) stays covered through its checkpoint row. An account
+ * none of whose events ever arrived is picked up by `reconcile events --all-accounts` (docs/reconciliation.md).
+ */
+export async function knownAccounts(db: Db, target: Pick<ReceiveTarget, "provider" | "endpoint">): Promise<string[]> {
+  const rows = await db<{ account: string }[]>`
+    select account
+      from event_backfill_checkpoints
+     where provider = ${target.provider}
+       and endpoint = ${target.endpoint}
+       and account <> ''
+    union
+    select distinct account
+      from webhook_inbox
+     where provider = ${target.provider}
+       and endpoint = ${target.endpoint}
+       and account <> ''
+       and received_at > now() - ${STRIPE_EVENTS_KEPT_MS} * interval '1 millisecond'
+    order by account
+  `;
+  return rows.map((r) => r.account);
 }
 
 /** Waits `ms`, or less when `signal` aborts; returns at once when it already has (a stop during the work before the wait). */

@@ -1,5 +1,5 @@
 import type { Db, Tx } from "../db/db.ts";
-import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
+import { asAccount, type ObjectDrift, type ObjectKind, type StripeObject } from "./object-kind.ts";
 
 /**
  * How a local dispute differs from Stripe's (the first that applies, in this order). Repairable by
@@ -49,9 +49,10 @@ function transactionsOf(o: StripeObject): { id: unknown; amount: unknown; fee: u
  * Compares Stripe's disputes (one list page) with `disputes` and the ledger entries their balance
  * transactions stand for (withdrawal, reinstatement, fee, keyed by `(balance_transaction, kind)`) in
  * one query; returns the drifted ones in the page's order. On a transaction it sees its writes.
+ * `account` (`""`: the platform): the account whose rows are compared.
  * @throws the database error.
  */
-export async function findDisputeDrift(db: Db | Tx, objects: readonly StripeObject[]): Promise<ObjectDrift[]> {
+export async function findDisputeDrift(db: Db | Tx, objects: readonly StripeObject[], account = ""): Promise<ObjectDrift[]> {
   if (objects.length === 0) return [];
   const page = objects.map((o) => ({ id: o.id, status: o.status, amount: o.amount, currency: o.currency, txns: transactionsOf(o) }));
   const rows = await db<Row[]>`
@@ -78,13 +79,15 @@ export async function findDisputeDrift(db: Db | Tx, objects: readonly StripeObje
       select s.id,
              (select count(*) from expected x
                where x.id = s.id
-                 and not exists (select 1 from ledger_entries l where l.balance_transaction = x.txn and l.kind = x.kind))::int as missing,
+                 and not exists (select 1 from ledger_entries l
+                                  where l.account = ${account} and l.balance_transaction = x.txn and l.kind = x.kind))::int as missing,
              -- Stripe's figures are the balance transaction's: compare what the row says it moved.
              (select count(*) from expected x
-                join ledger_entries l on l.balance_transaction = x.txn and l.kind = x.kind
+                join ledger_entries l on l.account = ${account} and l.balance_transaction = x.txn and l.kind = x.kind
                where x.id = s.id and coalesce(l.settlement_amount, l.amount) <> x.amount)::int as differs,
              (select count(*) from ledger_entries l
-               where l.source_id = s.id
+               where l.account = ${account}
+                 and l.source_id = s.id
                  and l.kind in ('dispute_withdrawal', 'dispute_reinstatement', 'dispute_fee', 'dispute_fee_reversal')
                  and not exists (select 1 from expected x where x.id = s.id and x.txn = l.balance_transaction and x.kind = l.kind))::int as extra
         from stripe s
@@ -103,7 +106,7 @@ export async function findDisputeDrift(db: Db | Tx, objects: readonly StripeObje
            end as drift
       from stripe s
       join entries e on e.id = s.id
-      left join disputes d on d.id = s.id
+      left join disputes d on d.account = ${account} and d.id = s.id
      order by s.ordinality
   `;
   return rows
@@ -132,7 +135,8 @@ export async function findDisputeDrift(db: Db | Tx, objects: readonly StripeObje
 export const disputeKind: ObjectKind = {
   name: "disputes",
   permission: "Disputes: Read",
-  list: async (stripe, params) => (await stripe.disputes.list(params)) as unknown as { data: StripeObject[]; has_more: boolean },
+  list: async (stripe, params, account) =>
+    (await stripe.disputes.list(params, asAccount(account))) as unknown as { data: StripeObject[]; has_more: boolean },
   findDrift: findDisputeDrift,
   repairEvent(object) {
     const status = String(object.status);

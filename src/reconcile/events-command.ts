@@ -9,17 +9,24 @@ import { describeStripeFailure } from "../stripe-api/describe-failure.ts";
 import type { StripeRetryOptions } from "../stripe-api/retry.ts";
 import { backfillEvents, MAX_PAGE_SIZE, type BackfillSummary } from "./backfill-events.ts";
 import { stripeEventLister } from "./stripe-events.ts";
+import { accountLabel, accountsOf, readAccountChoice } from "./connected-accounts.ts";
+import { UsageError } from "./reconcile-args.ts";
 
 export const EVENTS_USAGE = `Usage: bun run reconcile events [options]
   --since 3d|ISO     window start (default: where the endpoint's checkpoint left off; without one, 3 days ago)
   --endpoint NAME    one endpoint (default: every configured endpoint, billing first)
+  --account acct_…   read that connected account's events only (Stripe-Account), at the Connect endpoints
+                     (STRIPE_CONNECT_<NAME>=true), or at the endpoint --endpoint names; its own checkpoint
+  --all-accounts     the platform's events, then every connected account's (GET /v1/accounts), each with its
+                     own checkpoint; connected accounts at Connect endpoints (or the one --endpoint names)
   --types a,b        only these event types (at most 20; the checkpoint does not move)
   --undelivered      only events Stripe failed to deliver (delivery_success=false; the checkpoint does not move)
   --dry-run          write nothing: count new vs already recorded
   --json             a machine summary on stdout
   --page-size N      events per Stripe list call, 1–100 (default 100)
   --every 15m        run again at this interval until stopped (SIGTERM/Ctrl-C)
-STRIPE_API_KEY (a restricted key with Events read is enough) and STRIPE_API_BASE (default https://api.stripe.com).
+Without --account or --all-accounts, the platform's own events only.
+STRIPE_API_KEY (a restricted key with Events read is enough; --all-accounts also lists accounts: Connect read) and STRIPE_API_BASE (default https://api.stripe.com).
 Endpoints and their modes come from serve's settings (STRIPE_ENDPOINTS, STRIPE_ENDPOINT_KIND_*, INBOX_MODE*); no
 STRIPE_WEBHOOK_SECRET is needed: backfill verifies no signature.
 Exit codes: 0 everything recorded, 1 a failure, an interval older than Stripe's 30 days, another run holding the lease or a stop
@@ -41,8 +48,6 @@ export interface EventsCommandDeps {
   retry?: Omit<StripeRetryOptions, "onRetry">;
 }
 
-class UsageError extends Error {}
-
 /** `2h`, `3d`, `90m`, `30s` → ms; an ISO 8601 date or date-time → that time. */
 function parseSince(raw: string, nowMs: number): Date {
   const m = /^(\d+)(s|m|h|d)$/.exec(raw);
@@ -60,8 +65,8 @@ function parseEvery(raw: string): number {
   return Number(m[1]) * { s: 1e3, m: 6e4, h: 3.6e6, d: 8.64e7 }[m[2] as "s" | "m" | "h" | "d"];
 }
 
-const STRING_FLAGS = new Set(["since", "endpoint", "types", "page-size", "every"]);
-const BOOLEAN_FLAGS = new Set(["undelivered", "dry-run", "json", "help"]);
+const STRING_FLAGS = new Set(["since", "endpoint", "types", "page-size", "every", "account"]);
+const BOOLEAN_FLAGS = new Set(["undelivered", "dry-run", "json", "help", "all-accounts"]);
 
 /**
  * `--name value`, `--name=value` and boolean `--name` (`-h` for help); anything else, a flag given
@@ -100,6 +105,7 @@ function parse(args: string[], nowMs: number) {
     json: flags.json === true,
     help: flags.help === true,
   };
+  const accounts = readAccountChoice(str("account"), flags["all-accounts"] === true);
   const types = values.types
     ?.split(",")
     .map((t) => t.trim())
@@ -119,18 +125,22 @@ function parse(args: string[], nowMs: number) {
     json: values.json,
     pageSize,
     everyMs: values.every === undefined ? undefined : parseEvery(values.every),
+    accounts,
   };
 }
 
 /** One summary as text lines for the terminal. */
 export function summaryLines(s: BackfillSummary): string[] {
-  if (s.status === "busy") return [`${s.endpoint}: another process is backfilling this endpoint (it holds the lease); nothing done`];
+  const at = s.account === "" ? s.endpoint : `${s.endpoint} (${s.account})`;
+  if (s.status === "busy")
+    return [`${at}: another process is backfilling this endpoint for this account (it holds the lease); nothing done`];
   const verb = s.dryRun ? "would record" : "recorded";
   const lines = [
-    `${s.endpoint}: ${s.events} event(s) in ${s.pages} page(s) from ${s.from ?? "-"} to ${s.to}: ${verb} ${s.fresh} new, ${s.alreadyRecorded} already recorded` +
+    `${at}: ${s.events} event(s) in ${s.pages} page(s) from ${s.from ?? "-"} to ${s.to}: ${verb} ${s.fresh} new, ${s.alreadyRecorded} already recorded` +
       (s.dryRun
         ? ""
-        : ` (processed ${s.outcomes.processed}, queued ${s.outcomes.queued}, ignored ${s.outcomes.ignored}, needs review ${s.outcomes.needs_review})`) +
+        : ` (processed ${s.outcomes.processed}, queued ${s.outcomes.queued}, ignored ${s.outcomes.ignored}, needs review ${s.outcomes.needs_review}` +
+          `${s.outcomes.ignored_mode > 0 ? `, other mode ${s.outcomes.ignored_mode}` : ""})`) +
       (s.status === "interrupted" ? "; stopped early" : ""),
   ];
   if (!s.dryRun) lines.push(`  checkpoint: covered until ${s.coveredUntil ?? "(not set: filtered run)"}`);
@@ -173,49 +183,75 @@ export async function reconcileEventsCommand(
   }
   const endpoints = stripeEndpoints(settings).filter((e) => !options.endpoint || e.name === options.endpoint);
   if (endpoints.length === 0) return (deps.err(`No endpoint named "${options.endpoint}" is configured (STRIPE_ENDPOINTS)`), 2);
-  const list = stripeEventLister(
-    stripe,
-    { types: options.types, undelivered: options.undelivered },
-    {
-      ...deps.retry,
-      onRetry: (attempt, waitMs, reason, err) =>
-        deps.err(`${describeStripeFailure(err, api.apiBase) ?? reason}; retrying in ${waitMs} ms (try ${attempt + 1})`),
-    },
-  );
+  // A connected account's events go to a Connect endpoint (Stripe docs, "Connect webhooks"): without
+  // --endpoint they are read for those only; an endpoint named with --endpoint gets them whatever its
+  // flag, and then parks them as it would their webhook deliveries (refusalOf).
+  const readsAccounts = (e: (typeof endpoints)[number]) => e.connect === true || options.endpoint !== undefined;
+  if (options.accounts.kind === "one" && !endpoints.some(readsAccounts))
+    return (
+      deps.err(
+        `No endpoint is declared Connect (${endpoints.map((e) => e.name).join(", ")}): --account reads a connected account's events, ` +
+          "which a Connect endpoint receives (set STRIPE_CONNECT_<NAME>=true, or name one with --endpoint)",
+      ),
+      2
+    );
+  const retry: StripeRetryOptions = {
+    ...deps.retry,
+    onRetry: (attempt, waitMs, reason, err) =>
+      deps.err(`${describeStripeFailure(err, api.apiBase) ?? reason}; retrying in ${waitMs} ms (try ${attempt + 1})`),
+  };
+  const list = stripeEventLister(stripe, { types: options.types, undelivered: options.undelivered }, retry);
+  const accountsAt = async () => {
+    const all = await accountsOf(options.accounts, stripe, retry);
+    return (e: (typeof endpoints)[number]) => (readsAccounts(e) ? all : all.filter((a) => a === ""));
+  };
   const { db, close } = await deps.openDb();
   try {
     for (;;) {
       let code = 0;
       const summaries: BackfillSummary[] = [];
-      for (const e of endpoints) {
-        try {
-          const s = await backfillEvents({
-            db,
-            list,
-            ...backfillEndpoint(e),
-            since: options.since,
-            filtered: options.types !== undefined || options.undelivered,
-            dryRun: options.dryRun,
-            pageSize: options.pageSize,
-            owner: `reconcile events ${crypto.randomUUID()}`,
-            now,
-            signal: deps.signal,
-            onPage: (p) =>
-              deps.progress?.(
-                `${e.name}: page ${p.page}: ${p.events} event(s), ${p.fresh} new, ${p.alreadyRecorded} already recorded (up to ${new Date(p.newestCreatedSec * 1000).toISOString()})`,
-              ),
-          });
-          summaries.push(s);
-          if (s.unrecoverable || s.status !== "done") code = 1;
-        } catch (err) {
-          code = 1;
-          const message =
-            sqlState(err) === SQLSTATE.undefinedTable
-              ? "the database schema is older than this code: run `bun run migrate` first"
-              : (describeStripeFailure(err, api.apiBase) ?? (err instanceof Error ? err.message : String(err)));
-          deps.err(`${e.name}: backfill failed: ${message.slice(0, 300)} (the checkpoint is after the last page recorded; run again)`);
-        }
+      // Listed again each round of --every: an account connected meanwhile is read from its next round.
+      let accountsOfEndpoint: Awaited<ReturnType<typeof accountsAt>>;
+      try {
+        accountsOfEndpoint = await accountsAt();
+      } catch (err) {
+        const message = describeStripeFailure(err, api.apiBase) ?? (err instanceof Error ? err.message : String(err));
+        deps.err(`Cannot list the connected accounts (GET /v1/accounts): ${message.slice(0, 300)}`);
+        accountsOfEndpoint = () => [];
+        code = 1;
       }
+      for (const e of endpoints)
+        for (const account of accountsOfEndpoint(e)) {
+          const label = account === "" ? e.name : `${e.name} (${accountLabel(account)})`;
+          try {
+            const s = await backfillEvents({
+              db,
+              list,
+              ...backfillEndpoint(e),
+              account,
+              since: options.since,
+              filtered: options.types !== undefined || options.undelivered,
+              dryRun: options.dryRun,
+              pageSize: options.pageSize,
+              owner: `reconcile events ${crypto.randomUUID()}`,
+              now,
+              signal: deps.signal,
+              onPage: (p) =>
+                deps.progress?.(
+                  `${label}: page ${p.page}: ${p.events} event(s), ${p.fresh} new, ${p.alreadyRecorded} already recorded (up to ${new Date(p.newestCreatedSec * 1000).toISOString()})`,
+                ),
+            });
+            summaries.push(s);
+            if (s.unrecoverable || s.status !== "done") code = 1;
+          } catch (err) {
+            code = 1;
+            const message =
+              sqlState(err) === SQLSTATE.undefinedTable
+                ? "the database schema is older than this code: run `bun run migrate` first"
+                : (describeStripeFailure(err, api.apiBase) ?? (err instanceof Error ? err.message : String(err)));
+            deps.err(`${label}: backfill failed: ${message.slice(0, 300)} (the checkpoint is after the last page recorded; run again)`);
+          }
+        }
       if (options.json) deps.out(JSON.stringify({ exitCode: code, endpoints: summaries }));
       else for (const s of summaries) for (const line of summaryLines(s)) deps.out(line);
       if (options.everyMs === undefined || deps.signal?.aborted) return code;

@@ -1,5 +1,5 @@
 import type { Db, Tx } from "../db/db.ts";
-import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
+import { asAccount, type ObjectDrift, type ObjectKind, type StripeObject } from "./object-kind.ts";
 
 /** The fields of a Stripe invoice the comparison reads (Stripe API reference, "The Invoice object"); amounts in minor units. */
 export interface StripeInvoiceRow {
@@ -69,11 +69,12 @@ const num = (v: string | null): number | null => (v === null ? null : Number(v))
 /**
  * Compares Stripe's invoices (one list page) with the local `invoices` rows and `payment` ledger
  * entries in one query (the page joined as a jsonb array), and returns the drifted ones in the
- * page's order; invoices in sync are left out. Runs on `db` or inside a transaction (`tx`, which then
+ * page's order; invoices in sync are left out. `account` (`""`: the platform) is whose rows the page
+ * is compared with: Stripe's objects of one account against that account's rows only. Runs on `db` or inside a transaction (`tx`, which then
  * sees its own writes: a repair re-checks its invoice this way).
  * @throws the database error.
  */
-export async function findInvoiceDrift(db: Db | Tx, objects: readonly StripeObject[]): Promise<InvoiceDrift[]> {
+export async function findInvoiceDrift(db: Db | Tx, objects: readonly StripeObject[], account = ""): Promise<InvoiceDrift[]> {
   if (objects.length === 0) return [];
   const invoices = objects.map(invoiceRow);
   const rows = await db<Row[]>`
@@ -90,8 +91,8 @@ export async function findInvoiceDrift(db: Db | Tx, objects: readonly StripeObje
              case i.status when 'draft' then 0 when 'open' then 1 when 'uncollectible' then 2 else 3 end as local_stage,
              p.amount as booked, p.currency as booked_currency
         from stripe s
-        left join invoices i on i.id = s.id
-        left join ledger_entries p on p.invoice_id = s.id and p.kind = 'payment'
+        left join invoices i on i.account = ${account} and i.id = s.id
+        left join ledger_entries p on p.account = ${account} and p.invoice_id = s.id and p.kind = 'payment'
     )
     select id, status, currency, amount_due::text, amount_paid::text,
            local_status, local_currency, local_amount_due::text, local_amount_paid::text, booked::text,
@@ -170,7 +171,8 @@ const EVENT_FOR_STATUS: Readonly<Record<string, string>> = {
 export const invoiceKind: ObjectKind = {
   name: "invoices",
   permission: "Invoices: Read",
-  list: async (stripe, params) => (await stripe.invoices.list(params)) as unknown as { data: StripeObject[]; has_more: boolean },
+  list: async (stripe, params, account) =>
+    (await stripe.invoices.list(params, asAccount(account))) as unknown as { data: StripeObject[]; has_more: boolean },
   findDrift: findInvoiceDrift,
   repairEvent(object) {
     const row = invoiceRow(object);

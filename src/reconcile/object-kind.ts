@@ -17,6 +17,11 @@ export interface ObjectDrift {
   local: Record<string, unknown>;
 }
 
+/** stripe-node's request options for a read made as `account`: `stripeAccount` (header `Stripe-Account`), none for the platform (`""`). */
+export function asAccount(account: string): Stripe.RequestOptions | undefined {
+  return account === "" ? undefined : { stripeAccount: account };
+}
+
 /** The list parameters every reconciliation sends (Stripe API reference, "Pagination", `created`). */
 export interface ListParams {
   limit: number;
@@ -33,10 +38,17 @@ export interface ObjectKind {
   name: string;
   /** The restricted-key permission the list needs, for the usage text (`Invoices: Read`). */
   permission: string;
-  /** One list page, newest first (stripe-node's `<resource>.list`). */
-  list(stripe: Stripe, params: ListParams): Promise<{ data: StripeObject[]; has_more: boolean }>;
-  /** The drifted objects of `objects` (in their order), compared in one query; on a transaction it sees that transaction's writes. */
-  findDrift(db: Db | Tx, objects: readonly StripeObject[]): Promise<ObjectDrift[]>;
+  /**
+   * One list page, newest first (stripe-node's `<resource>.list`), made as `account` (`Stripe-Account`,
+   * stripe-node's `stripeAccount`) when it is a connected account's id, as the platform for `""`.
+   */
+  list(stripe: Stripe, params: ListParams, account: string): Promise<{ data: StripeObject[]; has_more: boolean }>;
+  /**
+   * The drifted objects of `objects` (in their order), Stripe's objects of `account` (`""`: the platform)
+   * compared with that account's local rows only, in one query; on a transaction it sees that
+   * transaction's writes.
+   */
+  findDrift(db: Db | Tx, objects: readonly StripeObject[], account: string): Promise<ObjectDrift[]>;
   /**
    * The inbox key and event type of a repair of `object`: a key deterministic in Stripe's state
    * (`reconcile:<id>:…`), and the type whose handler applies the object.

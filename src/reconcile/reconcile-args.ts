@@ -14,6 +14,10 @@ export interface ReconcileArgs {
   dryRun: boolean;
   json: boolean;
   help: boolean;
+  /** `--account acct_…`: that connected account only. */
+  account?: string;
+  /** `--all-accounts`: the platform and every connected account. */
+  allAccounts: boolean;
 }
 
 const UNIT_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
@@ -21,26 +25,39 @@ const ISO = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d
 
 /**
  * Reads `--since 30d|ISO` (default 30d: how long Stripe keeps events, the window backfill cannot
- * reach beyond), `--repair`, `--dry-run`, `--json`, `--help` (`--since=…` also accepted). `now` is
+ * reach beyond), `--repair`, `--dry-run`, `--json`, `--help`, `--account acct_…`, `--all-accounts`
+ * (`--since=…`, `--account=…` also accepted; the account is checked by connected-accounts.ts). `now` is
  * the clock for a duration.
  * @throws UsageError naming an unknown option, a stray argument, or a `--since` that is neither a
  *   positive duration with s, m, h or d nor an ISO 8601 date or date-time.
  */
 export function parseReconcileArgs(args: readonly string[], now: Date, command = "reconcile"): ReconcileArgs {
-  const out: ReconcileArgs = { since: new Date(now.getTime() - 30 * UNIT_MS.d), repair: false, dryRun: false, json: false, help: false };
+  const out: ReconcileArgs = {
+    since: new Date(now.getTime() - 30 * UNIT_MS.d),
+    repair: false,
+    dryRun: false,
+    json: false,
+    help: false,
+    allAccounts: false,
+  };
   for (let i = 0; i < args.length; i++) {
     const [flag, inline] = splitFlag(args[i]!);
     if (flag === "--repair") out.repair = true;
     else if (flag === "--dry-run") out.dryRun = true;
     else if (flag === "--json") out.json = true;
     else if (flag === "--help" || flag === "-h") out.help = true;
-    else if (flag === "--since") {
+    else if (flag === "--all-accounts") out.allAccounts = true;
+    else if (flag === "--account") {
+      const value = inline ?? args[++i];
+      if (value === undefined) throw new UsageError("--account needs a value (acct_…)");
+      out.account = value;
+    } else if (flag === "--since") {
       const value = inline ?? args[++i];
       if (value === undefined) throw new UsageError("--since needs a value (30d or an ISO time)");
       out.since = readSince(value, now);
     } else if (flag.startsWith("-")) throw new UsageError(`Unknown option ${JSON.stringify(flag)}`);
     else throw new UsageError(`${command} takes no arguments, got ${JSON.stringify(flag)}`);
-    if (inline !== undefined && flag !== "--since") throw new UsageError(`${flag} takes no value`);
+    if (inline !== undefined && flag !== "--since" && flag !== "--account") throw new UsageError(`${flag} takes no value`);
   }
   return out;
 }

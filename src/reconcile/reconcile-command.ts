@@ -8,20 +8,25 @@ import { describeStripeFailure } from "../stripe-api/describe-failure.ts";
 import { withStripeRetry, type StripeRetryOptions } from "../stripe-api/retry.ts";
 import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
 import { parseReconcileArgs, UsageError, type ReconcileArgs } from "./reconcile-args.ts";
+import { accountLabel, accountsOf, readAccountChoice, type AccountChoice } from "./connected-accounts.ts";
 import { repairKeyOf, repairObject, resolveCleared, type RepairResult, type RepairTarget } from "./repair-object.ts";
 
 /** The usage text of `reconcile <kind.name>`. */
 export function reconcileUsage(kind: ObjectKind): string {
-  return `Usage: bun run reconcile ${kind.name} [--since 30d|ISO] [--repair] [--dry-run] [--json]
+  return `Usage: bun run reconcile ${kind.name} [--since 30d|ISO] [--account acct_… | --all-accounts] [--repair] [--dry-run] [--json]
   lists Stripe's ${kind.name} created since --since (default 30d), compares them with the local rows and
   prints each drifted one by class
-  --repair    applies Stripe's current object through the webhook handlers, recorded in the inbox
-              under reconcile:<id>:… (source reconcile); drift the handlers cannot repair is recorded
-              as needs-review for an operator
-  --dry-run   with --repair: says what it would record, writes nothing
-  --json      machine output
+  --account acct_…  that connected account's ${kind.name} (read with Stripe-Account) against its rows only
+  --all-accounts    the platform's, then every connected account's (GET /v1/accounts), each against its own rows
+                    (without either: the platform's own ${kind.name} only)
+  --repair          applies Stripe's current object through the webhook handlers under its account, recorded
+                    in the inbox under reconcile:<id>:… (reconcile:<acct_…>:<id>:… for a connected account;
+                    source reconcile); drift the handlers cannot repair is recorded as needs-review
+  --dry-run         with --repair: says what it would record, writes nothing
+  --json            machine output
   exit codes: 0 nothing drifted, 1 drift found (repaired or not) or a failure, 2 usage or configuration
-  needs STRIPE_API_KEY (a restricted key with ${kind.permission} is enough); STRIPE_API_BASE optional`;
+  needs STRIPE_API_KEY (a restricted key with ${kind.permission} is enough; --all-accounts also lists accounts:
+  Connect read); STRIPE_API_BASE optional`;
 }
 
 /** How a reconciliation reaches the world; the entry file passes the real ones, tests their own. */
@@ -40,12 +45,18 @@ export interface ReconcileIo {
 }
 
 /** One drifted object as reported and, with --repair, what the repair did (or would do, with --dry-run). */
-export type ReportedDrift = ObjectDrift & { repair?: RepairResult | { key: string; outcome: "would_repair" | "would_park" } };
+export type ReportedDrift = ObjectDrift & {
+  /** The account the object was read for: `acct_…`, or `""` for the platform. */
+  account: string;
+  repair?: RepairResult | { key: string; outcome: "would_repair" | "would_park" };
+};
 
 /** The whole run, as `--json` prints it. */
 export interface Reconciliation {
   kind: string;
   since: string;
+  /** The accounts read, in order: `""` is the platform. */
+  accounts: string[];
   checked: number;
   drifted: number;
   byClass: Record<string, number>;
@@ -63,7 +74,9 @@ const TARGET: RepairTarget = { provider: "stripe", endpoint: "billing", handlers
  * `bun run reconcile <kind>`: lists Stripe's objects of `kind` created since `--since` (newest first,
  * each page fetched with {@link withStripeRetry}, paged with `starting_after`), compares each page with
  * the local rows in one query (`kind.findDrift`) and, with `--repair`, repairs each drifted object
- * through the handlers ({@link repairObject}). Prints a summary by class and every drifted object (JSON
+ * through the handlers ({@link repairObject}). With `--account acct_…` or `--all-accounts` it does so
+ * for each account chosen (connected-accounts.ts): every list call made as that account, its objects
+ * compared with its rows only, repairs applied under it. Prints a summary by class and every drifted object (JSON
  * with `--json`). Returns the exit code: 0 nothing drifted, 1 drift found or a failure (Stripe or the
  * database), 2 a usage or configuration error (STRIPE_API_KEY missing or malformed: never quoted).
  */
@@ -76,11 +89,13 @@ export async function runReconcile(
   const out = io.out ?? ((text: string) => console.log(text));
   const err = io.err ?? ((line: string) => console.error(line));
   let opts: ReconcileArgs;
+  let choice: AccountChoice;
   let stripe: Stripe;
   let apiBase: URL;
   try {
     opts = parseReconcileArgs(args, io.now?.() ?? new Date(), `reconcile ${kind.name}`);
     if (opts.help) return (out(reconcileUsage(kind)), 0);
+    choice = readAccountChoice(opts.account, opts.allAccounts);
     const settings = readStripeApiSettings(env);
     apiBase = settings.apiBase;
     stripe = stripeApiClient(settings);
@@ -91,7 +106,7 @@ export async function runReconcile(
   }
   const { db, close } = await io.openDatabase(env);
   try {
-    const report = await reconcile(db, stripe, kind, opts, io, err, apiBase);
+    const report = await reconcile(db, stripe, kind, opts, choice, io, err, apiBase);
     out(opts.json ? JSON.stringify(report, null, 2) : render(report).join("\n"));
     return report.drifted > 0 ? 1 : 0;
   } catch (e) {
@@ -113,6 +128,7 @@ async function reconcile(
   stripe: Stripe,
   kind: ObjectKind,
   opts: ReconcileArgs,
+  choice: AccountChoice,
   io: ReconcileIo,
   err: (l: string) => void,
   apiBase: URL,
@@ -120,6 +136,7 @@ async function reconcile(
   const report: Reconciliation = {
     kind: kind.name,
     since: opts.since.toISOString(),
+    accounts: [],
     checked: 0,
     drifted: 0,
     byClass: {},
@@ -133,36 +150,39 @@ async function reconcile(
     onRetry: (attempt, waitMs, reason, e) =>
       err(`${describeStripeFailure(e, apiBase) ?? reason} (try ${attempt}): retrying in ${waitMs} ms`),
   };
-  for await (const page of pages(stripe, kind, opts.since, io.pageSize ?? 100, retry)) {
-    report.checked += page.length;
-    const byId = new Map(page.map((o) => [o.id, o]));
-    const drifted = await kind.findDrift(db, page);
-    if (opts.repair && !opts.dryRun) {
-      const inSync = page.map((o) => o.id).filter((id) => !drifted.some((d) => d.id === id));
-      report.cleared.push(...(await resolveCleared(db, TARGET.provider, kind, inSync)));
+  report.accounts = await accountsOf(choice, stripe, retry);
+  // Each account on its own: its objects (read as it) against its rows, repaired under it.
+  for (const account of report.accounts)
+    for await (const page of pages(stripe, kind, opts.since, io.pageSize ?? 100, retry, account)) {
+      report.checked += page.length;
+      const byId = new Map(page.map((o) => [o.id, o]));
+      const drifted = await kind.findDrift(db, page, account);
+      if (opts.repair && !opts.dryRun) {
+        const inSync = page.map((o) => o.id).filter((id) => !drifted.some((d) => d.id === id));
+        report.cleared.push(...(await resolveCleared(db, TARGET.provider, kind, inSync, account)));
+      }
+      for (const d of drifted) {
+        const object = byId.get(d.id)!;
+        const reported: ReportedDrift = { ...d, account };
+        if (opts.repair && opts.dryRun)
+          reported.repair = { key: repairKeyOf(kind, d, object, account), outcome: d.repairable ? "would_repair" : "would_park" };
+        else if (opts.repair) reported.repair = await repairObject(db, TARGET, kind, d, object, account);
+        report.drift.push(reported);
+        report.byClass[d.drift] = (report.byClass[d.drift] ?? 0) + 1;
+      }
     }
-    for (const d of drifted) {
-      const object = byId.get(d.id)!;
-      const reported: ReportedDrift = { ...d };
-      if (opts.repair && opts.dryRun)
-        reported.repair = { key: repairKeyOf(kind, d, object), outcome: d.repairable ? "would_repair" : "would_park" };
-      else if (opts.repair) reported.repair = await repairObject(db, TARGET, kind, d, object);
-      report.drift.push(reported);
-      report.byClass[d.drift] = (report.byClass[d.drift] ?? 0) + 1;
-    }
-  }
   report.drifted = report.drift.length;
   return report;
 }
 
-/** Stripe's objects created at or after `since`, one page (newest first) at a time, each fetch retried. */
-async function* pages(stripe: Stripe, kind: ObjectKind, since: Date, limit: number, retry: StripeRetryOptions) {
+/** Stripe's objects of `account` created at or after `since`, one page (newest first) at a time, each fetch retried. */
+async function* pages(stripe: Stripe, kind: ObjectKind, since: Date, limit: number, retry: StripeRetryOptions, account: string) {
   const gte = Math.floor(since.getTime() / 1000);
   let startingAfter: string | undefined;
   for (;;) {
     const after = startingAfter;
     const page = await withStripeRetry(
-      () => kind.list(stripe, { limit, created: { gte }, ...(after ? { starting_after: after } : {}) }),
+      () => kind.list(stripe, { limit, created: { gte }, ...(after ? { starting_after: after } : {}) }, account),
       retry,
     );
     yield page.data as StripeObject[];
@@ -175,12 +195,16 @@ async function* pages(stripe: Stripe, kind: ObjectKind, since: Date, limit: numb
 /** The text report: a summary line, counts by class, one line per drifted object. */
 function render(r: Reconciliation): string[] {
   const lines = [
-    `Checked ${r.checked} Stripe ${r.kind} created since ${r.since}: ${r.drifted === 0 ? "no drift" : `${r.drifted} drifted`}`,
+    `Checked ${r.checked} Stripe ${r.kind} created since ${r.since}` +
+      (r.accounts.length === 1 && r.accounts[0] === "" ? "" : ` (${r.accounts.map(accountLabel).join(", ") || "no account"})`) +
+      `: ${r.drifted === 0 ? "no drift" : `${r.drifted} drifted`}`,
   ];
   for (const [c, n] of Object.entries(r.byClass)) lines.push(`  ${c.padEnd(24)} ${n}`);
   for (const d of r.drift) {
     const repair = d.repair ? ` → ${d.repair.outcome} ${d.repair.key}` : d.repairable ? "" : " (needs an operator)";
-    lines.push(`${d.id}  ${d.drift}  stripe: ${fields(d.stripe)}  local: ${fields(d.local)}${repair}`);
+    lines.push(
+      `${d.account === "" ? "" : `${d.account}  `}${d.id}  ${d.drift}  stripe: ${fields(d.stripe)}  local: ${fields(d.local)}${repair}`,
+    );
   }
   if (r.cleared.length > 0) lines.push(`Resolved ${r.cleared.length} needs-review row(s) reconcile parked earlier: now in sync`);
   if (r.drifted > 0 && !r.repair)

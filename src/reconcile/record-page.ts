@@ -5,7 +5,15 @@ import { isPermanent } from "../db/db.ts";
 import { applyEvent } from "../inbox/apply-event.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
-import { DEFAULT_STATEMENT_TIMEOUT_MS, recordFallback, type Mode, type Outcome, type ReceiveTarget } from "../receiver/receive.ts";
+import {
+  DEFAULT_STATEMENT_TIMEOUT_MS,
+  recordFallback,
+  recordRefusal,
+  refusalOf,
+  type Mode,
+  type Outcome,
+  type ReceiveTarget,
+} from "../receiver/receive.ts";
 
 /** What recording one page did: outcome counts (`duplicate` = already recorded, by a webhook or an earlier run). */
 export type PageCounts = Record<Outcome, number>;
@@ -27,6 +35,9 @@ export function noCounts(): PageCounts {
  * the duplicate it now is, which moves the checkpoint. One event per transaction holds the locks of
  * one delivery at a time, as a webhook does (a page-long transaction would deadlock with webhooks on
  * invoice rows vs inbox keys).
+ * An event `policy` (the endpoint's mode and Connect flag) refuses is recorded as a webhook delivery of
+ * it would be ({@link refusalOf}, {@link recordRefusal}: `ignored_mode`, or parked as needs-review),
+ * never applied; the checkpoint then moves past it like past a duplicate.
  * @throws a sync-mode handler failure that a retry may fix (that event rolled back; the checkpoint
  *   stays before it, so the next run starts there), a database error, or Error when `moveTo` refused.
  */
@@ -37,6 +48,7 @@ export async function recordPage(
   backoff: Backoff,
   events: readonly VerifiedEvent[],
   moveTo: (tx: Tx, index: number) => Promise<boolean>,
+  policy: Parameters<typeof refusalOf>[0],
 ): Promise<PageCounts> {
   const counts = noCounts();
   if (events.length === 0) await db.begin((tx) => moved(moveTo(tx, -1)));
@@ -52,6 +64,13 @@ export async function recordPage(
         after: (tx) => moved(moveTo(tx, i)),
       });
     let outcome: Outcome;
+    const refusal = refusalOf(policy, event);
+    if (refusal) {
+      outcome = await recordRefusal(db, target, event, refusal, backoff);
+      await apply(); // the duplicate it now is: moves the checkpoint, applies nothing
+      counts[outcome]++;
+      continue;
+    }
     try {
       outcome = await apply();
     } catch (err) {

@@ -1,5 +1,5 @@
 import type { Db, Tx } from "../db/db.ts";
-import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
+import { asAccount, type ObjectDrift, type ObjectKind, type StripeObject } from "./object-kind.ts";
 
 /**
  * How a local refund differs from Stripe's (the first that applies, in this order). Repairable by
@@ -58,10 +58,10 @@ function idOf(value: unknown): string | null {
 /**
  * Compares Stripe's refunds (one list page) with `refunds` and the `refund` ledger entries (by
  * `source_id`) in one query; returns the drifted ones in the page's order. On a transaction it sees
- * that transaction's writes.
+ * that transaction's writes. `account` (`""`: the platform): the account whose rows are compared.
  * @throws the database error.
  */
-export async function findRefundDrift(db: Db | Tx, objects: readonly StripeObject[]): Promise<ObjectDrift[]> {
+export async function findRefundDrift(db: Db | Tx, objects: readonly StripeObject[], account = ""): Promise<ObjectDrift[]> {
   if (objects.length === 0) return [];
   const page = objects.map((o) => ({
     id: o.id,
@@ -85,9 +85,9 @@ export async function findRefundDrift(db: Db | Tx, objects: readonly StripeObjec
              l.amount as booked, l.balance_transaction as booked_btx,
              v.amount as reversed, v.balance_transaction as reversed_btx
         from stripe s
-        left join refunds r on r.id = s.id
-        left join ledger_entries l on l.kind = 'refund' and l.source_id = s.id
-        left join ledger_entries v on v.kind = 'refund_reversal' and v.source_id = s.id
+        left join refunds r on r.account = ${account} and r.id = s.id
+        left join ledger_entries l on l.account = ${account} and l.kind = 'refund' and l.source_id = s.id
+        left join ledger_entries v on v.account = ${account} and v.kind = 'refund_reversal' and v.source_id = s.id
     )
     select id, status, amount::text, currency, btx, fbtx, local_status, local_amount::text, local_currency, local_btx, local_fbtx,
            booked::text,
@@ -139,7 +139,8 @@ export async function findRefundDrift(db: Db | Tx, objects: readonly StripeObjec
 export const refundKind: ObjectKind = {
   name: "refunds",
   permission: "Refunds: Read",
-  list: async (stripe, params) => (await stripe.refunds.list(params)) as unknown as { data: StripeObject[]; has_more: boolean },
+  list: async (stripe, params, account) =>
+    (await stripe.refunds.list(params, asAccount(account))) as unknown as { data: StripeObject[]; has_more: boolean },
   findDrift: findRefundDrift,
   repairEvent(object) {
     const status = String(object.status);

@@ -40,6 +40,9 @@ const REPAIR_TIMEOUT_MS = 30_000;
  * and the ledger's business keys keep a repair racing a webhook (or another run) to one booking.
  * Drift the handlers cannot repair, and objects they refuse (PermanentError, SQLSTATE class 22), are
  * recorded parked as needs-review under the same key with `last_error` saying why.
+ * `account` is the account `object` was read for (`""`: the platform): the repair is recorded under it
+ * (inbox `account`, {@link repairKeyOf}), its handler applies it under it (`HandlerContext.account`),
+ * and the re-check and the resolution of needs-review rows stay inside it.
  * @throws the database error of a failure that is not permanent (nothing of the attempt remains).
  */
 export async function repairObject(
@@ -48,10 +51,11 @@ export async function repairObject(
   kind: ObjectKind,
   drift: ObjectDrift,
   object: StripeObject,
+  account = "",
 ): Promise<RepairResult> {
   const { type } = kind.repairEvent(object);
-  const key = repairKeyOf(kind, drift, object);
-  const event = repairEvent(key, type, object);
+  const key = repairKeyOf(kind, drift, object, account);
+  const event = repairEvent(key, type, object, account);
   const inboxKey = { provider: target.provider, endpoint: target.endpoint, eventId: key };
   const park = async (error: string): Promise<RepairResult> => {
     const recorded = await recordUnapplied(db, inboxKey, event, {
@@ -75,8 +79,8 @@ export async function repairObject(
       timeoutMs: REPAIR_TIMEOUT_MS,
       after: async (tx, outcome) => {
         if (outcome !== "processed") return;
-        const left = await kind.findDrift(tx, [object]);
-        if (left.length === 0) resolved = await resolveSettled(tx, target, kind, object.id, key);
+        const left = await kind.findDrift(tx, [object], account);
+        if (left.length === 0) resolved = await resolveSettled(tx, target, kind, object.id, key, account);
       },
     });
     return { key, eventType: type, outcome: applied === "duplicate" ? "duplicate" : "repaired", resolved };
@@ -91,33 +95,45 @@ export async function repairObject(
  * (also when they then refuse the object, parked under it), that key with `:<drift class>` when they
  * cannot: a drift left after a repair (a refund whose status was repaired but whose charge is unknown)
  * is then recorded for an operator once, instead of being a duplicate of the repair.
+ * A connected account's repair is `reconcile:<acct_…>:<id>:…`: the inbox key has no account column, and
+ * the same object id under two accounts (Stripe ids are unique per account only) must be two repairs.
  */
-export function repairKeyOf(kind: ObjectKind, drift: ObjectDrift, object: StripeObject): string {
+export function repairKeyOf(kind: ObjectKind, drift: ObjectDrift, object: StripeObject, account = ""): string {
   const { key } = kind.repairEvent(object);
-  return drift.repairable ? key : `${key}:${drift.drift}`;
+  const own = account === "" ? key : key.replace(/^reconcile:/, `reconcile:${account}:`);
+  return drift.repairable ? own : `${own}:${drift.drift}`;
 }
 
 /**
  * A repair as the inbox records it: a Stripe event envelope around Stripe's current object under the
  * repair's key, so replay and the worker read it like any event, with `source: "reconcile"`.
  */
-function repairEvent(key: string, type: string, object: StripeObject): VerifiedEvent {
+function repairEvent(key: string, type: string, object: StripeObject, account: string): VerifiedEvent {
   const payload = {
     id: key,
     object: "event",
     type,
     created: Math.floor(Date.now() / 1000),
     livemode: object.livemode === true,
+    ...(account === "" ? {} : { account }),
     data: { object },
   };
-  return { id: key, type, payload, subject: { object, key: object.id }, body: JSON.stringify(payload), source: "reconcile" };
+  return {
+    id: key,
+    type,
+    payload,
+    subject: { object, key: object.id },
+    body: JSON.stringify(payload),
+    source: "reconcile",
+    account,
+  };
 }
 
 /**
- * Resolves the needs-review rows about object `id` (types matching `kind.reviewTypes`, any endpoint of
- * the provider) once the repair left it matching Stripe: the note names the repair key.
+ * Resolves the needs-review rows about object `id` of `account` (types matching `kind.reviewTypes`, any
+ * endpoint of the provider) once the repair left it matching Stripe: the note names the repair key.
  */
-async function resolveSettled(tx: Tx, t: RepairTarget, kind: ObjectKind, id: string, key: string): Promise<number> {
+async function resolveSettled(tx: Tx, t: RepairTarget, kind: ObjectKind, id: string, key: string, account: string): Promise<number> {
   const note = `Settled by reconcile (${key}): the local state now matches Stripe's current ${kind.name.replace(/s$/, "")}`;
   const rows = await tx`
     update webhook_inbox
@@ -126,6 +142,7 @@ async function resolveSettled(tx: Tx, t: RepairTarget, kind: ObjectKind, id: str
            resolution_note = ${note},
            needs_review_at = null
      where provider = ${t.provider}
+       and account = ${account}
        and needs_review_at is not null
        and processed_at is null
        and event_type like any(${kind.reviewTypes as string[]}::text[])
@@ -139,9 +156,10 @@ async function resolveSettled(tx: Tx, t: RepairTarget, kind: ObjectKind, id: str
  * Resolves the needs-review rows reconciliation itself parked (`source = 'reconcile'`) about objects
  * that now match Stripe (`ids`, found without drift by this run): what they reported is gone (say the
  * missing charge event arrived and booked the refund), so they leave the operators' backlog with a
- * note. Rows parked by webhooks are left for the operator. Returns the event ids resolved.
+ * note. Rows parked by webhooks are left for the operator. Only rows of `account` (`""`: the platform),
+ * the account whose objects `ids` are. Returns the event ids resolved.
  */
-export async function resolveCleared(db: Db, provider: string, kind: ObjectKind, ids: readonly string[]): Promise<string[]> {
+export async function resolveCleared(db: Db, provider: string, kind: ObjectKind, ids: readonly string[], account = ""): Promise<string[]> {
   if (ids.length === 0) return [];
   const note = `Cleared by reconcile ${kind.name}: the local state now matches Stripe's current object`;
   const rows = await db<{ event_id: string }[]>`
@@ -151,6 +169,7 @@ export async function resolveCleared(db: Db, provider: string, kind: ObjectKind,
            resolution_note = ${note},
            needs_review_at = null
      where provider = ${provider}
+       and account = ${account}
        and source = 'reconcile'
        and needs_review_at is not null
        and processed_at is null

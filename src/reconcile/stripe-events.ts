@@ -24,6 +24,8 @@ export interface ListCall {
   created?: number | { gte?: number; lt?: number };
   /** Leave the run's filters out (to find an anchor event of any type). */
   unfiltered?: boolean;
+  /** The connected account (`acct_…`) whose events to list, sent as `Stripe-Account`; `""`/undefined: the platform's own. */
+  account?: string;
 }
 
 /** Lists one page of events. */
@@ -31,7 +33,7 @@ export type ListEvents = (call: ListCall) => Promise<EventPage>;
 
 /**
  * A {@link ListEvents} over `stripe.events.list`, each call retried with {@link withStripeRetry} on
- * 429, 409, 5xx and connection errors (`retry` sets the backoff; `onRetry` is told each wait).
+ * 429, 409, 5xx and connection errors, made for `call.account` when set (`retry` sets the backoff; `onRetry` is told each wait).
  * @throws the stripe-node error of a final failure (a 4xx other than 409/429, or retries used up).
  */
 export function stripeEventLister(stripe: Stripe, filters: EventFilters, retry: StripeRetryOptions = {}): ListEvents {
@@ -42,7 +44,10 @@ export function stripeEventLister(stripe: Stripe, filters: EventFilters, retry: 
     if (call.created !== undefined) params.created = call.created;
     if (!call.unfiltered && filters.types?.length) params.types = [...filters.types];
     if (!call.unfiltered && filters.undelivered) params.delivery_success = false;
-    const page = await withStripeRetry(() => stripe.events.list(params), retry);
+    // A connected account's events are listed as that account (stripe-node's `stripeAccount`, header
+    // `Stripe-Account`: Stripe docs, "Making API calls for connected accounts").
+    const as = call.account ? { stripeAccount: call.account } : undefined;
+    const page = await withStripeRetry(() => stripe.events.list(params, as), retry);
     return { data: page.data as unknown as Record<string, unknown>[], hasMore: page.has_more };
   };
 }
