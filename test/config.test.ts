@@ -33,6 +33,7 @@ describe("loadConfig()", () => {
       hybridBudgetMs: 2000,
       metricsToken: undefined,
       endpoints: [{ name: "billing", secrets: [SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
+      providerEndpoints: [],
       adminToken: undefined,
       adminReadonly: false,
     });
@@ -68,6 +69,7 @@ describe("loadConfig()", () => {
       hybridBudgetMs: 2000,
       metricsToken: "metrics-token-0123456789",
       endpoints: [{ name: "billing", secrets: [SECRET, OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
+      providerEndpoints: [],
       adminToken: "admin-token-0123456789abcdefghijklmnop",
       adminReadonly: true,
     });
