@@ -41,6 +41,27 @@ export interface EndpointSettings {
   connect?: boolean;
 }
 
+/**
+ * An endpoint of a provider other than Stripe (GitHub, Shopify, Paddle, Adyen, Standard Webhooks), one
+ * entry `<provider>/<name>` of `WEBHOOK_ENDPOINTS`; its variables end in `_<PROVIDER>_<NAME>` (upper
+ * case, `-` → `_`). The provider name is checked against the registry where endpoints are wired
+ * (receiver/endpoints.ts `providerEndpoints`). docs/providers/README.md.
+ */
+export interface ProviderEndpointSettings {
+  /** The registered provider's name: URL segment and inbox `provider`, e.g. `github`. */
+  provider: string;
+  /** URL segment and inbox `endpoint`, e.g. `repos`. */
+  name: string;
+  /** `WEBHOOK_SECRET_<PROVIDER>_<NAME>`, comma-separated: every currently valid secret (two during a rotation). */
+  secrets: string[];
+  /** The variable the secrets came from, for messages. */
+  source: string;
+  /** `INBOX_MODE_<PROVIDER>_<NAME>`: sync (default), async or hybrid. */
+  mode: "sync" | "async" | "hybrid";
+  /** `WEBHOOK_TOLERANCE_SEC_<PROVIDER>_<NAME>`, seconds (1 to {@link MAX_TOLERANCE_SEC}); undefined: the provider's default. */
+  toleranceSec?: number;
+}
+
 /** Every setting of the receiver, read and checked at once by {@link loadConfig}. */
 export interface Config {
   /** HTTP port. `PORT`, default 3000. */
@@ -81,6 +102,8 @@ export interface Config {
   metricsToken: string | undefined;
   /** Stripe endpoints; `billing` (from `STRIPE_WEBHOOK_SECRET`) first. */
   endpoints: EndpointSettings[];
+  /** Endpoints of the other providers, in `WEBHOOK_ENDPOINTS` order ({@link ProviderEndpointSettings}). */
+  providerEndpoints: ProviderEndpointSettings[];
   /** Password of the operator's page at `/admin` (≥ 32 characters, no whitespace, ≥ 10 different characters). `ADMIN_TOKEN`; unset = the page is off (404). */
   adminToken: string | undefined;
   /** `ADMIN_READONLY=true`: the page shows everything and refuses every action. Default false. */
@@ -176,6 +199,7 @@ export function loadConfig(env: Record<string, string | undefined>, devSecret?: 
     hybridBudgetMs: int("HYBRID_BUDGET_MS", 2000, 1, MAX_TIMER_SETTING_MS),
     metricsToken: env.METRICS_TOKEN || undefined,
     endpoints,
+    providerEndpoints: readProviderEndpoints(env, problems),
     adminToken: env.ADMIN_TOKEN || undefined,
     adminReadonly: readFlag(env, "ADMIN_READONLY", problems),
   };
@@ -231,6 +255,64 @@ function readEndpoints(
     else if (seen.has(name)) problems.push(`STRIPE_ENDPOINTS names "${name}" twice`);
     else read(name);
     seen.add(name);
+  }
+  return endpoints;
+}
+
+/**
+ * The endpoints of `WEBHOOK_ENDPOINTS=<provider>/<name>,…` ({@link ProviderEndpointSettings}): names
+ * checked (Stripe's own endpoints are configured by `STRIPE_ENDPOINTS`), each once; secrets required
+ * (comma-separated, none empty or with whitespace; never echoed), mode and tolerance checked. Appends a
+ * problem naming the variable for each invalid value.
+ */
+function readProviderEndpoints(env: Record<string, string | undefined>, problems: string[]): ProviderEndpointSettings[] {
+  const endpoints: ProviderEndpointSettings[] = [];
+  const seen = new Set<string>();
+  const entries = (env.WEBHOOK_ENDPOINTS ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+  for (const [i, entry] of entries.entries()) {
+    const [provider = "", name = "", ...rest] = entry.split("/");
+    const shown = /^whsec_|^pdl_|^shpss_/i.test(entry) || entry.length > 127 ? `number ${i + 1} (not shown)` : `"${entry}"`;
+    if (rest.length > 0 || !ENDPOINT_NAME.test(provider) || !ENDPOINT_NAME.test(name)) {
+      problems.push(`WEBHOOK_ENDPOINTS entry ${shown} must be <provider>/<name>, each matching ${ENDPOINT_NAME.source}`);
+      continue;
+    }
+    if (provider === "stripe" || provider === "stripe-thin") {
+      problems.push(
+        `WEBHOOK_ENDPOINTS entry ${shown}: Stripe endpoints are configured by STRIPE_ENDPOINTS and STRIPE_WEBHOOK_SECRET_<NAME>`,
+      );
+      continue;
+    }
+    const suffix = `${provider}_${name}`.toUpperCase().replaceAll("-", "_");
+    if (seen.has(suffix)) {
+      problems.push(`WEBHOOK_ENDPOINTS names ${shown} twice (or two entries share the variables' suffix _${suffix})`);
+      continue;
+    }
+    seen.add(suffix);
+    const source = `WEBHOOK_SECRET_${suffix}`;
+    const raw = env[source];
+    const secrets = (raw ?? "").split(",").map((s) => s.trim());
+    if (raw === undefined || raw.trim() === "") problems.push(`${source} is required (the ${provider}/${name} endpoint's signing secret)`);
+    else if (secrets.some((s) => s === "" || /\s/.test(s)))
+      problems.push(`${source} must be comma-separated secrets, none empty or holding whitespace`);
+    const modeVar = `INBOX_MODE_${suffix}`;
+    const mode = env[modeVar] || "sync";
+    if (mode !== "sync" && mode !== "async" && mode !== "hybrid") problems.push(`${modeVar} must be sync, async or hybrid, got "${mode}"`);
+    const toleranceVar = `WEBHOOK_TOLERANCE_SEC_${suffix}`;
+    const rawTolerance = env[toleranceVar];
+    const toleranceSec = rawTolerance ? Number(rawTolerance) : undefined;
+    if (toleranceSec !== undefined && (!/^\d+$/.test(rawTolerance ?? "") || toleranceSec < 1 || toleranceSec > MAX_TOLERANCE_SEC))
+      problems.push(`${toleranceVar} must be an integer from 1 to ${MAX_TOLERANCE_SEC}, got "${rawTolerance}"`);
+    endpoints.push({
+      provider,
+      name,
+      secrets,
+      source,
+      mode: mode === "async" || mode === "hybrid" ? mode : "sync",
+      ...(toleranceSec === undefined ? {} : { toleranceSec }),
+    });
   }
   return endpoints;
 }
@@ -298,7 +380,11 @@ export function apiKeyLivemode(key: string | undefined): boolean | undefined {
  * ({@link apiKeyLivemode}); a declared mode contradicting the key, and a Connect endpoint with no mode
  * at all, are problems (one line each, naming the variables). Only set fields are returned.
  */
-function readAccountMode(env: Record<string, string | undefined>, suffix: string, problems: string[]): Pick<EndpointSettings, "livemode" | "connect"> {
+function readAccountMode(
+  env: Record<string, string | undefined>,
+  suffix: string,
+  problems: string[],
+): Pick<EndpointSettings, "livemode" | "connect"> {
   const connectVar = `STRIPE_CONNECT${suffix}`;
   const connect = readFlag(env, connectVar, problems);
   const modeVar = `STRIPE_MODE${suffix}`;

@@ -6,6 +6,7 @@ export {
   handlersFor,
   handlerTables,
   migratingHandlersFor,
+  providerEndpoints,
   stripeEndpoints,
   thinHandlers,
   workerHandlerTables,
@@ -27,6 +28,10 @@ export { providerNamed, providers, subjectOf, type ProviderName } from "./provid
 export type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./providers/provider.ts";
 export { signStripePayload, stripeProvider, stripeSubject } from "./providers/stripe.ts";
 export { standardWebhooksProvider } from "./providers/standard-webhooks.ts";
+export { gitHubProvider, signGitHubPayload } from "./providers/github.ts";
+export { shopifyProvider, signShopifyPayload } from "./providers/shopify.ts";
+export { paddleProvider, signPaddlePayload } from "./providers/paddle.ts";
+export { adyenProvider, signAdyenItem } from "./providers/adyen.ts";
 export { stripeThinProvider, type ThinNotification } from "./providers/stripe-thin.ts";
 export { changeOnce, changeOnceTable } from "./handlers/change-once.ts";
 export { connect, type ConnectOptions, type Db, type Tx } from "./db/db.ts";

@@ -1,5 +1,6 @@
 import { describe, expect, test } from "bun:test";
 import { ConfigError, loadConfig, loadEndpointsWithoutSecrets, readApiEndpoints } from "../src/config.ts";
+import { handlersFor, providerEndpoints } from "../src/receiver/endpoints.ts";
 import { OTHER_SECRET, SECRET } from "./support/helpers.ts";
 
 const DEV_SECRET = "whsec_dev_generated_0123456789abcdef";
@@ -33,6 +34,7 @@ describe("loadConfig()", () => {
       hybridBudgetMs: 2000,
       metricsToken: undefined,
       endpoints: [{ name: "billing", secrets: [SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
+      providerEndpoints: [],
       adminToken: undefined,
       adminReadonly: false,
     });
@@ -68,6 +70,7 @@ describe("loadConfig()", () => {
       hybridBudgetMs: 2000,
       metricsToken: "metrics-token-0123456789",
       endpoints: [{ name: "billing", secrets: [SECRET, OTHER_SECRET], source: "STRIPE_WEBHOOK_SECRET", mode: "sync" }],
+      providerEndpoints: [],
       adminToken: "admin-token-0123456789abcdefghijklmnop",
       adminReadonly: true,
     });
@@ -392,5 +395,70 @@ describe("endpoint kinds and refetch mode", () => {
       'INBOX_MODE_OPS must be sync, async or hybrid, got "fast"',
       'STRIPE_ENDPOINTS entry "Bad" must match ^[a-z][a-z0-9-]{0,62}$',
     ]);
+  });
+});
+
+describe("WEBHOOK_ENDPOINTS", () => {
+  test("`loadConfig()` reads <provider>/<name> endpoints with their rotating secrets, mode and tolerance; `providerEndpoints()` wires them", () => {
+    const config = loadConfig({
+      STRIPE_WEBHOOK_SECRET: SECRET,
+      WEBHOOK_ENDPOINTS: "github/repos, paddle/billing",
+      WEBHOOK_SECRET_GITHUB_REPOS: "one-secret, two-secret",
+      WEBHOOK_SECRET_PADDLE_BILLING: "pdl_ntfset_secret",
+      INBOX_MODE_PADDLE_BILLING: "hybrid",
+      WEBHOOK_TOLERANCE_SEC_PADDLE_BILLING: "30",
+    });
+    expect(config.providerEndpoints).toEqual([
+      { provider: "github", name: "repos", secrets: ["one-secret", "two-secret"], source: "WEBHOOK_SECRET_GITHUB_REPOS", mode: "sync" },
+      {
+        provider: "paddle",
+        name: "billing",
+        secrets: ["pdl_ntfset_secret"],
+        source: "WEBHOOK_SECRET_PADDLE_BILLING",
+        mode: "hybrid",
+        toleranceSec: 30,
+      },
+    ]);
+    const endpoints = providerEndpoints(config.providerEndpoints);
+    expect(
+      endpoints.map((e) => [e.provider.name, e.name, e.mode, e.isDefault, e.toleranceSec, e.handlers === handlersFor(e.provider.name)]),
+    ).toEqual([
+      ["github", "repos", "sync", true, undefined, true],
+      ["paddle", "billing", "hybrid", true, 30, true],
+    ]);
+  });
+
+  test("`loadConfig()` and `providerEndpoints()` refuse bad entries, missing secrets and unknown providers, never echoing a secret", () => {
+    const err = configError({
+      STRIPE_WEBHOOK_SECRET: SECRET,
+      WEBHOOK_ENDPOINTS: "github,stripe/x,shopify/shop,shopify/shop,paddle/b",
+      WEBHOOK_SECRET_PADDLE_B: "pdl_secret",
+      INBOX_MODE_PADDLE_B: "later",
+      WEBHOOK_TOLERANCE_SEC_PADDLE_B: "0",
+    });
+    expect(err.problems).toEqual([
+      'WEBHOOK_ENDPOINTS entry "github" must be <provider>/<name>, each matching ^[a-z][a-z0-9-]{0,62}$',
+      'WEBHOOK_ENDPOINTS entry "stripe/x": Stripe endpoints are configured by STRIPE_ENDPOINTS and STRIPE_WEBHOOK_SECRET_<NAME>',
+      "WEBHOOK_SECRET_SHOPIFY_SHOP is required (the shopify/shop endpoint's signing secret)",
+      'WEBHOOK_ENDPOINTS names "shopify/shop" twice (or two entries share the variables\' suffix _SHOPIFY_SHOP)',
+      'INBOX_MODE_PADDLE_B must be sync, async or hybrid, got "later"',
+      'WEBHOOK_TOLERANCE_SEC_PADDLE_B must be an integer from 1 to 3600, got "0"',
+    ]);
+    const wiring = (() => {
+      try {
+        providerEndpoints([
+          { provider: "acme", name: "x", secrets: ["s"], source: "WEBHOOK_SECRET_ACME_X", mode: "sync" },
+          { provider: "adyen", name: "pay", secrets: ["whsec_not_hex_secret"], source: "WEBHOOK_SECRET_ADYEN_PAY", mode: "sync" },
+        ]);
+      } catch (e) {
+        return e as ConfigError;
+      }
+      throw new Error("providerEndpoints() accepted them");
+    })();
+    expect(wiring.problems).toEqual([
+      'WEBHOOK_ENDPOINTS entry "acme/x": no provider named "acme" is registered (src/providers/registry.ts)',
+      "WEBHOOK_SECRET_ADYEN_PAY value 1 of 1 is not an Adyen HMAC key (hex, at least 32 digits, as the Customer Area shows it)",
+    ]);
+    expect(JSON.stringify(wiring.problems)).not.toContain("whsec_not_hex_secret");
   });
 });

@@ -1,18 +1,22 @@
-import { signStripePayload } from "../providers/stripe.ts";
+import { signDelivery, type DeliveryProvider } from "./provider-delivery.ts";
 import { mulberry32, shuffleInPlace } from "./random.ts";
 
-/** One event to deliver: a label (file name) and the exact request body. */
+/** One event to deliver: a label (file name), the exact request body, and headers its sender sets besides the signature. */
 export interface EventFile {
   name: string;
   body: string;
+  /** From the fixture folder's headers.json (GitHub's event and delivery id, Shopify's topic and event id). */
+  headers?: Record<string, string>;
 }
 
 /** Options for {@link deliver}. */
 export interface DeliverOptions {
   /** Webhook URL, e.g. `http://127.0.0.1:3000/webhooks/stripe`. */
   url: string;
-  /** `whsec_…` secret to sign with. */
+  /** Secret to sign with: Stripe's `whsec_…`, GitHub's or Shopify's secret, Paddle's secret key, Adyen's hex HMAC key. */
   secret: string;
+  /** Whose sender to sign like (provider-delivery.ts `signDelivery`). Default `stripe`. */
+  provider?: DeliveryProvider;
   /** Deliveries per event (≥ 1); copies of one event may be in flight at once. Default 1. */
   copies?: number;
   /** Deliveries in flight at once. Default 1. */
@@ -57,7 +61,8 @@ const RETRYABLE_4XX = new Set([408, 409, 429]);
 
 /**
  * Posts each event's exact bytes the way Stripe does (Stripe docs, "Webhook signatures"): a fresh
- * `Stripe-Signature: t=…,v1=…` per attempt, `Content-Type: application/json; charset=utf-8`, and
+ * `Stripe-Signature: t=…,v1=…` per attempt (or, with `provider`, signed as GitHub, Shopify, Paddle or
+ * Adyen sign: provider-delivery.ts), `Content-Type: application/json; charset=utf-8`, and
  * retries a 5xx, 408, 409, 429 or connection failure with jittered exponential backoff. Unlike Stripe,
  * which retries every non-2xx, any other 4xx is final at once: this is our development tool, and a
  * bad signature or body does not get better by resending it. A status is reported with the answer's
@@ -84,16 +89,13 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
     let response: Response;
     let text: string;
     try {
-      const signature = await signStripePayload(event.body, options.secret, Math.floor(Date.now() / 1000));
+      const fixture = { name: event.name, body: event.body, headers: event.headers ?? {} };
+      const signed = await signDelivery(options.provider ?? "stripe", fixture, options.secret, Math.floor(Date.now() / 1000));
       response = await send(
         new Request(options.url, {
           method: "POST",
-          headers: {
-            "content-type": "application/json; charset=utf-8",
-            "stripe-signature": signature,
-            "user-agent": "webhook-inbox-deliver",
-          },
-          body: event.body,
+          headers: { ...signed.headers, "content-type": "application/json; charset=utf-8", "user-agent": "webhook-inbox-deliver" },
+          body: signed.body,
           signal: AbortSignal.timeout(timeoutMs),
         }),
       );
@@ -104,7 +106,8 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
     }
     connectionFailuresInARow = 0;
     if (response.ok) {
-      const outcome = parseField(text, "outcome") ?? "2xx";
+      // Adyen's required answer is the text [accepted], not JSON.
+      const outcome = parseField(text, "outcome") ?? (text === "[accepted]" ? "accepted" : "2xx");
       summary.outcomes[outcome] = (summary.outcomes[outcome] ?? 0) + 1;
       return undefined;
     }

@@ -12,12 +12,16 @@ export class HandlerTableError extends Error {
   override name = "HandlerTableError";
 }
 
-/** Event types as providers name them: `invoice.paid`, `v1.invoice.paid`, `v2.core.health.…`, `issues`. */
-const EVENT_TYPE = /^[a-z0-9_]+(?:\.[a-z0-9_]+)*$/;
+/**
+ * Event types as providers name them: words of letters, digits and `_` joined by dots or slashes:
+ * `invoice.paid`, `v1.invoice.paid`, `v2.core.health.…`, `issues.opened` (GitHub), `orders/paid`
+ * (Shopify), `transaction.completed` (Paddle), `AUTHORISATION` (Adyen).
+ */
+const EVENT_TYPE = /^[A-Za-z0-9_]+(?:[./][A-Za-z0-9_]+)*$/;
 
 /**
  * Builds one handler table from `parts` (each `{ "<event type>": handler }`) and checks it: every
- * key is an event type (lowercase words joined by dots), every value a plain handler taking at most
+ * key is an event type (words joined by dots or slashes), every value a plain handler taking at most
  * `(tx, object, context)`, and no event type is given twice across the parts (spreading objects
  * would let the later one win silently). The table is frozen.
  * @throws HandlerTableError naming the event type and what is wrong.
@@ -27,7 +31,9 @@ export function handlerTable(...parts: Readonly<Record<string, Handler>>[]): Han
   for (const part of parts) {
     for (const [type, handler] of Object.entries(part)) {
       if (!EVENT_TYPE.test(type))
-        throw new HandlerTableError(`Handler table: "${type}" is not an event type (lowercase words joined by dots)`);
+        throw new HandlerTableError(
+          `Handler table: "${type}" is not an event type (words of letters, digits and _ joined by dots or slashes)`,
+        );
       if (typeof handler !== "function")
         throw new HandlerTableError(`Handler table: the handler of "${type}" is not a function (${typeof handler})`);
       if (handler.length > 3)

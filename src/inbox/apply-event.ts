@@ -3,7 +3,7 @@ import type { JsonbCopy } from "../providers/jsonb-text.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 import { PermanentError } from "../errors.ts";
 import { retry } from "../retry.ts";
-import { inboxRow, insertInbox, type InboxKey } from "./inbox.ts";
+import { inboxRow, insertInbox, type InboxKey, type InboxRow } from "./inbox.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
 
 /** What a handler knows about the event it applies, besides the object. */
@@ -59,7 +59,8 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
 /**
  * How the transaction holds the event's inbox row before its handler may run:
  * - `insert`: records `event` under the key (`insert … on conflict do nothing`); the handler runs only
- *   when this transaction inserted it. With `queue`, nothing runs: the row is left for a worker.
+ *   when this transaction inserted it. With `queue`, nothing runs: the row is left for a worker, with
+ *   `failed` recorded as an attempt that already failed (a batch's fallback: inbox.ts {@link InboxRow}).
  * - `claimed`: the row a worker claimed is locked `FOR UPDATE` and re-checked unprocessed and not
  *   needs-review (another worker, a redelivery's settle or an operator may have settled it); after
  *   the handler it is settled, storing `storePayload` as its payload when given (a row kept only as its
@@ -68,7 +69,8 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  *   `FOR UPDATE`; it stays settled, and a row recorded `ignored` whose type has a handler now is
  *   marked `processed` (ops/replay.ts).
  */
-export type Hold = { insert: VerifiedEvent; queue?: boolean } | { claimed: true; storePayload?: JsonbCopy } | { replay: true };
+export type Hold =
+  { insert: VerifiedEvent; queue?: boolean; failed?: InboxRow["failed"] } | { claimed: true; storePayload?: JsonbCopy } | { replay: true };
 
 /** What {@link applyEvent} applies. */
 export interface ApplyInput {
@@ -126,17 +128,61 @@ export const APPLY_TRIES = 3;
  */
 export async function applyEvent(db: Db, input: ApplyInput): Promise<Applied> {
   const deadline = Date.now() + input.timeoutMs;
-  const applied = await retry(() => db.begin((tx) => applyIn(tx, input, deadline - Date.now())), {
-    tries: APPLY_TRIES,
-    retryable: (err) => (isConflict(err) && Date.now() < deadline ? String(sqlState(err)) : undefined),
-  });
+  const applied = await retry(
+    () =>
+      db.begin(async (tx) => {
+        await boundTransaction(tx, deadline - Date.now(), input.traceparent);
+        return applyIn(tx, input);
+      }),
+    {
+      tries: APPLY_TRIES,
+      retryable: (err) => (isConflict(err) && Date.now() < deadline ? String(sqlState(err)) : undefined),
+    },
+  );
   if (applied === "processed") notifierFor(db, OUTBOX_CHANNEL).wake();
   if (applied === "queued") notifierFor(db).wake();
   return applied;
 }
 
-async function applyIn(tx: Tx, input: ApplyInput, timeoutMs: number): Promise<Applied> {
-  await boundTransaction(tx, timeoutMs, input.traceparent);
+/**
+ * Several events of one delivery (Adyen's batch) applied as {@link applyEvent} applies one, all in ONE
+ * transaction bounded by `timeoutMs` (each input's own `timeoutMs` is not read): every inbox row and
+ * every handler's writes commit together or not at all, in the order given (callers sort by key, so
+ * two batches holding the same keys wait for each other instead of deadlocking; a deadlock or
+ * serialization failure is tried again as in applyEvent). Returns each input's outcome, in order.
+ * `onFailure` is told the index of the input whose hold or handler threw, before the rollback.
+ * @throws whatever an input's handler or the database threw, after the rollback: nothing of the delivery remains.
+ */
+export async function applyEvents(
+  db: Db,
+  inputs: readonly ApplyInput[],
+  timeoutMs: number,
+  onFailure?: (index: number) => void,
+): Promise<Applied[]> {
+  const deadline = Date.now() + timeoutMs;
+  const applied = await retry(
+    () =>
+      db.begin(async (tx) => {
+        await boundTransaction(tx, deadline - Date.now(), inputs[0]?.traceparent);
+        const out: Applied[] = [];
+        for (const [i, input] of inputs.entries()) {
+          try {
+            out.push(await applyIn(tx, input));
+          } catch (err) {
+            onFailure?.(i);
+            throw err;
+          }
+        }
+        return out;
+      }),
+    { tries: APPLY_TRIES, retryable: (err) => (isConflict(err) && Date.now() < deadline ? String(sqlState(err)) : undefined) },
+  );
+  if (applied.includes("processed")) notifierFor(db, OUTBOX_CHANNEL).wake();
+  if (applied.includes("queued")) notifierFor(db).wake();
+  return applied;
+}
+
+async function applyIn(tx: Tx, input: ApplyInput): Promise<Applied> {
   const handler = Object.hasOwn(input.handlers, input.type) ? input.handlers[input.type] : undefined;
   const held = await holdRow(tx, input, handler !== undefined);
   if (held !== "held") {
@@ -168,8 +214,9 @@ async function applyIn(tx: Tx, input: ApplyInput, timeoutMs: number): Promise<Ap
 async function holdRow(tx: Tx, input: ApplyInput, handled: boolean): Promise<"held" | Applied> {
   const { key, hold } = input;
   if ("insert" in hold) {
-    const settled = hold.queue ? (handled ? null : "ignored") : handled ? "processed" : "ignored";
-    const inserted = await insertInbox(tx, [inboxRow(key, hold.insert, settled)]);
+    const settled = hold.failed ? null : hold.queue ? (handled ? null : "ignored") : handled ? "processed" : "ignored";
+    const row = { ...inboxRow(key, hold.insert, settled), ...(hold.failed ? { failed: hold.failed } : {}) };
+    const inserted = await insertInbox(tx, [row]);
     if (inserted.size === 0) return "duplicate";
     return settled === null ? "queued" : "held";
   }
@@ -185,7 +232,9 @@ async function holdRow(tx: Tx, input: ApplyInput, handled: boolean): Promise<"he
   if (row.parked) throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
   if (!row.settled) throw new Error(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
   if (row.outcome === "ignored_mode")
-    throw new Error(`Cannot replay ${name}: it was recorded ignored_mode (its livemode is not its endpoint's mode) and must never be applied`);
+    throw new Error(
+      `Cannot replay ${name}: it was recorded ignored_mode (its livemode is not its endpoint's mode) and must never be applied`,
+    );
   if (row.outcome === "resolved")
     throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.note}"); running its handler would override that`);
   return "held";

@@ -79,12 +79,32 @@ export interface Subject {
 }
 
 /**
- * One webhook provider (Stripe, Standard Webhooks; GitHub or Shopify later): its name, used as the
- * inbox's `provider` column, its verifier and how to read its envelope. Adding one is a file in
- * src/providers/ and a line in registry.ts.
+ * One webhook provider (Stripe, Standard Webhooks, GitHub, Shopify, Paddle Billing, Adyen): its name,
+ * used as the inbox's `provider` column and the URL segment, its verifier and how to read its envelope.
+ * Adding one is a file in src/providers/ and a line in registry.ts (docs/providers/README.md).
  */
 export interface WebhookProvider {
   readonly name: string;
+  /**
+   * The provider's default signature timestamp tolerance, seconds, when it differs from the
+   * receiver's (`STRIPE_TOLERANCE_SEC`, 300); an endpoint's `WEBHOOK_TOLERANCE_SEC_<P>_<NAME>` overrides it.
+   * Undefined for a scheme without a timestamp too (GitHub, Shopify, Adyen: then it is never read).
+   */
+  readonly toleranceSec?: number;
+  /** What is wrong with one configured secret of this provider (e.g. Adyen's must be hex), or undefined; never echoes the secret. */
+  secretProblem?(secret: string): string | undefined;
+  /**
+   * For a provider whose one delivery carries several events (Adyen's `notificationItems`): verifies
+   * every one of them, in the order sent; one that fails refuses the whole delivery (the same errors as
+   * {@link verify}). The receiver then records (and, in sync and hybrid mode, applies) them all in one
+   * transaction. Absent: a delivery is one event, read by `verify`.
+   */
+  verifyAll?(input: VerifyInput): Promise<VerifiedEvent[]>;
+  /**
+   * The 2xx answer the sender requires once every event of a delivery is committed (Adyen: 200
+   * `[accepted]`). Absent: 200 JSON `{ outcome, event_id }`.
+   */
+  accepted?(): Response;
   /**
    * Checks the signature over the exact body, the timestamp within ±`toleranceSec` (both directions),
    * and the envelope (subject included); never touches the database.

@@ -1,5 +1,9 @@
 import { PermanentError } from "../errors.ts";
 import type { Subject, WebhookProvider } from "./provider.ts";
+import { adyenProvider } from "./adyen.ts";
+import { gitHubProvider } from "./github.ts";
+import { paddleProvider } from "./paddle.ts";
+import { shopifyProvider } from "./shopify.ts";
 import { standardWebhooksProvider } from "./standard-webhooks.ts";
 import { stripeProvider } from "./stripe.ts";
 import { stripeThinProvider } from "./stripe-thin.ts";
@@ -13,6 +17,10 @@ export const providers = {
   stripe: stripeProvider,
   "stripe-thin": stripeThinProvider,
   "standard-webhooks": standardWebhooksProvider,
+  github: gitHubProvider,
+  shopify: shopifyProvider,
+  paddle: paddleProvider,
+  adyen: adyenProvider,
 } as const satisfies Record<string, WebhookProvider>;
 
 /** A registered provider's name. */

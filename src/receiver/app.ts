@@ -9,6 +9,7 @@ import type { HandlerTable } from "../handlers/handler-table.ts";
 import type { VerifiedEvent, WebhookProvider } from "../providers/provider.ts";
 import {
   DEFAULT_STATEMENT_TIMEOUT_MS,
+  receiveBatch,
   receiveHybrid,
   receiveSync,
   recordFallback,
@@ -50,6 +51,11 @@ export interface Endpoint {
   livemode?: boolean;
   /** `STRIPE_CONNECT[_<NAME>]=true`: connected accounts' events are applied under their account; otherwise they are parked. */
   connect?: boolean;
+  /**
+   * Signature timestamp tolerance of this endpoint, seconds, both directions; default the provider's
+   * (`WebhookProvider.toleranceSec`), else the receiver's (`AppDeps.toleranceSec`).
+   */
+  toleranceSec?: number;
   /** Hybrid mode's in-request budget and retry backoff; default 2 000 ms, 1 s doubling to 10 min. */
   hybrid?: HybridOptions;
 }
@@ -192,28 +198,40 @@ export function createApp(deps: AppDeps): App {
     try {
       if (!endpoint) throw new AppError("unknown_endpoint", `Unknown webhook endpoint: ${new URL(request.url).pathname}`);
       const body = await readBody(request, maxBodyBytes, hold);
-      const event = await endpoint.provider.verify({
+      const input = {
         body,
         headers: request.headers,
         secrets: endpoint.secrets,
-        toleranceSec,
+        toleranceSec: endpoint.toleranceSec ?? endpoint.provider.toleranceSec ?? toleranceSec,
         nowMs: now(),
-      });
-      Object.assign(entry, { event_id: event.id, type: event.type });
-      const recording = {
-        name: `receive ${endpoint.name}`,
-        kind: deps.telemetry?.api.SpanKind.CONSUMER,
-        parent: traced,
-        attributes: messagingAttributes(endpoint.provider.name, endpoint.name, event.id, event.type, "receive"),
       };
-      const outcome = await inSpan(deps.telemetry, recording, async (span, context) => {
-        event.traceparent = traceparentOf(deps.telemetry, span);
-        const result = await receiveIn(endpoint, event, entry, context);
-        span?.setAttribute("webhook_inbox.outcome", result);
-        return result;
-      });
-      entry.outcome = outcome;
-      response = Response.json({ outcome, event_id: event.id });
+      const { provider } = endpoint;
+      if (provider.verifyAll) {
+        // A delivery of several events (Adyen): all recorded in one transaction, answered once after its commit.
+        const events = await provider.verifyAll(input);
+        Object.assign(entry, { event_id: events.map((e) => e.id).join(","), type: [...new Set(events.map((e) => e.type))].join(",") });
+        const outcomes = await receiveBatchIn(endpoint, events);
+        entry.outcomes = outcomes;
+        entry.outcome = new Set(outcomes).size === 1 ? outcomes[0] : "mixed";
+        response = provider.accepted?.() ?? Response.json({ outcomes, event_ids: events.map((e) => e.id) });
+      } else {
+        const event = await provider.verify(input);
+        Object.assign(entry, { event_id: event.id, type: event.type });
+        const recording = {
+          name: `receive ${endpoint.name}`,
+          kind: deps.telemetry?.api.SpanKind.CONSUMER,
+          parent: traced,
+          attributes: messagingAttributes(provider.name, endpoint.name, event.id, event.type, "receive"),
+        };
+        const outcome = await inSpan(deps.telemetry, recording, async (span, context) => {
+          event.traceparent = traceparentOf(deps.telemetry, span);
+          const result = await receiveIn(endpoint, event, entry, context);
+          span?.setAttribute("webhook_inbox.outcome", result);
+          return result;
+        });
+        entry.outcome = outcome;
+        response = provider.accepted?.() ?? Response.json({ outcome, event_id: event.id });
+      }
     } catch (err) {
       const appError = toAppError(err, entry.event_id);
       Object.assign(entry, {
@@ -309,6 +327,13 @@ export function createApp(deps: AppDeps): App {
           return slot(() => park(err));
         });
     }
+  }
+
+  /** A delivery of several events in the endpoint's mode, in one slot: one transaction (async: one statement). */
+  function receiveBatchIn(endpoint: Endpoint, events: readonly VerifiedEvent[]): Promise<Outcome[]> {
+    const target: ReceiveTarget = { provider: endpoint.provider.name, endpoint: endpoint.name, handlers: endpoint.handlers };
+    const options = { mode: endpoint.mode ?? "sync", timeoutMs: statementTimeoutMs, hybrid: endpoint.hybrid ?? DEFAULT_HYBRID } as const;
+    return slot(() => receiveBatch(deps.db, target, events, options));
   }
 
   const router = Router();

@@ -1,9 +1,13 @@
 import type { Endpoint } from "./app.ts";
-import type { EndpointSettings } from "../config.ts";
+import { ConfigError, type EndpointSettings, type ProviderEndpointSettings } from "../config.ts";
+import { adyenHandlers } from "../handlers/adyen-payments.ts";
+import { gitHubHandlers } from "../handlers/github-pushes.ts";
+import { paddleHandlers } from "../handlers/paddle-transactions.ts";
+import { shopifyHandlers } from "../handlers/shopify-orders.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import type { Mode } from "./receive.ts";
 import { stripeHandlers } from "../handlers/stripe-money.ts";
-import type { ProviderName } from "../providers/registry.ts";
+import { providerNamed, type ProviderName } from "../providers/registry.ts";
 import { stripeProvider } from "../providers/stripe.ts";
 import { stripeThinProvider } from "../providers/stripe-thin.ts";
 import { changeOnceTable } from "../handlers/change-once.ts";
@@ -17,6 +21,10 @@ import { thinHandlerTable } from "../handlers/stripe-thin.ts";
  */
 export const handlerTables = {
   stripe: stripeHandlers,
+  github: gitHubHandlers,
+  shopify: shopifyHandlers,
+  paddle: paddleHandlers,
+  adyen: adyenHandlers,
 } as const satisfies Readonly<Partial<Record<ProviderName, HandlerTable>>>;
 
 /** The Stripe table with every handler claiming its change (handlers/change-once.ts). */
@@ -29,7 +37,8 @@ const stripeChangeOnce = changeOnceTable(handlerTables.stripe);
  * `mode` defaults to sync; `hybridBudgetMs` is the hybrid in-request budget in ms.
  */
 export function stripeEndpoints(
-  settings: readonly (Pick<EndpointSettings, "name" | "secrets" | "kind"> & Partial<Pick<EndpointSettings, "livemode" | "connect">> & { mode?: Mode })[],
+  settings: readonly (Pick<EndpointSettings, "name" | "secrets" | "kind"> &
+    Partial<Pick<EndpointSettings, "livemode" | "connect">> & { mode?: Mode })[],
   hybridBudgetMs = 2_000,
 ): Endpoint[] {
   // While thin endpoints run next to classic ones (a migration), classic events claim their change too,
@@ -51,6 +60,44 @@ export function stripeEndpoints(
 }
 
 /**
+ * Wires `WEBHOOK_ENDPOINTS` (config.ts {@link ProviderEndpointSettings}) to their registered providers
+ * and handler tables ({@link handlersFor}; a provider without a table has every event recorded
+ * `ignored`, kept for a table added later and replay). Served at `/webhooks/<provider>/<name>`, the first
+ * endpoint of each provider at `/webhooks/<provider>` too. `hybridBudgetMs` is the hybrid in-request budget.
+ * @throws ConfigError listing every endpoint whose provider is not registered or whose secret the
+ *   provider refuses (`WebhookProvider.secretProblem`; the secret is never echoed).
+ */
+export function providerEndpoints(settings: readonly ProviderEndpointSettings[], hybridBudgetMs = 2_000): Endpoint[] {
+  const problems: string[] = [];
+  const endpoints: Endpoint[] = [];
+  for (const s of settings) {
+    const provider = providerNamed(s.provider);
+    if (!provider || s.provider === "stripe" || s.provider === "stripe-thin") {
+      problems.push(
+        `WEBHOOK_ENDPOINTS entry "${s.provider}/${s.name}": no provider named "${s.provider}" is registered (src/providers/registry.ts)`,
+      );
+      continue;
+    }
+    s.secrets.forEach((secret, i) => {
+      const problem = provider.secretProblem?.(secret);
+      if (problem) problems.push(`${s.source} value ${i + 1} of ${s.secrets.length} ${problem}`);
+    });
+    endpoints.push({
+      name: s.name,
+      provider,
+      secrets: s.secrets,
+      handlers: handlersFor(s.provider) ?? {},
+      isDefault: !endpoints.some((e) => e.provider === provider),
+      mode: s.mode,
+      hybrid: { budgetMs: hybridBudgetMs, backoff: { baseMs: 1_000, capMs: 600_000 } },
+      ...(s.toleranceSec === undefined ? {} : { toleranceSec: s.toleranceSec }),
+    });
+  }
+  if (problems.length > 0) throw new ConfigError(problems);
+  return endpoints;
+}
+
+/**
  * The handler table of thin endpoints (handlers/stripe-thin.ts): `v1.<type>` for every Stripe handler's
  * `<type>`, claiming its change, and the health type that requests an event backfill. The receiver
  * records the types it has as work for the worker (others `ignored`); the worker reads each
@@ -59,12 +106,12 @@ export function stripeEndpoints(
 export const thinHandlers: HandlerTable = thinHandlerTable(handlerTables.stripe);
 
 /**
- * The handler tables a worker claims rows for, by inbox provider: classic Stripe rows (with the
- * change-once table next to thin endpoints, as the receiver's classic endpoints use then) and thin
- * rows. A worker without Stripe API settings leaves thin rows alone (worker.ts).
+ * The handler tables a worker claims rows for, by inbox provider: every table of {@link handlerTables}
+ * (GitHub, Shopify, Paddle, Adyen too), classic Stripe rows with the change-once table next to thin
+ * endpoints (as the receiver's classic endpoints use then), and thin rows. A worker without Stripe API settings leaves thin rows alone (worker.ts).
  */
 export function workerHandlerTables(thinEndpoints: boolean): Readonly<Record<string, HandlerTable>> {
-  return { stripe: thinEndpoints ? stripeChangeOnce : handlerTables.stripe, [stripeThinProvider.name]: thinHandlers };
+  return { ...handlerTables, stripe: thinEndpoints ? stripeChangeOnce : handlerTables.stripe, [stripeThinProvider.name]: thinHandlers };
 }
 
 /**

@@ -138,7 +138,10 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
     while (waiting[0] !== undefined && waiting[0].since <= limit) {
       const delivery = waiting.shift() as Waiting;
       delivery.reject(
-        new AppError("overloaded", `Cannot record ${delivery.event.id} in time: the group before it is still running; nothing was recorded, retry later`),
+        new AppError(
+          "overloaded",
+          `Cannot record ${delivery.event.id} in time: the group before it is still running; nothing was recorded, retry later`,
+        ),
       );
     }
     armSweep();

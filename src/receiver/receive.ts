@@ -1,8 +1,9 @@
 import { isDatabaseUnavailable, isPermanent, type Db } from "../db/db.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
-import { applyEvent, type Applied } from "../inbox/apply-event.ts";
-import { inboxRow, insertInbox, recordUnapplied, type Backoff } from "../inbox/inbox.ts";
+import { applyEvent, applyEvents, type Applied, type ApplyInput } from "../inbox/apply-event.ts";
+import { inboxRow, insertInbox, keyText, recordUnapplied, type Backoff } from "../inbox/inbox.ts";
+import { notifierFor } from "../inbox/notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 
 /**
@@ -178,4 +179,100 @@ function applyInput(target: ReceiveTarget, event: VerifiedEvent) {
     object: event.subject.object,
     account: event.account ?? "",
   };
+}
+
+/**
+ * The events of ONE delivery that carries several (Adyen's batch: `WebhookProvider.verifyAll`),
+ * recorded together; returns each event's outcome in the order given. Events are handled in key order
+ * (so two batches holding the same keys queue instead of deadlocking), one key once.
+ * - `sync`: every inbox row and every handler's writes in ONE transaction ({@link applyEvents}). When a
+ *   handler fails permanently ({@link isPermanent}), the whole transaction is tried again with that
+ *   event recorded needs-review instead of applied (`needs_review`), as the one-event path parks it.
+ * - `hybrid`: the same transaction bounded by `hybrid.budgetMs`; when it fails, ONE transaction
+ *   records them all for the worker: the event that failed with its error and first backoff (parked at
+ *   once when permanent: `needs_review`), the others queued (`queued`).
+ * - `async`: ONE insert statement records them all, unprocessed (`queued`) or, without a handler, `ignored`.
+ * `duplicate` for an event already recorded. Nothing is acknowledged before the commit.
+ * @throws the handler's or the database's error after the rollback (nothing of the delivery remains),
+ *   when the database is unavailable, or when the fallback cannot be written: the caller answers 5xx.
+ */
+export async function receiveBatch(
+  db: Db,
+  target: ReceiveTarget,
+  events: readonly VerifiedEvent[],
+  options: { mode: Mode; timeoutMs: number; hybrid: HybridOptions },
+): Promise<Outcome[]> {
+  const order = events.map((e, i) => ({ e, i })).sort((a, b) => (a.e.id < b.e.id ? -1 : a.e.id > b.e.id ? 1 : a.i - b.i));
+  const sorted = order.map((o) => o.e);
+  const outcomes = await receiveSorted(db, target, sorted, options);
+  const result: Outcome[] = new Array<Outcome>(events.length);
+  order.forEach((o, k) => (result[o.i] = outcomes[k] as Outcome));
+  return result;
+}
+
+async function receiveSorted(
+  db: Db,
+  target: ReceiveTarget,
+  events: readonly VerifiedEvent[],
+  options: { mode: Mode; timeoutMs: number; hybrid: HybridOptions },
+): Promise<Outcome[]> {
+  if (options.mode === "async") return recordBatchQueued(db, target, events);
+  const parked = new Map<number, unknown>();
+  const budget = options.mode === "hybrid" ? options.hybrid.budgetMs : options.timeoutMs;
+  for (;;) {
+    let failedAt: number | undefined;
+    const inputs = events.map((e, i): ApplyInput => {
+      const why = parked.get(i);
+      const failed = why === undefined ? undefined : { error: describeError(why), parked: true, backoff: options.hybrid.backoff };
+      return { ...applyInput(target, e), hold: failed ? { insert: e, failed } : { insert: e }, timeoutMs: budget };
+    });
+    try {
+      const applied = await applyEvents(db, inputs, budget, (i) => (failedAt = i));
+      return applied.map((a, i) => (parked.has(i) && a === "queued" ? "needs_review" : a));
+    } catch (err) {
+      if (isDatabaseUnavailable(err)) throw err;
+      const retryParked = failedAt !== undefined && isPermanent(err) && !parked.has(failedAt);
+      if (options.mode === "sync" && retryParked) parked.set(failedAt as number, err);
+      else if (options.mode === "sync") throw err;
+      else return recordBatchFallback(db, target, events, failedAt, err, options);
+    }
+  }
+}
+
+/** Hybrid's fallback for a batch: one transaction recording the failed event with its error, the others queued. */
+async function recordBatchFallback(
+  db: Db,
+  target: ReceiveTarget,
+  events: readonly VerifiedEvent[],
+  failedAt: number | undefined,
+  err: unknown,
+  options: { timeoutMs: number; hybrid: HybridOptions },
+): Promise<Outcome[]> {
+  const failure = { error: describeError(err), parked: isPermanent(err), backoff: options.hybrid.backoff };
+  const inputs = events.map((e, i): ApplyInput => ({
+    ...applyInput(target, e),
+    hold: i === failedAt || failedAt === undefined ? { insert: e, failed: failure } : { insert: e, queue: true },
+    timeoutMs: options.timeoutMs,
+  }));
+  const applied = await applyEvents(db, inputs, options.timeoutMs);
+  return applied.map((a, i) => (a === "queued" && (i === failedAt || failedAt === undefined) && failure.parked ? "needs_review" : a));
+}
+
+/** Async mode for a batch: one autocommit insert of every event, queued for a worker or `ignored`; workers woken after it. */
+async function recordBatchQueued(db: Db, target: ReceiveTarget, events: readonly VerifiedEvent[]): Promise<Outcome[]> {
+  const handled = (e: VerifiedEvent) => Object.hasOwn(target.handlers, e.type);
+  const keyOf = (e: VerifiedEvent) => ({ provider: target.provider, endpoint: target.endpoint, eventId: e.id });
+  const first = new Map<string, VerifiedEvent>();
+  for (const e of events) if (!first.has(keyText(keyOf(e)))) first.set(keyText(keyOf(e)), e);
+  const inserted = await insertInbox(
+    db,
+    [...first.values()].map((e) => inboxRow(keyOf(e), e, handled(e) ? null : "ignored")),
+  );
+  const outcomes = events.map((e): Outcome => {
+    const text = keyText(keyOf(e));
+    if (first.get(text) !== e || !inserted.has(text)) return "duplicate";
+    return handled(e) ? "queued" : "ignored";
+  });
+  if (outcomes.includes("queued")) notifierFor(db).wake();
+  return outcomes;
 }

@@ -9,7 +9,7 @@ import { connect, type DatabaseTls, type Db } from "../db/db.ts";
 import { migrate, type Migration } from "../db/migrate.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 import { waitForDatabase } from "../db/wait-for-database.ts";
-import { stripeEndpoints } from "../receiver/endpoints.ts";
+import { providerEndpoints, stripeEndpoints } from "../receiver/endpoints.ts";
 import { createMetrics } from "../receiver/metrics.ts";
 import { createAdmin } from "../admin/admin.ts";
 
@@ -68,11 +68,16 @@ export interface ReceiverOptions {
 }
 
 /**
- * The core `fetch(Request) → Response` for `config` on `db`, with the operator's page under `/admin`
+ * The core `fetch(Request) → Response` for `config` on `db`: the Stripe endpoints and those of
+ * `WEBHOOK_ENDPOINTS` (GitHub, Shopify, Paddle, Adyen, …), with the operator's page under `/admin`
  * when `config.adminToken` is set (its duplicate rate read from this app's delivery counters).
+ * @throws ConfigError when a `WEBHOOK_ENDPOINTS` entry names no registered provider or a refused secret.
  */
 export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {}): App {
-  const endpoints = stripeEndpoints(config.endpoints, config.hybridBudgetMs);
+  const endpoints = [
+    ...stripeEndpoints(config.endpoints, config.hybridBudgetMs),
+    ...providerEndpoints(config.providerEndpoints, config.hybridBudgetMs),
+  ];
   const metrics = createMetrics();
   const admin =
     config.adminToken === undefined

@@ -2,9 +2,11 @@ import { afterAll, describe, expect, test } from "bun:test";
 import { join } from "node:path";
 import { createApp } from "../../src/receiver/app.ts";
 import { deliver, printableUrl, type EventFile } from "../../src/dev/deliver.ts";
-import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
+import { handlersFor, stripeEndpoints } from "../../src/receiver/endpoints.ts";
+import { readProviderFixtures } from "../../src/dev/provider-delivery.ts";
+import { providerNamed } from "../../src/providers/registry.ts";
 import { stripeProvider } from "../../src/providers/stripe.ts";
-import { count, freshDatabase, lifecycle, SECRET } from "../support/helpers.ts";
+import { count, FIXTURES_DIR, freshDatabase, lifecycle, SECRET } from "../support/helpers.ts";
 
 const fresh = await freshDatabase();
 afterAll(() => fresh.drop());
@@ -279,4 +281,38 @@ describe("deliver()", () => {
     expect(c).not.toEqual(a);
     expect([...a].sort()).toEqual([...fileOrder, ...fileOrder].sort());
   });
+});
+
+describe("deliver() --provider", () => {
+  const cases = [
+    { provider: "github", secret: "github-deliver-secret-0123456789", processed: 2, ignored: 2 },
+    { provider: "shopify", secret: "shpss_deliver_secret_0123456789", processed: 2, ignored: 1 },
+    { provider: "paddle", secret: "pdl_ntfset_01deliver_secret_0123456789", processed: 2, ignored: 2 },
+    { provider: "adyen", secret: "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056", accepted: 3 },
+  ] as const;
+  for (const c of cases) {
+    test(`\`deliver()\` signs ${c.provider} fixtures like ${c.provider} and a real app records them; a second round is all duplicates`, async () => {
+      await fresh.db`truncate webhook_inbox, outbox restart identity`;
+      const provider = providerNamed(c.provider)!;
+      const app = createApp({
+        db: fresh.db,
+        endpoints: [{ name: "dev", provider, secrets: [c.secret], handlers: handlersFor(c.provider) ?? {}, isDefault: true }],
+        log: () => {},
+      });
+      const files = readProviderFixtures([join(FIXTURES_DIR, c.provider)]);
+      const options = {
+        url: `http://receiver.test/webhooks/${c.provider}/dev`,
+        secret: c.secret,
+        provider: c.provider,
+        concurrency: 4,
+        fetch: (r: Request) => app.fetch(r),
+      };
+      const first = await deliver(files, options);
+      const { provider: _p, secret: _s, ...expected } = c;
+      expect(first.outcomes).toEqual(expected);
+      const second = await deliver(files, options);
+      expect(second.outcomes).toEqual(c.provider === "adyen" ? { accepted: 3 } : { duplicate: files.length });
+      expect(await count(fresh.db, "outbox")).toBe(c.provider === "adyen" ? 3 : 2);
+    });
+  }
 });

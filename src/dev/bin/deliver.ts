@@ -3,11 +3,17 @@ import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 import { deliver, printableUrl, type EventFile } from "../deliver.ts";
+import { DELIVERY_PROVIDERS, readProviderFixtures, type DeliveryProvider } from "../provider-delivery.ts";
 import { DATA_DIR } from "../../runtime/database.ts";
 
 const USAGE = `Usage: bun run deliver <file.json|dir>… [options]
-  --url URL          webhook URL (default http://127.0.0.1:\${PORT:-3000}/webhooks/stripe)
-  --secret whsec_…   signing secret (default: STRIPE_WEBHOOK_SECRET, else .data/dev-webhook-secret)
+  --provider NAME    sign like stripe (default), github, shopify, paddle or adyen; a folder's headers.json
+                     gives each file the headers its sender sets besides the signature (GitHub's
+                     X-GitHub-Event and X-GitHub-Delivery, Shopify's X-Shopify-Topic and X-Shopify-Event-Id)
+  --endpoint NAME    with --provider: the endpoint, for the URL and WEBHOOK_SECRET_<PROVIDER>_<NAME>
+  --url URL          webhook URL (default http://127.0.0.1:\${PORT:-3000}/webhooks/<provider>[/<endpoint>])
+  --secret S         signing secret (default: STRIPE_WEBHOOK_SECRET, else .data/dev-webhook-secret; with
+                     --provider: WEBHOOK_SECRET_<PROVIDER>_<ENDPOINT>, its first value; Adyen: the hex HMAC key)
   --copies N         deliver every event N times (default 1)
   --concurrency N    deliveries in flight at once (default 1)
   --shuffle          shuffle the deliveries (with --seed N for a reproducible order)
@@ -33,6 +39,8 @@ try {
     allowPositionals: true,
     options: {
       url: { type: "string" },
+      provider: { type: "string", default: "stripe" },
+      endpoint: { type: "string" },
       secret: { type: "string" },
       copies: { type: "string", default: "1" },
       concurrency: { type: "string", default: "1" },
@@ -61,16 +69,26 @@ const number = (name: string, raw: string, min = 1): number => {
   return n;
 };
 
-const files: EventFile[] = positionals.flatMap((path) => {
-  if (!existsSync(path)) fail(`No such file or folder: ${path}`);
-  const paths = statSync(path).isDirectory()
-    ? readdirSync(path)
-        .filter((f) => f.endsWith(".json"))
-        .sort()
-        .map((f) => join(path, f))
-    : [path];
-  return paths.map((p) => ({ name: basename(p), body: readFileSync(p, "utf8") }));
-});
+if (!(DELIVERY_PROVIDERS as readonly string[]).includes(values.provider))
+  fail(`--provider must be one of ${DELIVERY_PROVIDERS.join(", ")}, got "${values.provider}"`);
+const provider = values.provider as DeliveryProvider;
+if (values.endpoint !== undefined && !/^[a-z][a-z0-9-]{0,62}$/.test(values.endpoint)) fail(`--endpoint must match ^[a-z][a-z0-9-]{0,62}$`);
+if (provider !== "stripe" && (values.account !== undefined || values.livemode !== undefined || values["id-suffix"] !== undefined))
+  fail("--account, --livemode and --id-suffix are for Stripe events only");
+
+const files: EventFile[] =
+  provider !== "stripe"
+    ? readProviderFiles()
+    : positionals.flatMap((path) => {
+        if (!existsSync(path)) fail(`No such file or folder: ${path}`);
+        const paths = statSync(path).isDirectory()
+          ? readdirSync(path)
+              .filter((f) => f.endsWith(".json"))
+              .sort()
+              .map((f) => join(path, f))
+          : [path];
+        return paths.map((p) => ({ name: basename(p), body: readFileSync(p, "utf8") }));
+      });
 if (files.length === 0) fail("No .json files found");
 if (values.livemode !== undefined && values.livemode !== "true" && values.livemode !== "false")
   fail(`--livemode must be true or false, got "${values.livemode}"`);
@@ -96,20 +114,36 @@ if (values.account !== undefined || values.livemode !== undefined || values["id-
   }
 }
 
+/** The files of a non-Stripe provider, with their folder's headers.json. */
+function readProviderFiles(): EventFile[] {
+  try {
+    return readProviderFixtures(positionals);
+  } catch (err) {
+    fail(err instanceof Error ? err.message : String(err));
+  }
+}
+
 const devSecretFile = join(DATA_DIR, "dev-webhook-secret");
 // An empty STRIPE_WEBHOOK_SECRET counts as unset, as it does for `bun run serve`.
+const providerSecretVar = `WEBHOOK_SECRET_${provider}_${values.endpoint ?? ""}`.toUpperCase().replaceAll("-", "_");
 const secret =
   values.secret ||
+  (provider !== "stripe"
+    ? process.env[providerSecretVar]?.split(",")[0]?.trim() ||
+      fail(`Missing signing secret: pass --secret or set ${providerSecretVar} (with --endpoint)`)
+    : undefined) ||
   process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]?.trim() ||
   (existsSync(devSecretFile) ? readFileSync(devSecretFile, "utf8").trim() : undefined);
 if (!secret) fail("Missing signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET");
 
-const url = values.url ?? `http://127.0.0.1:${process.env.PORT ?? 3000}/webhooks/stripe`;
+const url =
+  values.url ?? `http://127.0.0.1:${process.env.PORT ?? 3000}/webhooks/${provider}${values.endpoint ? `/${values.endpoint}` : ""}`;
 const seed = number("seed", values.seed, 0);
 const started = performance.now();
 const summary = await deliver(files, {
   url,
   secret,
+  provider,
   copies: number("copies", values.copies),
   concurrency: number("concurrency", values.concurrency),
   shuffle: values.shuffle,
@@ -125,7 +159,8 @@ console.log(
 );
 for (const [outcome, count] of Object.entries(summary.outcomes).sort()) console.log(`  ${outcome.padEnd(10)} ${count}`);
 // Every non-2xx answer or connection failure, whether or not an attempt was left to retry it.
-for (const [status, count] of Object.entries(summary.retried).sort()) console.log(`  ${status === "network" ? "no answer (connection failed)" : `answered ${status}`}: ${count}`);
+for (const [status, count] of Object.entries(summary.retried).sort())
+  console.log(`  ${status === "network" ? "no answer (connection failed)" : `answered ${status}`}: ${count}`);
 // A connection that broke before the answer may still have been recorded: delivering again shows it as duplicate.
 for (const f of summary.failures) {
   const note = f.status === "network" ? " (no answer: it may have been recorded; deliver again to see)" : "";
