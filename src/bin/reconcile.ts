@@ -1,6 +1,7 @@
 // Entry file: `bun run reconcile <events|invoices|refunds|disputes> …`: recover what webhooks never
 // delivered. Env, the database, signals and the terminal live here; the commands are in src/reconcile/.
 // Exit codes: 0 nothing to recover or drifted, 1 something was (or a failure), 2 usage or configuration.
+import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import { reconcileEventsCommand } from "../reconcile/events-command.ts";
 import { reconcileInvoicesCommand } from "../reconcile/invoices-command.ts";
 import { reconcileDisputesCommand, reconcileRefundsCommand } from "../reconcile/money-commands.ts";
@@ -44,13 +45,14 @@ async function run(): Promise<number> {
         err: (line) => console.error(line),
         progress: process.stderr.isTTY ? (line) => console.error(line) : undefined,
         signal,
+        telemetry,
       });
     }
     case "invoices":
     case "refunds":
     case "disputes": {
       const run = { invoices: reconcileInvoicesCommand, refunds: reconcileRefundsCommand, disputes: reconcileDisputesCommand }[command];
-      return run(args, process.env, { openDatabase: (env) => openDb(env, 2) });
+      return run(args, process.env, { openDatabase: (env) => openDb(env, 2), telemetry });
     }
     case undefined:
     case "--help":
@@ -63,4 +65,8 @@ async function run(): Promise<number> {
   }
 }
 
-process.exit(await run());
+// OpenTelemetry when `@opentelemetry/api` is installed: backfill runs and repairs are spans.
+const telemetry = await loadTelemetry(process.env);
+const code = await run();
+await flushTelemetry(telemetry);
+process.exit(code);

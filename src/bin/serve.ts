@@ -93,7 +93,7 @@ if (ready) {
     );
   }
   // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
-  catchUp = startCatchUp(env, catchUpSettings, db, stopping.signal, log);
+  catchUp = startCatchUp(env, catchUpSettings, db, stopping.signal, log, telemetry);
   if (catchUp) console.log("  event catch-up from Stripe's Events API: on (RECONCILE_IDLE_AFTER / RECONCILE_EVERY)");
   if (config.endpoints[0]?.source === "generated") {
     console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");

@@ -147,15 +147,16 @@ log({
 let catchUp: Promise<void> | undefined;
 // Backfill requests recorded by health notifications of thin endpoints, served here (the worker holds
 // the API key thin endpoints need), polled every 30 s.
+// OpenTelemetry when `@opentelemetry/api` is installed (an SDK registered by a --preload file exports).
+const telemetry = await loadTelemetry(process.env);
 let backfillRequests: Promise<void> | undefined;
 try {
-  catchUp = startCatchUp(process.env, catchUpSettings, db, controller.signal, log);
+  catchUp = startCatchUp(process.env, catchUpSettings, db, controller.signal, log, telemetry);
   if (api) backfillRequests = startBackfillRequests(process.env, db, controller.signal, log);
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(2);
 }
-const telemetry = await loadTelemetry(process.env);
 await runWorker({
   db,
   // Next to thin endpoints, classic rows claim their change like the receiver's classic endpoints then do.

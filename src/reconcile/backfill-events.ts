@@ -1,4 +1,5 @@
 // Event backfill: Stripe's Events API, oldest first, into the same inbox as webhook deliveries.
+import { inSpan, type Telemetry } from "../telemetry.ts";
 import type { Db, Tx } from "../db/db.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import { stripeApiEvent, STRIPE_EVENTS_KEPT_MS } from "../providers/stripe.ts";
@@ -55,6 +56,8 @@ export interface BackfillOptions {
   onPage?: (progress: PageProgress) => void;
   /** Stops after the current page (the checkpoint then says how far the run got). */
   signal?: AbortSignal;
+  /** OpenTelemetry: the run is one `backfill <endpoint>` span with its counts (src/telemetry.ts). Default: none. */
+  telemetry?: Telemetry;
 }
 
 /** One page's progress. */
@@ -108,7 +111,28 @@ const iso = (sec: number) => new Date(sec * 1000).toISOString();
  * @throws stripe-node errors after their retries; database errors; a sync-mode handler failure that
  *   survived three tries of its event (that event rolled back; the checkpoint is just before it).
  */
-export async function backfillEvents(options: BackfillOptions): Promise<BackfillSummary> {
+export function backfillEvents(options: BackfillOptions): Promise<BackfillSummary> {
+  const spec = {
+    name: `backfill ${options.target.endpoint}`,
+    attributes: {
+      "messaging.system": options.target.provider,
+      "messaging.destination.name": options.target.endpoint,
+      "webhook_inbox.account": options.account ?? "",
+      "webhook_inbox.dry_run": options.dryRun === true,
+    },
+  };
+  return inSpan(options.telemetry, spec, async (span) => {
+    const summary = await backfillUntraced(options);
+    span?.setAttributes({
+      "webhook_inbox.backfill.status": summary.status,
+      "webhook_inbox.backfill.events": summary.events,
+      "webhook_inbox.backfill.fresh": summary.fresh,
+    });
+    return summary;
+  });
+}
+
+async function backfillUntraced(options: BackfillOptions): Promise<BackfillSummary> {
   const { db, target } = options;
   const account = options.account ?? "";
   const key: CheckpointKey = { provider: target.provider, endpoint: target.endpoint, account };

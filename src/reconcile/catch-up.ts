@@ -1,4 +1,5 @@
 // Automatic catch-up: `serve` and `worker` backfill events by themselves after downtime and on a schedule.
+import type { Telemetry } from "../telemetry.ts";
 import type { Db } from "../db/db.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import type { LogFn } from "../log.ts";
@@ -57,6 +58,8 @@ export interface CatchUpOptions {
   log: LogFn;
   /** Waits `ms` or until the signal (tests replace it). */
   sleep?: (ms: number, signal: AbortSignal) => Promise<void>;
+  /** OpenTelemetry: each backfill run is a span (backfill-events.ts). Default: none. */
+  telemetry?: Telemetry;
 }
 
 /**
@@ -72,7 +75,15 @@ export async function runCatchUp(options: CatchUpOptions): Promise<void> {
   const owner = `catch-up ${crypto.randomUUID()}`;
   const forAccount = async (endpoint: CatchUpEndpoint, account: string): Promise<void> => {
     try {
-      const summary = await backfillEvents({ db: options.db, list: options.list, ...endpoint, account, owner, signal: options.signal });
+      const summary = await backfillEvents({
+        db: options.db,
+        list: options.list,
+        ...endpoint,
+        account,
+        owner,
+        signal: options.signal,
+        telemetry: options.telemetry,
+      });
       if (summary.events > 0 || summary.status !== "done" || summary.unrecoverable) options.log(catchUpLine(summary));
     } catch (err) {
       options.log({

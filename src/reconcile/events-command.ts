@@ -1,4 +1,5 @@
 // `bun run reconcile events`: the command line of event backfill (parsing, runs per endpoint, output).
+import type { Telemetry } from "../telemetry.ts";
 import type Stripe from "stripe";
 import { ConfigError, loadEndpointsWithoutSecrets, type EndpointSettings } from "../config.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
@@ -46,6 +47,8 @@ export interface EventsCommandDeps {
   sleep?: (ms: number, signal?: AbortSignal) => Promise<void>;
   /** Backoff of each list call (withStripeRetry's defaults otherwise; tests shorten the waits). */
   retry?: Omit<StripeRetryOptions, "onRetry">;
+  /** OpenTelemetry: each backfill run is a span (backfill-events.ts). Default: none. */
+  telemetry?: Telemetry;
 }
 
 /** `2h`, `3d`, `90m`, `30s` → ms; an ISO 8601 date or date-time → that time. */
@@ -234,6 +237,7 @@ export async function reconcileEventsCommand(
               dryRun: options.dryRun,
               pageSize: options.pageSize,
               owner: `reconcile events ${crypto.randomUUID()}`,
+              telemetry: deps.telemetry,
               now,
               signal: deps.signal,
               onPage: (p) =>

@@ -1,4 +1,5 @@
 import type Stripe from "stripe";
+import type { Telemetry } from "../telemetry.ts";
 import { ConfigError } from "../config.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { describeError } from "../errors.ts";
@@ -42,6 +43,8 @@ export interface ReconcileIo {
   /** Objects per list page, 1–100 (default 100, Stripe's maximum). */
   pageSize?: number;
   now?(): Date;
+  /** OpenTelemetry: each repair is a span (repair-object.ts). Default: none. */
+  telemetry?: Telemetry;
 }
 
 /** One drifted object as reported and, with --repair, what the repair did (or would do, with --dry-run). */
@@ -166,7 +169,7 @@ async function reconcile(
         const reported: ReportedDrift = { ...d, account };
         if (opts.repair && opts.dryRun)
           reported.repair = { key: repairKeyOf(kind, d, object, account), outcome: d.repairable ? "would_repair" : "would_park" };
-        else if (opts.repair) reported.repair = await repairObject(db, TARGET, kind, d, object, account);
+        else if (opts.repair) reported.repair = await repairObject(db, TARGET, kind, d, object, account, io.telemetry);
         report.drift.push(reported);
         report.byClass[d.drift] = (report.byClass[d.drift] ?? 0) + 1;
       }

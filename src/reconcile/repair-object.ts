@@ -1,4 +1,5 @@
 import { isPermanent, type Db, type Tx } from "../db/db.ts";
+import { inSpan, type Telemetry } from "../telemetry.ts";
 import { describeError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent } from "../inbox/apply-event.ts";
@@ -42,16 +43,42 @@ const REPAIR_TIMEOUT_MS = 30_000;
  * recorded parked as needs-review under the same key with `last_error` saying why.
  * `account` is the account `object` was read for (`""`: the platform): the repair is recorded under it
  * (inbox `account`, {@link repairKeyOf}), its handler applies it under it (`HandlerContext.account`),
- * and the re-check and the resolution of needs-review rows stay inside it.
+ * and the re-check and the resolution of needs-review rows stay inside it. With `telemetry`, the repair
+ * is one `repair <kind>` span with its outcome.
  * @throws the database error of a failure that is not permanent (nothing of the attempt remains).
  */
-export async function repairObject(
+export function repairObject(
   db: Db,
   target: RepairTarget,
   kind: ObjectKind,
   drift: ObjectDrift,
   object: StripeObject,
   account = "",
+  telemetry?: Telemetry,
+): Promise<RepairResult> {
+  const spec = {
+    name: `repair ${kind.name}`,
+    attributes: {
+      "messaging.destination.name": target.endpoint,
+      "webhook_inbox.object.id": object.id,
+      "webhook_inbox.account": account,
+      "webhook_inbox.drift": drift.drift,
+    },
+  };
+  return inSpan(telemetry, spec, async (span) => {
+    const result = await repairUntraced(db, target, kind, drift, object, account);
+    span?.setAttribute("webhook_inbox.outcome", result.outcome);
+    return result;
+  });
+}
+
+async function repairUntraced(
+  db: Db,
+  target: RepairTarget,
+  kind: ObjectKind,
+  drift: ObjectDrift,
+  object: StripeObject,
+  account: string,
 ): Promise<RepairResult> {
   const { type } = kind.repairEvent(object);
   const key = repairKeyOf(kind, drift, object, account);

@@ -1,4 +1,5 @@
 // Wiring of the automatic event catch-up for `serve` and `worker`: settings from the environment.
+import type { Telemetry } from "../telemetry.ts";
 import { ConfigError, loadEndpointsWithoutSecrets } from "../config.ts";
 import type { Db } from "../db/db.ts";
 import type { LogFn } from "../log.ts";
@@ -59,9 +60,11 @@ export function startCatchUp(
   db: Db,
   signal: AbortSignal,
   log: LogFn,
+  telemetry?: Telemetry,
 ): Promise<void> | undefined {
   if (settings.idleAfterMs === undefined && settings.everyMs === undefined) return undefined;
   return runCatchUp({
+    telemetry,
     db,
     list: eventLister(env),
     endpoints: catchUpEndpoints(env),

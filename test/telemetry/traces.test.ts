@@ -18,6 +18,7 @@ import { deliverClaimed } from "../../src/outbox/deliver-claimed.ts";
 import { httpSink } from "../../src/outbox/http-sink.ts";
 import { TRACER_NAME, type Telemetry } from "../../src/telemetry.ts";
 import { eventBody, freshDatabase, invoice, SECRET, signedRequest } from "../support/helpers.ts";
+import { fakeWith, recentEvents, runBackfill } from "../reconcile/backfill-support.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
@@ -168,5 +169,24 @@ describe("spans of one event", () => {
       { traceparent: null },
       { traceparent: null },
     ] as never);
+  });
+
+  test("backfill: one `backfill <endpoint>` span per run, with the events it read and recorded", async () => {
+    const events = recentEvents(Math.floor(Date.now() / 1000) - 3_600).slice(0, 6);
+    const fake = fakeWith(events, false);
+    try {
+      const summary = await runBackfill(db, fake, { telemetry });
+      expect(summary.fresh).toBe(6);
+    } finally {
+      await fake.stop();
+    }
+    const run = named("backfill billing");
+    expect(run.attributes).toMatchObject({
+      "messaging.destination.name": "billing",
+      "webhook_inbox.account": "",
+      "webhook_inbox.backfill.status": "done",
+      "webhook_inbox.backfill.events": 6,
+      "webhook_inbox.backfill.fresh": 6,
+    });
   });
 });
