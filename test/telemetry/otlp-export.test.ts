@@ -1,6 +1,7 @@
 // Spans of one delivery exported with OpenTelemetry's OTLP/HTTP exporter (the setup docs/observability.md
 // shows for Bun) to a local collector started here, decoded from what arrived (OTLP JSON encoding).
 import { afterAll, expect, test } from "bun:test";
+import { createRequire } from "node:module";
 import * as api from "@opentelemetry/api";
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-http";
 import { SimpleSpanProcessor, TracerProvider } from "@opentelemetry/sdk-trace";
@@ -96,6 +97,47 @@ test("`bun run serve` with docs/observability/otel-bun-preload.ts exports a deli
       expect(service).toBe("inbox-under-test");
     } finally {
       expect(await server.stop()).toBe(0);
+    }
+  } finally {
+    collector.stop(true);
+    await db.drop();
+  }
+}, 60_000);
+
+test("Deno's built-in OpenTelemetry (OTEL_DENO=true) exports the spans the Deno entry makes through npm:@opentelemetry/api", async () => {
+  const received: ExportRequest[] = [];
+  const collector = Bun.serve({
+    port: 0,
+    hostname: "127.0.0.1",
+    async fetch(request) {
+      // Deno also exports logs and metrics to the same endpoint: only traces are read here.
+      if (new URL(request.url).pathname === "/v1/traces") received.push((await request.json()) as ExportRequest);
+      return Response.json({});
+    },
+  });
+  const db = await freshDatabase();
+  const deno = (createRequire(import.meta.url)("deno/install_api.cjs") as { runInstall(): string }).runInstall();
+  try {
+    const server = await startServer({
+      command: [deno, "run", "--allow-net", "--allow-env", "--allow-read=sql", "src/adapter/deno/serve.ts"],
+      env: {
+        DATABASE_URL: db.url,
+        STRIPE_WEBHOOK_SECRET: SECRET,
+        DENO_NO_UPDATE_CHECK: "1",
+        NPM_CONFIG_REGISTRY: "http://127.0.0.1:9/",
+        OTEL_DENO: "true",
+        OTEL_EXPORTER_OTLP_ENDPOINT: `http://127.0.0.1:${collector.port}`,
+        OTEL_EXPORTER_OTLP_PROTOCOL: "http/json",
+      },
+    });
+    try {
+      const body = eventBody("evt_otlp_deno", "invoice.paid", invoice({ id: "in_otlp_deno", status: "paid", amount_paid: 2000 }));
+      expect((await fetch(await signedRequest(`${server.base}/webhooks/stripe`, body))).status).toBe(200);
+      const names = () => received.flatMap((r) => r.resourceSpans.flatMap((rs) => rs.scopeSpans.flatMap((s) => s.spans.map((span) => span.name))));
+      await waitUntil("the Deno delivery's spans at the collector", async () => names().includes("process billing"), { timeoutMs: 20_000, intervalMs: 100 });
+      expect(names()).toEqual(expect.arrayContaining(["POST /webhooks/:provider/:endpoint", "receive billing", "process billing"]));
+    } finally {
+      await server.stop();
     }
   } finally {
     collector.stop(true);
