@@ -3,17 +3,12 @@
 // set's README state; and a same-second tie of subscription states ended by refetching the subscription
 // from the fake Stripe API.
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
-
-import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
 import { startFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { applyCheckoutSession } from "../../src/handlers/checkout.ts";
 import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
-import { createApp } from "../../src/receiver/app.ts";
-import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { receiveSync, type Mode, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
 import { stripeFetcher, type Fetcher } from "../../src/worker/stripe-fetch.ts";
-import { runWorker } from "../../src/worker/worker.ts";
 import {
   accessMessages,
   CHECKOUT_END_STATE,
@@ -26,64 +21,22 @@ import {
   subscriptionState,
   truncateCheckoutSubscriptions,
 } from "../support/checkout-subscriptions.ts";
-import { closeAll, connections, freshDatabase, SECRET, signedRequest, verified } from "../support/helpers.ts";
+import { freshDatabase, verified } from "../support/helpers.ts";
+import { deliverAll, drainWithWorkers as drain, shuffledTwice } from "../support/delivery.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(() => truncateCheckoutSubscriptions(db));
 
-const URL_DEFAULT = "http://inbox.test/webhooks/stripe";
 const TARGET: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: stripeHandlers };
 const WAITS = 60_000;
 
-/** Posts `bodies` signed to an app in `mode`, all at once; returns each outcome (or the failure). */
-async function deliver(mode: Mode, bodies: string[]): Promise<string[]> {
-  const app = createApp({ db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]), log: () => {} });
-  return Promise.all(
-    bodies.map(async (body) => {
-      const response = await app.fetch(await signedRequest(URL_DEFAULT, body));
-      const reply = (await response.json()) as { outcome?: string; error?: string };
-      return response.status === 200 ? (reply.outcome ?? "?") : `${response.status} ${reply.error}`;
-    }),
-  );
-}
+const deliver = (mode: Mode, bodies: string[]) => deliverAll(db, mode, bodies);
 
-/** Every body of `events` twice, shuffled by `seed`. */
-function shuffledTwice(events: { body: string }[], seed: number): string[] {
-  const bodies = [...events, ...events].map((e) => e.body);
-  shuffleInPlace(bodies, mulberry32(seed));
-  return bodies;
-}
-
-/** Runs two workers (a connection pool each) until no row is left to process, then stops them. */
+/** Runs two workers until no row is left to process; none may end parked. */
 async function drainWithWorkers(fetcher?: Fetcher): Promise<void> {
-  const pools = connections(fresh.url, 2);
-  const controller = new AbortController();
-  const workers = pools.map((pool) =>
-    runWorker({
-      db: pool,
-      tables: { stripe: stripeHandlers },
-      fetcher,
-      signal: controller.signal,
-      pollMs: 20,
-      backoff: { baseMs: 10, capMs: 50 },
-      log: () => {},
-    }),
-  );
-  try {
-    const deadline = Date.now() + 30_000; // a bound on a stuck run, not a speed assertion
-    for (;;) {
-      const [row] = await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null and needs_review_at is null`;
-      if (row?.n === 0) break;
-      if (Date.now() > deadline) throw new Error(`Cannot drain the inbox: ${row?.n} rows left`);
-      await Bun.sleep(20);
-    }
-  } finally {
-    controller.abort();
-    await Promise.all(workers);
-    await closeAll(pools);
-  }
+  await drain(db, fresh.url, { stripe: stripeHandlers }, fetcher);
   const [parked] = await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where needs_review_at is not null`;
   expect(parked?.n).toBe(0);
 }
@@ -151,7 +104,9 @@ describe("Checkout fulfilment, subscriptions and dunning", () => {
     expect(await receiveSync(db, TARGET, verified(JSON.stringify(failed, null, 2)))).toBe("processed");
     expect([...(await db`select state from checkout_sessions`)]).toEqual([{ state: "fulfilled" }]);
     expect([...(await db`select count(*)::int as n from checkout_fulfilments`)]).toEqual([{ n: 1 }]);
-    expect([...(await db`select event_type, count(*)::int as n from outbox group by 1`)]).toEqual([{ event_type: "CheckoutSessionFulfilled", n: 1 }]);
+    expect([...(await db`select event_type, count(*)::int as n from outbox group by 1`)]).toEqual([
+      { event_type: "CheckoutSessionFulfilled", n: 1 },
+    ]);
   });
 
   test("`applyCheckoutSession()` keeps the same session id under two accounts apart: two fulfilments, two messages", async () => {
@@ -166,8 +121,14 @@ describe("Checkout fulfilment, subscriptions and dunning", () => {
           account,
         }),
       );
-    expect([...(await db`select account from checkout_fulfilments order by account`)]).toEqual([{ account: "" }, { account: "acct_1SpConnectedA" }]);
-    expect([...(await db`select payload->>'account' as account from outbox order by 1`)]).toEqual([{ account: "" }, { account: "acct_1SpConnectedA" }]);
+    expect([...(await db`select account from checkout_fulfilments order by account`)]).toEqual([
+      { account: "" },
+      { account: "acct_1SpConnectedA" },
+    ]);
+    expect([...(await db`select payload->>'account' as account from outbox order by 1`)]).toEqual([
+      { account: "" },
+      { account: "acct_1SpConnectedA" },
+    ]);
   });
 
   test("a failed or blocked invoice payment books no money and no message; a stale attempt never overwrites a later one", async () => {
@@ -244,7 +205,13 @@ describe("subscription states of the same second", () => {
     const { applySubscription } = await import("../../src/handlers/subscriptions.ts");
     // changeId set: the worker read the object from the API (worker/process-claim.ts).
     await db.begin((tx) =>
-      applySubscription(tx, current, { provider: "stripe", endpoint: "billing", eventId: "evt_read", eventType: "customer.subscription.updated", changeId: "evt_read" }),
+      applySubscription(tx, current, {
+        provider: "stripe",
+        endpoint: "billing",
+        eventId: "evt_read",
+        eventType: "customer.subscription.updated",
+        changeId: "evt_read",
+      }),
     );
     expect([...(await db`select status from subscriptions`)]).toEqual([{ status: "active" }]);
     // The stale past_due copy again, under another event id: older than the read, so nothing moves.
@@ -271,8 +238,12 @@ test(
       });
       expect((await deliver("async", [completed!, completed!])).sort()).toEqual(["duplicate", "queued"]);
       await drainWithWorkers(fetcher);
-      expect([...(await db`select state, payment_status from checkout_sessions`)]).toEqual([{ state: "fulfilled", payment_status: "paid" }]);
-      expect([...(await db`select event_type, count(*)::int as n from outbox group by 1`)]).toEqual([{ event_type: "CheckoutSessionFulfilled", n: 1 }]);
+      expect([...(await db`select state, payment_status from checkout_sessions`)]).toEqual([
+        { state: "fulfilled", payment_status: "paid" },
+      ]);
+      expect([...(await db`select event_type, count(*)::int as n from outbox group by 1`)]).toEqual([
+        { event_type: "CheckoutSessionFulfilled", n: 1 },
+      ]);
       expect(fake.store.requests.map((r) => `${r.path} ${r.status}`)).toEqual([`/v1/checkout/sessions/${String(current.id)} 200`]);
     } finally {
       await fake.stop();
@@ -280,4 +251,3 @@ test(
   },
   WAITS,
 );
-

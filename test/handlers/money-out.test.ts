@@ -2,13 +2,10 @@
 // mode, the worker, and receiveSync under fast-check orders, against the money-out fixtures.
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import fc from "fast-check";
-import { createApp } from "../../src/receiver/app.ts";
-import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { receiveSync, type Mode, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
-import { runWorker } from "../../src/worker/worker.ts";
-import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
-import { connections, closeAll, eventBody, freshDatabase, SECRET, signedRequest, verified } from "../support/helpers.ts";
+import { eventBody, freshDatabase, verified } from "../support/helpers.ts";
+import { deliverAll, drainWithWorkers as drain, shuffledTwice as shuffled } from "../support/delivery.ts";
 import { MONEY_OUT_END_STATE, moneyOut, moneyOutEvent, moneyOutState, truncateMoney } from "../support/money-out.ts";
 
 const fresh = await freshDatabase();
@@ -16,59 +13,12 @@ const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(() => truncateMoney(db));
 
-const URL_DEFAULT = "http://inbox.test/webhooks/stripe";
 const TARGET: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: stripeHandlers };
 const WAITS = 60_000;
 
-/** Posts `bodies` signed to an app in `mode`, all at once; returns each outcome (status 200 or the failure). */
-async function deliver(mode: Mode, bodies: string[]): Promise<string[]> {
-  const app = createApp({ db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]), log: () => {} });
-  return Promise.all(
-    bodies.map(async (body) => {
-      const response = await app.fetch(await signedRequest(URL_DEFAULT, body));
-      const reply = (await response.json()) as { outcome?: string; error?: string };
-      return response.status === 200 ? (reply.outcome ?? "?") : `${response.status} ${reply.error}`;
-    }),
-  );
-}
-
-/** Every fixture twice, shuffled by `seed`. */
-function shuffledTwice(seed: number): string[] {
-  const bodies = [...moneyOut(), ...moneyOut()].map((e) => e.body);
-  shuffleInPlace(bodies, mulberry32(seed));
-  return bodies;
-}
-
-/** Runs two workers until no row is left to process, then stops them. */
-async function drainWithWorkers(): Promise<void> {
-  const pools = connections(fresh.url, 2);
-  const controller = new AbortController();
-  const workers = pools.map((pool) =>
-    runWorker({
-      db: pool,
-      tables: { stripe: stripeHandlers },
-      signal: controller.signal,
-      pollMs: 20,
-      backoff: { baseMs: 10, capMs: 50 },
-      log: () => {},
-    }),
-  );
-  try {
-    const deadline = Date.now() + 30_000; // a bound on a stuck run, not a speed assertion
-    for (;;) {
-      const [row] = await db<
-        { n: number }[]
-      >`select count(*)::int as n from webhook_inbox where processed_at is null and needs_review_at is null`;
-      if (row?.n === 0) break;
-      if (Date.now() > deadline) throw new Error(`Cannot drain the inbox: ${row?.n} rows left`);
-      await Bun.sleep(20);
-    }
-  } finally {
-    controller.abort();
-    await Promise.all(workers);
-    await closeAll(pools);
-  }
-}
+const deliver = (mode: Mode, bodies: string[]) => deliverAll(db, mode, bodies);
+const shuffledTwice = (seed: number) => shuffled(moneyOut(), seed);
+const drainWithWorkers = () => drain(db, fresh.url, { stripe: stripeHandlers });
 
 /** A query's rows as a plain array of records (what toEqual compares). */
 async function rows(strings: TemplateStringsArray, ...values: never[]): Promise<Record<string, unknown>[]> {
