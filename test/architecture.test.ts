@@ -25,6 +25,7 @@ const BELOW_ENTRIES = [
   "config",
   "errors",
   "log",
+  "telemetry",
   "retry",
 ] as const;
 
@@ -40,30 +41,32 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   adapter: ["runtime", ...BELOW_ENTRIES],
   runtime: BELOW_ENTRIES,
   // The package's importable core (package.json `exports` "."): Web APIs only, like the receiver.
-  index: ["receiver", "worker", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "retry"],
+  index: ["receiver", "worker", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "telemetry", "retry"],
   // The operator's page: the operator functions rendered as HTML; only the wiring (runtime) mounts it.
-  admin: ["ops", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "retry"],
-  receiver: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "retry"],
-  worker: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log", "retry"],
-  outbox: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "retry"],
+  admin: ["ops", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "telemetry", "retry"],
+  receiver: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "telemetry", "retry"],
+  worker: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log", "telemetry", "retry"],
+  outbox: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "telemetry", "retry"],
   // Backfill and reconciliation: Stripe's API through the same handlers and inbox as a webhook.
-  reconcile: ["receiver", "worker", "handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log", "retry"],
-  ops: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log", "retry"],
-  writeback: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "retry"],
+  reconcile: ["receiver", "worker", "handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log", "telemetry", "retry"],
+  ops: ["handlers", "providers", "stripe-api", "inbox", "loop", "db", "config", "errors", "log", "telemetry", "retry"],
+  writeback: ["handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "telemetry", "retry"],
   // Handlers write through the inbox's contract (inbox/apply-event.ts defines what a handler is) and read provider constants.
-  handlers: ["inbox", "providers", "db", "config", "errors", "log", "retry"],
+  handlers: ["inbox", "providers", "db", "config", "errors", "log", "telemetry", "retry"],
   providers: ["db", "config", "errors", "log"],
   // The Stripe API client (backfill, reconciliation, thin-event fetches): settings and retries only.
-  "stripe-api": ["config", "errors", "log", "retry"],
+  "stripe-api": ["config", "errors", "log", "telemetry", "retry"],
   // The inbox stores verified events, whose shape the provider interface defines, and applies them in one transaction.
-  inbox: ["providers", "db", "config", "errors", "log", "retry"],
+  inbox: ["providers", "db", "config", "errors", "log", "telemetry", "retry"],
   // The loops' retry backoff is the inbox's Backoff shape.
-  loop: ["inbox", "db", "config", "errors", "log"],
+  loop: ["inbox", "db", "config", "errors", "log", "telemetry"],
   db: ["errors", "log"],
   // The configuration validates database URLs and names the pooler modes of db/.
   config: ["db", "errors", "log"],
   errors: [],
   log: [],
+  // OpenTelemetry as the core uses it (the API module is passed in by the entry files): a shared leaf.
+  telemetry: [],
   // The one retry loop (transactions PostgreSQL rolled back for a conflict, Stripe API calls).
   retry: [],
   dev: ["*"],
@@ -196,7 +199,7 @@ test("`violations()` reports each kind of broken rule as file → imported file:
     scan("src/admin/admin.ts", `import { createApp } from "../receiver/app.ts";\nconst s = Bun.file("x");`),
   ];
   expect(violations(files)).toEqual([
-    "src/worker/worker.ts → src/receiver/receive.ts: src/worker may import only handlers, providers, stripe-api, inbox, loop, db, config, errors, log, retry",
+    "src/worker/worker.ts → src/receiver/receive.ts: src/worker may import only handlers, providers, stripe-api, inbox, loop, db, config, errors, log, telemetry, retry",
     "src/receiver/app.ts → src/dev/deliver.ts: nothing outside src/dev/ imports src/dev/",
     "src/db/db.ts → src/handlers/handler-table.ts: src/db may import only errors, log",
     "src/providers/stripe.ts → node:crypto: src/providers uses Web APIs only; node: and bun: modules belong in bin/, adapter/, runtime/ or dev/",
@@ -205,9 +208,9 @@ test("`violations()` reports each kind of broken rule as file → imported file:
     "src/providers/stripe.ts → Bun: src/providers uses Web APIs only; Bun globals belong in bin/, adapter/, runtime/ or dev/",
     "src/errors.ts → src/log.ts: src/errors may import only nothing else of src/",
     "src/newfolder/thing.ts → (any): src/newfolder has no entry in the allowed-dependency table",
-    "src/runtime/signals.ts → src/bin/serve.ts: src/runtime may import only admin, reconcile, receiver, worker, outbox, ops, writeback, handlers, providers, stripe-api, inbox, loop, db, config, errors, log, retry",
-    "src/receiver/probes.ts → src/admin/admin.ts: src/receiver may import only handlers, providers, inbox, loop, db, config, errors, log, retry",
-    "src/admin/admin.ts → src/receiver/app.ts: src/admin may import only ops, handlers, providers, inbox, loop, db, config, errors, log, retry",
+    "src/runtime/signals.ts → src/bin/serve.ts: src/runtime may import only admin, reconcile, receiver, worker, outbox, ops, writeback, handlers, providers, stripe-api, inbox, loop, db, config, errors, log, telemetry, retry",
+    "src/receiver/probes.ts → src/admin/admin.ts: src/receiver may import only handlers, providers, inbox, loop, db, config, errors, log, telemetry, retry",
+    "src/admin/admin.ts → src/receiver/app.ts: src/admin may import only ops, handlers, providers, inbox, loop, db, config, errors, log, telemetry, retry",
     "src/admin/admin.ts → Bun: src/admin uses Web APIs only; Bun globals belong in bin/, adapter/, runtime/ or dev/",
   ]);
 });
