@@ -77,7 +77,8 @@ describe.if(hasOpenssl)("TLS to PostgreSQL", () => {
       port: 0,
       flags: ["-c", "ssl=on", "-c", `ssl_cert_file=${join(dir, "server.pem")}`, "-c", `ssl_key_file=${join(dir, "server.key")}`, "-c", "fsync=off"],
     });
-  });
+    // Three RSA keys and an initdb: far past the 5 s default hook bound on a busy 2-core machine.
+  }, 120_000);
 
   afterAll(async () => {
     await server?.stop();
