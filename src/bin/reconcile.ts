@@ -1,8 +1,9 @@
-// Entry file: `bun run reconcile <events|invoices|refunds|disputes> …`: recover what webhooks never
+// Entry file: `bun run reconcile <events|invoices|refunds|disputes|github> …`: recover what webhooks never
 // delivered. Env, the database, signals and the terminal live here; the commands are in src/reconcile/.
 // Exit codes: 0 nothing to recover or drifted, 1 something was (or a failure), 2 usage or configuration.
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import { reconcileEventsCommand } from "../reconcile/events-command.ts";
+import { reconcileGitHubCommand } from "../reconcile/github-command.ts";
 import { reconcileInvoicesCommand } from "../reconcile/invoices-command.ts";
 import { reconcileDisputesCommand, reconcileRefundsCommand } from "../reconcile/money-commands.ts";
 import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
@@ -24,7 +25,8 @@ const USAGE = `Usage: bun run reconcile <command> [options]   (--help after a co
   invoices   compare invoices with Stripe and, with --repair, repair drift through the handlers
   refunds    the same for refunds
   disputes   the same for disputes
-each reads the platform's own account; --account acct_… reads one connected account, --all-accounts the platform
+  github     ask GitHub to redeliver a hook's failed deliveries the inbox does not hold (GitHub never retries)
+the Stripe commands read the platform's own account; --account acct_… reads one connected account, --all-accounts the platform
 and every connected account (each with its own checkpoint for events)`;
 
 const [command, ...args] = process.argv.slice(2);
@@ -54,6 +56,12 @@ async function run(): Promise<number> {
       const run = { invoices: reconcileInvoicesCommand, refunds: reconcileRefundsCommand, disputes: reconcileDisputesCommand }[command];
       return run(args, process.env, { openDatabase: (env) => openDb(env, 2), telemetry });
     }
+    case "github":
+      return reconcileGitHubCommand(args, process.env, {
+        openDb: () => openDb(process.env, 1),
+        out: (line) => console.log(line),
+        err: (line) => console.error(line),
+      });
     case undefined:
     case "--help":
     case "-h":

@@ -61,6 +61,8 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  * - `insert`: records `event` under the key (`insert … on conflict do nothing`); the handler runs only
  *   when this transaction inserted it. With `queue`, nothing runs: the row is left for a worker, with
  *   `failed` recorded as an attempt that already failed (a batch's fallback: inbox.ts {@link InboxRow}).
+ *   `row`, when given, is inserted as it is instead of the one built from the event (a batch item whose
+ *   own row PostgreSQL refused, kept as its raw body: inbox.ts `rawOnlyRow`); nothing runs.
  * - `claimed`: the row a worker claimed is locked `FOR UPDATE` and re-checked unprocessed and not
  *   needs-review (another worker, a redelivery's settle or an operator may have settled it); after
  *   the handler it is settled, storing `storePayload` as its payload when given (a row kept only as its
@@ -70,7 +72,9 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  *   marked `processed` (ops/replay.ts).
  */
 export type Hold =
-  { insert: VerifiedEvent; queue?: boolean; failed?: InboxRow["failed"] } | { claimed: true; storePayload?: JsonbCopy } | { replay: true };
+  | { insert: VerifiedEvent; queue?: boolean; failed?: InboxRow["failed"]; row?: InboxRow }
+  | { claimed: true; storePayload?: JsonbCopy }
+  | { replay: true };
 
 /** What {@link applyEvent} applies. */
 export interface ApplyInput {
@@ -214,8 +218,8 @@ async function applyIn(tx: Tx, input: ApplyInput): Promise<Applied> {
 async function holdRow(tx: Tx, input: ApplyInput, handled: boolean): Promise<"held" | Applied> {
   const { key, hold } = input;
   if ("insert" in hold) {
-    const settled = hold.failed ? null : hold.queue ? (handled ? null : "ignored") : handled ? "processed" : "ignored";
-    const row = { ...inboxRow(key, hold.insert, settled), ...(hold.failed ? { failed: hold.failed } : {}) };
+    const settled = hold.failed || hold.row ? null : hold.queue ? (handled ? null : "ignored") : handled ? "processed" : "ignored";
+    const row = hold.row ?? { ...inboxRow(key, hold.insert, settled), ...(hold.failed ? { failed: hold.failed } : {}) };
     const inserted = await insertInbox(tx, [row]);
     if (inserted.size === 0) return "duplicate";
     return settled === null ? "queued" : "held";

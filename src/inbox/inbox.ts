@@ -140,8 +140,25 @@ export async function recordUnapplied(
     return (await insertInbox(db, [row])).size === 1;
   } catch (err) {
     if (!isDataError(err)) throw err;
-    const note = `${failure.error}; payload cannot be stored as jsonb: kept as raw_body`.slice(0, 300);
-    const raw = { ...row, payload: null, rawBody: event.body, replaced: null, failed: { ...failure, error: note, parked: true } };
-    return (await insertInbox(db, [raw])).size === 1;
+    return (await insertInbox(db, [rawOnlyRow(key, event, failure.error, failure.backoff)])).size === 1;
   }
+}
+
+/**
+ * The row of an event whose own row PostgreSQL refused (a data error, SQLSTATE class 22 or 54: a payload
+ * jsonb refuses even as a sanitized copy, a creation time beyond `timestamptz`'s range): no payload, the
+ * verified body in `raw_body`, the arrival time as its creation time, parked as needs-review with
+ * `error` and a note in `last_error`, so it is kept for an operator and the sender gets a 2xx. Its key
+ * is the event's: a key PostgreSQL refuses (a NUL in the id) is refused again.
+ */
+export function rawOnlyRow(key: InboxKey, event: VerifiedEvent, error: string, backoff: Backoff): InboxRow {
+  const note = `${error}; payload cannot be stored as jsonb: kept as raw_body`.slice(0, 300);
+  return {
+    ...inboxRow(key, event, null),
+    payload: null,
+    rawBody: event.body,
+    replaced: null,
+    createdAtSec: null,
+    failed: { error: note, parked: true, backoff },
+  };
 }

@@ -1,8 +1,8 @@
-import { isDatabaseUnavailable, isPermanent, type Db } from "../db/db.ts";
+import { isDatabaseUnavailable, isDataError, isPermanent, type Db } from "../db/db.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent, applyEvents, type Applied, type ApplyInput } from "../inbox/apply-event.ts";
-import { inboxRow, insertInbox, keyText, recordUnapplied, type Backoff } from "../inbox/inbox.ts";
+import { inboxRow, insertInbox, keyText, rawOnlyRow, recordUnapplied, type Backoff } from "../inbox/inbox.ts";
 import { notifierFor } from "../inbox/notifier.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 
@@ -192,6 +192,11 @@ function applyInput(target: ReceiveTarget, event: VerifiedEvent) {
  *   records them all for the worker: the event that failed with its error and first backoff (parked at
  *   once when permanent: `needs_review`), the others queued (`queued`).
  * - `async`: ONE insert statement records them all, unprocessed (`queued`) or, without a handler, `ignored`.
+ * An event whose own row PostgreSQL refuses (a data error: a payload jsonb refuses even sanitized, a
+ * creation time beyond timestamptz's range) is kept as its raw body, parked (`needs_review`), in the same
+ * transaction as the others (inbox.ts `rawOnlyRow`), as a single event is kept (recordUnapplied): the
+ * sender gets its 2xx and nothing is lost. Only an event whose key itself is refused (a NUL in its id)
+ * still refuses the delivery (the caller answers 400 `invalid_event`).
  * `duplicate` for an event already recorded. Nothing is acknowledged before the commit.
  * @throws the handler's or the database's error after the rollback (nothing of the delivery remains),
  *   when the database is unavailable, or when the fallback cannot be written: the caller answers 5xx.
@@ -216,46 +221,73 @@ async function receiveSorted(
   events: readonly VerifiedEvent[],
   options: { mode: Mode; timeoutMs: number; hybrid: HybridOptions },
 ): Promise<Outcome[]> {
-  if (options.mode === "async") return recordBatchQueued(db, target, events);
-  const parked = new Map<number, unknown>();
-  const budget = options.mode === "hybrid" ? options.hybrid.budgetMs : options.timeoutMs;
-  for (;;) {
-    let failedAt: number | undefined;
-    const inputs = events.map((e, i): ApplyInput => {
-      const why = parked.get(i);
-      const failed = why === undefined ? undefined : { error: describeError(why), parked: true, backoff: options.hybrid.backoff };
-      return { ...applyInput(target, e), hold: failed ? { insert: e, failed } : { insert: e }, timeoutMs: budget };
-    });
+  if (options.mode === "async") {
     try {
-      const applied = await applyEvents(db, inputs, budget, (i) => (failedAt = i));
-      return applied.map((a, i) => (parked.has(i) && a === "queued" ? "needs_review" : a));
+      return await recordBatchQueued(db, target, events);
     } catch (err) {
-      if (isDatabaseUnavailable(err)) throw err;
-      const retryParked = failedAt !== undefined && isPermanent(err) && !parked.has(failedAt);
-      if (options.mode === "sync" && retryParked) parked.set(failedAt as number, err);
-      else if (options.mode === "sync") throw err;
-      else return recordBatchFallback(db, target, events, failedAt, err, options);
+      // One statement cannot say which row PostgreSQL refused: record them in one transaction, which can.
+      if (!isDataError(err)) throw err;
     }
   }
+  return recordBatch(db, target, events, options);
 }
 
-/** Hybrid's fallback for a batch: one transaction recording the failed event with its error, the others queued. */
-async function recordBatchFallback(
+/**
+ * Sync and hybrid batches, and async ones holding a row PostgreSQL refuses: ONE transaction, tried
+ * again with what each failure taught (at most twice per event):
+ * - `failures`: events recorded with their error instead of applied (parked when permanent);
+ * - `raw`: events whose own row PostgreSQL refused (a data error while only recording it): kept as
+ *   their raw body, parked (inbox.ts `rawOnlyRow`), so the rest of the delivery is recorded and the
+ *   sender gets its 2xx, as a single event is kept (recordUnapplied);
+ * - `recordOnly`: after hybrid's in-request attempt failed, or in async mode: nothing is applied, every
+ *   other event is queued for the worker (`failAll` when the failure named no event: each gets it).
+ */
+async function recordBatch(
   db: Db,
   target: ReceiveTarget,
   events: readonly VerifiedEvent[],
-  failedAt: number | undefined,
-  err: unknown,
-  options: { timeoutMs: number; hybrid: HybridOptions },
+  options: { mode: Mode; timeoutMs: number; hybrid: HybridOptions },
 ): Promise<Outcome[]> {
-  const failure = { error: describeError(err), parked: isPermanent(err), backoff: options.hybrid.backoff };
-  const inputs = events.map((e, i): ApplyInput => ({
-    ...applyInput(target, e),
-    hold: i === failedAt || failedAt === undefined ? { insert: e, failed: failure } : { insert: e, queue: true },
-    timeoutMs: options.timeoutMs,
-  }));
-  const applied = await applyEvents(db, inputs, options.timeoutMs);
-  return applied.map((a, i) => (a === "queued" && (i === failedAt || failedAt === undefined) && failure.parked ? "needs_review" : a));
+  const failures = new Map<number, unknown>();
+  const raw = new Set<number>();
+  let recordOnly = options.mode === "async";
+  let failAll: unknown;
+  const { backoff } = options.hybrid;
+  const why = (i: number) => (failures.has(i) ? failures.get(i) : failAll);
+  const holdOf = (e: VerifiedEvent, i: number): ApplyInput["hold"] => {
+    const key = { provider: target.provider, endpoint: target.endpoint, eventId: e.id };
+    if (raw.has(i)) return { insert: e, row: rawOnlyRow(key, e, describeError(why(i)), backoff) };
+    if (why(i) !== undefined) return { insert: e, failed: { error: describeError(why(i)), parked: isPermanent(why(i)), backoff } };
+    return recordOnly ? { insert: e, queue: true } : { insert: e };
+  };
+  for (;;) {
+    let failedAt: number | undefined;
+    const bound = recordOnly || options.mode === "sync" ? options.timeoutMs : options.hybrid.budgetMs;
+    const inputs = events.map((e, i): ApplyInput => ({ ...applyInput(target, e), hold: holdOf(e, i), timeoutMs: bound }));
+    try {
+      const applied = await applyEvents(db, inputs, bound, (i) => (failedAt = i));
+      return applied.map((a, i) => (a === "queued" && (raw.has(i) || isPermanent(why(i))) ? "needs_review" : a));
+    } catch (err) {
+      if (isDatabaseUnavailable(err)) throw err;
+      // Its hold ran no handler: PostgreSQL refused the event's row itself. Kept raw, unless that was refused too (its key).
+      const onlyRecorded = failedAt !== undefined && (recordOnly || failures.has(failedAt));
+      if (failedAt !== undefined && onlyRecorded && isDataError(err) && !raw.has(failedAt)) {
+        raw.add(failedAt);
+        if (!failures.has(failedAt)) failures.set(failedAt, err);
+        continue;
+      }
+      if (recordOnly) throw err;
+      if (options.mode === "sync") {
+        if (failedAt === undefined || !isPermanent(err) || failures.has(failedAt)) throw err;
+        failures.set(failedAt, err);
+        continue;
+      }
+      // Hybrid: record them all for the worker, the event that failed with its error and first backoff.
+      recordOnly = true;
+      if (failedAt === undefined) failAll = err;
+      else failures.set(failedAt, err);
+    }
+  }
 }
 
 /** Async mode for a batch: one autocommit insert of every event, queued for a worker or `ignored`; workers woken after it. */

@@ -67,8 +67,11 @@ function splitFlag(arg: string): [string, string | undefined] {
   return arg.startsWith("--") && at > 0 ? [arg.slice(0, at), arg.slice(at + 1)] : [arg, undefined];
 }
 
-/** `30d`, `12h`, … before `now`, or an ISO 8601 date or date-time that is a real calendar day. */
-function readSince(value: string, now: Date): Date {
+/**
+ * `30d`, `12h`, … before `now`, or an ISO 8601 date or date-time that is a real calendar day.
+ * @throws UsageError for anything else.
+ */
+export function readSince(value: string, now: Date): Date {
   const duration = /^(\d+)(s|m|h|d)$/.exec(value);
   if (duration && Number(duration[1]) > 0 && Number(duration[1]) <= 36_500)
     return new Date(now.getTime() - Number(duration[1]) * UNIT_MS[duration[2] as keyof typeof UNIT_MS]);

@@ -7,13 +7,26 @@ import type { Config } from "../config.ts";
  * (`ADMIN_TOKEN`, `ADMIN_READONLY`, `METRICS_TOKEN`), never their values. Each line starts with two
  * spaces. An endpoint with a Stripe mode says `live events only` or `test events only` (the other
  * mode is recorded ignored_mode), and `Connect` when it applies connected accounts' events; one without
- * a mode says nothing more: it accepts both modes, as before (docs/stripe-connect.md).
+ * a mode says nothing more: it accepts both modes, as before (docs/stripe-connect.md). The endpoints of
+ * `WEBHOOK_ENDPOINTS` follow, in that order, as `endpoint <provider>/<name> (<mode>): POST
+ * <base>/webhooks/<provider>/<name>`, the first of each provider also naming `<base>/webhooks/<provider>`
+ * (receiver/endpoints.ts `providerEndpoints`; docs/providers/README.md).
  */
-export function startBanner(config: Pick<Config, "endpoints" | "adminToken" | "adminReadonly" | "metricsToken">, base: string): string[] {
+export function startBanner(
+  config: Pick<Config, "endpoints" | "adminToken" | "adminReadonly" | "metricsToken"> & Partial<Pick<Config, "providerEndpoints">>,
+  base: string,
+): string[] {
   const lines = config.endpoints.map(
     (e, i) =>
       `  endpoint ${e.name} (${e.kind === "thin" ? "thin, " : e.refetch ? "refetch, " : ""}${e.mode}${scope(e)}): POST ${base}/webhooks/stripe/${e.name}${i === 0 ? ` (also ${base}/webhooks/stripe)` : ""}`,
   );
+  const providers = config.providerEndpoints ?? [];
+  providers.forEach((e, i) => {
+    const first = providers.findIndex((other) => other.provider === e.provider) === i;
+    lines.push(
+      `  endpoint ${e.provider}/${e.name} (${e.mode}): POST ${base}/webhooks/${e.provider}/${e.name}${first ? ` (also ${base}/webhooks/${e.provider})` : ""}`,
+    );
+  });
   lines.push(
     config.adminToken === undefined
       ? `  admin page: off (${base}/admin answers 404): set ADMIN_TOKEN (≥ 32 characters) to turn it on`

@@ -234,6 +234,90 @@ describe("adyen batch in one transaction", () => {
   });
 });
 
+describe("adyen batch holding an item PostgreSQL cannot store", () => {
+  const fresh = freshDatabaseOnce();
+  // eventDate is not signed (adyenSigningString): a validly signed item whose creation time is beyond
+  // timestamptz's range (4713 BC), which PostgreSQL refuses with SQLSTATE 22008 when its row is written.
+  const farPast = (body: string) => body.replace('"2024-04-12T11:02:13+02:00"', '"-100000-01-01T00:00:00Z"');
+  const UNSTORABLE = "8835073381342287:AUTHORISATION:true";
+  const deliver = async (mode: "sync" | "hybrid" | "async") => {
+    const { db } = await fresh();
+    await db`truncate webhook_inbox, outbox restart identity`;
+    const app = createApp({
+      db,
+      endpoints: [{ name: "pay", provider: adyenProvider, secrets: SECRETS, handlers: adyenHandlers, isDefault: true, mode }],
+      log: () => {},
+    });
+    const signed = await signDelivery(
+      "adyen",
+      fixtures.find((f) => f.name === "batch-2.json")!,
+      VECTOR_KEY,
+      0,
+    );
+    expect(farPast(signed.body)).not.toBe(signed.body);
+    const res = await app.fetch(
+      new Request("http://receiver.test/webhooks/adyen", { method: "POST", headers: signed.headers, body: farPast(signed.body) }),
+    );
+    const rows = await db`
+      select event_id, outcome, needs_review_at is not null as parked, payload is null as no_payload,
+             coalesce(raw_body like '%-100000-01-01T00:00:00Z%', false) as raw_kept,
+             coalesce(last_error like '%22008%', false) as says_why
+        from webhook_inbox order by event_id`;
+    return { status: res.status, text: await res.text(), rows: [...rows], outbox: (await outboxRows(db)).length };
+  };
+  const parkedRaw = { event_id: UNSTORABLE, outcome: null, parked: true, no_payload: true, raw_kept: true, says_why: true };
+  const other = (outcome: string | null) => ({
+    event_id: "7914073381342284:AUTHORISATION:true",
+    outcome,
+    parked: false,
+    no_payload: false,
+    raw_kept: false,
+    says_why: false,
+  });
+
+  test("sync: the item is kept as its raw body, parked needs-review, the other applied, answered [accepted]", async () => {
+    expect(await deliver("sync")).toEqual({ status: 200, text: "[accepted]", rows: [other("processed"), parkedRaw], outbox: 1 });
+  });
+
+  test("hybrid: the item is kept as its raw body, parked, the other queued for the worker as hybrid's fallback does, answered [accepted]", async () => {
+    expect(await deliver("hybrid")).toEqual({ status: 200, text: "[accepted]", rows: [other(null), parkedRaw], outbox: 0 });
+  });
+
+  test("async: the item is kept as its raw body, parked, the other queued for the worker, answered [accepted]", async () => {
+    expect(await deliver("async")).toEqual({ status: 200, text: "[accepted]", rows: [other(null), parkedRaw], outbox: 0 });
+  });
+
+  test("a redelivery of that batch is a duplicate for both items: nothing more is written", async () => {
+    await deliver("sync");
+    const { db } = await fresh();
+    const app = createApp({
+      db,
+      endpoints: [{ name: "pay", provider: adyenProvider, secrets: SECRETS, handlers: adyenHandlers, isDefault: true, mode: "sync" }],
+      log: () => {},
+    });
+    const signed = await signDelivery(
+      "adyen",
+      fixtures.find((f) => f.name === "batch-2.json")!,
+      VECTOR_KEY,
+      0,
+    );
+    const res = await app.fetch(
+      new Request("http://receiver.test/webhooks/adyen", { method: "POST", headers: signed.headers, body: farPast(signed.body) }),
+    );
+    expect({
+      status: res.status,
+      text: await res.text(),
+      rows: (await db`select count(*)::int as n from webhook_inbox`)[0]?.n,
+      outbox: (await outboxRows(db)).length,
+    }).toEqual({
+      status: 200,
+      text: "[accepted]",
+      rows: 2,
+      outbox: 1,
+    });
+  });
+});
+
 /** One database for the describe block above, created on first use and dropped after the file. */
 function freshDatabaseOnce() {
   let made: ReturnType<typeof freshDatabase> | undefined;

@@ -2,6 +2,7 @@
 // whether a token guards them, checked against what those URLs answer; never a token's value.
 import { afterAll, expect, test } from "bun:test";
 import type { Subprocess } from "bun";
+import { startBanner } from "../../src/runtime/start-banner.ts";
 import { spawnBun, waitForLine } from "../support/bun-child.ts";
 import { freshDatabase, SECRET } from "../support/helpers.ts";
 
@@ -55,3 +56,60 @@ test("`bun run serve` without ADMIN_TOKEN and METRICS_TOKEN prints the admin pag
   expect(lines).toContain(`  metrics: GET ${base}/metrics (open: no METRICS_TOKEN; keep HOST on a private interface)`);
   expect(answers).toEqual({ admin: 404, metrics: 200, metricsWithToken: 200 });
 }, 60_000);
+
+const ADYEN_KEY = "44782DEF547AAA06C910C43932B1EB0C71FC68D9D0C057550C48EC2ACF6BA056";
+const GITHUB_SECRET = "github-banner-secret-0123";
+const PROVIDERS = {
+  WEBHOOK_ENDPOINTS: "github/repos,adyen/payments,github/orgs",
+  WEBHOOK_SECRET_GITHUB_REPOS: GITHUB_SECRET,
+  WEBHOOK_SECRET_GITHUB_ORGS: GITHUB_SECRET,
+  WEBHOOK_SECRET_ADYEN_PAYMENTS: ADYEN_KEY,
+  INBOX_MODE_ADYEN_PAYMENTS: "async",
+  INBOX_MODE_GITHUB_ORGS: "hybrid",
+};
+
+test("`bun run serve` lists the WEBHOOK_ENDPOINTS endpoints with provider, name, mode and URL, never a secret", async () => {
+  const { base, lines, all } = await banner(PROVIDERS);
+  expect(lines.filter((l) => l.startsWith("  endpoint "))).toEqual([
+    `  endpoint billing (sync): POST ${base}/webhooks/stripe/billing (also ${base}/webhooks/stripe)`,
+    `  endpoint github/repos (sync): POST ${base}/webhooks/github/repos (also ${base}/webhooks/github)`,
+    `  endpoint adyen/payments (async): POST ${base}/webhooks/adyen/payments (also ${base}/webhooks/adyen)`,
+    `  endpoint github/orgs (hybrid): POST ${base}/webhooks/github/orgs`,
+  ]);
+  expect(all).not.toContain(GITHUB_SECRET);
+  expect(all).not.toContain(ADYEN_KEY);
+}, 60_000);
+
+test("`bun run serve`'s banner names only URLs the receiver serves: an unsigned POST to each is 400, an unconfigured provider's 404", async () => {
+  const serve = spawnBun(
+    ["src/bin/serve.ts"],
+    { PATH: process.env.PATH, DATABASE_URL: database.url, STRIPE_WEBHOOK_SECRET: SECRET, PORT: "0", ...PROVIDERS },
+    tracked,
+  );
+  try {
+    const listening = await waitForLine(serve, "webhook-inbox listening on", 30_000);
+    await waitForLine(serve, "  metrics:", 5_000);
+    const base = /listening on (http:\/\/\S+)/.exec(listening)![1]!;
+    const urls = serve.lines.flatMap((l) => [...l.matchAll(/http:\/\/[^\s)]+\/webhooks\/[^\s)]+/g)].map((m) => m[0]));
+    expect(urls.length).toBe(7);
+    for (const url of urls)
+      expect({ url, status: (await fetch(url, { method: "POST", body: "{}" })).status }).toEqual({ url, status: 400 });
+    expect((await fetch(`${base}/webhooks/shopify/shop`, { method: "POST", body: "{}" })).status).toBe(404);
+  } finally {
+    serve.child.kill("SIGTERM");
+    await serve.child.exited;
+  }
+}, 60_000);
+
+test("`startBanner()` without provider endpoints (a config from before WEBHOOK_ENDPOINTS) prints the Stripe lines only", () => {
+  const config = {
+    endpoints: [{ name: "billing", secrets: [], source: "x", mode: "sync" as const }],
+    adminToken: undefined,
+    adminReadonly: false,
+    metricsToken: undefined,
+  };
+  expect(startBanner(config, "http://h")).toEqual(startBanner({ ...config, providerEndpoints: [] }, "http://h"));
+  expect(startBanner(config, "http://h").filter((l) => l.startsWith("  endpoint "))).toEqual([
+    "  endpoint billing (sync): POST http://h/webhooks/stripe/billing (also http://h/webhooks/stripe)",
+  ]);
+});
