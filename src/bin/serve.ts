@@ -68,7 +68,8 @@ const base = `http://${config.host}:${server.port}`;
 console.log(`webhook-inbox starting on ${base}: /healthz answers, deliveries get 503 until the database is ready`);
 
 // OpenTelemetry when `@opentelemetry/api` is installed (an SDK registered by a --preload file exports).
-const telemetry = await loadTelemetry(env);
+// Not awaited here: a stop signal's handler runs at the first await and needs `startup` to exist.
+const telemetryLoaded = loadTelemetry(env);
 const startup = openReadyDatabase({
   command: "webhook-inbox serve",
   env,
@@ -81,6 +82,7 @@ const ready = await startup;
 if (ready) {
   const { database, db, applied, schemaVersion } = ready;
   probeDb = connectProbes(database.url, config, "webhook-inbox serve", databaseTls(database.url));
+  const telemetry = await telemetryLoaded;
   starting.ready(receiverApp(config, db, { schemaVersion, probeDb, telemetry, log }));
   console.log(
     `webhook-inbox listening on ${base} (database: ${database.embedded ? "embedded PostgreSQL 18" : "DATABASE_URL"}${applied.length ? `, applied ${applied.join(", ")}` : ""})`,
@@ -110,6 +112,6 @@ async function shutdown(signal: string): Promise<void> {
     await catchUp;
     await Promise.all([opened.db.end({ timeout: 5 }), probeDb?.end({ timeout: 1 })]);
   }
-  await flushTelemetry(telemetry);
+  await flushTelemetry(await telemetryLoaded);
   process.exit(0);
 }
