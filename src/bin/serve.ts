@@ -11,6 +11,7 @@ import { startBanner } from "../runtime/start-banner.ts";
 import { onStopSignals } from "../runtime/signals.ts";
 import { createStartingApp } from "../receiver/starting-app.ts";
 import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
+import { readFailoverSettings, startFailoverWatch, type FailoverSettings } from "../runtime/failover.ts";
 
 const env = process.env;
 
@@ -24,12 +25,14 @@ function logLevelOf(values: Record<string, string | undefined>): LogLevel {
 }
 let config: Config;
 let catchUpSettings: CatchUpSettings;
+let failoverSettings: FailoverSettings;
 /** One JSON line per delivery and catch-up step (src/log.ts), below LOG_LEVEL dropped. */
 let log: LogFn;
 try {
   // No development secret is made (or written to .data/) where it could not be used.
   config = loadConfig(env, env.DATABASE_URL || env.NODE_ENV === "production" ? undefined : devWebhookSecret());
   catchUpSettings = readCatchUpSettings(env);
+  failoverSettings = readFailoverSettings(env);
   log = jsonLines({ level: logLevelOf(env) });
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
@@ -42,6 +45,7 @@ try {
 const stopping = new AbortController();
 let probeDb: Db | undefined;
 let catchUp: Promise<void> | undefined;
+let failoverWatch: Promise<void> | undefined;
 onStopSignals(
   (signal) => void shutdown(signal),
   () => process.exit(1),
@@ -97,6 +101,8 @@ if (ready) {
   // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
   catchUp = startCatchUp(env, catchUpSettings, db, stopping.signal, log, telemetry);
   if (catchUp) console.log("  event catch-up from Stripe's Events API: on (RECONCILE_IDLE_AFTER / RECONCILE_EVERY)");
+  // A primary that changed (failover) is noticed and what it may have lost is backfilled (docs/failover.md).
+  failoverWatch = startFailoverWatch(env, failoverSettings, catchUpSettings, db, stopping.signal, log);
   if (config.endpoints[0]?.source === "generated") {
     console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");
   }
@@ -110,6 +116,7 @@ async function shutdown(signal: string): Promise<void> {
   await server.stop();
   if (opened) {
     await catchUp;
+    await failoverWatch;
     await Promise.all([opened.db.end({ timeout: 5 }), probeDb?.end({ timeout: 1 })]);
   }
   await flushTelemetry(await telemetryLoaded);

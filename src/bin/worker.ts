@@ -11,6 +11,7 @@ import { runWorker } from "../worker/worker.ts";
 import { checkStripeApiKey, readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
 import { stripeFetcher, type Fetcher } from "../worker/stripe-fetch.ts";
 import { readCatchUpSettings, startBackfillRequests, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
+import { readFailoverSettings, startFailoverWatch, type FailoverSettings } from "../runtime/failover.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
   --concurrency N     rows processed at once, each in its own transaction (default 4)
@@ -26,7 +27,8 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   STRIPE_API_KEY, STRIPE_API_BASE   the Stripe API thin endpoints and refetch endpoints are read from
                       (required when STRIPE_ENDPOINT_KIND[_<NAME>]=thin or INBOX_REFETCH[_<NAME>]=true)
   STRIPE_API_REQUESTS_PER_SEC       API requests started per second at most (default 20)
-  RECONCILE_IDLE_AFTER, RECONCILE_EVERY   event catch-up from Stripe's Events API (1h, 15m; off by default; needs STRIPE_API_KEY)`;
+  RECONCILE_IDLE_AFTER, RECONCILE_EVERY   event catch-up from Stripe's Events API (1h, 15m; off by default; needs STRIPE_API_KEY)
+  FAILOVER_CHECK_MS, FAILOVER_BACKFILL_MARGIN  primary-change watch (default 5000 ms, 0 off) and its backfill margin (default 1h)`;
 
 function usageError(message: string): never {
   console.error(`${message}\n\n${USAGE}`);
@@ -55,8 +57,10 @@ const waitMs = readDatabaseWaitMs(process.env, problems);
 const apiEndpoints = readApiEndpoints(process.env, problems);
 const api = readFetcher(problems);
 let catchUpSettings: CatchUpSettings = { idleAfterMs: undefined, everyMs: undefined };
+let failoverSettings: FailoverSettings = { checkEveryMs: 0, marginMs: 0 };
 try {
   catchUpSettings = readCatchUpSettings(process.env);
+  failoverSettings = readFailoverSettings(process.env);
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err;
   problems.push(...err.problems);
@@ -150,9 +154,12 @@ let catchUp: Promise<void> | undefined;
 // OpenTelemetry when `@opentelemetry/api` is installed (an SDK registered by a --preload file exports).
 const telemetry = await loadTelemetry(process.env);
 let backfillRequests: Promise<void> | undefined;
+// A primary that changed (failover) is noticed and what it may have lost is backfilled (docs/failover.md).
+let failoverWatch: Promise<void> | undefined;
 try {
   catchUp = startCatchUp(process.env, catchUpSettings, db, controller.signal, log, telemetry);
   if (api) backfillRequests = startBackfillRequests(process.env, db, controller.signal, log);
+  failoverWatch = startFailoverWatch(process.env, failoverSettings, catchUpSettings, db, controller.signal, log);
 } catch (err) {
   console.error(err instanceof ConfigError ? err.message : err);
   process.exit(2);
@@ -175,6 +182,7 @@ await runWorker({
 });
 await catchUp;
 await backfillRequests;
+await failoverWatch;
 await db.end({ timeout: 5 });
 log({ worker: "stopped" });
 await flushTelemetry(telemetry);

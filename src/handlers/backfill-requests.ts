@@ -31,16 +31,23 @@ export async function recordBackfillRequest(
 /**
  * Takes the oldest backfill request no run has finished: never started, or started more than `retakeAfterMs`
  * ago without finishing (its run died). Marks it started, one statement (`FOR UPDATE SKIP LOCKED`, so two
- * runners never take one request at once). Undefined when none is waiting. The event backfill calls this,
+ * runners never take one request at once). Undefined when none is waiting. `endpoints`: only requests for these endpoint names (a runner never takes,
+ * and so delays, a request it cannot serve); undefined: any. The event backfill calls this,
  * backfills the window, then {@link finishBackfillRequest}.
  */
-export async function takeBackfillRequest(db: Db, retakeAfterMs = 3_600_000): Promise<BackfillRequest | undefined> {
+export async function takeBackfillRequest(
+  db: Db,
+  retakeAfterMs = 3_600_000,
+  endpoints?: readonly string[],
+): Promise<BackfillRequest | undefined> {
+  const any = endpoints === undefined;
   const [row] = await db<{ id: string; endpoint: string; window_start: Date; window_end: Date }[]>`
     update event_backfill_requests r
        set started_at = now()
       from (select id
               from event_backfill_requests
              where finished_at is null
+               and (${any}::boolean or endpoint = any(${endpoints ?? []}::text[]))
                and (started_at is null or started_at < now() - make_interval(secs => ${retakeAfterMs}::float8 / 1000))
              order by id
              limit 1

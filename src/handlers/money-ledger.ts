@@ -72,8 +72,9 @@ export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: Handle
              end
       returning account, kind, amount, currency, settlement_amount, settlement_currency, balance_transaction, source_id, charge, payment_intent
     )
-    insert into outbox (account, aggregate_type, aggregate_id, event_type, payload)
-    select account, ${message.aggregate}::text, source_id, ${message.eventType}::text,
+    insert into outbox (account, aggregate_type, aggregate_id, event_type, message_key, payload)
+    -- The ledger's own key tells the messages of one source apart (its message id: sql/0024).
+    select account, ${message.aggregate}::text, source_id, ${message.eventType}::text, balance_transaction,
            jsonb_build_object('kind', kind, 'amount', amount, 'currency', currency, 'settlement_amount', settlement_amount,
                               'settlement_currency', settlement_currency, 'balance_transaction', balance_transaction,
                               'source_id', source_id, 'charge', charge, 'payment_intent', payment_intent, 'event_id', ${context.eventId}::text)

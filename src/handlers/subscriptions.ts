@@ -164,8 +164,11 @@ export async function applySubscription(tx: Tx, object: Record<string, unknown>,
 /** Writes the outbox message of an access change: started (`access`) or ended. */
 async function announce(tx: Tx, account: string, sub: SubscriptionFields, access: boolean, context: HandlerContext): Promise<void> {
   await tx`
-    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
+    insert into outbox (aggregate_type, aggregate_id, event_type, message_key, payload)
     values ('Subscription', ${sub.id}, ${access ? "SubscriptionAccessStarted" : "SubscriptionAccessEnded"},
+            -- Access can start and end more than once: the event that moved it tells the messages apart
+            -- (the same event applied again after a failover gives the same message id, sql/0024).
+            ${`${account}/${context.eventId}`},
             jsonb_build_object('account', ${account}::text, 'subscription_id', ${sub.id}::text, 'customer_id', ${sub.customer}::text,
                                'status', ${sub.status}::text, 'event_id', ${context.eventId}::text))
   `;

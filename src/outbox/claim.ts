@@ -4,7 +4,12 @@ import type { Db } from "../db/db.ts";
 export interface OutboxMessage {
   /** `outbox.id` (a bigint, as its decimal text). */
   id: string;
-  /** Stable message id for receivers to deduplicate on, the same on every retry: `msg_outbox_<id>`. */
+  /**
+   * Stable message id for receivers to deduplicate on, the same on every retry and for a row re-created
+   * after a database failover: `msg_` + 32 hex digits of sha256 over the row's (account, aggregate_type,
+   * aggregate_id, event_type, message_key), set when the row is written (sql/0024_failover.sql); rows
+   * written before that migration keep `msg_outbox_<id>`.
+   */
   messageId: string;
   aggregateType: string;
   aggregateId: string;
@@ -41,11 +46,6 @@ export interface OutboxClaimOptions {
   ordered?: boolean;
 }
 
-/** The stable Standard Webhooks message id of an outbox row. */
-export function outboxMessageId(id: string): string {
-  return `msg_outbox_${id}`;
-}
-
 interface ClaimedRow {
   id: string;
   aggregate_type: string;
@@ -56,6 +56,7 @@ interface ClaimedRow {
   attempts: number;
   claim_token: string;
   traceparent: string | null;
+  message_id: string;
 }
 
 /**
@@ -107,12 +108,13 @@ export async function claimOutboxBatch(db: Db, options: OutboxClaimOptions): Pro
      where p.attempts < ${options.maxAttempts}
        and o.id = p.id
     returning o.id::text as id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.created_at,
-              o.attempts, o.claim_token::text as claim_token, o.traceparent
+              o.attempts, o.claim_token::text as claim_token, o.traceparent,
+              coalesce(o.message_id, 'msg_outbox_' || o.id) as message_id
   `;
   return rows
     .map((r) => ({
       id: r.id,
-      messageId: outboxMessageId(r.id),
+      messageId: r.message_id,
       aggregateType: r.aggregate_type,
       aggregateId: r.aggregate_id,
       eventType: r.event_type,

@@ -34,7 +34,7 @@ export function webhookBody(message: OutboxMessage): string {
 /**
  * A {@link SendFn} that POSTs each message signed with the Standard Webhooks scheme (the
  * `standardwebhooks` package: HMAC-SHA256 over `<id>.<timestamp>.<body>`, pure JS on Web APIs):
- * headers `webhook-id` (the stable `msg_outbox_<id>`, for the receiver's deduplication),
+ * headers `webhook-id` (the message's stable id, derived from its business change: {@link OutboxMessage.messageId}),
  * `webhook-timestamp` (seconds, the send time, for its tolerance check) and `webhook-signature`
  * (`v1,<base64>`), and `traceparent` (W3C Trace Context) when the message carries one. A 2xx is delivered; any other status (redirects are not followed) throws
  * {@link SinkRejectedError}; a network error or the dispatcher's timeout (its `signal`) throws too.

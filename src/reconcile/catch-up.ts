@@ -211,9 +211,8 @@ export interface BackfillRequestOptions {
  * notifications record (handlers/backfill-requests.ts): takes one (one runner per request, `SKIP
  * LOCKED`), backfills events created from its window's start through the endpoint's target, and marks
  * it finished. The run is a filtered one (it leaves the endpoint's checkpoint and lease alone) and
- * reads past the window's end up to now, which costs API reads only: recording is idempotent. A
- * request for an endpoint this process does not serve, or whose backfill fails, is left for a retake
- * (an hour later) and logged. Returns when `signal` aborts.
+ * reads past the window's end up to now, which costs API reads only: recording is idempotent. Only
+ * requests for `endpoints` are taken; one whose backfill fails is left for a retake (an hour later) and logged. Returns when `signal` aborts.
  */
 export async function runBackfillRequests(options: BackfillRequestOptions): Promise<void> {
   const sleep = options.sleep ?? abortableSleep;
@@ -221,7 +220,7 @@ export async function runBackfillRequests(options: BackfillRequestOptions): Prom
   while (!options.signal.aborted) {
     let request: BackfillRequest | undefined;
     try {
-      request = await takeBackfillRequest(options.db);
+      request = await takeBackfillRequest(options.db, undefined, [...options.endpoints.keys()]);
     } catch (err) {
       options.log({ backfill_request: "failed", error: (err instanceof Error ? err.message : String(err)).slice(0, 300) });
     }

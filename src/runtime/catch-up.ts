@@ -17,7 +17,11 @@ export interface CatchUpSettings {
 
 const UNITS = { s: 1e3, m: 6e4, h: 3.6e6, d: 8.64e7 } as const;
 
-function duration(name: string, raw: string | undefined, problems: string[]): number | undefined {
+/**
+ * Reads a duration setting `name` (`15s`, `15m`, `1h`, `1d`) as ms; undefined when unset or empty.
+ * A malformed or zero value appends one problem naming `name` and returns undefined.
+ */
+export function duration(name: string, raw: string | undefined, problems: string[]): number | undefined {
   if (raw === undefined || raw === "") return undefined;
   const m = /^(\d+)(s|m|h|d)$/.exec(raw.trim());
   if (!m || Number(m[1]) === 0) {
@@ -115,7 +119,7 @@ export function startBackfillRequests(
  * <host>:<port> …"), the stripe-node error as its `cause`: the catch-up logs the message.
  * @throws ConfigError for invalid Stripe API settings.
  */
-function eventLister(env: Record<string, string | undefined>): ListEvents {
+export function eventLister(env: Record<string, string | undefined>): ListEvents {
   const settings = readStripeApiSettings(env);
   const list = stripeEventLister(stripeApiClient(settings), {});
   return async (call) => {

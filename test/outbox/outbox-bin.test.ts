@@ -96,13 +96,13 @@ test(
       OUTBOX_ORDERED: "true",
     });
     try {
-      const rows = await db<{ id: string }[]>`
-      insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-      select 'Invoice', 'in_bin_' || (n % 2), 'InvoicePaymentBooked', jsonb_build_object('n', n) from generate_series(1, 6) n
-      returning id::text as id
+      const rows = await db<{ id: string; message_id: string }[]>`
+      insert into outbox (aggregate_type, aggregate_id, event_type, message_key, payload)
+      select 'Invoice', 'in_bin_' || (n % 2), 'InvoicePaymentBooked', n::text, jsonb_build_object('n', n) from generate_series(1, 6) n
+      returning id::text as id, message_id
     `;
       await waitUntil("6 published rows", async () => (await count(db, "outbox", "published_at is not null")) === 6, { timeoutMs: 20_000 });
-      expect([...received.keys()].sort()).toEqual(rows.map((r) => `msg_outbox_${r.id}`).sort());
+      expect([...received.keys()].sort()).toEqual(rows.map((r) => r.message_id).sort());
       process.kill(child.pid, "SIGTERM");
       expect(await child.exited).toBe(0);
       const lines = (await stdout)

@@ -78,6 +78,12 @@ async function insertRows(n: number): Promise<string[]> {
   return rows.map((r) => r.id).sort((a, b) => Number(a) - Number(b));
 }
 
+/** The `webhook-id` each row is sent with: its message id, derived from the business change (sql/0024). */
+async function messageIds(ids: string[]): Promise<Map<string, string>> {
+  const rows = await db<{ id: string; message_id: string }[]>`select id::text as id, message_id from outbox where id = any(${ids}::bigint[])`;
+  return new Map(rows.map((r) => [r.id, r.message_id]));
+}
+
 /** A message as a claim would return it, for calling the sink directly. */
 function message(overrides: Partial<OutboxMessage> = {}): OutboxMessage {
   return {
@@ -123,13 +129,15 @@ describe("httpSink()", () => {
       }
       expect(receiver.requests.length).toBe(20); // each answered 500 once, then retried
       expect(receiver.requests.every((r) => r.verified)).toBe(true);
-      expect([...receiver.processed.keys()].sort()).toEqual(ids.map((id) => `msg_outbox_${id}`).sort());
+      const sent = await messageIds(ids);
+      expect([...receiver.processed.keys()].sort()).toEqual(ids.map((id) => sent.get(id)).sort() as string[]);
+      expect(new Set(sent.values()).size).toBe(10); // ten business changes, ten message ids
       for (const id of ids) {
-        const attempts = receiver.requests.filter((r) => r.messageId === `msg_outbox_${id}`);
+        const attempts = receiver.requests.filter((r) => r.messageId === sent.get(id));
         expect(attempts.length).toBe(2);
         expect(attempts[0]?.body).toBe(attempts[1]?.body as string); // the same bytes on every retry
       }
-      const first = receiver.processed.get(`msg_outbox_${ids[0]}`) as Record<string, unknown>;
+      const first = receiver.processed.get(sent.get(ids[0]!)!) as Record<string, unknown>;
       expect(first).toEqual({
         type: "InvoicePaymentBooked",
         timestamp: expect.any(String),
@@ -177,7 +185,7 @@ describe("httpSink()", () => {
       `;
       const result = await deliverClaimed(
         db,
-        message({ id: id as string, messageId: `msg_outbox_${id}`, token: BigInt(claimed?.claim_token ?? 0) }),
+        message({ id: id as string, messageId: (await messageIds([id as string])).get(id as string)!, token: BigInt(claimed?.claim_token ?? 0) }),
         {
           send: httpSink({ url: receiver.url, secret: SECRET }),
           timeoutMs: 200,

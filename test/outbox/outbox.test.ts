@@ -166,14 +166,52 @@ describe("sql/0005_outbox_dispatch.sql", () => {
   });
 });
 
+describe("sql/0024_failover.sql message ids", () => {
+  test("`claimOutboxBatch()` sends a payment re-booked after a failover (new row id, other event of the same payment) under its first message id", async () => {
+    const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+    const paid = (eventId: string, type: string) =>
+      verified(eventBody(eventId, type, invoice({ id: "in_stable_1", amount_paid: 2000, status: "paid" })));
+    expect(await receiveSync(db, target, paid("evt_stable_paid", "invoice.paid"))).toBe("processed");
+    const [before] = await claimOutboxBatch(db, CLAIM);
+    // What a failover under asynchronous replication loses: the booking's commit. The recovery then applies
+    // the payment's sibling event first; the identity sequence has moved on meanwhile.
+    await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+    await db`select nextval(pg_get_serial_sequence('outbox', 'id')) from generate_series(1, 5)`;
+    expect(await receiveSync(db, target, paid("evt_stable_succeeded", "invoice.payment_succeeded"))).toBe("processed");
+    const [after] = await claimOutboxBatch(db, CLAIM);
+    expect(after?.id).not.toBe(before?.id);
+    expect(after?.messageId).toMatch(/^msg_[0-9a-f]{32}$/);
+    expect(after?.messageId).toBe(before!.messageId);
+  });
+
+  test("`claimOutboxBatch()` keeps `msg_outbox_<id>` for a row written before sql/0024, and tells a message_key apart", async () => {
+    const [legacy] = await db<{ id: string }[]>`
+      insert into outbox (aggregate_type, aggregate_id, event_type, payload, message_id)
+      values ('Invoice', 'in_legacy', 'InvoicePaymentBooked', '{}', null) returning id::text as id
+    `;
+    // A trigger sets message_id only when the insert leaves it null: null it again as the migration left old rows.
+    await db`update outbox set message_id = null where id = ${legacy!.id}::bigint`;
+    await db`
+      insert into outbox (aggregate_type, aggregate_id, event_type, message_key, payload)
+      values ('Subscription', 'sub_1', 'SubscriptionAccessStarted', '/evt_a', '{}'),
+             ('Subscription', 'sub_1', 'SubscriptionAccessStarted', '/evt_b', '{}')
+    `;
+    const claimed = await claimOutboxBatch(db, CLAIM);
+    expect(claimed.find((m) => m.id === legacy!.id)?.messageId).toBe(`msg_outbox_${legacy!.id}`);
+    const subs = claimed.filter((m) => m.aggregateId === "sub_1").map((m) => m.messageId);
+    expect(new Set(subs).size).toBe(2);
+  });
+});
+
 describe("claimOutboxBatch()", () => {
   test("`claimOutboxBatch()` takes a new, strictly increasing fencing token per claim and hides the row for its lease", async () => {
     const ids = await manyRows(3);
     const [id1, id2, id3] = ids as [string, string, string];
     const first = await claimOutboxBatch(db, { ...CLAIM, limit: 2 });
+    const written = await db<{ message_id: string }[]>`select message_id from outbox where id in (${id1}::bigint, ${id2}::bigint) order by id`;
     expect(first.map((m) => [m.id, m.attempt, m.messageId])).toEqual([
-      [id1, 1, `msg_outbox_${id1}`],
-      [id2, 1, `msg_outbox_${id2}`],
+      [id1, 1, written[0]!.message_id],
+      [id2, 1, written[1]!.message_id],
     ]);
     const second = await claimOutboxBatch(db, CLAIM);
     expect(second.map((m) => m.id)).toEqual([id3]);
