@@ -43,9 +43,11 @@ export function databaseUrlProblem(url: string): string | undefined {
     return `DATABASE_URL has a % that does not start a valid escape in the user name or password ${NOT_SHOWN}: write % as %25`;
   }
   const hosts = authority.slice(at + 1);
+  const query = rest.includes("?") ? new URLSearchParams(rest.slice(rest.indexOf("?") + 1)) : new URLSearchParams();
   return (
     hostsProblem(hosts) ??
-    sslModeProblem(rest.includes("?") ? new URLSearchParams(rest.slice(rest.indexOf("?") + 1)).get("sslmode") : null) ??
+    sslModeProblem(query.get("sslmode")) ??
+    targetSessionProblem(query.get("target_session_attrs")) ??
     wholeUrlProblem(`${scheme[0]}${userInfo === undefined ? "" : `${userInfo}@`}${hosts.split(",")[0]}${rest.slice(authority.length)}`)
   );
 }
@@ -59,6 +61,18 @@ const SSL_MODES: readonly string[] = ["disable", "allow", "prefer", "require", "
  */
 export function sslModeProblem(mode: string | null | undefined): string | undefined {
   return mode == null || SSL_MODES.includes(mode) ? undefined : `DATABASE_URL: sslmode=${mode} is not one of ${SSL_MODES.join(", ")}`;
+}
+
+/**
+ * `target_session_attrs=read-write` is refused: postgres.js 3.4.9 trusts the `default_transaction_read_only`
+ * a PostgreSQL 14+ server reports at login, which is `off` on a hot standby too, so after a failover it
+ * may stay on the standby and every write fails (500s, SQLSTATE 25006). `primary` checks
+ * `pg_is_in_recovery()` and works (docs/failover.md; postgres.js README, "Multi-host connections").
+ */
+function targetSessionProblem(value: string | null): string | undefined {
+  return value === "read-write"
+    ? "DATABASE_URL asks for target_session_attrs=read-write, which postgres.js 3.4.9 can satisfy with a hot standby (writes then fail): use target_session_attrs=primary"
+    : undefined;
 }
 
 function hostsProblem(hosts: string): string | undefined {

@@ -56,6 +56,11 @@ describe("databaseUrlProblem()", () => {
     ["an IPv6 host among several", "postgres://app:QXJZKW@h1:5432,[::1]:5432/inbox", "QXJZKW"],
     ["another scheme", "mysql://app:QXJZKW@db.internal/inbox", "QXJZKW"],
     ["no scheme", "app:QXJZKW@db.internal/inbox", "QXJZKW"],
+    [
+      "target_session_attrs=read-write, which postgres.js 3.4.9 may satisfy with a hot standby",
+      "postgres://app:QXJZKW@h1:5432,h2:5432/inbox?target_session_attrs=read-write",
+      "QXJZKW",
+    ],
   ])("`databaseUrlProblem()` refuses %s without quoting any of it", (_label, url, password) => {
     const problem = databaseUrlProblem(url);
     expect(problem).toBeDefined();
@@ -93,7 +98,7 @@ describe("databaseUrlProblem()", () => {
     ],
     [
       "several hosts",
-      "postgres://app:pw@h1:5432,h2:5433/inbox?target_session_attrs=read-write",
+      "postgres://app:pw@h1:5432,h2:5433/inbox?target_session_attrs=primary",
       { user: "app", pass: "pw", host: ["h1", "h2"], port: [5432, 5433], database: "inbox" },
     ],
     [
@@ -149,4 +154,9 @@ describe("databaseUrlProblem()", () => {
       { numRuns: 300 },
     );
   });
+});
+
+test("`databaseUrlProblem()` accepts target_session_attrs=primary over several hosts, and names `primary` when refusing read-write", () => {
+  expect(databaseUrlProblem("postgres://app:pw@h1:5432,h2:5432/inbox?target_session_attrs=primary")).toBeUndefined();
+  expect(databaseUrlProblem("postgres://app:pw@h1:5432,h2:5432/inbox?target_session_attrs=read-write")).toContain("use target_session_attrs=primary");
 });
