@@ -457,7 +457,7 @@ describe("WEBHOOK_ENDPOINTS", () => {
     })();
     expect(wiring.problems).toEqual([
       'WEBHOOK_ENDPOINTS entry "acme/x": no provider named "acme" is registered (src/providers/registry.ts)',
-      "WEBHOOK_SECRET_ADYEN_PAY value 1 of 1 is not an Adyen HMAC key (hex, at least 32 digits, as the Customer Area shows it)",
+      "WEBHOOK_SECRET_ADYEN_PAY value 1 of 1 is not an Adyen HMAC key (an even number of hex digits, at least 32, as the Customer Area shows it)",
     ]);
     expect(JSON.stringify(wiring.problems)).not.toContain("whsec_not_hex_secret");
   });

@@ -1,4 +1,5 @@
 // Entry file: `bun run serve`. Env, embedded PostgreSQL, migrations, Bun.serve and signals live here.
+import { providerEndpoints } from "../receiver/endpoints.ts";
 import { jsonLines, readLogLevel, type LogFn, type LogLevel } from "../log.ts";
 import { ConfigError, loadConfig, type Config } from "../config.ts";
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
@@ -32,6 +33,8 @@ try {
   // No development secret is made (or written to .data/) where it could not be used.
   config = loadConfig(env, env.DATABASE_URL || env.NODE_ENV === "production" ? undefined : devWebhookSecret());
   catchUpSettings = readCatchUpSettings(env);
+  // WEBHOOK_ENDPOINTS' providers and secrets are checked now, with the other settings (one line, exit 1).
+  providerEndpoints(config.providerEndpoints, config.hybridBudgetMs);
   failoverSettings = readFailoverSettings(env);
   log = jsonLines({ level: logLevelOf(env) });
 } catch (err) {

@@ -110,7 +110,7 @@ export const adyenProvider: WebhookProvider = {
   secretProblem: (secret) =>
     fromHex(secret) && secret.length >= 32
       ? undefined
-      : "is not an Adyen HMAC key (hex, at least 32 digits, as the Customer Area shows it)",
+      : "is not an Adyen HMAC key (an even number of hex digits, at least 32, as the Customer Area shows it)",
   verify: verifyAdyen,
   verifyAll: verifyAdyenAll,
   subject: adyenSubject,

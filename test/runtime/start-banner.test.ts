@@ -113,3 +113,28 @@ test("`startBanner()` without provider endpoints (a config from before WEBHOOK_E
     "  endpoint billing (sync): POST http://h/webhooks/stripe/billing (also http://h/webhooks/stripe)",
   ]);
 });
+
+test("`bun run serve` refuses an unregistered provider and a malformed provider secret in WEBHOOK_ENDPOINTS with one line each, before it listens", async () => {
+  const serve = spawnBun(
+    ["src/bin/serve.ts"],
+    {
+      PATH: process.env.PATH,
+      DATABASE_URL: database.url,
+      STRIPE_WEBHOOK_SECRET: SECRET,
+      PORT: "0",
+      WEBHOOK_ENDPOINTS: "gitlab/x,adyen/payments",
+      WEBHOOK_SECRET_GITLAB_X: "gitlab-secret-value",
+      WEBHOOK_SECRET_ADYEN_PAYMENTS: "nothex",
+    },
+    tracked,
+  );
+  expect(await serve.child.exited).toBe(1);
+  await serve.stdoutDone;
+  const stderr = await serve.stderr;
+  expect(stderr.trim().split("\n")).toEqual([
+    "Invalid configuration:",
+    '- WEBHOOK_ENDPOINTS entry "gitlab/x": no provider named "gitlab" is registered (src/providers/registry.ts)',
+    "- WEBHOOK_SECRET_ADYEN_PAYMENTS value 1 of 1 is not an Adyen HMAC key (an even number of hex digits, at least 32, as the Customer Area shows it)",
+  ]);
+  expect(serve.lines.join("\n")).not.toContain("starting on");
+});
