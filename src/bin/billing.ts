@@ -58,18 +58,22 @@ function table(title: string, rows: Record<string, unknown>[], total: number): v
 
 /** The `limit` newest rows of each table (all with --all), shown in id order, with each table's total. */
 async function printTables(db: Db): Promise<void> {
-  const [counts] = await db<{ invoices: number; ledger: number; net: number; outbox: number }[]>`
+  const [counts] = await db<{ invoices: number; ledger: number; net: number; outbox: number; connect: boolean }[]>`
     select (select count(*) from invoices)::int as invoices,
            (select count(*) from ledger_entries)::int as ledger,
            (select count(*) from invoice_net)::int as net,
-           (select count(*) from outbox)::int as outbox
+           (select count(*) from outbox)::int as outbox,
+           exists (select 1 from invoices where account <> '') or exists (select 1 from ledger_entries where account <> '') as connect
   `;
+  // With connected accounts' rows, each table leads with the account: the same invoice id under two
+  // accounts is two invoices (docs/stripe-connect.md), not one booked twice.
+  const account = counts?.connect ? db`account,` : db``;
   table(
     "invoices",
     await db`
-    select id, status, currency, amount_due, amount_paid, attempt_count, dunning
+    select ${account} id, status, currency, amount_due, amount_paid, attempt_count, dunning
       from (select * from invoices order by created_at desc, id desc limit ${limit}) newest
-     order by id
+     order by ${account} id
   `,
     counts?.invoices ?? 0,
   );
@@ -77,18 +81,18 @@ async function printTables(db: Db): Promise<void> {
   table(
     "ledger_entries (amounts in minor units; invoice_id null: not linked yet)",
     await db`
-    select invoice_id, kind, amount, currency, settlement_amount, settlement_currency, balance_transaction, source_id, event_id
+    select ${account} invoice_id, kind, amount, currency, settlement_amount, settlement_currency, balance_transaction, source_id, event_id
       from (select * from ledger_entries_linked order by id desc limit ${limit}) newest
-     order by id
+     order by ${account} id
   `,
     counts?.ledger ?? 0,
   );
   table(
     "net per invoice and currency (minor units; net = paid − refunded + refunds_reversed − dispute_withdrawn − dispute_fees + dispute_fees_returned + dispute_reinstated)",
     await db`
-    select invoice_id, currency, paid, refunded, refunds_reversed, dispute_withdrawn, dispute_fees, dispute_fees_returned, dispute_reinstated, net
+    select ${account} invoice_id, currency, paid, refunded, refunds_reversed, dispute_withdrawn, dispute_fees, dispute_fees_returned, dispute_reinstated, net
       from (select * from invoice_net order by invoice_id desc nulls first, currency limit ${limit}) newest
-     order by invoice_id nulls last, currency
+     order by ${account} invoice_id nulls last, currency
   `,
     counts?.net ?? 0,
   );

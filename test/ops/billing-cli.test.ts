@@ -115,4 +115,23 @@ describe("billing CLI", () => {
     },
     WAITS,
   );
+
+  test(
+    "`billing` leads each table with the account once a connected account's rows exist: one invoice id under two accounts reads as two invoices",
+    async () => {
+      await db`truncate invoices, ledger_entries, outbox, webhook_inbox cascade`;
+      for (const account of ["", "acct_1Bill"]) {
+        await db`insert into invoices (account, id, customer_id, status, currency, amount_due, amount_paid) values (${account}, 'in_bill_same', 'cus_b', 'paid', 'usd', 500, 500)`;
+      }
+      const run = await billing([]);
+      expect(run.code).toBe(0);
+      const invoicesTable = run.stdout.slice(0, run.stdout.indexOf("ledger_entries"));
+      expect(invoicesTable).toMatch(/│ +│ account +│ id +│/);
+      expect(invoicesTable).toMatch(/│ acct_1Bill +│ in_bill_same +│/);
+      await db`truncate invoices cascade`;
+      const platformOnly = await billing([]);
+      expect(platformOnly.stdout).not.toMatch(/│ account +│/);
+    },
+    WAITS,
+  );
 });
