@@ -2,6 +2,7 @@
 // Exit codes: 0 ok, 1 failure, 2 usage error. One file on purpose: it is the command line of src/ops/
 // (each command parses its options, calls one operator function and prints), and its usage text, the
 // option table and the checks they share read best side by side.
+import { loadEndpointsWithoutSecrets } from "../config.ts";
 import { parseArgs } from "node:util";
 import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
@@ -328,7 +329,12 @@ async function run(db: Db): Promise<number> {
         throw new UsageError(
           `${eventId} was received by several endpoints (${candidates.map((r) => r.endpoint).join(", ")}): pass --endpoint`,
         );
-      const result = await replayEvent(db, { provider: row.provider, endpoint: row.endpoint, eventId }, handlersFor(row.provider));
+      const result = await replayEvent(
+        db,
+        { provider: row.provider, endpoint: row.endpoint, eventId },
+        handlersFor(row.provider),
+        configuredLivemode(row.provider, row.endpoint),
+      );
       if (opts.json) return (print(result), 0);
       console.log(
         result.handled
@@ -393,6 +399,19 @@ async function run(db: Db): Promise<number> {
     }
     default:
       throw new UsageError(`Unknown command "${command}"`);
+  }
+}
+
+/**
+ * The Stripe mode `STRIPE_MODE[_<NAME>]` (or the API key) gives endpoint `endpoint` now: true live,
+ * false test, undefined when none is set, the provider is not Stripe's, or the settings cannot be read.
+ */
+function configuredLivemode(provider: string, endpoint: string): boolean | undefined {
+  if (provider !== "stripe" && provider !== "stripe-thin") return undefined;
+  try {
+    return loadEndpointsWithoutSecrets(process.env).find((e) => e.name === endpoint)?.livemode;
+  } catch {
+    return undefined;
   }
 }
 

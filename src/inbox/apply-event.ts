@@ -67,14 +67,15 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  *   needs-review (another worker, a redelivery's settle or an operator may have settled it); after
  *   the handler it is settled, storing `storePayload` as its payload when given (a row kept only as its
  *   raw body, applied from its jsonb-storable copy).
- * - `replay`: a settled row (not resolved by an operator, not `ignored_mode`) runs through its handler again, locked
- *   `FOR UPDATE`; it stays settled, and a row recorded `ignored` whose type has a handler now is
- *   marked `processed` (ops/replay.ts).
+ * - `replay`: a settled row (not resolved by an operator, not `ignored_mode` unless `modeFixed`: the
+ *   endpoint's mode now is the event's) runs through its handler again, locked `FOR UPDATE`; it stays
+ *   settled, and a row recorded `ignored` (or `ignored_mode`) whose type has a handler now is marked
+ *   `processed` (ops/replay.ts).
  */
 export type Hold =
   | { insert: VerifiedEvent; queue?: boolean; failed?: InboxRow["failed"]; row?: InboxRow }
   | { claimed: true; storePayload?: JsonbCopy }
-  | { replay: true };
+  | { replay: true; modeFixed?: boolean };
 
 /** What {@link applyEvent} applies. */
 export interface ApplyInput {
@@ -235,22 +236,22 @@ async function holdRow(tx: Tx, input: ApplyInput, handled: boolean): Promise<"he
   if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
   if (row.parked) throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
   if (!row.settled) throw new Error(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
-  if (row.outcome === "ignored_mode")
+  if (row.outcome === "ignored_mode" && !hold.modeFixed)
     throw new Error(
-      `Cannot replay ${name}: it was recorded ignored_mode (its livemode is not its endpoint's mode) and must never be applied`,
+      `Cannot replay ${name}: it was recorded ignored_mode (its livemode is not its endpoint's mode); if the endpoint's STRIPE_MODE was wrong, set it to the event's mode and replay it again`,
     );
   if (row.outcome === "resolved")
     throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.note}"); running its handler would override that`);
   return "held";
 }
 
-/** Turns a replayed row's `ignored` into `processed` (its handler ran in this transaction); other outcomes stay. */
+/** Turns a replayed row's `ignored` (or `ignored_mode`, its mode now fixed) into `processed`: its handler ran in this transaction. */
 async function markReplayedProcessed(tx: Tx, key: InboxKey): Promise<void> {
   await tx`
     update webhook_inbox
        set outcome = 'processed'
      where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
-       and outcome = 'ignored'
+       and outcome in ('ignored', 'ignored_mode')
   `;
 }
 

@@ -26,11 +26,19 @@ const REPLAY_TIMEOUT_MS = 30_000;
  * since it arrived (if any). A `resolved` row is refused: an operator settled it by hand (`inbox
  * resolve`), and running the handler would override that decision. The effect is read from
  * `pg_stat_xact_user_tables` (PostgreSQL manual, "The Cumulative Statistics System") before and after
- * the handler, inside the transaction, and reported as the difference.
+ * the handler, inside the transaction, and reported as the difference. An `ignored_mode` row (a Stripe
+ * event of the other mode) is applied only when `endpointLivemode`, the endpoint's mode as configured
+ * now (`STRIPE_MODE[_<NAME>]`), is the event's `livemode`: the recovery after a wrong mode setting.
  * @throws Error when the row does not exist, is not settled yet (the worker owns it), was resolved by
- *   an operator, or its payload was dropped by retention; the handler's own error after rolling back.
+ *   an operator, is `ignored_mode` and its mode still differs, or its payload was dropped by retention;
+ *   the handler's own error after rolling back.
  */
-export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable | undefined): Promise<ReplayResult> {
+export async function replayEvent(
+  db: Db,
+  key: InboxKey,
+  handlers: HandlerTable | undefined,
+  endpointLivemode?: boolean,
+): Promise<ReplayResult> {
   const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
   const [row] = await db<{ event_type: string; payload: Record<string, unknown> | null; processed: boolean; account: string }[]>`
     select event_type, payload, processed_at is not null as processed, account
@@ -49,7 +57,7 @@ export async function replayEvent(db: Db, key: InboxKey, handlers: HandlerTable 
     // A row that is not settled has no payload to trust yet: applyEvent refuses it before this is read.
     object: row.payload ? subjectOf(key.provider, row.payload).object : {},
     account: row.account,
-    hold: { replay: true },
+    hold: { replay: true, modeFixed: endpointLivemode !== undefined && row.payload?.livemode === endpointLivemode },
     timeoutMs: REPLAY_TIMEOUT_MS,
     // Pending statistics of earlier transactions on this connection may not be flushed yet
     // (PostgreSQL ≥ 15 flushes them at most once a second), so count the difference.
