@@ -1,6 +1,7 @@
 // Entry file: `bun run db:status|db:start|db:stop|db:reset`: the embedded development PostgreSQL that
 // every command of this checkout shares (src/runtime/dev-database.ts). It never touches DATABASE_URL's server.
 // Exit codes: 0 done (status: running), 1 a failure, 2 usage, 3 status: not running (pg_ctl's code).
+import postgres from "postgres";
 import { existsSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DATA_DIR } from "../runtime/database.ts";
@@ -11,6 +12,7 @@ const USAGE = `Usage: bun run db:<command>   (or bun src/bin/db.ts <command>)
   db:start   start it (any command that needs it starts it too)
   db:stop    stop it (fast shutdown: open transactions roll back)
   db:reset   stop it and delete its data directory: every inbox row, ledger entry and outbox message in it
+             (refused while other commands are connected; --force resets anyway: restart them after)
 Settings: EMBEDDED_PG_DIR (default .data/postgres), EMBEDDED_PG_PORT (default 54329).`;
 
 /** The lines `db:status` prints for a server running on `dev.dir` at `port` with `pid`. */
@@ -24,6 +26,21 @@ function runningLines(dev: DevDatabase, pid: number, port: number): string[] {
     `  bun run db:stop stops it`,
     ...(port !== dev.port ? [`  it runs on ${port}, not EMBEDDED_PG_PORT ${dev.port}: give the commands EMBEDDED_PG_PORT=${port}`] : []),
   ];
+}
+
+/** Client connections to the server at `url` other than this one's (0 when it cannot be asked). */
+async function otherConnections(url: string): Promise<number> {
+  const sql = postgres(url, { max: 1, connect_timeout: 5, onnotice: () => {} });
+  try {
+    const [row] = await sql<{ n: number }[]>`
+      select count(*)::int as n from pg_stat_activity where backend_type = 'client backend' and pid <> pg_backend_pid()
+    `;
+    return row?.n ?? 0;
+  } catch {
+    return 0;
+  } finally {
+    await sql.end({ timeout: 1 });
+  }
 }
 
 /** Runs one command; resolves its exit code. */
@@ -61,6 +78,14 @@ async function run(command: string | undefined, env: Record<string, string | und
       const entries = existsSync(dev.dir) ? readdirSync(dev.dir) : [];
       if (entries.length > 0 && !entries.includes("PG_VERSION")) {
         console.error(`Cannot reset: ${dev.dir} is not a PostgreSQL data directory (no PG_VERSION); nothing deleted`);
+        return 1;
+      }
+      // A serve or worker still connected would find an empty database without tables after the next start.
+      const others = postmaster === undefined ? 0 : await otherConnections(devDatabaseUrl(postmaster.port));
+      if (others > 0 && !process.argv.includes("--force")) {
+        console.error(
+          `Cannot reset: ${others} other connection(s) to the embedded PostgreSQL (a running serve, worker, dispatch or psql?): stop them first, or run bun run db:reset --force and restart them after`,
+        );
         return 1;
       }
       await withStartLock(dev.dir, async () => {

@@ -89,8 +89,8 @@ test("a worker that started the database and then stopped, and a serve SIGKILLed
 
 test("`db:status`, `db:start`, `db:stop` and `db:reset` report, start, stop and delete the development database", async () => {
   const { dir, env } = await newCheckout();
-  const db = async (command: string) => {
-    const run = spawnBun(["src/bin/db.ts", command], env, tracked);
+  const db = async (command: string, ...args: string[]) => {
+    const run = spawnBun(["src/bin/db.ts", command, ...args], env, tracked);
     const code = await run.child.exited;
     await run.stdoutDone;
     return { code, out: run.lines.join("\n"), err: await run.stderr };
@@ -121,6 +121,14 @@ test("`db:status`, `db:start`, `db:stop` and `db:reset` report, start, stop and 
   expect((await db("status")).code).toBe(3);
 
   await db("start");
+  // A command still connected (here one connection, as a running serve holds) makes reset refuse.
+  const holder = (await import("postgres")).default(url, { max: 1, onnotice: () => {} });
+  await holder`select 1`;
+  const refusedWhileUsed = await db("reset");
+  expect(refusedWhileUsed.code).toBe(1);
+  expect(refusedWhileUsed.err).toContain("Cannot reset: 1 other connection(s) to the embedded PostgreSQL");
+  expect(existsSync(join(dir, "PG_VERSION"))).toBe(true);
+  await holder.end({ timeout: 1 });
   const reset = await db("reset");
   expect(reset.code).toBe(0);
   expect(runningPostmaster(dir)).toBeUndefined();
