@@ -3,7 +3,7 @@ import { jsonLines, readLogLevel, type LogLevel } from "../log.ts";
 import { parseArgs } from "node:util";
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
-import { ConfigError, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
+import { ConfigError, loadEndpointsWithoutSecrets, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
 import { connectDatabase } from "../runtime/database-tls.ts";
 import { workerHandlerTables } from "../receiver/endpoints.ts";
 import { openReadyDatabase } from "../runtime/ready-database.ts";
@@ -61,6 +61,9 @@ let failoverSettings: FailoverSettings = { checkEveryMs: 0, marginMs: 0 };
 try {
   catchUpSettings = readCatchUpSettings(process.env);
   failoverSettings = readFailoverSettings(process.env);
+  // The endpoints' settings (STRIPE_MODE, STRIPE_CONNECT, kinds) are read again by the catch-up and the
+  // failover watch after the start: checked here, so a bad value stops the worker before it says started.
+  loadEndpointsWithoutSecrets(process.env);
 } catch (err) {
   if (!(err instanceof ConfigError)) throw err;
   problems.push(...err.problems);
