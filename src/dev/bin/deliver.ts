@@ -125,7 +125,7 @@ function readProviderFiles(): EventFile[] {
 
 const devSecretFile = join(DATA_DIR, "dev-webhook-secret");
 // An empty STRIPE_WEBHOOK_SECRET counts as unset, as it does for `bun run serve`.
-const providerSecretVar = `WEBHOOK_SECRET_${provider}_${values.endpoint ?? ""}`.toUpperCase().replaceAll("-", "_");
+const providerSecretVar = `WEBHOOK_SECRET_${provider}_${values.endpoint ?? "<NAME>"}`.toUpperCase().replaceAll("-", "_");
 const secret =
   values.secret ||
   (provider !== "stripe"
@@ -135,6 +135,14 @@ const secret =
   process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]?.trim() ||
   (existsSync(devSecretFile) ? readFileSync(devSecretFile, "utf8").trim() : undefined);
 if (!secret) fail("Missing signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET");
+/** Where the signing secret came from, for the hint after a refused signature (never the secret itself). */
+const secretSource = values.secret
+  ? "--secret"
+  : provider !== "stripe"
+    ? providerSecretVar
+    : process.env.STRIPE_WEBHOOK_SECRET?.trim()
+      ? "STRIPE_WEBHOOK_SECRET from this shell"
+      : devSecretFile;
 
 const url =
   values.url ?? `http://127.0.0.1:${process.env.PORT ?? 3000}/webhooks/${provider}${values.endpoint ? `/${values.endpoint}` : ""}`;
@@ -165,6 +173,11 @@ for (const [status, count] of Object.entries(summary.retried).sort())
 for (const f of summary.failures) {
   const note = f.status === "network" ? " (no answer: it may have been recorded; deliver again to see)" : "";
   console.error(`  FAILED ${f.name}: last status ${f.status}${note}`);
+}
+if (summary.failures.some((f) => String(f.status).startsWith("400")) || Object.keys(summary.retried).some((k) => k.startsWith("400"))) {
+  console.error(
+    `  Signed with the secret of ${secretSource}: a 400 signature_mismatch means the receiver verifies with another one (give both the same STRIPE_WEBHOOK_SECRET, or neither)`,
+  );
 }
 if (summary.gaveUp) {
   console.error(
