@@ -10,7 +10,8 @@ import type { Config } from "../config.ts";
  * a mode says nothing more: it accepts both modes, as before (docs/stripe-connect.md). The endpoints of
  * `WEBHOOK_ENDPOINTS` follow, in that order, as `endpoint <provider>/<name> (<mode>): POST
  * <base>/webhooks/<provider>/<name>`, the first of each provider also naming `<base>/webhooks/<provider>`
- * (receiver/endpoints.ts `providerEndpoints`; docs/providers/README.md).
+ * (receiver/endpoints.ts `providerEndpoints`; docs/providers/README.md). When any endpoint queues events
+ * (async, hybrid, thin, refetch), a `worker:` line says a worker must run to apply them.
  */
 export function startBanner(
   config: Pick<Config, "endpoints" | "adminToken" | "adminReadonly" | "metricsToken"> & Partial<Pick<Config, "providerEndpoints">>,
@@ -27,6 +28,10 @@ export function startBanner(
       `  endpoint ${e.provider}/${e.name} (${e.mode}): POST ${base}/webhooks/${e.provider}/${e.name}${first ? ` (also ${base}/webhooks/${e.provider})` : ""}`,
     );
   });
+  // Queued rows are applied only by a worker: say so where an endpoint queues (a receiver alone never applies them).
+  const queues = [...config.endpoints.map((e) => (e.kind === "thin" || e.refetch ? "async" : e.mode)), ...providers.map((e) => e.mode)];
+  if (queues.some((mode) => mode !== "sync"))
+    lines.push("  worker: async and hybrid endpoints (thin and refetch ones too) queue events that only `bun run worker` applies: run one");
   lines.push(
     config.adminToken === undefined
       ? `  admin page: off (${base}/admin answers 404): set ADMIN_TOKEN (≥ 32 characters) to turn it on`

@@ -76,6 +76,7 @@ test("`bun run serve` lists the WEBHOOK_ENDPOINTS endpoints with provider, name,
     `  endpoint adyen/payments (async): POST ${base}/webhooks/adyen/payments (also ${base}/webhooks/adyen)`,
     `  endpoint github/orgs (hybrid): POST ${base}/webhooks/github/orgs`,
   ]);
+  expect(lines).toContain("  worker: async and hybrid endpoints (thin and refetch ones too) queue events that only `bun run worker` applies: run one");
   expect(all).not.toContain(GITHUB_SECRET);
   expect(all).not.toContain(ADYEN_KEY);
 }, 60_000);
