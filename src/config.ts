@@ -256,7 +256,38 @@ function readEndpoints(
     else read(name);
     seen.add(name);
   }
+  problems.push(...strayEndpointVariables(env, seen));
   return endpoints;
+}
+
+/** The per-endpoint variables of Stripe endpoints; `INBOX_MODE_` also serves WEBHOOK_ENDPOINTS' ones. */
+const ENDPOINT_VARIABLE = /^(STRIPE_WEBHOOK_SECRET|STRIPE_ENDPOINT_KIND|INBOX_REFETCH|INBOX_MODE|STRIPE_MODE|STRIPE_CONNECT)_(.+)$/;
+
+/**
+ * A problem for each per-endpoint variable whose suffix names no configured endpoint (`STRIPE_MODE_CONECT`
+ * next to an endpoint `connect`): a misspelt suffix would otherwise leave the endpoint on its default
+ * silently (for STRIPE_MODE: accepting both modes). `names` are the Stripe endpoints; the suffixes of
+ * `WEBHOOK_ENDPOINTS` entries count for `INBOX_MODE_`.
+ */
+function strayEndpointVariables(env: Record<string, string | undefined>, names: ReadonlySet<string>): string[] {
+  const suffixOf = (name: string) => name.toUpperCase().replaceAll("-", "_");
+  const known = new Set([...names].filter((n) => n !== "billing").map(suffixOf));
+  const providers = new Set(
+    (env.WEBHOOK_ENDPOINTS ?? "")
+      .split(",")
+      .map((s) => s.trim().replace("/", "_"))
+      .filter(Boolean)
+      .map(suffixOf),
+  );
+  const listed = [...names].join(", ");
+  return Object.keys(env)
+    .filter((key) => env[key] !== undefined && env[key] !== "")
+    .flatMap((key) => {
+      const m = ENDPOINT_VARIABLE.exec(key);
+      if (!m || known.has(m[2]!) || (m[1] === "INBOX_MODE" && providers.has(m[2]!))) return [];
+      return [`${key} names no configured endpoint (the Stripe endpoints are ${listed}; add it to STRIPE_ENDPOINTS or fix the name)`];
+    })
+    .sort();
 }
 
 /**

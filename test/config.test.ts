@@ -462,3 +462,28 @@ describe("WEBHOOK_ENDPOINTS", () => {
     expect(JSON.stringify(wiring.problems)).not.toContain("whsec_not_hex_secret");
   });
 });
+
+test("`loadConfig()` refuses a per-endpoint variable whose suffix names no endpoint (a misspelt STRIPE_MODE_<NAME> would leave that endpoint open to both modes)", () => {
+  const env = {
+    STRIPE_WEBHOOK_SECRET: SECRET,
+    STRIPE_ENDPOINTS: "connect",
+    STRIPE_WEBHOOK_SECRET_CONNECT: SECRET,
+    STRIPE_MODE_CONECT: "live",
+    INBOX_MODE_CONECT: "async",
+    WEBHOOK_ENDPOINTS: "paddle/billing",
+    WEBHOOK_SECRET_PADDLE_BILLING: "pdl_ntfset_0123456789abcdef",
+    INBOX_MODE_PADDLE_BILLING: "hybrid",
+  };
+  const error = (() => {
+    try {
+      loadConfig(env);
+    } catch (err) {
+      return err as ConfigError;
+    }
+  })();
+  expect(error?.problems).toEqual([
+    "INBOX_MODE_CONECT names no configured endpoint (the Stripe endpoints are billing, connect; add it to STRIPE_ENDPOINTS or fix the name)",
+    "STRIPE_MODE_CONECT names no configured endpoint (the Stripe endpoints are billing, connect; add it to STRIPE_ENDPOINTS or fix the name)",
+  ]);
+  expect(() => loadConfig({ ...env, STRIPE_MODE_CONECT: undefined, INBOX_MODE_CONECT: undefined })).not.toThrow();
+});
