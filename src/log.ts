@@ -10,11 +10,11 @@ export type LogLevel = "debug" | "info" | "warn" | "error";
 const RANKS: Readonly<Record<LogLevel, number>> = { debug: 0, info: 1, warn: 2, error: 3 };
 
 /**
- * `LOG_LEVEL` (`debug`, `info`, `warn` or `error`; default `info`): lines below it are not written.
+ * `LOG_LEVEL` (`debug`, `info`, `warn` or `error`; default `info`, also when empty): lines below it are not written.
  * @throws Error naming the variable and the value when it is none of those.
  */
 export function readLogLevel(env: Record<string, string | undefined>): LogLevel {
-  const value = env.LOG_LEVEL ?? "info";
+  const value = env.LOG_LEVEL || "info"; // empty counts as unset, like every other setting
   if (!Object.hasOwn(RANKS, value)) throw new Error(`LOG_LEVEL must be debug, info, warn or error, got "${value}"`);
   return value as LogLevel;
 }
