@@ -5,24 +5,27 @@ export interface BackfillRequest {
   id: number;
   /** The endpoint the health notification came to. */
   endpoint: string;
+  /** Whose events to read: a connected account's id (`acct_…`, read with `Stripe-Account`) or `""` for the platform. */
+  account: string;
   start: Date;
   end: Date;
 }
 
 /**
- * Records a request to backfill events created in `[start, end]`, once per notification (`requestedBy`,
- * its event id, is unique). Must run inside the transaction that settles the notification, so the request
+ * Records a request to backfill `account`'s events (default `""`, the platform) created in `[start, end]`
+ * at `endpoint`, once per (endpoint, account, requester) (`requestedBy`: the notification's event id), so
+ * a notification that reached two endpoints asks each. Must run inside the transaction that settles the notification, so the request
  * exists exactly when the notification is settled. Returns the new request's id, or undefined when this
  * notification already recorded one.
  */
 export async function recordBackfillRequest(
   tx: Tx,
-  request: { endpoint: string; requestedBy: string; start: Date; end: Date },
+  request: { endpoint: string; account?: string; requestedBy: string; start: Date; end: Date },
 ): Promise<number | undefined> {
   const [row] = await tx<{ id: string }[]>`
-    insert into event_backfill_requests (endpoint, requested_by, window_start, window_end)
-    values (${request.endpoint}, ${request.requestedBy}, ${request.start}, ${request.end})
-    on conflict (requested_by) do nothing
+    insert into event_backfill_requests (endpoint, account, requested_by, window_start, window_end)
+    values (${request.endpoint}, ${request.account ?? ""}, ${request.requestedBy}, ${request.start}, ${request.end})
+    on conflict (endpoint, account, requested_by) do nothing
     returning id
   `;
   return row ? Number(row.id) : undefined;
@@ -41,7 +44,7 @@ export async function takeBackfillRequest(
   endpoints?: readonly string[],
 ): Promise<BackfillRequest | undefined> {
   const any = endpoints === undefined;
-  const [row] = await db<{ id: string; endpoint: string; window_start: Date; window_end: Date }[]>`
+  const [row] = await db<{ id: string; endpoint: string; account: string; window_start: Date; window_end: Date }[]>`
     update event_backfill_requests r
        set started_at = now()
       from (select id
@@ -53,9 +56,9 @@ export async function takeBackfillRequest(
              limit 1
                for update skip locked) picked
      where r.id = picked.id
-    returning r.id, r.endpoint, r.window_start, r.window_end
+    returning r.id, r.endpoint, r.account, r.window_start, r.window_end
   `;
-  return row ? { id: Number(row.id), endpoint: row.endpoint, start: row.window_start, end: row.window_end } : undefined;
+  return row ? { id: Number(row.id), endpoint: row.endpoint, account: row.account, start: row.window_start, end: row.window_end } : undefined;
 }
 
 /** Marks a taken request done (its whole window backfilled). Returns false when it was already finished. */

@@ -72,14 +72,21 @@ function readHealthRead(object: Record<string, unknown>): HealthRead {
 function recoverThenBackfill(v1: HandlerTable): Handler {
   return async (tx: Tx, object: Record<string, unknown>, context: HandlerContext): Promise<void> => {
     const { event, current } = readHealthRead(object);
+    // The worker read this impact before fetching (stripe-fetch.ts): it is readable here too.
+    const impact = readHealthImpact(event);
     if (current) {
-      const impact = readHealthImpact(event);
       const type = thinTypeOf(impact.event_type);
       const handler = Object.hasOwn(v1, type) ? v1[type] : undefined;
       if (handler) await handler(tx, current, { ...context, eventType: type, changeId: context.eventId, account: impact.context ?? "" });
     }
     const window = healthWindow(event);
-    await recordBackfillRequest(tx, { endpoint: context.endpoint, requestedBy: context.eventId, start: window.start, end: window.end });
+    await recordBackfillRequest(tx, {
+      endpoint: context.endpoint,
+      account: impact.context ?? "",
+      requestedBy: context.eventId,
+      start: window.start,
+      end: window.end,
+    });
   };
 }
 

@@ -235,6 +235,7 @@ export async function runBackfillRequests(options: BackfillRequestOptions): Prom
           db: options.db,
           list: options.list,
           ...endpoint,
+          account: request.account,
           since: request.start,
           filtered: true,
           owner,

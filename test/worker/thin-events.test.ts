@@ -438,6 +438,11 @@ describe("health notification", () => {
     expect(await booked()).toEqual([{ invoice_id: "in_health_1", kind: "payment", amount: 4200 }] as never);
     expect(await count(db, "outbox")).toBe(1);
     expect(await db`select change_id from stripe_change_claims`).toEqual([{ change_id: id }] as never);
+    // Each endpoint (each event destination) backfills its own events: one request each.
+    expect(await db`select endpoint from event_backfill_requests where requested_by = ${id} order by endpoint`).toEqual([
+      { endpoint: "thin" },
+      { endpoint: "thin2" },
+    ] as never);
   });
 
   test("a genuine event of the same change arriving after the health event (classic, then thin) books nothing more", async () => {
@@ -465,6 +470,11 @@ describe("health notification", () => {
     ]);
     expect(await count(db, "ledger_entries", "kind = 'payment'")).toBe(1);
     expect(String(lines.find((l) => l.event_id === id)?.note)).toContain("(invoice.paid, account acct_1HealthConnect)");
+    // Its backfill reads that account's events.
+    expect(await db`select endpoint, account from event_backfill_requests where requested_by = ${id}`).toEqual([
+      { endpoint: "thin", account: "acct_1HealthConnect" },
+    ] as never);
+    expect(await takeBackfillRequest(db)).toMatchObject({ endpoint: "thin", account: "acct_1HealthConnect" });
   });
 
   test("a health event whose impact no handler applies (payment_intent.requires_action) is recorded without effect and without reading its object", async () => {
