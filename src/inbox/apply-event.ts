@@ -132,21 +132,8 @@ export const APPLY_TRIES = 3;
  *   remains; Error for a `replay` of a row that is not settled, was resolved by an operator, or is gone.
  */
 export async function applyEvent(db: Db, input: ApplyInput): Promise<Applied> {
-  const deadline = Date.now() + input.timeoutMs;
-  const applied = await retry(
-    () =>
-      db.begin(async (tx) => {
-        await boundTransaction(tx, deadline - Date.now(), input.traceparent);
-        return applyIn(tx, input);
-      }),
-    {
-      tries: APPLY_TRIES,
-      retryable: (err) => (isConflict(err) && Date.now() < deadline ? String(sqlState(err)) : undefined),
-    },
-  );
-  if (applied === "processed") notifierFor(db, OUTBOX_CHANNEL).wake();
-  if (applied === "queued") notifierFor(db).wake();
-  return applied;
+  const [applied] = await applyEvents(db, [input], input.timeoutMs);
+  return applied!;
 }
 
 /**
