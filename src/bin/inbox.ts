@@ -32,7 +32,7 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
   resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] --note TEXT [--dry-run]
                                           close needs-review rows settled by hand (no handler runs)
   replay <event_id> [--endpoint E]        run a processed event through its handler again (idempotent)
-  purge [--older-than 31d] [--payloads-older-than 7d] [--force] [--dry-run] [--batch N]
+  purge [--older-than 31d] [--payloads-older-than 7d] [--whole-partitions] [--force] [--dry-run] [--batch N]
                                           delete processed rows past retention (never unprocessed or needs-review);
                                           --dry-run only counts, and needs no --force
   outbox [--needs-review] [--limit N]     unpublished outbox rows, oldest first: attempts, last error
@@ -69,6 +69,7 @@ const {
         "older-than": { type: "string", default: "31d" },
         "payloads-older-than": { type: "string" },
         force: { type: "boolean", default: false },
+        "whole-partitions": { type: "boolean", default: false },
         batch: { type: "string", default: "1000" },
         help: { type: "boolean", short: "h", default: false },
       },
@@ -94,7 +95,7 @@ const ACCEPTS: Record<string, { options: string[]; positionals: [min: number, ma
   requeue: { options: [...FILTER, "dry-run"], positionals: [0, 0] },
   resolve: { options: [...FILTER, "note", "dry-run"], positionals: [0, 0] },
   replay: { options: ["endpoint", "provider"], positionals: [1, 1] },
-  purge: { options: ["older-than", "payloads-older-than", "force", "dry-run", "batch"], positionals: [0, 0] },
+  purge: { options: ["older-than", "payloads-older-than", "whole-partitions", "force", "dry-run", "batch"], positionals: [0, 0] },
   outbox: { options: ["needs-review", "limit"], positionals: [0, 0] },
   "outbox-requeue": { options: ["dry-run"], positionals: [1, Number.POSITIVE_INFINITY] },
   migrate: { options: [], positionals: [0, 0] },
@@ -350,11 +351,15 @@ async function run(db: Db): Promise<number> {
         force: opts.force,
         dryRun: opts["dry-run"],
         batchSize: wholeNumber("batch", opts.batch),
+        wholePartitions: opts["whole-partitions"],
       });
       if (opts.json) return (print(result), 0);
       console.log(
         `${result.dryRun ? "Would delete" : "Deleted"} ${result.deleted} settled row(s) whose event is older than ${opts["older-than"]}` +
           `, ${result.outboxDeleted} published outbox message(s), ${result.claimsDeleted} change claim(s), ${result.backfillRequestsDeleted} finished backfill request(s)` +
+          (result.partitionsDropped.length
+            ? ` (${result.partitionsDropped.length} weekly partition(s) ${result.dryRun ? "would be dropped" : "dropped"}: ${result.partitionsDropped.join(", ")}; ${result.openRowsMoved} unsettled row(s) in them ${result.dryRun ? "would move" : "moved"} to webhook_inbox_default)`
+            : "") +
           (opts["payloads-older-than"]
             ? `; ${result.dryRun ? "would drop" : "dropped"} ${result.payloadsDropped} payload(s) older than ${opts["payloads-older-than"]}`
             : ""),

@@ -104,7 +104,7 @@ export async function applySubscription(tx: Tx, object: Record<string, unknown>,
   const [key] = await tx<{ as_of: string }[]>`
     select case when ${readFromApi(context)}::boolean then extract(epoch from statement_timestamp())
                 else coalesce((select case when jsonb_typeof(payload -> 'created') = 'number' then (payload ->> 'created')::numeric
-                                           else extract(epoch from event_created_at) end
+                                           else extract(epoch from nullif(event_created_at, '-infinity')) end
                                  from webhook_inbox
                                 where (provider, endpoint, event_id) = (${context.provider}, ${context.endpoint}, ${context.eventId})),
                               extract(epoch from statement_timestamp()))

@@ -3,7 +3,11 @@ import { isDataError, type Db, type Tx } from "../db/db.ts";
 import type { EventSource, VerifiedEvent } from "../providers/provider.ts";
 import { INBOX_CHANNEL } from "./notifier.ts";
 
-/** The inbox's idempotency key: primary key of `webhook_inbox`. */
+/**
+ * The inbox's idempotency key. The primary key of `webhook_inbox` is (provider, endpoint, event_id,
+ * event_created_at) since the table is partitioned by the event's creation time (sql/0025); every delivery
+ * of one event carries the same creation time, so these three identify the row.
+ */
 export interface InboxKey {
   provider: string;
   endpoint: string;
@@ -35,7 +39,11 @@ export interface InboxRow {
   /** What the sanitized copy replaced (`payload_sanitized`), or null. */
   replaced: string | null;
   source: EventSource;
-  /** The event's own creation time, Unix seconds, for retention; null: now. */
+  /**
+   * The event's own creation time, Unix seconds: retention's clock and part of the key (the inbox is
+   * partitioned by it, sql/0025). Null when the provider gives none: stored as '-infinity' ("undated"),
+   * so every delivery of that event still meets the same key.
+   */
   createdAtSec: number | null;
   /** The Stripe account the event belongs to (`webhook_inbox.account`, sql/0021): `acct_…`, or `""` for the platform's own. */
   account: string;
@@ -100,7 +108,7 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
     insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, event_created_at,
                                processed_at, outcome, attempts, last_error, needs_review_at, available_at, account, traceparent)
     select provider, endpoint, event_id, event_type, payload::text::jsonb, raw_body::text, payload_sanitized::text, source::text,
-           coalesce(to_timestamp(created::float8), now()),
+           coalesce(to_timestamp(created::float8), '-infinity'),
            case when outcome::text is not null then now() end, outcome::text,
            case when last_error::text is not null then 1 else 0 end, last_error::text,
            case when parked::boolean then now() end,
@@ -110,7 +118,7 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
       from (values ${sql(values as unknown as EscapableArray[])})
         as r (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, created, outcome, last_error, parked, base_ms, cap_ms,
               account, traceparent)
-    on conflict (provider, endpoint, event_id) do nothing
+    on conflict (provider, endpoint, event_id, event_created_at) do nothing
     returning provider, endpoint, event_id
   `;
   return new Set(inserted.map((row) => keyText({ provider: row.provider, endpoint: row.endpoint, eventId: row.event_id })));

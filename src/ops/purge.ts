@@ -1,4 +1,5 @@
 import type { Db } from "../db/db.ts";
+import { ensurePartitions, listPartitions, type InboxPartition } from "../inbox/partitions.ts";
 import { STRIPE_EVENTS_KEPT_MS, STRIPE_RETRY_HORIZON_MS } from "../providers/stripe.ts";
 
 /** Kept beyond the longest horizon before a row may go: clock skew, a late run, an investigation. */
@@ -21,14 +22,25 @@ export interface PurgeOptions {
   force?: boolean;
   /** Rows per delete statement (each its own short transaction). Default 1000. */
   batchSize?: number;
+  /**
+   * Only drop whole partitions: no row-by-row delete inside the week that straddles the horizon, so
+   * settled rows stay up to 7 days longer than `olderThanMs` (the default and undated partitions are
+   * still deleted in batches). Without it, a purge run every day deletes each day's rows one by one
+   * before their week can be dropped (docs/operations.md, "Retention").
+   */
+  wholePartitions?: boolean;
   dryRun?: boolean;
 }
 
 /** What a purge removed (or would remove, on a dry run). */
 export interface PurgeResult {
   dryRun: boolean;
-  /** Settled inbox rows. */
+  /** Settled inbox rows: those in dropped partitions plus those deleted in batches. */
   deleted: number;
+  /** Partitions dropped whole (or that would be, on a dry run), oldest first. */
+  partitionsDropped: string[];
+  /** Unsettled rows (unprocessed, needs-review) of dropped partitions, moved to the default partition. */
+  openRowsMoved: number;
   payloadsDropped: number;
   /** Published outbox messages. */
   outboxDeleted: number;
@@ -49,13 +61,12 @@ export class RetentionTooShortError extends Error {
 }
 
 /**
- * What purge deletes, each by its own clock: settled inbox rows by their event's creation time
- * (`event_created_at`: Stripe redelivers and backfill re-reads by it), published outbox messages by
- * `published_at`, change claims by `claimed_at`, finished backfill requests by `finished_at`.
+ * The inbox's companions purge deletes in batches, each by its own clock: published outbox messages by
+ * `published_at`, change claims by `claimed_at`, finished backfill requests by `finished_at`. (Inbox rows
+ * go by partition: {@link purgeInbox}.)
  */
 function targets(db: Db, cutoff: Date) {
   return [
-    { result: "deleted", table: "webhook_inbox", where: db`processed_at is not null and event_created_at < ${cutoff}` },
     { result: "outboxDeleted", table: "outbox", where: db`published_at < ${cutoff}` },
     { result: "claimsDeleted", table: "stripe_change_claims", where: db`claimed_at < ${cutoff}` },
     { result: "backfillRequestsDeleted", table: "event_backfill_requests", where: db`finished_at < ${cutoff}` },
@@ -63,8 +74,9 @@ function targets(db: Db, cutoff: Date) {
 }
 
 /**
- * Retention (seed §9, §7 on TTLs): deletes, in batches of short transactions, settled inbox rows whose
- * event was created before `olderThanMs` ago, and with them the inbox's companions past the same age:
+ * Retention (seed §9, §7 on TTLs): removes settled inbox rows whose event was created before
+ * `olderThanMs` ago ({@link purgeInbox}: whole weekly partitions dropped, batches deleted only in the week
+ * that straddles the horizon and in the default and undated partitions), and with them the inbox's companions past the same age:
  * published outbox messages, change claims and finished backfill requests; optionally drops payloads
  * of settled rows processed before `payloadsOlderThanMs` ago (the dedup key stays). Unprocessed and
  * needs-review rows, unpublished messages and unfinished requests are never touched. A row deleted
@@ -93,7 +105,10 @@ export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult>
     outboxDeleted: 0,
     claimsDeleted: 0,
     backfillRequestsDeleted: 0,
+    partitionsDropped: [],
+    openRowsMoved: 0,
   };
+  await purgeInbox(db, cutoff, batch, options.wholePartitions ?? false, result);
   for (const target of targets(db, cutoff)) {
     if (result.dryRun) {
       const [row] = await db<{ n: number }[]>`select count(*)::int as n from ${db(target.table)} where ${target.where}`;
@@ -120,6 +135,76 @@ export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult>
 }
 
 /**
+ * The inbox part of {@link purge} (sql/0025; PostgreSQL manual, "Partition Maintenance"): first creates
+ * the partitions ahead, then for each weekly partition entirely older than `cutoff`, counts its settled
+ * rows, and in one short transaction (lock_timeout 5 s) detaches it, moves its unsettled rows
+ * (unprocessed or needs-review, which retention never deletes) into the default partition and drops it.
+ * Detaching takes ACCESS EXCLUSIVE on webhook_inbox for that transaction: receivers wait milliseconds.
+ * Then deletes in batches (by ctid, each its own statement) settled rows past the horizon inside the week
+ * that straddles it (unless `wholePartitions`), the default partition and the undated one. An undated row
+ * (event_created_at '-infinity') goes by `received_at`; a row dated in the future stays until its date.
+ * A dry run counts and changes nothing. Adds to `result`.
+ */
+async function purgeInbox(db: Db, cutoff: Date, batch: number, wholePartitions: boolean, result: PurgeResult): Promise<void> {
+  if (!result.dryRun) await ensurePartitions(db);
+  const partitions = await listPartitions(db);
+  for (const p of partitions.filter((p) => p.kind === "range" && p.to !== null && p.to <= cutoff)) {
+    const [row] = await db<{ settled: number; open: number }[]>`
+      select count(*) filter (where processed_at is not null)::int as settled,
+             count(*) filter (where processed_at is null)::int as open
+        from ${db(p.name)}
+    `;
+    if (!result.dryRun) await dropPartition(db, p.name);
+    result.deleted += row?.settled ?? 0;
+    result.openRowsMoved += row?.open ?? 0;
+    result.partitionsDropped.push(p.name);
+  }
+  const straddling = (p: InboxPartition) =>
+    p.kind !== "range" || (!wholePartitions && p.from !== null && p.to !== null && p.from < cutoff && cutoff < p.to);
+  for (const p of partitions.filter(straddling)) {
+    const expired = db`
+      processed_at is not null
+      and event_created_at < ${cutoff}
+      and (event_created_at > '-infinity' or received_at < ${cutoff})
+    `;
+    if (result.dryRun) {
+      const [row] = await db<{ n: number }[]>`select count(*)::int as n from ${db(p.name)} where ${expired}`;
+      result.deleted += row?.n ?? 0;
+      continue;
+    }
+    for (;;) {
+      const rows = await db`
+        delete from ${db(p.name)}
+         where ctid in (
+           select ctid
+             from ${db(p.name)}
+            where ${expired}
+            limit ${batch}
+         )
+      `;
+      result.deleted += rows.count;
+      if (rows.count < batch) break;
+    }
+  }
+}
+
+/** Detaches, empties of unsettled rows (into the default partition) and drops one inbox partition. */
+async function dropPartition(db: Db, name: string): Promise<void> {
+  await db.begin(async (tx) => {
+    await tx`set local lock_timeout = '5s'`;
+    await tx`alter table webhook_inbox detach partition ${tx(name)}`;
+    // Its range is no longer attached, so these rows route to webhook_inbox_default; keys unchanged.
+    await tx`
+      insert into webhook_inbox
+      select *
+        from ${tx(name)}
+       where processed_at is null
+    `;
+    await tx`drop table ${tx(name)}`;
+  });
+}
+
+/**
  * Drops the payloads (and the raw bodies kept beside sanitized copies, 0010) of settled rows processed
  * before `cutoff`; a dry run counts those the row purge (`rowCutoff`) would leave.
  */
@@ -135,23 +220,27 @@ async function dropPayloads(db: Db, cutoff: Date, rowCutoff: Date, batch: number
     return row?.n ?? 0;
   }
   let dropped = 0;
-  for (;;) {
-    const rows = await db`
-      update webhook_inbox
-         set payload = null,
-             raw_body = null,
-             payload_dropped_at = now()
-       where ctid in (
-         select ctid
-           from webhook_inbox
-          where processed_at < ${cutoff}
-            and payload is not null
-          limit ${batch}
-       )
-    `;
-    dropped += rows.count;
-    if (rows.count < batch) return dropped;
+  // Partition by partition: a ctid names a row only inside one table.
+  for (const p of await listPartitions(db)) {
+    for (;;) {
+      const rows = await db`
+        update ${db(p.name)}
+           set payload = null,
+               raw_body = null,
+               payload_dropped_at = now()
+         where ctid in (
+           select ctid
+             from ${db(p.name)}
+            where processed_at < ${cutoff}
+              and payload is not null
+            limit ${batch}
+         )
+      `;
+      dropped += rows.count;
+      if (rows.count < batch) break;
+    }
   }
+  return dropped;
 }
 
 /** A duration for messages, in the largest unit that keeps it readable: 4 d, 36.0 h, 90 min, 5 s. */

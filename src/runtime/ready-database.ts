@@ -7,6 +7,7 @@ import { databaseTls } from "./database-tls.ts";
 import { waitForDatabase } from "../db/wait-for-database.ts";
 import { openDatabase, type DatabaseHandle } from "./database.ts";
 import { loadMigrations } from "./migrations-fs.ts";
+import { ensurePartitions } from "../inbox/partitions.ts";
 
 /** How long a failed start waits for a stop signal that may be on its way, ms (see openReadyDatabase). */
 const STOP_GRACE_MS = 250;
@@ -44,7 +45,8 @@ const MIGRATE_TRIES = 3;
  * not running), connects, waits until it answers ({@link waitForDatabase}: one line on stderr per failed
  * attempt, up to `waitMs`), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
  * pooler-check.ts), then applies pending migrations (waiting again and retrying, up to three
- * attempts, when the connection is lost during them). Resolves null when `signal` was aborted
+ * attempts, when the connection is lost during them), and creates the inbox partitions ahead
+ * (ensurePartitions). Resolves null when `signal` was aborted
  * meanwhile, once its pool is closed (an embedded server it started keeps running: see openDatabase).
  * On any other failure it prints one line, `Cannot start <command>: <why>`, to stderr (no stack trace,
  * never the URL or password), releases what it opened and exits the process with status 1.
@@ -83,6 +85,8 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
         await waitForDatabase(db, wait);
       }
     }
+    // The inbox's weekly partitions for the weeks ahead (sql/0025); purge makes them too.
+    await ensurePartitions(db);
     signal.throwIfAborted();
     return { database, db, applied, schemaVersion: migrations.length };
   } catch (err) {

@@ -7,6 +7,7 @@ import { createBodyBudget } from "../receiver/body-budget.ts";
 import { ConfigError, loadConfig, PRODUCTION_NEEDS_DATABASE_URL, type Config } from "../config.ts";
 import { connect, type DatabaseTls, type Db } from "../db/db.ts";
 import { migrate, type Migration } from "../db/migrate.ts";
+import { ensurePartitions } from "../inbox/partitions.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 import { waitForDatabase } from "../db/wait-for-database.ts";
 import { providerEndpoints, stripeEndpoints } from "../receiver/endpoints.ts";
@@ -113,7 +114,8 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
  * Brings the receiver's database to ready for the Node and Deno entry files: waits until it answers
  * ({@link waitForDatabase}, up to `config.databaseWaitMs`, one `log` line per failed attempt), refuses
  * a transaction pooler `DATABASE_POOLER` does not declare (before the migrations, the first
- * transaction), then applies pending `migrations`. Returns the names it applied.
+ * transaction), then applies pending `migrations` and creates the inbox partitions ahead
+ * (ensurePartitions, sql/0025). Returns the names it applied.
  * @throws Error naming DATABASE_POOLER behind an undeclared pooler; the wait's error past its limit or
  *   on `signal`; the migration's error.
  */
@@ -128,5 +130,7 @@ export async function prepareReceiverDatabase(
   await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal, log });
   const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler, tls);
   if (poolerProblem !== undefined) throw new Error(poolerProblem);
-  return migrate(db, migrations);
+  const applied = await migrate(db, migrations);
+  await ensurePartitions(db);
+  return applied;
 }

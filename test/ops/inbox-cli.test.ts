@@ -467,6 +467,8 @@ describe("inbox CLI", () => {
         outboxDeleted: 0,
         claimsDeleted: 0,
         backfillRequestsDeleted: 0,
+        partitionsDropped: expect.any(Array),
+        openRowsMoved: expect.any(Number),
       });
       // A dry run changes nothing, so it needs no --force; it says the real run would.
       const dry = await inbox(["purge", "--older-than", "1d", "--dry-run"]);

@@ -40,7 +40,7 @@ async function applyInvoicePaid(tx: postgres.TransactionSql, inv: Record<string,
 const insertInbox = (q: postgres.Sql | postgres.TransactionSql, event: Stripe.Event) => q`
   insert into webhook_inbox (provider, endpoint, event_id, event_type, payload)
   values ('stripe', 'naive-peer', ${event.id}, ${event.type}, ${sql.json(event as unknown as postgres.JSONValue)})
-  on conflict (provider, endpoint, event_id) do nothing
+  on conflict (provider, endpoint, event_id, event_created_at) do nothing
   returning event_id
 `;
 

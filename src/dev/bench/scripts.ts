@@ -100,7 +100,7 @@ function checkedForPgbench(script: string): string {
 export function seedSyncScript(): string {
   const body = literal(benchEventBody("pgbench", 0));
   return `${HEADER}begin;
-insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-seed', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id) do nothing returning event_id;
+insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-seed', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id, event_created_at) do nothing returning event_id;
 insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at) values (${INVOICE_EXPR}, 'cus_pgb', 'paid', 'usd', 2000, 2000, now()) on conflict (account, id) do update set status = 'paid', amount_paid = excluded.amount_paid, paid_at = coalesce(invoices.paid_at, excluded.paid_at), updated_at = now() where invoices.status not in ('paid', 'void');
 select status from invoices where id = ${INVOICE_EXPR};
 insert into ledger_entries (invoice_id, kind, amount, currency, event_id) values (${INVOICE_EXPR}, 'payment', 2000, 'usd', ${EVENT_EXPR}) on conflict (account, invoice_id, kind) do nothing returning id;
@@ -113,7 +113,7 @@ commit;
 /** The inbox insert alone (no NOTIFY, no business work): the ceiling for async receive. */
 export function inboxOnlyScript(): string {
   const body = literal(benchEventBody("pgbench", 0));
-  return `${HEADER}insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-inbox', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id) do nothing;
+  return `${HEADER}insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-inbox', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id, event_created_at) do nothing;
 `;
 }
 
