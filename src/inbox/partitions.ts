@@ -38,8 +38,8 @@ export async function listPartitions(db: Db): Promise<InboxPartition[]> {
   const rows = await db<{ name: string; bound: string; from: Date | null; to: Date | null }[]>`
     select c.relname as name,
            pg_get_expr(c.relpartbound, c.oid) as bound,
-           (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \(''([^'']*)''\)'))[1]::timestamptz as from,
-           (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \(''([^'']*)''\)'))[1]::timestamptz as to
+           (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'FROM \\(''([^'']*)''\\)'))[1]::timestamptz as from,
+           (regexp_match(pg_get_expr(c.relpartbound, c.oid), 'TO \\(''([^'']*)''\\)'))[1]::timestamptz as to
       from pg_inherits i
       join pg_class c on c.oid = i.inhrelid
      where i.inhparent = 'webhook_inbox'::regclass
