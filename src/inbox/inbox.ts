@@ -5,7 +5,7 @@ import { INBOX_CHANNEL } from "./notifier.ts";
 
 /**
  * The inbox's idempotency key. The primary key of `webhook_inbox` is (provider, endpoint, event_id,
- * event_created_at) since the table is partitioned by the event's creation time (sql/0025); every delivery
+ * event_created_at) since the table is partitioned by the event's creation time (sql/0026); every delivery
  * of one event carries the same creation time, so these three identify the row.
  */
 export interface InboxKey {
@@ -41,7 +41,7 @@ export interface InboxRow {
   source: EventSource;
   /**
    * The event's own creation time, Unix seconds: retention's clock and part of the key (the inbox is
-   * partitioned by it, sql/0025). Null when the provider gives none: stored as '-infinity' ("undated"),
+   * partitioned by it, sql/0026). Null when the provider gives none: stored as '-infinity' ("undated"),
    * so every delivery of that event still meets the same key.
    */
   createdAtSec: number | null;

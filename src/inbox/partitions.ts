@@ -5,7 +5,7 @@ export const PARTITIONS_AHEAD_MS = 28 * 86_400_000;
 
 /**
  * Creates the weekly partitions of `webhook_inbox` from the current week (Monday, UTC) until `aheadMs`
- * from now, with the SQL function `webhook_inbox_ensure_partitions` (sql/0025): idempotent, and safe from
+ * from now, with the SQL function `webhook_inbox_ensure_partitions` (sql/0026): idempotent, and safe from
  * many processes at once (they queue on a transaction-level advisory lock, so it works behind a
  * transaction pooler). Rows of a new week waiting in the default partition move into it. Needs no
  * extension. Returns how many partitions it created. Called at start by serve and worker and by purge.

@@ -135,7 +135,7 @@ export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult>
 }
 
 /**
- * The inbox part of {@link purge} (sql/0025; PostgreSQL manual, "Partition Maintenance"): first creates
+ * The inbox part of {@link purge} (sql/0026; PostgreSQL manual, "Partition Maintenance"): first creates
  * the partitions ahead, then for each weekly partition entirely older than `cutoff`, counts its settled
  * rows, and in one short transaction (lock_timeout 5 s) detaches it, moves its unsettled rows
  * (unprocessed or needs-review, which retention never deletes) into the default partition and drops it.

@@ -85,7 +85,7 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
         await waitForDatabase(db, wait);
       }
     }
-    // The inbox's weekly partitions for the weeks ahead (sql/0025); purge makes them too.
+    // The inbox's weekly partitions for the weeks ahead (sql/0026); purge makes them too.
     await ensurePartitions(db);
     signal.throwIfAborted();
     return { database, db, applied, schemaVersion: migrations.length };

@@ -1,4 +1,4 @@
-// The inbox partitioned by week of the event's creation time (sql/0025): deduplication stays exact across
+// The inbox partitioned by week of the event's creation time (sql/0026): deduplication stays exact across
 // partitions and under concurrency, purge drops whole weeks and keeps what is inside the horizon, the
 // default partition takes times with no partition, ensure-partitions is idempotent under concurrent
 // callers, and the migration converts an unpartitioned inbox with its rows.
@@ -154,14 +154,14 @@ test("`ensurePartitions()` from 4 connections at once creates each week once; a 
   }
 });
 
-test("sql/0025 converts an unpartitioned inbox with rows: every row and key kept, undated rows recognised, redeliveries stay duplicates", async () => {
+test("sql/0026 converts an unpartitioned inbox with rows: every row and key kept, undated rows recognised, redeliveries stay duplicates", async () => {
   const old = await freshDatabase({ migrated: false });
   others.push(old);
   const all = loadMigrations();
   const raw = postgres(old.url, { max: 1, onnotice: () => {} });
   try {
     await migrate(raw, all.filter((m) => m.version < 25));
-    // As insertInbox wrote them before 0025: dated Stripe events (created = to_timestamp(created)), an
+    // As insertInbox wrote them before 0026: dated Stripe events (created = to_timestamp(created)), an
     // event without a creation time (event_created_at = now() = received_at), an open one, a year-old one.
     await raw`
       insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, event_created_at, processed_at, outcome)

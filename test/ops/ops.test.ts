@@ -856,7 +856,7 @@ describe("purge()", () => {
     expect((await row(keyOf(s.mid))).payload).toBeNull();
     const ledger = await count(db, "ledger_entries");
     const outbox = await count(db, "outbox");
-    // A redelivery carries the event's own `created`, which the backdated row holds (the key includes it: sql/0025).
+    // A redelivery carries the event's own `created`, which the backdated row holds (the key includes it: sql/0026).
     const [stored] = await db<{ created: string }[]>`select extract(epoch from event_created_at)::bigint as created from webhook_inbox where event_id = ${s.mid.eventId}`;
     const redelivered = JSON.stringify({ ...JSON.parse(s.mid.body), created: Number(stored?.created) });
     expect(await receiveSync(db, BILLING, verified(redelivered))).toBe("duplicate");

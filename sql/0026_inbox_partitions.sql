@@ -33,7 +33,7 @@ lock table webhook_inbox in access exclusive mode;
 
 -- 1. What to rebuild on the new table: the view and every secondary index (by their current definitions,
 --    so a column or index added by an earlier migration is carried over as it is).
-create temporary table m0025_rebuild on commit drop as
+create temporary table m0026_rebuild on commit drop as
 select 'create view webhook_inbox_state as ' || pg_get_viewdef('webhook_inbox_state'::regclass) as ddl, 2 as step
 union all
 select pg_get_indexdef(i.indexrelid), 1
@@ -156,7 +156,7 @@ do $$
 declare
   r record;
 begin
-  for r in select ddl from m0025_rebuild order by step loop
+  for r in select ddl from m0026_rebuild order by step loop
     execute r.ddl;
   end loop;
 end
