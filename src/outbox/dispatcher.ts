@@ -89,7 +89,7 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
     try {
       messages = await claimOutboxBatch(db, { limit: free, leaseMs, maxAttempts, ordered });
     } catch (err) {
-      log({ dispatcher: "claim_failed", error: describeError(err) });
+      log({ dispatcher: "claim_failed", error: describeError(err), level: "warn" });
       await sleep(Math.min(pollMs, 1_000));
       continue;
     }

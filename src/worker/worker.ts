@@ -102,7 +102,7 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     try {
       claims = await claimBatch(db, { limit: free, leaseMs, maxAttempts, providers, onParked: parked });
     } catch (err) {
-      log({ worker: "claim_failed", error: describeError(err) });
+      log({ worker: "claim_failed", error: describeError(err), level: "warn" });
       await sleep(Math.min(pollMs, 1_000));
       continue;
     }

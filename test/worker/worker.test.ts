@@ -409,6 +409,27 @@ describe("runWorker()", () => {
     },
     WAITS,
   );
+
+  test(
+    "`runWorker()` with its database unreachable logs `claim_failed` at level warn and keeps trying until aborted",
+    async () => {
+      const controller = new AbortController();
+      // A port nothing listens on: every claim fails to connect.
+      const gone = connect("postgres://nobody@127.0.0.1:1/none", { max: 1, connectTimeoutSec: 1 });
+      const lines: Record<string, unknown>[] = [];
+      const worker = runWorker(workerOptions(gone, controller.signal, { listen: false, log: (line) => lines.push(line) }));
+      try {
+        await waitFor("two failed claims", () => lines.filter((l) => l.worker === "claim_failed").length >= 2, 10_000);
+      } finally {
+        controller.abort();
+        await worker;
+        await gone.end({ timeout: 1 });
+      }
+      const failed = lines.filter((l) => l.worker === "claim_failed");
+      expect(failed.every((l) => l.level === "warn" && typeof l.error === "string" && l.error.length > 0)).toBe(true);
+    },
+    WAITS,
+  );
 });
 
 describe("receiveAsync() and receiveHybrid()", () => {
