@@ -31,7 +31,8 @@ let failoverSettings: FailoverSettings;
 let log: LogFn;
 try {
   // No development secret is made (or written to .data/) where it could not be used.
-  config = loadConfig(env, env.DATABASE_URL || env.NODE_ENV === "production" ? undefined : devWebhookSecret());
+  const devSecretUsable = !env.DATABASE_URL && env.NODE_ENV !== "production" && !env.STRIPE_WEBHOOK_SECRET?.trim();
+  config = loadConfig(env, devSecretUsable ? devWebhookSecret() : undefined);
   catchUpSettings = readCatchUpSettings(env);
   // WEBHOOK_ENDPOINTS' providers and secrets are checked now, with the other settings (one line, exit 1).
   providerEndpoints(config.providerEndpoints, config.hybridBudgetMs);

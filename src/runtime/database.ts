@@ -74,10 +74,11 @@ export async function openDatabase(
  * A development signing secret kept in `.data/dev-webhook-secret`, created on first use, so a local
  * receiver without `STRIPE_WEBHOOK_SECRET` keeps the same secret across restarts. Never used when
  * `DATABASE_URL` is set (config refuses that).
+ * @throws Error when the file exists but holds no secret (see {@link readDevSecret}).
  */
 export function devWebhookSecret(): string {
   const file = join(DATA_DIR, "dev-webhook-secret");
-  if (existsSync(file)) return readFileSync(file, "utf8").trim();
+  if (existsSync(file)) return readDevSecret(file);
   const bytes = crypto.getRandomValues(new Uint8Array(24));
   const secret = `whsec_dev_${[...bytes].map((b) => b.toString(16).padStart(2, "0")).join("")}`;
   mkdirSync(DATA_DIR, { recursive: true });
@@ -85,9 +86,20 @@ export function devWebhookSecret(): string {
     writeFileSync(file, `${secret}\n`, { mode: 0o600, flag: "wx" });
   } catch (err) {
     // Another command created it at the same moment: use that one, so both sign and verify alike.
-    if ((err as { code?: unknown }).code === "EEXIST") return readFileSync(file, "utf8").trim();
+    if ((err as { code?: unknown }).code === "EEXIST") return readDevSecret(file);
     throw err;
   }
+  return secret;
+}
+
+/**
+ * The development secret in `file`, trimmed.
+ * @throws Error naming the file when it is empty (an editor or a failed copy emptied it): deleting it makes
+ * the next command create a new one.
+ */
+export function readDevSecret(file: string): string {
+  const secret = readFileSync(file, "utf8").trim();
+  if (!secret) throw new Error(`${file} is empty: delete it (a new development secret is made on the next start) or set STRIPE_WEBHOOK_SECRET`);
   return secret;
 }
 

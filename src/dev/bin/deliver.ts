@@ -4,7 +4,7 @@ import { basename, join } from "node:path";
 import { parseArgs } from "node:util";
 import { deliver, printableUrl, type EventFile } from "../deliver.ts";
 import { DELIVERY_PROVIDERS, readProviderFixtures, type DeliveryProvider } from "../provider-delivery.ts";
-import { DATA_DIR } from "../../runtime/database.ts";
+import { DATA_DIR, readDevSecret } from "../../runtime/database.ts";
 
 const USAGE = `Usage: bun run deliver <file.json|dir>… [options]
   --provider NAME    sign like stripe (default), github, shopify, paddle or adyen; a folder's headers.json
@@ -124,6 +124,14 @@ function readProviderFiles(): EventFile[] {
 }
 
 const devSecretFile = join(DATA_DIR, "dev-webhook-secret");
+/** The development secret file's secret, or exit 2 with the reason (an empty file is not "no secret"). */
+function devSecretOrFail(): string {
+  try {
+    return readDevSecret(devSecretFile);
+  } catch (err) {
+    return fail(err instanceof Error ? err.message : String(err));
+  }
+}
 // An empty STRIPE_WEBHOOK_SECRET counts as unset, as it does for `bun run serve`.
 const providerSecretVar = `WEBHOOK_SECRET_${provider}_${values.endpoint ?? "<NAME>"}`.toUpperCase().replaceAll("-", "_");
 const secret =
@@ -133,7 +141,7 @@ const secret =
       fail(`Missing signing secret: pass --secret or set ${providerSecretVar} (with --endpoint)`)
     : undefined) ||
   process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]?.trim() ||
-  (existsSync(devSecretFile) ? readFileSync(devSecretFile, "utf8").trim() : undefined);
+  (existsSync(devSecretFile) ? devSecretOrFail() : undefined);
 if (!secret) fail("Missing signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET");
 /** Where the signing secret came from, for the hint after a refused signature (never the secret itself). */
 const secretSource = values.secret
