@@ -139,6 +139,14 @@ export const MAX_TOLERANCE_SEC = 3_600;
 export const MAX_TIMER_SETTING_MS = 600_000;
 
 /**
+ * The shortest `WEBHOOK_SECRET_<PROVIDER>_<NAME>` accepted, in characters. GitHub lets the sender pick any
+ * secret ("a random string with high entropy", GitHub Docs, "Validating webhook deliveries"); the others
+ * generate long ones (Shopify's app secret, Paddle's `pdl_ntfset_…`, Adyen's 64-hex HMAC key), so only a
+ * hand-made secret meets this floor.
+ */
+export const MIN_PROVIDER_SECRET_LENGTH = 16;
+
+/**
  * Reads the receiver's settings from an environment map (process env or a Workers `env` binding).
  * `STRIPE_WEBHOOK_SECRET` (comma-separated during a rotation) signs the default `billing` endpoint;
  * `STRIPE_ENDPOINTS=a,b` adds endpoints, each with `STRIPE_WEBHOOK_SECRET_<NAME>` (upper case, `-`
@@ -328,6 +336,8 @@ function readProviderEndpoints(env: Record<string, string | undefined>, problems
     if (raw === undefined || raw.trim() === "") problems.push(`${source} is required (the ${provider}/${name} endpoint's signing secret)`);
     else if (secrets.some((s) => s === "" || /\s/.test(s)))
       problems.push(`${source} must be comma-separated secrets, none empty or holding whitespace`);
+    else if (secrets.some((s) => s.length < MIN_PROVIDER_SECRET_LENGTH))
+      problems.push(`${source}: each secret must be at least ${MIN_PROVIDER_SECRET_LENGTH} characters (a short secret can be guessed; use a random one)`);
     const modeVar = `INBOX_MODE_${suffix}`;
     const mode = env[modeVar] || "sync";
     if (mode !== "sync" && mode !== "async" && mode !== "hybrid") problems.push(`${modeVar} must be sync, async or hybrid, got "${mode}"`);

@@ -403,13 +403,13 @@ describe("WEBHOOK_ENDPOINTS", () => {
     const config = loadConfig({
       STRIPE_WEBHOOK_SECRET: SECRET,
       WEBHOOK_ENDPOINTS: "github/repos, paddle/billing",
-      WEBHOOK_SECRET_GITHUB_REPOS: "one-secret, two-secret",
+      WEBHOOK_SECRET_GITHUB_REPOS: "one-secret-0123456, two-secret-0123456",
       WEBHOOK_SECRET_PADDLE_BILLING: "pdl_ntfset_secret",
       INBOX_MODE_PADDLE_BILLING: "hybrid",
       WEBHOOK_TOLERANCE_SEC_PADDLE_BILLING: "30",
     });
     expect(config.providerEndpoints).toEqual([
-      { provider: "github", name: "repos", secrets: ["one-secret", "two-secret"], source: "WEBHOOK_SECRET_GITHUB_REPOS", mode: "sync" },
+      { provider: "github", name: "repos", secrets: ["one-secret-0123456", "two-secret-0123456"], source: "WEBHOOK_SECRET_GITHUB_REPOS", mode: "sync" },
       {
         provider: "paddle",
         name: "billing",
@@ -431,8 +431,9 @@ describe("WEBHOOK_ENDPOINTS", () => {
   test("`loadConfig()` and `providerEndpoints()` refuse bad entries, missing secrets and unknown providers, never echoing a secret", () => {
     const err = configError({
       STRIPE_WEBHOOK_SECRET: SECRET,
-      WEBHOOK_ENDPOINTS: "github,stripe/x,shopify/shop,shopify/shop,paddle/b",
-      WEBHOOK_SECRET_PADDLE_B: "pdl_secret",
+      WEBHOOK_ENDPOINTS: "github,stripe/x,shopify/shop,shopify/shop,paddle/b,github/short",
+      WEBHOOK_SECRET_PADDLE_B: "pdl_ntfset_secret00",
+      WEBHOOK_SECRET_GITHUB_SHORT: "x,0123456789abcdef",
       INBOX_MODE_PADDLE_B: "later",
       WEBHOOK_TOLERANCE_SEC_PADDLE_B: "0",
     });
@@ -443,6 +444,7 @@ describe("WEBHOOK_ENDPOINTS", () => {
       'WEBHOOK_ENDPOINTS names "shopify/shop" twice (or two entries share the variables\' suffix _SHOPIFY_SHOP)',
       'INBOX_MODE_PADDLE_B must be sync, async or hybrid, got "later"',
       'WEBHOOK_TOLERANCE_SEC_PADDLE_B must be an integer from 1 to 3600, got "0"',
+      "WEBHOOK_SECRET_GITHUB_SHORT: each secret must be at least 16 characters (a short secret can be guessed; use a random one)",
     ]);
     const wiring = (() => {
       try {

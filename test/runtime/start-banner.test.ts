@@ -125,7 +125,7 @@ test("`bun run serve` refuses an unregistered provider and a malformed provider 
       PORT: "0",
       WEBHOOK_ENDPOINTS: "gitlab/x,adyen/payments",
       WEBHOOK_SECRET_GITLAB_X: "gitlab-secret-value",
-      WEBHOOK_SECRET_ADYEN_PAYMENTS: "nothex",
+      WEBHOOK_SECRET_ADYEN_PAYMENTS: "not-hex-not-hex-not-hex",
     },
     tracked,
   );
