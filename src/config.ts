@@ -337,7 +337,9 @@ function readProviderEndpoints(env: Record<string, string | undefined>, problems
     else if (secrets.some((s) => s === "" || /\s/.test(s)))
       problems.push(`${source} must be comma-separated secrets, none empty or holding whitespace`);
     else if (secrets.some((s) => s.length < MIN_PROVIDER_SECRET_LENGTH))
-      problems.push(`${source}: each secret must be at least ${MIN_PROVIDER_SECRET_LENGTH} characters (a short secret can be guessed; use a random one)`);
+      problems.push(
+        `${source}: each secret must be at least ${MIN_PROVIDER_SECRET_LENGTH} characters (a short secret can be guessed; use a random one)`,
+      );
     const modeVar = `INBOX_MODE_${suffix}`;
     const mode = env[modeVar] || "sync";
     if (mode !== "sync" && mode !== "async" && mode !== "hybrid") problems.push(`${modeVar} must be sync, async or hybrid, got "${mode}"`);

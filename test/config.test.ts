@@ -409,7 +409,13 @@ describe("WEBHOOK_ENDPOINTS", () => {
       WEBHOOK_TOLERANCE_SEC_PADDLE_BILLING: "30",
     });
     expect(config.providerEndpoints).toEqual([
-      { provider: "github", name: "repos", secrets: ["one-secret-0123456", "two-secret-0123456"], source: "WEBHOOK_SECRET_GITHUB_REPOS", mode: "sync" },
+      {
+        provider: "github",
+        name: "repos",
+        secrets: ["one-secret-0123456", "two-secret-0123456"],
+        source: "WEBHOOK_SECRET_GITHUB_REPOS",
+        mode: "sync",
+      },
       {
         provider: "paddle",
         name: "billing",

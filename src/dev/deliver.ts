@@ -39,6 +39,11 @@ export interface DeliverOptions {
   requestTimeoutMs?: number;
   /** Injected for tests; default global fetch. */
   fetch?: (request: Request) => Promise<Response>;
+  /**
+   * Stops the run when aborted (Ctrl-C): no new delivery or retry starts, requests in flight finish, and
+   * the summary comes back with `gaveUp` ("interrupted") counting what was never sent.
+   */
+  signal?: AbortSignal;
 }
 
 /** What happened: deliveries by final outcome, plus retries and the statuses that caused them. */
@@ -52,7 +57,10 @@ export interface DeliverSummary {
   retried: Record<string, number>;
   /** Deliveries that never got a 2xx, with the last status: `400 signature_mismatch`, `503`, `network`. */
   failures: { name: string; status: string }[];
-  /** Set when the run stopped early on connection failures: why, and how many deliveries were never sent. */
+  /**
+   * Set when the run stopped early (connection failures in a row, or `signal` aborted): why, and how many
+   * deliveries were never sent (not in `failures`, not in `outcomes`).
+   */
   gaveUp?: { reason: string; notSent: number };
 }
 
@@ -67,8 +75,9 @@ const RETRYABLE_4XX = new Set([408, 409, 429]);
  * which retries every non-2xx, any other 4xx is final at once: this is our development tool, and a
  * bad signature or body does not get better by resending it. A status is reported with the answer's
  * `error` code when it has one (`400 signature_mismatch`). After `giveUpAfterConnectionFailures`
- * connection failures in a row the whole run stops (`gaveUp`). Never re-serializes a body. Resolves
- * when every delivery got a 2xx, failed, or was given up; never throws for HTTP or network errors.
+ * connection failures in a row, or once `signal` is aborted, the whole run stops (`gaveUp`). Never
+ * re-serializes a body. Resolves when every delivery got a 2xx, failed, or was given up; never throws for
+ * HTTP or network errors.
  */
 export async function deliver(events: readonly EventFile[], options: DeliverOptions): Promise<DeliverSummary> {
   const random = mulberry32(options.seed ?? 1);
@@ -82,6 +91,8 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
   const timeoutMs = options.requestTimeoutMs ?? 30_000;
   let connectionFailuresInARow = 0;
   let gaveUp = false;
+  let notSent = 0;
+  const stopped = () => gaveUp || options.signal?.aborted === true;
 
   /** One request: the status to report, and whether to try again; undefined on a 2xx. */
   async function attemptOnce(event: EventFile): Promise<{ status: string; retry: boolean } | undefined> {
@@ -118,7 +129,7 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
 
   async function deliverOne(event: EventFile): Promise<void> {
     let last = "";
-    for (let attempt = 1; attempt <= attempts && !gaveUp; attempt++) {
+    for (let attempt = 1; attempt <= attempts && !stopped(); attempt++) {
       if (attempt > 1) await sleep(Math.min(base * 2 ** (attempt - 2), 5000) * (0.5 + random()));
       const failed = await attemptOnce(event);
       if (!failed) return;
@@ -126,22 +137,28 @@ export async function deliver(events: readonly EventFile[], options: DeliverOpti
       if (!failed.retry) break;
       summary.retried[last] = (summary.retried[last] ?? 0) + 1;
     }
+    if (last === "") {
+      notSent++; // stopped before its first request
+      return;
+    }
     summary.outcomes.failed = (summary.outcomes.failed ?? 0) + 1;
     summary.failures.push({ name: event.name, status: last });
   }
 
   let next = 0;
   const runners = Array.from({ length: Math.max(1, options.concurrency ?? 1) }, async () => {
-    while (next < queue.length && !gaveUp) {
+    while (next < queue.length && !stopped()) {
       const event = queue[next++];
       if (event) await deliverOne(event);
     }
   });
   await Promise.all(runners);
-  if (gaveUp) {
+  if (stopped()) {
     summary.gaveUp = {
-      reason: `${giveUpAfter} connection failures in a row, no answer from ${printableUrl(options.url)} in between`,
-      notSent: queue.length - next,
+      reason: gaveUp
+        ? `${giveUpAfter} connection failures in a row, no answer from ${printableUrl(options.url)} in between`
+        : "interrupted",
+      notSent: notSent + queue.length - next,
     };
   }
   return summary;

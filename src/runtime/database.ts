@@ -99,7 +99,8 @@ export function devWebhookSecret(): string {
  */
 export function readDevSecret(file: string): string {
   const secret = readFileSync(file, "utf8").trim();
-  if (!secret) throw new Error(`${file} is empty: delete it (a new development secret is made on the next start) or set STRIPE_WEBHOOK_SECRET`);
+  if (!secret)
+    throw new Error(`${file} is empty: delete it (a new development secret is made on the next start) or set STRIPE_WEBHOOK_SECRET`);
   return secret;
 }
 

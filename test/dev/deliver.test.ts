@@ -149,6 +149,30 @@ describe("deliver()", () => {
     });
   });
 
+  test("`deliver()` stops when its signal is aborted: requests in flight finish, the rest count as not sent", async () => {
+    const interrupt = new AbortController();
+    let calls = 0;
+    const answerThenInterrupt = async (): Promise<Response> => {
+      if (++calls === 3) interrupt.abort(); // Ctrl-C during the third request
+      return processed();
+    };
+    const summary = await deliver(events, {
+      url: URL,
+      secret: SECRET,
+      concurrency: 1,
+      fetch: answerThenInterrupt,
+      signal: interrupt.signal,
+    });
+    expect(summary).toEqual({
+      deliveries: 12,
+      requests: 3,
+      outcomes: { processed: 3 },
+      retried: {},
+      failures: [],
+      gaveUp: { reason: "interrupted", notSent: 9 },
+    });
+  });
+
   test("`deliver()` keeps going when answers come between connection failures", async () => {
     let calls = 0;
     const flaky = async (): Promise<Response> => {
@@ -219,6 +243,43 @@ describe("deliver()", () => {
     expect(stderr).toContain("11 deliveries not sent");
   }, 30_000);
 
+  test("`bun run deliver` interrupted by SIGINT (Ctrl-C) prints its summary with what was not sent and exits 130", async () => {
+    // A receiver that answers each delivery after 300 ms, so the run is still going when SIGINT comes.
+    let answered = 0;
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: async () => (await Bun.sleep(300), answered++, Response.json({ outcome: "processed" })),
+    });
+    try {
+      const proc = Bun.spawn(
+        [
+          process.execPath,
+          "src/dev/bin/deliver.ts",
+          "test/fixtures/stripe/invoice-lifecycle",
+          "--url",
+          `http://127.0.0.1:${server.port}/webhooks/stripe`,
+          "--secret",
+          SECRET,
+        ],
+        { cwd: join(import.meta.dir, "..", ".."), stdout: "pipe", stderr: "pipe", timeout: 20_000 },
+      );
+      const output = Promise.all([new Response(proc.stdout).text(), new Response(proc.stderr).text()]);
+      while (answered < 2) await Bun.sleep(20);
+      process.kill(proc.pid, "SIGINT");
+      const [stdout, stderr] = await output;
+      await proc.exited;
+      expect({ code: proc.exitCode, signal: proc.signalCode }).toEqual({ code: 130, signal: null });
+      const sent = answered; // the one in flight at SIGINT finished too
+      expect(sent).toBeLessThan(12);
+      expect(stdout).toContain(`Could not deliver ${12 - sent} of 12 deliveries (12 event(s) × 1)`);
+      expect(stdout).toContain(`${sent} answered 2xx, 0 failed, ${12 - sent} not sent`);
+      expect(stderr).toContain(`Interrupted: ${12 - sent} deliveries not sent.`);
+    } finally {
+      server.stop(true);
+    }
+  }, 30_000);
+
   test("`bun run deliver` never prints the password or user name of --url, on success or when it gives up", async () => {
     const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
     const port = listener.port;
@@ -245,7 +306,7 @@ describe("deliver()", () => {
     expect(stderr).toContain(
       `Gave up: 3 connection failures in a row, no answer from http://***@127.0.0.1:${port}/webhooks/stripe in between`,
     );
-    expect(stdout).toContain(`deliveries to http://***@127.0.0.1:${port}/webhooks/stripe in `);
+    expect(stdout).toContain(`) to http://***@127.0.0.1:${port}/webhooks/stripe in `);
     expect(stdout + stderr).not.toContain("TOPSECRETPW");
     expect(stdout + stderr).not.toContain("someuser");
   }, 30_000);

@@ -156,7 +156,15 @@ const url =
   values.url ?? `http://127.0.0.1:${process.env.PORT ?? 3000}/webhooks/${provider}${values.endpoint ? `/${values.endpoint}` : ""}`;
 const seed = number("seed", values.seed, 0);
 const started = performance.now();
+// Ctrl-C stops the run and still prints what was delivered; a second Ctrl-C exits at once.
+const interrupt = new AbortController();
+process.once("SIGINT", () => {
+  console.error("Interrupted: finishing the requests in flight (Ctrl-C again to quit now)");
+  interrupt.abort();
+  process.once("SIGINT", () => process.exit(130));
+});
 const summary = await deliver(files, {
+  signal: interrupt.signal,
   url,
   secret,
   provider,
@@ -168,10 +176,15 @@ const summary = await deliver(files, {
 });
 const ms = Math.round(performance.now() - started);
 
-const failed = summary.failures.length + (summary.gaveUp?.notSent ?? 0);
-const verb = failed === 0 ? "Delivered" : `Could not deliver ${failed} of ${summary.deliveries} deliveries. Sent`;
+const notSent = summary.gaveUp?.notSent ?? 0;
+const failed = summary.failures.length + notSent;
+const what = `${summary.deliveries} deliveries (${files.length} event(s) × ${values.copies}) to ${printableUrl(url)} in ${ms} ms`;
+const how = `${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""}`;
+// Deliveries (one event copy each, however many requests its retries took) are counted apart from requests.
 console.log(
-  `${verb} ${files.length} event(s) × ${values.copies} = ${summary.deliveries} deliveries to ${printableUrl(url)} in ${ms} ms (${summary.requests} requests${values.shuffle ? `, shuffled with seed ${seed}` : ""})`,
+  failed === 0
+    ? `Delivered ${what} (${how})`
+    : `Could not deliver ${failed} of ${what}: ${summary.deliveries - failed} answered 2xx, ${summary.failures.length} failed, ${notSent} not sent (${how})`,
 );
 for (const [outcome, count] of Object.entries(summary.outcomes).sort()) console.log(`  ${outcome.padEnd(10)} ${count}`);
 // Every non-2xx answer or connection failure, whether or not an attempt was left to retry it.
@@ -187,9 +200,10 @@ if (summary.failures.some((f) => String(f.status).startsWith("400")) || Object.k
     `  Signed with the secret of ${secretSource}: a 400 signature_mismatch means the receiver verifies with another one (give both the same STRIPE_WEBHOOK_SECRET, or neither)`,
   );
 }
-if (summary.gaveUp) {
+if (summary.gaveUp?.reason === "interrupted") console.error(`Interrupted: ${summary.gaveUp.notSent} deliveries not sent.`);
+else if (summary.gaveUp) {
   console.error(
     `Gave up: ${summary.gaveUp.reason}; ${summary.gaveUp.notSent} deliveries not sent. Is a receiver running there (bun run serve)?`,
   );
 }
-process.exit(failed > 0 ? 1 : 0);
+process.exit(interrupt.signal.aborted ? 130 : failed > 0 ? 1 : 0);
