@@ -11,6 +11,7 @@ import { purge } from "../../src/ops/purge.ts";
 import { stripeApiEvent } from "../../src/providers/stripe.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
 import { loadMigrations } from "../../src/runtime/migrations-fs.ts";
+import { keepPartitionsAhead } from "../../src/runtime/partition-upkeep.ts";
 import { closeAll, connections, count, eventBody, freshDatabase, verified } from "../support/helpers.ts";
 
 const fresh = await freshDatabase();
@@ -102,7 +103,11 @@ test("`purge()` drops whole weeks past the horizon, moves their unsettled rows t
   expect(result).toMatchObject({ deleted: 1, openRowsMoved: 1 });
   expect(result.partitionsDropped).toEqual(dry.partitionsDropped);
   expect((await listPartitions(db)).map((p) => p.name)).not.toContain(oldPartition);
-  expect((await db`select event_id from webhook_inbox order by event_id`).map((r) => r.event_id)).toEqual(["inside", "justInside", "oldWaiting"]);
+  expect((await db`select event_id from webhook_inbox order by event_id`).map((r) => r.event_id)).toEqual([
+    "inside",
+    "justInside",
+    "oldWaiting",
+  ]);
   expect(await partitionOf("oldWaiting")).toEqual(["webhook_inbox_default"]);
   for (const id of ["inside", "justInside", "oldWaiting"] as const)
     expect(await receiveSync(db, target, verified(body(id, events[id])))).toBe("duplicate");
@@ -134,7 +139,9 @@ test("an event dated beyond the partitions lands in the default partition, stays
   expect(await receiveSync(db, target, verified(text))).toBe("duplicate");
   expect(await purge(db, { olderThanMs: 31 * DAY_MS })).toMatchObject({ deleted: 0 });
   expect(await ensurePartitions(db, 9 * 7 * DAY_MS)).toBeGreaterThan(0);
-  expect(await partitionOf("evt_future")).toEqual([`webhook_inbox_${new Date(farWeek * 1000).toISOString().slice(0, 10).replaceAll("-", "")}`]);
+  expect(await partitionOf("evt_future")).toEqual([
+    `webhook_inbox_${new Date(farWeek * 1000).toISOString().slice(0, 10).replaceAll("-", "")}`,
+  ]);
   expect(await receiveSync(db, target, verified(text))).toBe("duplicate");
   expect(await count(db, "handler_runs")).toBe(1);
 });
@@ -160,7 +167,10 @@ test("sql/0026 converts an unpartitioned inbox with rows: every row and key kept
   const all = loadMigrations();
   const raw = postgres(old.url, { max: 1, onnotice: () => {} });
   try {
-    await migrate(raw, all.filter((m) => m.version < 25));
+    await migrate(
+      raw,
+      all.filter((m) => m.version < 25),
+    );
     // As insertInbox wrote them before 0026: dated Stripe events (created = to_timestamp(created)), an
     // event without a creation time (event_created_at = now() = received_at), an open one, a year-old one.
     await raw`
@@ -194,4 +204,27 @@ test("sql/0026 converts an unpartitioned inbox with rows: every row and key kept
   } finally {
     await raw.end();
   }
+});
+
+test("`keepPartitionsAhead()` (serve's upkeep) recreates a missing week ahead on its own and moves that week's rows out of the default partition", async () => {
+  const week = await weekStartSec(2);
+  const name = `webhook_inbox_${new Date(week * 1000).toISOString().slice(0, 10).replaceAll("-", "")}`;
+  await db.unsafe(`drop table if exists ${name}`);
+  const text = body("evt_upkeep", week + 3_600);
+  expect(await receiveSync(db, target, verified(text))).toBe("processed");
+  expect(await partitionOf("evt_upkeep")).toEqual(["webhook_inbox_default"]);
+  const stop = new AbortController();
+  const lines: Record<string, unknown>[] = [];
+  const upkeep = keepPartitionsAhead(db, stop.signal, (line) => lines.push(line), 50);
+  try {
+    const deadline = Date.now() + 10_000;
+    while ((await partitionOf("evt_upkeep"))[0] !== name && Date.now() < deadline) await Bun.sleep(50);
+  } finally {
+    stop.abort();
+    await upkeep;
+  }
+  expect(await partitionOf("evt_upkeep")).toEqual([name]);
+  expect(lines.find((l) => l.partitions === "created")).toMatchObject({ count: 1 });
+  expect(await receiveSync(db, target, verified(text))).toBe("duplicate");
+  expect(await count(db, "handler_runs")).toBe(1);
 });
