@@ -45,6 +45,7 @@ const USAGE = `Usage: bun run chaos [options]
                              each with --one-kill-each and the same storm (--invoices, --seed, --senders, --rate:
                              default unpaced), then a table: events/s, CPU ms per event of the receivers and workers
                              and of the PostgreSQL server (utime+stime from /proc), kills, end state
+  --no-listen                workers poll only (\`worker --no-listen\`): no LISTEN, no NOTIFY wake-ups
   --thin                     deliver the storm as thin event notifications to a thin endpoint; workers fetch
                              each object from a local fake Stripe API that answers 5% of requests with 429
   --outage-ms N              outage: every receiver down this long, once (default 8000), longer than
@@ -82,6 +83,7 @@ const { values: o } = (() => {
         faults: { type: "string" },
         "one-kill-each": { type: "boolean", default: false },
         scale: { type: "string" },
+        "no-listen": { type: "boolean", default: false },
         "fault-every-ms": { type: "string", default: "700" },
         "deadline-ms": { type: "string" },
         "outage-ms": { type: "string", default: "8000" },
@@ -203,6 +205,7 @@ const workerArgs = [
   "100",
   "--backoff-cap-ms",
   "1000",
+  ...(o["no-listen"] ? ["--no-listen"] : []),
 ];
 const workers = Array.from({ length: workerCount }, (_, i) =>
   supervise(`worker${i}`, workerArgs, { DATABASE_URL: url, ...apiEnv }, log, /"worker":"started"/),
@@ -217,6 +220,7 @@ const counts = { receiverKills: 0, workerKills: 0, dbRestarts: 0, outages: 0 };
 const outageAtMs = () => (storm.events.length * 2 * 1000) / num("rate", 1) / 3;
 let storming = true;
 let acknowledgedSoFar = 0;
+const killedTicks = { receivers: 0, workers: 0 };
 const faultLoop = (async () => {
   let dbRestartDue = faults.has("restart-db");
   let outageDue = outage;
@@ -247,6 +251,8 @@ async function killAndRestart(kind: "kill-receiver" | "kill-worker"): Promise<vo
   const pool = kind === "kill-receiver" ? receivers : workers;
   const victim = pool[Math.floor(random() * pool.length)];
   if (!victim?.running) return;
+  // Its CPU so far, for the split by role (the total counts it through this process's cutime anyway).
+  killedTicks[kind === "kill-receiver" ? "receivers" : "workers"] += cpuTicks([victim.pid]);
   await victim.stop("SIGKILL");
   kind === "kill-receiver" ? counts.receiverKills++ : counts.workerKills++;
   log(`chaos SIGKILL ${victim.name}`);
@@ -305,6 +311,7 @@ say(
 // CPU and time from the first delivery until the backlog is drained (see measure() below).
 const ticksPerSec = clockTicks();
 const before = measure();
+const commitsBefore = await commits();
 const stats = await sendStorm(storm.events, {
   onAcknowledged: (n) => (acknowledgedSoFar = n),
   receivers: ports.map((p) => `http://127.0.0.1:${p}`),
@@ -330,6 +337,9 @@ for (const child of children) child.start();
 const reconcile = fakeStripe ? await reconcileEvents(fakeStripe.url) : undefined;
 const drained = await waitDrained(60_000);
 const after = measure();
+// Statistics reach pg_stat_database when a backend is idle, at most once a second: wait for the last ones.
+await sleep(1_500);
+const commitsAfter = await commits();
 // A child restarted a moment ago may not have installed its signal handlers yet: wait before SIGTERM.
 await Promise.all([...receivers, ...workers].map((c) => c.ready(30_000)));
 const exits = await Promise.all([...receivers, ...workers].map(async (c) => ({ name: c.name, code: await c.stop("SIGTERM") })));
@@ -391,6 +401,10 @@ const summary = {
   // (killed ones included), and the PostgreSQL server (postmaster and its children; null on DATABASE_URL).
   app_cpu_ms_per_event: perEventMs(after.app - before.app),
   postgres_cpu_ms_per_event: postgresTicks === undefined ? null : perEventMs(postgresTicks),
+  receiver_cpu_ms_per_event: perEventMs(after.receivers - before.receivers),
+  worker_cpu_ms_per_event: perEventMs(after.workers - before.workers),
+  // Every transaction of the database over the same span (idle claims and NOTIFYs included), per event.
+  transactions_per_event: Math.round(((commitsAfter - commitsBefore) / storm.events.length) * 10) / 10,
   passed: ok,
   log: ok ? null : logFile, // kept only when it failed
 };
@@ -435,16 +449,26 @@ process.exit(ok ? 0 : 1);
  * Now, and the CPU (clock ticks) used so far by the receivers and workers (live ones, plus what this
  * process reaped: killed ones) and by the embedded PostgreSQL server (undefined on DATABASE_URL).
  */
-function measure(): { at: number; app: number; postgres: number | undefined } {
+function measure(): { at: number; app: number; receivers: number; workers: number; postgres: number | undefined } {
   const postmaster = dataDir ? Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]) : undefined;
+  const live = (pool: readonly Supervised[]) => cpuTicks(pool.map((c) => (c.running ? c.pid : undefined)));
   return {
     at: Date.now(),
     app: cpuTicks(
       children.map((c) => (c.running ? c.pid : undefined)),
       process.pid,
     ),
+    // By role: live processes plus those killed so far (sampled just before the SIGKILL).
+    receivers: live(receivers) + killedTicks.receivers,
+    workers: live(workers) + killedTicks.workers,
     postgres: postmaster ? postgresCpuTicks(postmaster) : undefined,
   };
+}
+
+/** Transactions committed in this run's database so far (pg_stat_database.xact_commit; PostgreSQL manual, "The Cumulative Statistics System"). */
+async function commits(): Promise<number> {
+  const [row] = await db<{ n: string }[]>`select xact_commit::text as n from pg_stat_database where datname = current_database()`;
+  return Number(row?.n ?? 0);
 }
 
 /** --scale: one chaos run per configuration as a child process, then the table; exits 0 when every run passed. */
@@ -463,6 +487,7 @@ async function scaleRun(list: string): Promise<never> {
     const value = o[name];
     if (value !== undefined) args.push(`--${name}`, String(num(name, 0)));
   }
+  if (o["no-listen"]) args.push("--no-listen");
   let current: Subprocess | undefined;
   onStopSignals(
     (signal) => {
@@ -476,9 +501,9 @@ async function scaleRun(list: string): Promise<never> {
   const rows = await runScale(chaosPath, configs, args, (c) => (current = c), (line) => (o.json ? undefined : console.log(line)));
   const allPassed = rows.every((r) => r.summary?.passed === true && r.exitCode === 0);
   if (o.json) {
-    console.log(JSON.stringify({ mode, seed, configurations: rows.map((r) => ({ receivers: r.receivers, workers: r.workers, exit: r.exitCode, ...r.summary })), passed: allPassed }));
+    console.log(JSON.stringify({ mode, seed, listen: !o["no-listen"], configurations: rows.map((r) => ({ receivers: r.receivers, workers: r.workers, exit: r.exitCode, ...r.summary })), passed: allPassed }));
   } else {
-    console.log(`chaos --scale: mode ${mode}, seed ${seed}, the same storm per configuration; CPU from /proc/<pid>/stat at ${clockTicks()} ticks/s`);
+    console.log(`chaos --scale: mode ${mode}${o["no-listen"] ? ", workers --no-listen" : ""}, seed ${seed}, the same storm per configuration; CPU from /proc/<pid>/stat at ${clockTicks()} ticks/s`);
     console.table(scaleTable(rows));
     for (const r of rows) if (r.failure !== undefined || r.exitCode !== 0) console.log(`${r.receivers}x${r.workers} exited ${r.exitCode}${r.failure ? `:\n${r.failure}` : ` (log ${String(r.summary?.log)})`}`);
     console.log(allPassed ? "PASSED" : "FAILED");
