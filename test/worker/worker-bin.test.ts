@@ -115,11 +115,7 @@ test("two `bun run worker --no-listen` processes never LISTEN, drain async rows 
     expect(rows).toEqual({ rows: 50, once: 50, ledger: 50, invoices: 50, outbox: 50 });
     const byWorker = workers.map(
       (w) =>
-        new Set(
-          w.lines
-            .filter((l) => l.includes('"outcome":"processed"'))
-            .map((l) => (JSON.parse(l) as { event_id: string }).event_id),
-        ),
+        new Set(w.lines.filter((l) => l.includes('"outcome":"processed"')).map((l) => (JSON.parse(l) as { event_id: string }).event_id)),
     );
     const [a = new Set<string>(), b = new Set<string>()] = byWorker;
     expect([...a].filter((id) => b.has(id))).toEqual([]);

@@ -355,11 +355,14 @@ const [recovered] = await db<{ n: number }[]>`select count(*)::int as n from web
 const dbRestartMissed = faults.has("restart-db") && counts.dbRestarts === 0;
 const outageMissed = outage && counts.outages === 0;
 const reconcileFailed = reconcile !== undefined && reconcile !== 0;
-const [inboxRows] = await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where provider = ${o.thin ? "stripe-thin" : "stripe"}`;
+const [inboxRows] = await db<
+  { n: number }[]
+>`select count(*)::int as n from webhook_inbox where provider = ${o.thin ? "stripe-thin" : "stripe"}`;
 const perEventMs = (ticks: number) => Math.round(((ticks * 1000) / ticksPerSec / storm.events.length) * 100) / 100;
 const perSec = (until: number) => Math.round(storm.events.length / ((until - before.at) / 1000));
 // PostgreSQL's CPU only when this run owns the server and it was not restarted meanwhile (a new postmaster).
-const postgresTicks = before.postgres !== undefined && after.postgres !== undefined && counts.dbRestarts === 0 ? after.postgres - before.postgres : undefined;
+const postgresTicks =
+  before.postgres !== undefined && after.postgres !== undefined && counts.dbRestarts === 0 ? after.postgres - before.postgres : undefined;
 const ok = passed(verdict) && drained && !dbRestartMissed && !outageMissed && !reconcileFailed;
 const summary = {
   mode: o.thin ? "thin" : mode,
@@ -498,14 +501,34 @@ async function scaleRun(list: string): Promise<never> {
     () => process.exit(1),
   );
   const chaosPath = fileURLToPath(import.meta.url);
-  const rows = await runScale(chaosPath, configs, args, (c) => (current = c), (line) => (o.json ? undefined : console.log(line)));
+  const rows = await runScale(
+    chaosPath,
+    configs,
+    args,
+    (c) => (current = c),
+    (line) => (o.json ? undefined : console.log(line)),
+  );
   const allPassed = rows.every((r) => r.summary?.passed === true && r.exitCode === 0);
   if (o.json) {
-    console.log(JSON.stringify({ mode, seed, listen: !o["no-listen"], configurations: rows.map((r) => ({ receivers: r.receivers, workers: r.workers, exit: r.exitCode, ...r.summary })), passed: allPassed }));
+    console.log(
+      JSON.stringify({
+        mode,
+        seed,
+        listen: !o["no-listen"],
+        configurations: rows.map((r) => ({ receivers: r.receivers, workers: r.workers, exit: r.exitCode, ...r.summary })),
+        passed: allPassed,
+      }),
+    );
   } else {
-    console.log(`chaos --scale: mode ${mode}${o["no-listen"] ? ", workers --no-listen" : ""}, seed ${seed}, the same storm per configuration; CPU from /proc/<pid>/stat at ${clockTicks()} ticks/s`);
+    console.log(
+      `chaos --scale: mode ${mode}${o["no-listen"] ? ", workers --no-listen" : ""}, seed ${seed}, the same storm per configuration; CPU from /proc/<pid>/stat at ${clockTicks()} ticks/s`,
+    );
     console.table(scaleTable(rows));
-    for (const r of rows) if (r.failure !== undefined || r.exitCode !== 0) console.log(`${r.receivers}x${r.workers} exited ${r.exitCode}${r.failure ? `:\n${r.failure}` : ` (log ${String(r.summary?.log)})`}`);
+    for (const r of rows)
+      if (r.failure !== undefined || r.exitCode !== 0)
+        console.log(
+          `${r.receivers}x${r.workers} exited ${r.exitCode}${r.failure ? `:\n${r.failure}` : ` (log ${String(r.summary?.log)})`}`,
+        );
     console.log(allPassed ? "PASSED" : "FAILED");
   }
   process.exit(allPassed ? 0 : 1);

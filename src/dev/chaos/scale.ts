@@ -64,7 +64,12 @@ export async function runScale(
     } catch {
       summary = undefined;
     }
-    rows.push({ ...c, summary, exitCode, ...(summary ? {} : { failure: `${stdout}\n${stderr}`.trim().split("\n").slice(-10).join("\n") }) });
+    rows.push({
+      ...c,
+      summary,
+      exitCode,
+      ...(summary ? {} : { failure: `${stdout}\n${stderr}`.trim().split("\n").slice(-10).join("\n") }),
+    });
   }
   return rows;
 }
