@@ -1,5 +1,6 @@
 // `bun run chaos` in CI, one bounded run per mode (real serve/worker processes, SIGKILLs, an immediate
-// PostgreSQL shutdown), and the checker itself shown able to fail on each kind of violation.
+// PostgreSQL shutdown), a bounded `--scale` run (1x1 and 2x2), and the checker itself shown able to fail on
+// each kind of violation.
 import { afterAll, describe, expect, test } from "bun:test";
 import { readdirSync, readFileSync } from "node:fs";
 import { join } from "node:path";
@@ -111,6 +112,77 @@ describe("bun run chaos", () => {
     180_000,
   );
 });
+
+test("`chaos --scale 1x1,2x2` runs the same storm per configuration with one receiver and one worker SIGKILLed in each, every event recorded and applied once, and reports events/s and CPU ms per event", async () => {
+  const env: Record<string, string | undefined> = { ...process.env };
+  delete env.DATABASE_URL; // its own embedded server per configuration, whose postmaster it can read
+  const child = Bun.spawn(["bun", "src/dev/bin/chaos.ts", "--scale", "1x1,2x2", "--invoices", "40", "--seed", "505", "--json"], {
+    cwd: ROOT,
+    env,
+    stdout: "pipe",
+    stderr: "pipe",
+  });
+  const killer = setTimeout(() => child.kill("SIGKILL"), 85_000);
+  const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
+  clearTimeout(killer);
+  let result: { mode: string; passed: boolean; configurations: Record<string, unknown>[] };
+  try {
+    result = JSON.parse(stdout.trim().split("\n").pop() ?? "") as typeof result;
+  } catch {
+    throw new Error(`chaos --scale printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
+  }
+  expect({ code, mode: result.mode, passed: result.passed }).toEqual({ code: 0, mode: "async", passed: true });
+  expect(result.configurations.map((c) => `${String(c.receivers)}x${String(c.workers)}`)).toEqual(["1x1", "2x2"]);
+  const events = result.configurations[0]?.events;
+  for (const c of result.configurations) {
+    expect(c).toMatchObject({
+      exit: 0,
+      passed: true,
+      events,
+      // Every event has its one inbox row (the key makes a second impossible: rows = events means none missing).
+      inbox_rows: events,
+      receiver_kills: 1,
+      worker_kills: 1,
+      lost: 0,
+      unacknowledged: 0,
+      double_booked: 0,
+      wrong_final_state: 0,
+      unprocessed: 0,
+    });
+    expect(c.children).toBe(Number(c.receivers) + Number(c.workers));
+    expect(c.graceful_exits).toBe(c.children);
+    for (const field of [
+      "acknowledged_per_s",
+      "applied_per_s",
+      "app_cpu_ms_per_event",
+      "receiver_cpu_ms_per_event",
+      "worker_cpu_ms_per_event",
+      "postgres_cpu_ms_per_event",
+      "transactions_per_event",
+    ])
+      expect(c[field]).toBeGreaterThan(0);
+  }
+}, 90_000);
+
+test("`chaos --scale` refuses a malformed list and the faults it cannot measure through, with exit 2 before starting anything", async () => {
+  const run = async (args: string[]) => {
+    const child = Bun.spawn(["bun", "src/dev/bin/chaos.ts", ...args], { cwd: ROOT, stdout: "pipe", stderr: "pipe" });
+    const [stderr, code] = await Promise.all([new Response(child.stderr).text(), child.exited]);
+    return { code, first: stderr.split("\n")[0] };
+  };
+  expect(await run(["--scale", "1x1,2by2"])).toEqual({
+    code: 2,
+    first: '--scale items are RECEIVERSxWORKERS, each 1 to 32, e.g. 1x1,2x2,4x4; got "2by2"',
+  });
+  expect(await run(["--scale", "0x1"])).toEqual({
+    code: 2,
+    first: '--scale items are RECEIVERSxWORKERS, each 1 to 32, e.g. 1x1,2x2,4x4; got "0x1"',
+  });
+  expect(await run(["--scale", "1x1", "--faults", "kill-worker,restart-db"])).toEqual({
+    code: 2,
+    first: '--scale allows only the faults kill-receiver and kill-worker, got "restart-db"',
+  });
+}, 30_000);
 
 test("`chaos --invoices 10` exits 2 before starting anything, stating the minimum its timed faults need; without them it is accepted", async () => {
   const env: Record<string, string | undefined> = { ...process.env };

@@ -1,10 +1,14 @@
-// `bun run worker` settings as a real process: every problem listed at once, naming flag and variable.
+// `bun run worker` as a real process: every settings problem listed at once, naming flag and variable;
+// an unreachable Stripe API at start; two --no-listen (poll-only) workers sharing one inbox.
 import { afterAll, expect, test } from "bun:test";
 import type { Subprocess } from "bun";
 import { join } from "node:path";
 import { freePort } from "../../src/runtime/embedded-postgres.ts";
-import { spawnBun, waitForLine } from "../support/bun-child.ts";
-import { freshDatabase } from "../support/helpers.ts";
+import { billingHandlers } from "../../src/handlers/billing.ts";
+import { receiveAsync } from "../../src/receiver/receive.ts";
+import { spawnBun, waitForLine, type Running } from "../support/bun-child.ts";
+import { eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
+import { waitUntil } from "../support/wait-until.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 
@@ -59,3 +63,66 @@ test("`bun run worker` with nothing listening at STRIPE_API_BASE says at start i
     await database.drop();
   }
 }, 60_000);
+
+test("two `bun run worker --no-listen` processes never LISTEN, drain async rows by polling alone, and process each row once (attempt 1, one ledger entry, one outbox row)", async () => {
+  const database = await freshDatabase();
+  const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+  const queue = async (from: number, n: number) => {
+    for (let i = from; i < from + n; i++) {
+      const body = eventBody(`evt_poll_${i}`, "invoice.paid", invoice({ id: `in_poll_${i}`, amount_paid: 2000, status: "paid" }));
+      expect(await receiveAsync(database.db, target, verified(body))).toBe("queued");
+    }
+  };
+  const processed = async () =>
+    (await database.db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is not null`)[0]?.n;
+  const workers: Running[] = [];
+  try {
+    await queue(0, 10); // waiting before the workers start
+    // One row at a time each, polling every 50 ms: while one works, the other's poll finds the next row.
+    for (let i = 0; i < 2; i++)
+      workers.push(
+        spawnBun(
+          ["src/bin/worker.ts", "--no-listen", "--poll-ms", "50", "--concurrency", "1"],
+          { PATH: process.env.PATH, DATABASE_URL: database.url },
+          tracked,
+        ),
+      );
+    for (const w of workers) expect(JSON.parse(await waitForLine(w, '{"worker":"started"', 30_000))).toMatchObject({ listen: false });
+    await waitUntil("the first 10 rows processed", async () => (await processed()) === 10, { timeoutMs: 20_000, intervalMs: 50 });
+    // Queued while both are idle: no NOTIFY reaches them (none is listened for), only their polls find these.
+    await queue(10, 40);
+    await waitUntil("all 50 rows processed", async () => (await processed()) === 50, { timeoutMs: 30_000, intervalMs: 50 });
+    // Both pools are connected and neither ever ran LISTEN (a listening worker's connection shows `listen …`).
+    const [activity] = await database.db<{ connections: number; listening: number }[]>`
+      select count(*)::int as connections, count(*) filter (where query ilike 'listen%')::int as listening
+        from pg_stat_activity
+       where datname = current_database()
+         and application_name = 'webhook-inbox worker'
+    `;
+    expect(activity?.connections).toBeGreaterThanOrEqual(2);
+    expect(activity?.listening).toBe(0);
+    for (const w of workers) w.child.kill("SIGTERM");
+    for (const w of workers) expect(await w.child.exited).toBe(0);
+    await Promise.all(workers.map((w) => w.stdoutDone));
+    // Each row claimed once (attempts 1) and applied once; the two workers' logs name disjoint rows that cover all 50.
+    const [rows] = await database.db<{ rows: number; once: number; ledger: number; invoices: number; outbox: number }[]>`
+      select (select count(*)::int from webhook_inbox) as rows,
+             (select count(*)::int from webhook_inbox where attempts = 1 and outcome = 'processed') as once,
+             (select count(*)::int from ledger_entries where kind = 'payment') as ledger,
+             (select count(distinct invoice_id)::int from ledger_entries where kind = 'payment') as invoices,
+             (select count(*)::int from outbox where event_type = 'InvoicePaymentBooked') as outbox
+    `;
+    expect(rows).toEqual({ rows: 50, once: 50, ledger: 50, invoices: 50, outbox: 50 });
+    const byWorker = workers.map(
+      (w) =>
+        new Set(w.lines.filter((l) => l.includes('"outcome":"processed"')).map((l) => (JSON.parse(l) as { event_id: string }).event_id)),
+    );
+    const [a = new Set<string>(), b = new Set<string>()] = byWorker;
+    expect([...a].filter((id) => b.has(id))).toEqual([]);
+    expect(a.size + b.size).toBe(50);
+    expect(Math.min(a.size, b.size)).toBeGreaterThan(0);
+  } finally {
+    for (const w of workers) if (w.child.exitCode === null) w.child.kill("SIGKILL");
+    await database.drop();
+  }
+}, 90_000);

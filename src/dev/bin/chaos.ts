@@ -2,7 +2,8 @@
 // processes against a PostgreSQL it starts (or DATABASE_URL), delivers a Stripe-like storm while
 // SIGKILLing receivers and workers and restarting PostgreSQL, then checks the invariants.
 // Exit codes: 0 no violation, 1 a violation (or the run could not complete), 2 usage error.
-import { appendFileSync, mkdtempSync, rmSync } from "node:fs";
+import type { Subprocess } from "bun";
+import { appendFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -19,13 +20,15 @@ import { connect } from "../../db/db.ts";
 import { mulberry32 } from "../random.ts";
 import { migrate } from "../../db/migrate.ts";
 import { killPostmaster, supervise, type Supervised } from "../chaos/processes.ts";
+import { clockTicks, cpuTicks, postgresCpuTicks } from "../chaos/cpu.ts";
+import { parseScale, runScale, scaleTable } from "../chaos/scale.ts";
 import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../../runtime/embedded-postgres.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { createScratchDatabase } from "../scratch-database.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 
 const USAGE = `Usage: bun run chaos [options]
-  --mode sync|async|hybrid   processing mode of the receivers (default sync)
+  --mode sync|async|hybrid   processing mode of the receivers (default sync; async with --scale)
   --invoices N               invoice lifecycles in the storm (default 100; ~6 events each: invoices, refunds, disputes);
                              with restart-db or outage among the faults at least ⌈2 s × --rate ÷ 6⌉ (50 at the
                              default rate; fewer is refused with exit 2): the storm must send for 2 s for them
@@ -35,7 +38,14 @@ const USAGE = `Usage: bun run chaos [options]
   --rate N                   deliveries per second over all senders (default 150)
   --receivers N, --workers N receiver and worker processes (default 2 and 2; no workers in sync mode)
   --faults LIST              kill-receiver,kill-worker,restart-db,outage (default all; "none" for none;
-                             --thin leaves the outage out)
+                             --thin leaves the outage out; with --scale kill-receiver,kill-worker, the only ones allowed)
+  --one-kill-each            instead of random kills every --fault-every-ms: SIGKILL one receiver once a third of
+                             the events are acknowledged and one worker at half, each started again 100–500 ms later
+  --scale LIST               e.g. 1x1,2x2,4x4 (receivers x workers): one run per configuration, one after the other,
+                             each with --one-kill-each and the same storm (--invoices, --seed, --senders, --rate:
+                             default unpaced), then a table: events/s, CPU ms per event of the receivers and workers
+                             and of the PostgreSQL server (utime+stime from /proc), kills, end state
+  --no-listen                workers poll only (\`worker --no-listen\`): no LISTEN, no NOTIFY wake-ups
   --thin                     deliver the storm as thin event notifications to a thin endpoint; workers fetch
                              each object from a local fake Stripe API that answers 5% of requests with 429
   --outage-ms N              outage: every receiver down this long, once (default 8000), longer than
@@ -63,14 +73,17 @@ const { values: o } = (() => {
   try {
     return parseArgs({
       options: {
-        mode: { type: "string", default: "sync" },
+        mode: { type: "string" },
         invoices: { type: "string", default: "100" },
         poison: { type: "string", default: "0" },
         senders: { type: "string", default: "8" },
-        rate: { type: "string", default: "150" },
+        rate: { type: "string" },
         receivers: { type: "string", default: "2" },
         workers: { type: "string", default: "2" },
-        faults: { type: "string", default: FAULTS.join(",") },
+        faults: { type: "string" },
+        "one-kill-each": { type: "boolean", default: false },
+        scale: { type: "string" },
+        "no-listen": { type: "boolean", default: false },
         "fault-every-ms": { type: "string", default: "700" },
         "deadline-ms": { type: "string" },
         "outage-ms": { type: "string", default: "8000" },
@@ -94,14 +107,20 @@ const num = (name: keyof typeof o, min: number): number => {
   if (!Number.isSafeInteger(n) || n < min) usage(`--${name} must be a whole number ≥ ${min}, got "${String(o[name])}"`);
   return n;
 };
-const mode = o.mode;
+// Unpaced under --scale (the throughput is what is measured), 150/s otherwise.
+o.rate ??= o.scale !== undefined ? "1000000" : "150";
+const mode = o.mode ?? (o.scale !== undefined ? "async" : "sync");
 if (mode !== "sync" && mode !== "async" && mode !== "hybrid") usage(`--mode must be sync, async or hybrid, got "${mode}"`);
-const faults = new Set(o.faults === "none" ? [] : o.faults.split(","));
+const faultList = o.faults ?? (o.scale !== undefined ? "kill-receiver,kill-worker" : FAULTS.join(","));
+const faults = new Set(faultList === "none" ? [] : faultList.split(","));
 for (const f of faults) if (!(FAULTS as readonly string[]).includes(f)) usage(`Unknown fault "${f}": use ${FAULTS.join(", ")} or none`);
 const seed = num("seed", 0);
+if (o.scale !== undefined) await scaleRun(o.scale);
 // The outage's recovery reads the classic Events API; a thin storm is recovered by its own fetches.
 if (o.thin) faults.delete("outage");
 const outage = faults.has("outage");
+if (o["one-kill-each"] && (outage || faults.has("restart-db")))
+  usage("--one-kill-each schedules only kill-receiver and kill-worker: add --faults kill-receiver,kill-worker");
 if (outage && num("give-up-ms", 1) >= num("outage-ms", 1))
   usage("--give-up-ms must be shorter than --outage-ms: the outage must outlast the senders' retries");
 // The faults due at a time into the storm happen only while it is sent: a storm too small for them is
@@ -186,6 +205,7 @@ const workerArgs = [
   "100",
   "--backoff-cap-ms",
   "1000",
+  ...(o["no-listen"] ? ["--no-listen"] : []),
 ];
 const workers = Array.from({ length: workerCount }, (_, i) =>
   supervise(`worker${i}`, workerArgs, { DATABASE_URL: url, ...apiEnv }, log, /"worker":"started"/),
@@ -199,10 +219,14 @@ const counts = { receiverKills: 0, workerKills: 0, dbRestarts: 0, outages: 0 };
 // The outage begins a third of the way into the storm's expected sending time.
 const outageAtMs = () => (storm.events.length * 2 * 1000) / num("rate", 1) / 3;
 let storming = true;
+let acknowledgedSoFar = 0;
+const killedTicks = { receivers: 0, workers: 0 };
 const faultLoop = (async () => {
   let dbRestartDue = faults.has("restart-db");
   let outageDue = outage;
   const stormStarted = Date.now();
+  // The storm is defined once the main code reaches its first await (sendStorm): wait for that.
+  if (o["one-kill-each"]) return sleep(10).then(oneKillEach);
   await sleep(300);
   while (storming) {
     const kinds = [...faults].filter((f) => f !== "restart-db" && f !== "outage" && (f !== "kill-worker" || workers.length > 0));
@@ -214,22 +238,41 @@ const faultLoop = (async () => {
       outageDue = false;
       await receiverOutage();
     } else if (kinds.length > 0) {
-      const kind = kinds[Math.floor(random() * kinds.length)];
-      const pool = kind === "kill-receiver" ? receivers : workers;
-      const victim = pool[Math.floor(random() * pool.length)];
-      if (victim?.running) {
-        await victim.stop("SIGKILL");
-        kind === "kill-receiver" ? counts.receiverKills++ : counts.workerKills++;
-        log(`chaos SIGKILL ${victim.name}`);
-        await sleep(100 + random() * 400);
-        victim.start();
-      }
+      await killAndRestart(kinds[Math.floor(random() * kinds.length)] === "kill-receiver" ? "kill-receiver" : "kill-worker");
     }
     // Wake up when the restart or the outage falls due rather than sleep past it (the storm may end meanwhile).
     const dueInMs = Math.min(dbRestartDue ? 1_000 : Infinity, outageDue ? outageAtMs() : Infinity) - (Date.now() - stormStarted) + 1;
     await sleep(Math.max(0, Math.min(num("fault-every-ms", 1) * (0.5 + random()), dueInMs)));
   }
 })();
+
+/** SIGKILLs one receiver or worker picked at random and starts it again 100–500 ms later, as a process manager would. */
+async function killAndRestart(kind: "kill-receiver" | "kill-worker"): Promise<void> {
+  const pool = kind === "kill-receiver" ? receivers : workers;
+  const victim = pool[Math.floor(random() * pool.length)];
+  if (!victim?.running) return;
+  // Its CPU so far, for the split by role (the total counts it through this process's cutime anyway).
+  killedTicks[kind === "kill-receiver" ? "receivers" : "workers"] += cpuTicks([victim.pid]);
+  await victim.stop("SIGKILL");
+  kind === "kill-receiver" ? counts.receiverKills++ : counts.workerKills++;
+  log(`chaos SIGKILL ${victim.name}`);
+  await sleep(100 + random() * 400);
+  victim.start();
+}
+
+/** --one-kill-each: one receiver killed once a third of the events are acknowledged, one worker at half. */
+async function oneKillEach(): Promise<void> {
+  const plan = [
+    ["kill-receiver", 1 / 3],
+    ["kill-worker", 1 / 2],
+  ] as const;
+  for (const [kind, share] of plan) {
+    if (!faults.has(kind) || (kind === "kill-worker" && workers.length === 0)) continue;
+    while (storming && acknowledgedSoFar < storm.events.length * share) await sleep(10);
+    if (!storming) return;
+    await killAndRestart(kind);
+  }
+}
 
 /** Every receiver down for --outage-ms (longer than the senders' retries), then up again. */
 async function receiverOutage(): Promise<void> {
@@ -265,7 +308,12 @@ const fakeStripe = outage ? startFakeStripe({ store: stripeStore }) : undefined;
 say(
   `chaos: ${o.thin ? "thin endpoint" : `mode ${mode}`}, seed ${seed}, ${storm.events.length} events, ${receivers.length} receivers, ${workers.length} workers, faults ${[...faults].join(",") || "none"}`,
 );
+// CPU and time from the first delivery until the backlog is drained (see measure() below).
+const ticksPerSec = clockTicks();
+const before = measure();
+const commitsBefore = await commits();
 const stats = await sendStorm(storm.events, {
+  onAcknowledged: (n) => (acknowledgedSoFar = n),
   receivers: ports.map((p) => `http://127.0.0.1:${p}`),
   path: o.thin ? "/webhooks/stripe/thin" : "/webhooks/stripe",
   secret: SECRET,
@@ -279,6 +327,7 @@ const stats = await sendStorm(storm.events, {
       : Math.max(90_000, Math.ceil(((storm.events.length * 2) / num("rate", 1)) * 3_000)),
   giveUpMs: outage ? num("give-up-ms", 1) : undefined,
 });
+const sentAt = Date.now();
 storming = false;
 await faultLoop;
 
@@ -287,6 +336,10 @@ for (const child of children) child.start();
 // What the senders gave up on comes back from Stripe's Events API through the real command.
 const reconcile = fakeStripe ? await reconcileEvents(fakeStripe.url) : undefined;
 const drained = await waitDrained(60_000);
+const after = measure();
+// Statistics reach pg_stat_database when a backend is idle, at most once a second: wait for the last ones.
+await sleep(1_500);
+const commitsAfter = await commits();
 // A child restarted a moment ago may not have installed its signal handlers yet: wait before SIGTERM.
 await Promise.all([...receivers, ...workers].map((c) => c.ready(30_000)));
 const exits = await Promise.all([...receivers, ...workers].map(async (c) => ({ name: c.name, code: await c.stop("SIGTERM") })));
@@ -302,6 +355,14 @@ const [recovered] = await db<{ n: number }[]>`select count(*)::int as n from web
 const dbRestartMissed = faults.has("restart-db") && counts.dbRestarts === 0;
 const outageMissed = outage && counts.outages === 0;
 const reconcileFailed = reconcile !== undefined && reconcile !== 0;
+const [inboxRows] = await db<
+  { n: number }[]
+>`select count(*)::int as n from webhook_inbox where provider = ${o.thin ? "stripe-thin" : "stripe"}`;
+const perEventMs = (ticks: number) => Math.round(((ticks * 1000) / ticksPerSec / storm.events.length) * 100) / 100;
+const perSec = (until: number) => Math.round(storm.events.length / ((until - before.at) / 1000));
+// PostgreSQL's CPU only when this run owns the server and it was not restarted meanwhile (a new postmaster).
+const postgresTicks =
+  before.postgres !== undefined && after.postgres !== undefined && counts.dbRestarts === 0 ? after.postgres - before.postgres : undefined;
 const ok = passed(verdict) && drained && !dbRestartMissed && !outageMissed && !reconcileFailed;
 const summary = {
   mode: o.thin ? "thin" : mode,
@@ -335,6 +396,18 @@ const summary = {
   graceful_exits: exits.filter((e) => e.code === 0).length,
   children: exits.length,
   duration_s: Math.round((Date.now() - started) / 100) / 10,
+  // From the first delivery: events per second until every event was acknowledged, and until applied (drained).
+  acknowledged_per_s: perSec(sentAt),
+  applied_per_s: perSec(after.at),
+  inbox_rows: inboxRows?.n ?? 0,
+  // utime+stime (/proc/<pid>/stat) over the same span, per event, ms: the receiver and worker processes
+  // (killed ones included), and the PostgreSQL server (postmaster and its children; null on DATABASE_URL).
+  app_cpu_ms_per_event: perEventMs(after.app - before.app),
+  postgres_cpu_ms_per_event: postgresTicks === undefined ? null : perEventMs(postgresTicks),
+  receiver_cpu_ms_per_event: perEventMs(after.receivers - before.receivers),
+  worker_cpu_ms_per_event: perEventMs(after.workers - before.workers),
+  // Every transaction of the database over the same span (idle claims and NOTIFYs included), per event.
+  transactions_per_event: Math.round(((commitsAfter - commitsBefore) / storm.events.length) * 10) / 10,
   passed: ok,
   log: ok ? null : logFile, // kept only when it failed
 };
@@ -374,6 +447,92 @@ await dropDatabase();
 if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
 if (ok) rmSync(workDir, { recursive: true, force: true });
 process.exit(ok ? 0 : 1);
+
+/**
+ * Now, and the CPU (clock ticks) used so far by the receivers and workers (live ones, plus what this
+ * process reaped: killed ones) and by the embedded PostgreSQL server (undefined on DATABASE_URL).
+ */
+function measure(): { at: number; app: number; receivers: number; workers: number; postgres: number | undefined } {
+  const postmaster = dataDir ? Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]) : undefined;
+  const live = (pool: readonly Supervised[]) => cpuTicks(pool.map((c) => (c.running ? c.pid : undefined)));
+  return {
+    at: Date.now(),
+    app: cpuTicks(
+      children.map((c) => (c.running ? c.pid : undefined)),
+      process.pid,
+    ),
+    // By role: live processes plus those killed so far (sampled just before the SIGKILL).
+    receivers: live(receivers) + killedTicks.receivers,
+    workers: live(workers) + killedTicks.workers,
+    postgres: postmaster ? postgresCpuTicks(postmaster) : undefined,
+  };
+}
+
+/** Transactions committed in this run's database so far (pg_stat_database.xact_commit; PostgreSQL manual, "The Cumulative Statistics System"). */
+async function commits(): Promise<number> {
+  const [row] = await db<{ n: string }[]>`select xact_commit::text as n from pg_stat_database where datname = current_database()`;
+  return Number(row?.n ?? 0);
+}
+
+/** --scale: one chaos run per configuration as a child process, then the table; exits 0 when every run passed. */
+async function scaleRun(list: string): Promise<never> {
+  let configs;
+  try {
+    configs = parseScale(list);
+  } catch (err) {
+    usage(err instanceof Error ? err.message : String(err));
+  }
+  for (const f of faults)
+    if (f !== "kill-receiver" && f !== "kill-worker") usage(`--scale allows only the faults kill-receiver and kill-worker, got "${f}"`);
+  if (o.thin) usage("--scale measures the classic endpoint; leave out --thin");
+  const args = ["--mode", mode, "--faults", faults.size === 0 ? "none" : [...faults].join(","), "--one-kill-each", "--seed", String(seed)];
+  for (const name of ["invoices", "poison", "senders", "rate", "deadline-ms"] as const) {
+    const value = o[name];
+    if (value !== undefined) args.push(`--${name}`, String(num(name, 0)));
+  }
+  if (o["no-listen"]) args.push("--no-listen");
+  let current: Subprocess | undefined;
+  onStopSignals(
+    (signal) => {
+      console.error(`chaos --scale: ${signal}: stopping the current run`);
+      current?.kill("SIGTERM");
+      void (current?.exited ?? Promise.resolve()).then(() => process.exit(signal === "SIGINT" ? 130 : 143));
+    },
+    () => process.exit(1),
+  );
+  const chaosPath = fileURLToPath(import.meta.url);
+  const rows = await runScale(
+    chaosPath,
+    configs,
+    args,
+    (c) => (current = c),
+    (line) => (o.json ? undefined : console.log(line)),
+  );
+  const allPassed = rows.every((r) => r.summary?.passed === true && r.exitCode === 0);
+  if (o.json) {
+    console.log(
+      JSON.stringify({
+        mode,
+        seed,
+        listen: !o["no-listen"],
+        configurations: rows.map((r) => ({ receivers: r.receivers, workers: r.workers, exit: r.exitCode, ...r.summary })),
+        passed: allPassed,
+      }),
+    );
+  } else {
+    console.log(
+      `chaos --scale: mode ${mode}${o["no-listen"] ? ", workers --no-listen" : ""}, seed ${seed}, the same storm per configuration; CPU from /proc/<pid>/stat at ${clockTicks()} ticks/s`,
+    );
+    console.table(scaleTable(rows));
+    for (const r of rows)
+      if (r.failure !== undefined || r.exitCode !== 0)
+        console.log(
+          `${r.receivers}x${r.workers} exited ${r.exitCode}${r.failure ? `:\n${r.failure}` : ` (log ${String(r.summary?.log)})`}`,
+        );
+    console.log(allPassed ? "PASSED" : "FAILED");
+  }
+  process.exit(allPassed ? 0 : 1);
+}
 
 /** Runs \`bun run reconcile events\` against the fake Stripe API at \`apiBase\`; its output goes to the log. Returns its exit code. */
 async function reconcileEvents(apiBase: string): Promise<number> {

@@ -7,6 +7,8 @@ import { join } from "node:path";
 export interface Supervised {
   readonly name: string;
   readonly running: boolean;
+  /** Pid of the current run (of the last one once stopped); undefined before the first start. */
+  readonly pid: number | undefined;
   /** Times it exited without being stopped (and was started again). */
   readonly selfExits: number;
   /** Starts it (again) and keeps it running until {@link stop}. No-op while running. */
@@ -47,6 +49,9 @@ export function supervise(
     },
     get selfExits() {
       return selfExits;
+    },
+    get pid() {
+      return child?.pid;
     },
     start() {
       wanted = true;

@@ -21,6 +21,8 @@ export interface StormOptions {
    * three days of retries (counted in `gaveUp`, not retried again); undefined: retry until the deadline.
    */
   giveUpMs?: number;
+  /** Called with the number of events acknowledged so far each time one more event gets its first 2xx. */
+  onAcknowledged?: (acknowledged: number) => void;
 }
 
 /** What the senders saw. */
@@ -105,7 +107,10 @@ export async function sendStorm(events: readonly StormEvent[], o: StormOptions):
         if (response.ok) {
           const outcome = (JSON.parse(text) as { outcome?: string }).outcome ?? "2xx";
           stats.outcomes[outcome] = (stats.outcomes[outcome] ?? 0) + 1;
-          stats.acknowledged.add(event.id);
+          if (!stats.acknowledged.has(event.id)) {
+            stats.acknowledged.add(event.id);
+            o.onAcknowledged?.(stats.acknowledged.size);
+          }
           return;
         }
         failure = String(response.status);
