@@ -42,6 +42,8 @@ interface Answer {
   sentAt: number;
   status: number | "no answer";
   at: number;
+  /** Why there was no answer (the fetch error, and after how long), for the failure message. */
+  reason?: string;
 }
 
 /** Posts signed `invoice.paid` events with `senders` concurrent senders until `stop()`; each event is first listed by the fake Stripe API. */
@@ -58,6 +60,7 @@ function startLoad(port: number, store: FakeStripeStore, label: string, senders 
       store.putEvent(event, true); // Stripe creates the event before it delivers it
       const body = JSON.stringify(event);
       const sentAt = Date.now();
+      let reason: string | undefined;
       const signature = await signStripePayload(body, SECRET, Math.floor(Date.now() / 1000));
       const status = await fetch(`http://127.0.0.1:${port}/webhooks/stripe`, {
         method: "POST",
@@ -66,9 +69,9 @@ function startLoad(port: number, store: FakeStripeStore, label: string, senders 
         signal: AbortSignal.timeout(4_000),
       }).then(
         async (res) => (await res.body?.cancel(), res.status),
-        (err: unknown) => (process.env.FAILOVER_DEBUG && console.log(`no answer for ${event.id} after ${Date.now() - sentAt} ms: ${String(err)}`), "no answer" as const),
+        (err: unknown) => ((reason = `${String(err)} after ${Date.now() - sentAt} ms`), "no answer" as const),
       );
-      answers.push({ eventId: event.id, sentAt, status, at: Date.now() });
+      answers.push({ eventId: event.id, sentAt, status, at: Date.now(), ...(reason ? { reason } : {}) });
       if (status !== 200 && status !== 202) await Bun.sleep(20);
     }
   };
@@ -127,6 +130,8 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
     WORKER_LEASE_MS: "4000",
     WORKER_TIMEOUT_MS: "2000",
     LOG_LEVEL: "warn",
+    // Each child outlives a scenario on a loaded machine (each test's timeout is 120 s); afterAll SIGKILLs what is left.
+    TEST_CHILD_SELF_EXIT_MS: "115000",
   };
   const serve = spawnBun([BIN_SERVE], env, children);
   await waitForLine(serve, "webhook-inbox listening on", 20_000);
@@ -181,7 +186,7 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
   const result = {
     recoverMs: recoveredAt - killedAt,
     status503: after.filter((a) => a.status === 503).length,
-    other: after.filter((a) => !ok(a) && a.status !== 503).map((a) => a.status),
+    other: after.filter((a) => !ok(a) && a.status !== 503).map((a) => (a.reason ? `no answer: ${a.reason}` : a.status)),
     lost: lost.length,
     events,
     acknowledged: acknowledged.length,
@@ -217,10 +222,18 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
   if (worker) expect(worker.child.exitCode).toBeNull();
   expect(dispatch.child.exitCode).toBeNull();
   if (process.env.FAILOVER_DEBUG) console.log(serve.lines.filter((l) => /"status":5|error/.test(l)).slice(0, 8).join("\n"));
-  process.kill(serve.child.pid, "SIGTERM");
-  if (worker) process.kill(worker.child.pid, "SIGTERM");
-  process.kill(dispatch.child.pid, "SIGTERM");
-  await Promise.all([serve.child.exited, worker?.child.exited, dispatch.child.exited]);
+  // And each stops cleanly on SIGTERM after the failover (within 15 s; a child that hangs is named).
+  const stopped = Object.fromEntries(
+    await Promise.all(
+      Object.entries({ serve, dispatch, ...(worker ? { worker } : {}) }).map(async ([name, c]) => {
+        process.kill(c.child.pid, "SIGTERM");
+        const code = await Promise.race([c.child.exited, Bun.sleep(15_000).then(() => "still running after 15 s")]);
+        if (code !== 0) console.log(`${name} on SIGTERM: ${code}; stdout tail ${JSON.stringify(c.lines.slice(-5))}`);
+        return [name, code] as const;
+      }),
+    ),
+  );
+  expect(stopped).toEqual({ serve: 0, dispatch: 0, ...(worker ? { worker: 0 } : {}) });
   return { ...result, sinkDuplicates };
 }
 
@@ -242,8 +255,11 @@ for (const mode of ["sync", "async", "hybrid"] as const) {
   maybe(`a failover under asynchronous replication in ${mode} mode loses acknowledged events, and the primary-change backfill records and applies each once, its outbox messages under their old ids`, async () => {
     const r = await scenario(mode, false);
     expect(r.lost).toBeGreaterThan(0); // the partition did lose acknowledged commits: the recovery was needed
-    // Messages the sink had from the old primary came again under the same ids (the scenario exercised it).
-    expect(r.sinkDuplicates).toBeGreaterThan(0);
+    // In sync mode the receiver writes the outbox row in the delivery's transaction and the dispatcher (woken by
+    // NOTIFY) sends it within milliseconds, so messages the sink had from the old primary came again, under the
+    // same ids (the check above that the sink saw no unknown id is then the proof). In async and hybrid mode the
+    // worker may not have applied the lost events before the crash: there duplicates are printed, not required.
+    if (mode === "sync") expect(r.sinkDuplicates).toBeGreaterThan(0);
     expect(r.other).toEqual([]);
   }, 120_000);
 }

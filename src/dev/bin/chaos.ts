@@ -58,7 +58,8 @@ const USAGE = `Usage: bun run chaos [options]
   --seed N                   reproducible storm and fault schedule (default: random, printed)
   --json                     print the summary as one JSON line at the end
 With DATABASE_URL a fresh database is created on that server (and dropped afterwards; restart-db is
-skipped: only an embedded server can be restarted); otherwise a throwaway embedded PostgreSQL is used.`;
+skipped: only an embedded server can be restarted); otherwise a throwaway embedded PostgreSQL is used (with
+--faults failover, a throwaway primary and standby).`;
 
 const SECRET = "whsec_chaos_0123456789abcdefghijklmn";
 const FAULTS = ["kill-receiver", "kill-worker", "restart-db", "outage", "failover"] as const;
