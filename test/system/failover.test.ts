@@ -250,7 +250,8 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
   // Only the receiver is held to a clean stop. The worker and the dispatcher are not, yet: in these runs the
   // dispatcher twice logged "stopping" after a failover and never exited (2 of 14 runs of the async-replication
   // hybrid scenario with LISTEN, 0 of 5 with FAILOVER_DISPATCH_NO_LISTEN=1, i.e. --no-listen), and the worker
-  // once exited 1; defects outside this test's scope (docs/failover.md), printed above; afterAll SIGKILLs a hung one.
+  // once exited 1; defects outside this test's scope (docs/failover.md: likely postgres.js 3.4.9's multi-host
+  // connect, porsager/postgres#1174), printed above; afterAll SIGKILLs a hung one.
   expect(stopped.serve).toBe(0);
   return { ...result, sinkDuplicates };
 }
