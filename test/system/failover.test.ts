@@ -1,10 +1,13 @@
-// A database failover under load (issue 24 §1): a primary and its streaming standby (test/support/
+// A database failover under load (issue 24 §1): a primary and its streaming standby (src/dev/
 // replicated-postgres.ts), DATABASE_URL listing both with target_session_attrs=primary, a real `serve`
-// (and `worker` for async and hybrid) taking signed Stripe events; the primary's postmaster is SIGKILLed and the
-// standby promoted. Synchronous replication loses no acknowledged event. Asynchronous replication with the
-// standby cut off from the primary's WAL (a partition) loses the last acknowledged commits; the product notices the new
-// primary (src/reconcile/primary-change.ts) and backfills them from the fake Stripe API, so every event ends
-// recorded and applied once. Prints the time to recover, the 503s and the lost-then-recovered count per mode.
+// (and `worker` for async and hybrid) taking signed Stripe events and a real `dispatch` sending the outbox to
+// a sink in this file; the primary's postmaster is SIGKILLed and the standby promoted, in sync, async and
+// hybrid mode under synchronous and under asynchronous replication. Synchronous replication loses no
+// acknowledged event. Asynchronous replication with the standby cut off from the primary's WAL (a partition)
+// loses the last acknowledged commits; the product notices the new primary (src/reconcile/primary-change.ts)
+// and backfills them from the fake Stripe API, so every event ends recorded and applied once, and every outbox
+// message re-created by that recovery reaches the sink under the id it had before (a duplicate, never a new
+// message). Prints the time to recover, the 503s, the lost-then-recovered count and the sink's duplicates.
 import { afterAll, expect, test } from "bun:test";
 import type { Subprocess } from "bun";
 import { join } from "node:path";
@@ -17,12 +20,14 @@ import { freePort } from "../../src/runtime/embedded-postgres.ts";
 import { loadMigrations } from "../../src/runtime/migrations-fs.ts";
 import { spawnBun, waitForLine } from "../support/bun-child.ts";
 import { eventBody, invoice, SECRET } from "../support/helpers.ts";
-import { findBinaries, startReplicatedPair, type ReplicatedPair } from "../support/replicated-postgres.ts";
+import { findBinaries, startReplicatedPair, type ReplicatedPair } from "../../src/dev/replicated-postgres.ts";
 import { waitUntil } from "../support/wait-until.ts";
 
 const API_KEY = "sk_test_failoverfailover1";
 const BIN_SERVE = join(import.meta.dir, "children", "bin-serve.ts");
 const BIN_WORKER = join(import.meta.dir, "worker-children", "bin-worker.ts");
+const BIN_DISPATCH = join(import.meta.dir, "children", "bin-dispatch.ts");
+const SINK_SECRET = `whsec_${btoa("failover-test-sink-key-0123456789")}`;
 const binaries = await findBinaries();
 const children = new Set<Subprocess>();
 const cleanups: (() => void | Promise<void>)[] = [];
@@ -37,6 +42,8 @@ interface Answer {
   sentAt: number;
   status: number | "no answer";
   at: number;
+  /** Why there was no answer (the fetch error, and after how long), for the failure message. */
+  reason?: string;
 }
 
 /** Posts signed `invoice.paid` events with `senders` concurrent senders until `stop()`; each event is first listed by the fake Stripe API. */
@@ -53,6 +60,7 @@ function startLoad(port: number, store: FakeStripeStore, label: string, senders 
       store.putEvent(event, true); // Stripe creates the event before it delivers it
       const body = JSON.stringify(event);
       const sentAt = Date.now();
+      let reason: string | undefined;
       const signature = await signStripePayload(body, SECRET, Math.floor(Date.now() / 1000));
       const status = await fetch(`http://127.0.0.1:${port}/webhooks/stripe`, {
         method: "POST",
@@ -61,9 +69,9 @@ function startLoad(port: number, store: FakeStripeStore, label: string, senders 
         signal: AbortSignal.timeout(4_000),
       }).then(
         async (res) => (await res.body?.cancel(), res.status),
-        () => "no answer" as const,
+        (err: unknown) => ((reason = `${String(err)} after ${Date.now() - sentAt} ms`), "no answer" as const),
       );
-      answers.push({ eventId: event.id, sentAt, status, at: Date.now() });
+      answers.push({ eventId: event.id, sentAt, status, at: Date.now(), ...(reason ? { reason } : {}) });
       if (status !== 200 && status !== 202) await Bun.sleep(20);
     }
   };
@@ -78,6 +86,24 @@ function startLoad(port: number, store: FakeStripeStore, label: string, senders 
 }
 
 const ok = (a: Answer) => a.status === 200 || a.status === 202;
+
+/**
+ * A downstream sink on 127.0.0.1 that answers 204 to every POST and records its `webhook-id` header, one
+ * entry per delivery (a message delivered twice appears twice).
+ */
+function startSink() {
+  const ids: string[] = [];
+  const server = Bun.serve({
+    hostname: "127.0.0.1",
+    port: 0,
+    async fetch(request) {
+      await request.arrayBuffer();
+      ids.push(request.headers.get("webhook-id") ?? "(none)");
+      return new Response(null, { status: 204 });
+    },
+  });
+  return { ids, url: `http://127.0.0.1:${server.port}/hooks`, stop: () => server.stop(true) };
+}
 
 async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean) {
   const pair: ReplicatedPair = await startReplicatedPair(binaries!, { synchronous });
@@ -104,10 +130,30 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
     WORKER_LEASE_MS: "4000",
     WORKER_TIMEOUT_MS: "2000",
     LOG_LEVEL: "warn",
+    // Each child outlives a scenario on a loaded machine (each test's timeout is 120 s); afterAll SIGKILLs what is left.
+    TEST_CHILD_SELF_EXIT_MS: "115000",
   };
   const serve = spawnBun([BIN_SERVE], env, children);
   await waitForLine(serve, "webhook-inbox listening on", 20_000);
   const worker = mode === "sync" ? undefined : spawnBun([BIN_WORKER], env, children);
+  const sink = startSink();
+  cleanups.push(() => sink.stop());
+  const dispatch = spawnBun(
+    [BIN_DISPATCH, ...(process.env.FAILOVER_DISPATCH_NO_LISTEN ? ["--no-listen"] : [])],
+    {
+      ...env,
+      OUTBOX_SINK_URL: sink.url,
+      OUTBOX_SINK_SECRET: SINK_SECRET,
+      OUTBOX_POLL_MS: "200",
+      OUTBOX_LEASE_MS: "4000",
+      OUTBOX_TIMEOUT_MS: "2000",
+      OUTBOX_BACKOFF_BASE_MS: "100",
+      OUTBOX_BACKOFF_CAP_MS: "1000",
+      OUTBOX_CONCURRENCY: "4",
+      LOG_LEVEL: process.env.FAILOVER_DEBUG ? "info" : "warn",
+    },
+    children,
+  );
   const load = startLoad(port, fake.store, `${mode}_${synchronous ? "s" : "a"}`);
   await Bun.sleep(1_500);
   if (!synchronous) {
@@ -117,7 +163,7 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
   const killedAt = Date.now();
   pair.killPrimary();
   await Bun.sleep(300);
-  pair.promote();
+  await pair.promote();
   // Recovered: the receiver answers 2xx again, without a restart, to a delivery sent after the kill.
   await waitUntil("a 2xx after the failover", async () => load.answers.some((a) => a.sentAt > killedAt && ok(a)), { timeoutMs: 20_000 });
   const recoveredAt = Math.min(...load.answers.filter((a) => a.sentAt > killedAt && ok(a)).map((a) => a.at));
@@ -132,7 +178,17 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
     `a ledger entry for each of ${events} events`,
     async () => (await db<{ n: number }[]>`select count(distinct invoice_id)::int as n from ledger_entries`)[0]!.n === events,
     { timeoutMs: 30_000 },
-  );
+  ).catch(async (err: Error) => {
+    // Say where the missing ones are: inbox rows by state, and whether the worker still runs.
+    const states = await db`
+      select count(*)::int as n, source, outcome, processed_at is not null as processed, needs_review_at is not null as parked
+        from webhook_inbox group by 2, 3, 4, 5`;
+    const ledger = await db`select count(distinct invoice_id)::int as n from ledger_entries`;
+    throw new Error(
+      `${err.message}: ledger ${JSON.stringify(ledger)}, inbox ${JSON.stringify(states)}, worker exit ${worker?.child.exitCode}, ` +
+        `worker stdout tail ${JSON.stringify(worker?.lines.slice(-8))}`,
+    );
+  });
   const rows = await db<{ event_id: string; source: string; outcome: string | null }[]>`select event_id, source, outcome from webhook_inbox`;
   const byEvent = new Map(rows.map((r) => [r.event_id, r]));
   const acknowledged = load.answers.filter(ok);
@@ -141,30 +197,63 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
   const result = {
     recoverMs: recoveredAt - killedAt,
     status503: after.filter((a) => a.status === 503).length,
-    other: after.filter((a) => !ok(a) && a.status !== 503).map((a) => a.status),
+    other: after.filter((a) => !ok(a) && a.status !== 503).map((a) => (a.reason ? `no answer: ${a.reason}` : a.status)),
     lost: lost.length,
     events,
     acknowledged: acknowledged.length,
   };
-  console.log(
-    `failover ${synchronous ? "synchronous" : "asynchronous"} replication, ${mode} mode: recovered in ${result.recoverMs} ms, ` +
-      `${result.status503} × 503, other non-2xx ${JSON.stringify(result.other)}, ${result.lost} acknowledged event(s) lost then recovered ` +
-      `(${result.acknowledged} acknowledged of ${events})`,
-  );
   // Applied exactly once: one inbox row and one ledger entry per event, one outbox message id per invoice.
   expect(rows.length).toBe(events);
   expect(rows.every((r) => r.outcome === "processed")).toBe(true);
   expect((await db<{ n: number }[]>`select count(*)::int as n from ledger_entries`)[0]!.n).toBe(events);
   const outbox = await db<{ n: number; ids: number }[]>`select count(*)::int as n, count(distinct message_id)::int as ids from outbox`;
   expect(outbox[0]).toEqual({ n: events, ids: events });
+  // The dispatcher, reconnected on its own, publishes every message of the surviving outbox to the sink.
+  await waitUntil(
+    "every outbox row published",
+    async () => (await db<{ n: number }[]>`select count(*)::int as n from outbox where published_at is null`)[0]!.n === 0,
+    { timeoutMs: 30_000 },
+  );
+  const messageIds = new Set((await db<{ message_id: string }[]>`select message_id from outbox`).map((r) => r.message_id));
+  const seen = new Map<string, number>();
+  for (const id of sink.ids) seen.set(id, (seen.get(id) ?? 0) + 1);
+  const sinkDuplicates = [...seen.values()].filter((n) => n > 1).length;
+  console.log(
+    `failover ${synchronous ? "synchronous" : "asynchronous"} replication, ${mode} mode: recovered in ${result.recoverMs} ms, ` +
+      `${result.status503} × 503, other non-2xx ${JSON.stringify(result.other)}, ${result.lost} acknowledged event(s) lost then recovered ` +
+      `(${result.acknowledged} acknowledged of ${events}); sink: ${sink.ids.length} deliveries of ${messageIds.size} messages, ` +
+      `${sinkDuplicates} seen twice or more`,
+  );
+  // Every message reached the sink, and the sink saw no message the surviving outbox does not have: one
+  // re-created by the recovery came under the id it had before the failover.
+  expect([...messageIds].filter((id) => !seen.has(id))).toEqual([]);
+  expect([...seen.keys()].filter((id) => !messageIds.has(id))).toEqual([]);
   // Reconnected without a restart.
   expect(serve.child.exitCode).toBeNull();
   if (worker) expect(worker.child.exitCode).toBeNull();
+  expect(dispatch.child.exitCode).toBeNull();
   if (process.env.FAILOVER_DEBUG) console.log(serve.lines.filter((l) => /"status":5|error/.test(l)).slice(0, 8).join("\n"));
-  process.kill(serve.child.pid, "SIGTERM");
-  if (worker) process.kill(worker.child.pid, "SIGTERM");
-  await Promise.all([serve.child.exited, worker?.child.exited]);
-  return result;
+  // And each stops on SIGTERM after the failover (within 15 s; one that does not is named, with its output).
+  const stopped = Object.fromEntries(
+    await Promise.all(
+      Object.entries({ serve, dispatch, ...(worker ? { worker } : {}) }).map(async ([name, c]) => {
+        process.kill(c.child.pid, "SIGTERM");
+        const code = await Promise.race([c.child.exited, Bun.sleep(15_000).then(() => "still running after 15 s")]);
+        if (code !== 0) {
+          const stderr = typeof code === "number" ? (await c.stderr).slice(-800) : "(running)";
+          console.log(`${name} on SIGTERM after the failover: ${code}; stdout tail ${JSON.stringify(c.lines.slice(-6))}; stderr tail ${stderr}`);
+        }
+        return [name, code] as const;
+      }),
+    ),
+  );
+  // Only the receiver is held to a clean stop. The worker and the dispatcher are not, yet: in these runs the
+  // dispatcher twice logged "stopping" after a failover and never exited (2 of 14 runs of the async-replication
+  // hybrid scenario with LISTEN, 0 of 5 with FAILOVER_DISPATCH_NO_LISTEN=1, i.e. --no-listen), and the worker
+  // once exited 1; defects outside this test's scope (docs/failover.md: likely postgres.js 3.4.9's multi-host
+  // connect, porsager/postgres#1174), printed above; afterAll SIGKILLs a hung one.
+  expect(stopped.serve).toBe(0);
+  return { ...result, sinkDuplicates };
 }
 
 const named = "failover test: no PostgreSQL binaries (initdb, pg_ctl, postgres) found";
@@ -173,16 +262,23 @@ if (!binaries && required) throw new Error(`${named}, and CI or REQUIRE_FAILOVER
 const maybe = binaries ? test : test.skip;
 if (!binaries) console.log(`skip: ${named}`);
 
-maybe("a failover under synchronous replication answers 503 during the switch, never 2xx for a lost commit, and the receiver reconnects without a restart", async () => {
-  const r = await scenario("sync", true);
-  expect(r.lost).toBe(0);
-  expect(r.other).toEqual([]);
-}, 120_000);
+for (const mode of ["sync", "async", "hybrid"] as const) {
+  maybe(`a failover under synchronous replication in ${mode} mode answers 503 during the switch, never 2xx for a lost commit, and receiver, worker and dispatcher reconnect without a restart`, async () => {
+    const r = await scenario(mode, true);
+    expect(r.lost).toBe(0);
+    expect(r.other).toEqual([]);
+  }, 120_000);
+}
 
 for (const mode of ["sync", "async", "hybrid"] as const) {
-  maybe(`a failover under asynchronous replication in ${mode} mode loses acknowledged events, and the primary-change backfill records and applies each once`, async () => {
+  maybe(`a failover under asynchronous replication in ${mode} mode loses acknowledged events, and the primary-change backfill records and applies each once, its outbox messages under their old ids`, async () => {
     const r = await scenario(mode, false);
     expect(r.lost).toBeGreaterThan(0); // the partition did lose acknowledged commits: the recovery was needed
+    // In sync mode the receiver writes the outbox row in the delivery's transaction and the dispatcher (woken by
+    // NOTIFY) sends it within milliseconds, so messages the sink had from the old primary came again, under the
+    // same ids (the check above that the sink saw no unknown id is then the proof). In async and hybrid mode the
+    // worker may not have applied the lost events before the crash: there duplicates are printed, not required.
+    if (mode === "sync") expect(r.sinkDuplicates).toBeGreaterThan(0);
     expect(r.other).toEqual([]);
   }, 120_000);
 }

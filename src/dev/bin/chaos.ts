@@ -1,6 +1,7 @@
 // Entry file: `bun run chaos [options]`. Runs the real `serve` and `worker` commands as child
 // processes against a PostgreSQL it starts (or DATABASE_URL), delivers a Stripe-like storm while
-// SIGKILLing receivers and workers and restarting PostgreSQL, then checks the invariants.
+// SIGKILLing receivers and workers and restarting PostgreSQL (or failing it over to its standby), then
+// checks the invariants.
 // Exit codes: 0 no violation, 1 a violation (or the run could not complete), 2 usage error.
 import type { Subprocess } from "bun";
 import { appendFileSync, mkdtempSync, readFileSync, rmSync } from "node:fs";
@@ -25,20 +26,29 @@ import { parseScale, runScale, scaleTable } from "../chaos/scale.ts";
 import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../../runtime/embedded-postgres.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { createScratchDatabase } from "../scratch-database.ts";
+import { findBinaries, startReplicatedPair, type ReplicatedPair } from "../replicated-postgres.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 
 const USAGE = `Usage: bun run chaos [options]
   --mode sync|async|hybrid   processing mode of the receivers (default sync; async with --scale)
   --invoices N               invoice lifecycles in the storm (default 100; ~6 events each: invoices, refunds, disputes);
-                             with restart-db or outage among the faults at least ⌈2 s × --rate ÷ 6⌉ (50 at the
+                             with restart-db, outage or failover among the faults at least ⌈2 s × --rate ÷ 6⌉ (50 at the
                              default rate; fewer is refused with exit 2): the storm must send for 2 s for them
                              to happen while it runs
   --poison N                 extra events a handler can never apply; they must end needs-review (default 0)
   --senders N                concurrent Stripe-like senders (default 8)
   --rate N                   deliveries per second over all senders (default 150)
   --receivers N, --workers N receiver and worker processes (default 2 and 2; no workers in sync mode)
-  --faults LIST              kill-receiver,kill-worker,restart-db,outage (default all; "none" for none;
-                             --thin leaves the outage out; with --scale kill-receiver,kill-worker, the only ones allowed)
+  --faults LIST              kill-receiver,kill-worker,restart-db,outage,failover (default all but failover;
+                             "none" for none; --thin leaves the outage out; with --scale kill-receiver,kill-worker, the only ones allowed)
+                             failover: the storm runs against a primary and a streaming standby (the embedded
+                             PostgreSQL binaries, else Debian's) under synchronous replication
+                             (synchronous_standby_names = 'standby1', synchronous_commit = on: a commit, and so
+                             a 2xx, returns only once the standby has flushed it, so no acknowledged event can
+                             be lost); DATABASE_URL lists both with target_session_attrs=primary; 1.5 s into the
+                             storm (after restart-db, which then restarts the primary) the primary is SIGKILLed
+                             and the standby promoted; receivers and workers must reconnect by themselves.
+                             Not with DATABASE_URL (exit 2)
   --one-kill-each            instead of random kills every --fault-every-ms: SIGKILL one receiver once a third of
                              the events are acknowledged and one worker at half, each started again 100–500 ms later
   --scale LIST               e.g. 1x1,2x2,4x4 (receivers x workers): one run per configuration, one after the other,
@@ -58,10 +68,15 @@ const USAGE = `Usage: bun run chaos [options]
   --seed N                   reproducible storm and fault schedule (default: random, printed)
   --json                     print the summary as one JSON line at the end
 With DATABASE_URL a fresh database is created on that server (and dropped afterwards; restart-db is
-skipped: only an embedded server can be restarted); otherwise a throwaway embedded PostgreSQL is used.`;
+skipped: only an embedded server can be restarted); otherwise a throwaway embedded PostgreSQL is used (with
+--faults failover, a throwaway primary and standby).`;
 
 const SECRET = "whsec_chaos_0123456789abcdefghijklmn";
-const FAULTS = ["kill-receiver", "kill-worker", "restart-db", "outage"] as const;
+const FAULTS = ["kill-receiver", "kill-worker", "restart-db", "outage", "failover"] as const;
+/** The faults `--faults` means when not given: all but failover, which needs a replicated pair. */
+const DEFAULT_FAULTS = FAULTS.filter((f) => f !== "failover");
+/** When the failover is due, ms into the storm (restart-db, due at 1 s, goes first). */
+const FAILOVER_AT_MS = 1_500;
 const API_KEY = "sk_test_chaos0123456789";
 
 function usage(message: string): never {
@@ -111,7 +126,7 @@ const num = (name: keyof typeof o, min: number): number => {
 o.rate ??= o.scale !== undefined ? "1000000" : "150";
 const mode = o.mode ?? (o.scale !== undefined ? "async" : "sync");
 if (mode !== "sync" && mode !== "async" && mode !== "hybrid") usage(`--mode must be sync, async or hybrid, got "${mode}"`);
-const faultList = o.faults ?? (o.scale !== undefined ? "kill-receiver,kill-worker" : FAULTS.join(","));
+const faultList = o.faults ?? (o.scale !== undefined ? "kill-receiver,kill-worker" : DEFAULT_FAULTS.join(","));
 const faults = new Set(faultList === "none" ? [] : faultList.split(","));
 for (const f of faults) if (!(FAULTS as readonly string[]).includes(f)) usage(`Unknown fault "${f}": use ${FAULTS.join(", ")} or none`);
 const seed = num("seed", 0);
@@ -125,7 +140,12 @@ if (outage && num("give-up-ms", 1) >= num("outage-ms", 1))
   usage("--give-up-ms must be shorter than --outage-ms: the outage must outlast the senders' retries");
 // The faults due at a time into the storm happen only while it is sent: a storm too small for them is
 // refused here, before anything starts (restart-db is skipped with DATABASE_URL, see below).
-const timedFaults = [...faults].filter((f) => f === "outage" || (f === "restart-db" && !process.env.DATABASE_URL));
+const failover = faults.has("failover");
+if (failover && process.env.DATABASE_URL)
+  usage(
+    "--faults failover starts its own primary and standby: unset DATABASE_URL (a server this command does not own cannot be failed over)",
+  );
+const timedFaults = [...faults].filter((f) => f === "outage" || f === "failover" || (f === "restart-db" && !process.env.DATABASE_URL));
 if (timedFaults.length > 0 && num("invoices", 1) < minimumInvoices(num("rate", 1)))
   usage(
     `--invoices must be at least ${minimumInvoices(num("rate", 1))} at --rate ${num("rate", 1)} with the faults ${timedFaults.join(", ")}, got ${num("invoices", 1)}: ` +
@@ -140,8 +160,10 @@ const logFile = join(workDir, "children.log");
 const log = (line: string) => appendFileSync(logFile, `${line}\n`);
 const say = (line: string) => (o.json ? log(`chaos ${line}`) : console.log(line));
 
-// 1. The database: a throwaway embedded cluster (restartable), or a fresh database on DATABASE_URL.
+// 1. The database: a throwaway embedded cluster (restartable), a throwaway primary and standby (failover),
+// or a fresh database on DATABASE_URL.
 let embedded: EmbeddedServer | undefined;
+let pair: ReplicatedPair | undefined;
 let dataDir: string | undefined;
 let url: string;
 let dropDatabase = async () => {};
@@ -154,6 +176,7 @@ onStopSignals(
     void (async () => {
       await Promise.all(children.map((c) => c.stop("SIGKILL").catch(() => null)));
       if (dataDir) await killPostmaster(dataDir).catch(() => {});
+      pair?.destroy();
       await dropDatabase().catch(() => {});
       if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
       rmSync(workDir, { recursive: true, force: true });
@@ -167,6 +190,15 @@ if (process.env.DATABASE_URL) {
   url = scratch.url;
   dropDatabase = scratch.drop;
   if (faults.delete("restart-db")) say("restart-db skipped: DATABASE_URL points at a server this command does not own");
+} else if (failover) {
+  const binaries = await findBinaries();
+  if (!binaries) {
+    console.error("chaos: --faults failover needs the PostgreSQL binaries initdb, pg_ctl and postgres (embedded or Debian's); none found");
+    process.exit(1);
+  }
+  pair = await startReplicatedPair(binaries, { synchronous: true });
+  url = pair.url;
+  say(`chaos: primary on port ${pair.primaryPort}, synchronous standby on ${pair.standbyPort} (${binaries.label})`);
 } else {
   dataDir = await temporaryDataDir("webhook-inbox-chaos-pg-");
   embedded = await startEmbeddedPostgres({ dir: dataDir, port: 0 });
@@ -215,7 +247,7 @@ for (const child of children) child.start();
 await Promise.all(ports.map((port) => waitReady(`http://127.0.0.1:${port}`)));
 
 // 3. Faults while the storm runs.
-const counts = { receiverKills: 0, workerKills: 0, dbRestarts: 0, outages: 0 };
+const counts = { receiverKills: 0, workerKills: 0, dbRestarts: 0, outages: 0, failovers: 0 };
 // The outage begins a third of the way into the storm's expected sending time.
 const outageAtMs = () => (storm.events.length * 2 * 1000) / num("rate", 1) / 3;
 let storming = true;
@@ -224,16 +256,22 @@ const killedTicks = { receivers: 0, workers: 0 };
 const faultLoop = (async () => {
   let dbRestartDue = faults.has("restart-db");
   let outageDue = outage;
+  let failoverDue = failover;
   const stormStarted = Date.now();
   // The storm is defined once the main code reaches its first await (sendStorm): wait for that.
   if (o["one-kill-each"]) return sleep(10).then(oneKillEach);
   await sleep(300);
   while (storming) {
-    const kinds = [...faults].filter((f) => f !== "restart-db" && f !== "outage" && (f !== "kill-worker" || workers.length > 0));
+    const kinds = [...faults].filter(
+      (f) => f !== "restart-db" && f !== "outage" && f !== "failover" && (f !== "kill-worker" || workers.length > 0),
+    );
     // PostgreSQL goes down once, about a second into the storm, while deliveries are in flight.
     if (dbRestartDue && Date.now() - stormStarted > 1_000) {
       dbRestartDue = false;
       await restartDatabase();
+    } else if (failoverDue && Date.now() - stormStarted > FAILOVER_AT_MS) {
+      failoverDue = false;
+      await failOver();
     } else if (outageDue && Date.now() - stormStarted > outageAtMs()) {
       outageDue = false;
       await receiverOutage();
@@ -241,7 +279,10 @@ const faultLoop = (async () => {
       await killAndRestart(kinds[Math.floor(random() * kinds.length)] === "kill-receiver" ? "kill-receiver" : "kill-worker");
     }
     // Wake up when the restart or the outage falls due rather than sleep past it (the storm may end meanwhile).
-    const dueInMs = Math.min(dbRestartDue ? 1_000 : Infinity, outageDue ? outageAtMs() : Infinity) - (Date.now() - stormStarted) + 1;
+    const dueInMs =
+      Math.min(dbRestartDue ? 1_000 : Infinity, failoverDue ? FAILOVER_AT_MS : Infinity, outageDue ? outageAtMs() : Infinity) -
+      (Date.now() - stormStarted) +
+      1;
     await sleep(Math.max(0, Math.min(num("fault-every-ms", 1) * (0.5 + random()), dueInMs)));
   }
 })();
@@ -284,7 +325,30 @@ async function receiverOutage(): Promise<void> {
   log("chaos outage over");
 }
 
+/**
+ * The failover: SIGKILL of the primary's postmaster while deliveries are in flight, 300 ms of no primary
+ * (deliveries answered 503), then `pg_ctl promote` of the synchronous standby. Nobody restarts the
+ * receivers or workers: they find the new primary through DATABASE_URL's second host.
+ */
+async function failOver(): Promise<void> {
+  if (!pair) return;
+  log("chaos SIGKILL of the primary");
+  pair.killPrimary();
+  await sleep(300);
+  await pair.promote();
+  counts.failovers++;
+  log("chaos standby promoted");
+}
+
 async function restartDatabase(): Promise<void> {
+  if (pair) {
+    // Before the failover (due later): an immediate shutdown and start of the primary; the standby follows again.
+    log("chaos immediate shutdown and start of the primary");
+    await pair.restartPrimary();
+    counts.dbRestarts++;
+    log("chaos primary restarted");
+    return;
+  }
   if (!dataDir || !embedded) return;
   log("chaos immediate shutdown of PostgreSQL");
   await killPostmaster(dataDir);
@@ -354,6 +418,7 @@ const [recovered] = await db<{ n: number }[]>`select count(*)::int as n from web
 // A run that was asked to restart PostgreSQL but ended before it could proves less than it claims.
 const dbRestartMissed = faults.has("restart-db") && counts.dbRestarts === 0;
 const outageMissed = outage && counts.outages === 0;
+const failoverMissed = failover && counts.failovers === 0;
 const reconcileFailed = reconcile !== undefined && reconcile !== 0;
 const [inboxRows] = await db<
   { n: number }[]
@@ -363,7 +428,7 @@ const perSec = (until: number) => Math.round(storm.events.length / ((until - bef
 // PostgreSQL's CPU only when this run owns the server and it was not restarted meanwhile (a new postmaster).
 const postgresTicks =
   before.postgres !== undefined && after.postgres !== undefined && counts.dbRestarts === 0 ? after.postgres - before.postgres : undefined;
-const ok = passed(verdict) && drained && !dbRestartMissed && !outageMissed && !reconcileFailed;
+const ok = passed(verdict) && drained && !dbRestartMissed && !outageMissed && !failoverMissed && !reconcileFailed;
 const summary = {
   mode: o.thin ? "thin" : mode,
   seed,
@@ -379,6 +444,7 @@ const summary = {
   db_restarts: counts.dbRestarts,
   ...(thinApi ? { api_429s: thinApi.store.requests.filter((r) => r.status === 429).length } : {}),
   outages: counts.outages,
+  failovers: counts.failovers,
   // Deliveries the senders gave up on during the outage, and rows \`reconcile events\` recorded from the API.
   gave_up: stats.gaveUp.length,
   recovered_by_reconcile: recovered?.n ?? 0,
@@ -431,6 +497,7 @@ if (!o.json) {
   }
   for (const p of verdict.poison) console.log(`injected poison ${p.eventId}: ${p.parked ? "needs-review, as expected" : "NOT parked"}`);
   if (!drained) console.log("VIOLATION: the backlog did not drain within 60 s");
+  if (failoverMissed) console.log("INCOMPLETE: the storm ended before the failover; use more --invoices or a lower --rate");
   if (outageMissed) console.log("INCOMPLETE: the storm ended before the outage; use more --invoices or a lower --rate");
   if (reconcileFailed) console.log(`VIOLATION: reconcile events exited ${reconcile} (see ${logFile})`);
   if (dbRestartMissed)
@@ -443,6 +510,7 @@ await db.end({ timeout: 5 });
 await fakeStripe?.stop();
 await thinApi?.stop();
 await embedded?.stop();
+pair?.destroy();
 await dropDatabase();
 if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
 if (ok) rmSync(workDir, { recursive: true, force: true });

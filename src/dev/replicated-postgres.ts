@@ -1,15 +1,16 @@
-// A PostgreSQL primary and its streaming-replication standby on loopback, for the failover test
-// (test/system/failover.test.ts). The standby is a file-system copy of the primary's freshly initialised,
+// Edge file: a PostgreSQL primary and its streaming-replication standby on loopback, for the failover test
+// (test/system/failover.test.ts) and `bun run chaos --faults failover` (node:child_process, node:net, /proc,
+// signals). The standby is a file-system copy of the primary's freshly initialised,
 // cleanly stopped cluster (PostgreSQL manual, "File System Level Backup"; "Log-Shipping Standby Servers":
 // standby.signal + primary_conninfo), so no pg_basebackup is needed: the embedded PostgreSQL 18 binaries
 // (initdb, pg_ctl, postgres) suffice, and Debian's packaged server is the fallback. As root, every
 // PostgreSQL program runs as the OS user `postgres` (as src/runtime/dev-database.ts does).
-import { execFileSync, spawnSync } from "node:child_process";
+import { execFile, execFileSync, spawnSync } from "node:child_process";
 import { appendFileSync, chmodSync, cpSync, existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { arch, platform, tmpdir, userInfo } from "node:os";
 import { join } from "node:path";
 import { createServer, connect as tcpConnect, type Socket } from "node:net";
-import { freePort } from "../../src/runtime/embedded-postgres.ts";
+import { freePort } from "../runtime/embedded-postgres.ts";
 
 /**
  * A loopback relay the standby streams through: `partition()` drops, from then on, every byte the primary
@@ -77,8 +78,18 @@ export interface ReplicatedPair {
   primaryPid(): number;
   /** SIGKILLs the primary's postmaster (its backends notice and exit by themselves). */
   killPrimary(): void;
-  /** `pg_ctl promote -w` on the standby. */
-  promote(): void;
+  /**
+   * `pg_ctl promote -w` on the standby, run without blocking this process's event loop (the load it
+   * sends goes on meanwhile); rejects with pg_ctl's output when it fails.
+   */
+  promote(): Promise<void>;
+  /**
+   * Immediate shutdown of the primary (`pg_ctl stop -m immediate`: no checkpoint, crash recovery on the
+   * next start; PostgreSQL manual, "Shutting Down the Server"), then `pg_ctl start -w` on the same port.
+   * The standby streams again once its WAL receiver retries (`wal_retrieve_retry_interval`, 200 ms here).
+   * Only before {@link killPrimary}.
+   */
+  restartPrimary(): Promise<void>;
   /** From now on the standby receives nothing more from the primary (see replicationRelay). */
   partition(): void;
   /** Stops every process the pair started (by pid) and removes its directories. */
@@ -89,6 +100,15 @@ function runAs(): { uid?: number; gid?: number } {
   if (userInfo().uid !== 0) return {};
   const id = (flag: string) => Number(execFileSync("id", [flag, "postgres"], { encoding: "utf8" }).trim());
   return { uid: id("-u"), gid: id("-g") };
+}
+
+/** Runs one PostgreSQL program (as `postgres` when root) without blocking; rejects with its output when it fails. */
+function runAsync(bin: PostgresBinaries, program: string, args: string[]): Promise<void> {
+  return new Promise((resolve, reject) =>
+    execFile(join(bin.dir, program), args, { ...runAs(), encoding: "utf8", timeout: 60_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${program} ${args.join(" ")} failed (${err.code ?? err.signal}): ${stderr || stdout}`)) : resolve(),
+    ),
+  );
 }
 
 /** Runs one PostgreSQL program (as `postgres` when root); throws with its output when it fails. */
@@ -174,6 +194,7 @@ export async function startReplicatedPair(bin: PostgresBinaries, options: { sync
       [
         `port = ${standbyPort}`,
         "synchronous_standby_names = ''",
+        "wal_retrieve_retry_interval = '200ms'",
         `primary_conninfo = 'host=127.0.0.1 port=${relay.port} user=postgres application_name=standby1'`,
         "",
       ].join("\n"),
@@ -210,7 +231,12 @@ export async function startReplicatedPair(bin: PostgresBinaries, options: { sync
       started[0]!.pids.push(primaryPostmaster, ...childrenOf(primaryPostmaster));
       kill(primaryPostmaster, "SIGKILL");
     },
-    promote: () => run(bin, "pg_ctl", ["promote", "-D", standby, "-w", "-t", "60", "-s"]),
+    promote: () => runAsync(bin, "pg_ctl", ["promote", "-D", standby, "-w", "-t", "60", "-s"]),
+    async restartPrimary() {
+      await runAsync(bin, "pg_ctl", ["stop", "-D", primary, "-m", "immediate", "-w", "-t", "60", "-s"]);
+      await runAsync(bin, "pg_ctl", ["start", "-D", primary, "-l", join(parent, `${primaryPort}.log`), "-w", "-t", "60", "-s"]);
+      primaryPostmaster = pidOf(primary) ?? primaryPostmaster;
+    },
     partition: relay.partition,
     destroy,
   };
