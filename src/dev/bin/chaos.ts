@@ -360,14 +360,23 @@ async function restartDatabase(): Promise<void> {
 
 // 4. The storm.
 const classicStorm = generateStorm({ invoices: num("invoices", 1), poison: num("poison", 0), seed });
+// Stripe created each event once, ten per second in creation order, ending a moment ago (inside the 30
+// days its Events API keeps them; the model's fixed \`created\` is older): the webhook body and the Events
+// API carry that same \`created\`, as Stripe's do, so a backfilled event meets its delivered row's key.
+const firstCreated = Math.floor(Date.now() / 1000) - Math.ceil(classicStorm.events.length / 10) - 1;
+for (const e of classicStorm.events) {
+  const event = JSON.parse(e.body) as Record<string, unknown>;
+  event.created = firstCreated + Math.floor((e.seq ?? 0) / 10);
+  e.body = JSON.stringify(event, null, 2);
+}
 const storm = thinApi ? thinStorm(classicStorm, thinApi.store) : classicStorm;
-// Stripe's Events API holds every event of the storm, ten per second in the storm's order, ending a
-// moment ago (the bodies' fixed \`created\` is older than the 30 days Stripe keeps events).
 const stripeStore = new FakeStripeStore(API_KEY);
-const firstCreated = Math.floor(Date.now() / 1000) - Math.ceil(storm.events.length / 10) - 1;
-storm.events.forEach((e, i) =>
-  stripeStore.putEvent({ ...(JSON.parse(e.body) as { id: string; object: string }), created: firstCreated + Math.floor(i / 10) }),
-);
+for (const e of storm.events) {
+  const event = JSON.parse(e.body) as { id: string; object: string; created: number | string };
+  // A thin notification's \`created\` is an ISO 8601 string; the store keeps Unix seconds.
+  const created = typeof event.created === "number" ? event.created : Math.floor(Date.parse(event.created) / 1000);
+  stripeStore.putEvent({ ...event, created });
+}
 const fakeStripe = outage ? startFakeStripe({ store: stripeStore }) : undefined;
 say(
   `chaos: ${o.thin ? "thin endpoint" : `mode ${mode}`}, seed ${seed}, ${storm.events.length} events, ${receivers.length} receivers, ${workers.length} workers, faults ${[...faults].join(",") || "none"}`,
