@@ -3,7 +3,7 @@
 import { jsonLines, readLogLevel, type LogLevel } from "../log.ts";
 import { parseArgs } from "node:util";
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
-import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
+import { abortOnSignals, loopFlagSpecs, readLoopSettings, STOP_GRACE_EXTRA_MS } from "../runtime/loop-settings.ts";
 import { connectDatabase } from "../runtime/database-tls.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
 import { httpSink } from "../outbox/http-sink.ts";
@@ -80,7 +80,7 @@ try {
 /** One JSON line per event of this process (src/log.ts), below LOG_LEVEL dropped. */
 const log = jsonLines({ level: logLevel });
 // Signals before the database is opened: a stop during start-up ends the start at once.
-const controller = abortOnSignals("dispatcher");
+const controller = abortOnSignals("dispatcher", settings["timeout-ms"] + STOP_GRACE_EXTRA_MS);
 const ready = await openReadyDatabase({
   command: "webhook-inbox dispatch",
   env: process.env,

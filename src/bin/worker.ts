@@ -2,7 +2,7 @@
 import { jsonLines, readLogLevel, type LogLevel } from "../log.ts";
 import { parseArgs } from "node:util";
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
-import { abortOnSignals, loopFlagSpecs, readLoopSettings } from "../runtime/loop-settings.ts";
+import { abortOnSignals, loopFlagSpecs, readLoopSettings, STOP_GRACE_EXTRA_MS } from "../runtime/loop-settings.ts";
 import { ConfigError, loadEndpointsWithoutSecrets, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
 import { connectDatabase } from "../runtime/database-tls.ts";
 import { workerHandlerTables } from "../receiver/endpoints.ts";
@@ -115,7 +115,7 @@ const log = jsonLines({ level: logLevel });
 const listen = !parsed.values["no-listen"] && pooler !== "transaction";
 
 // Signals before the database is opened: a stop during start-up ends the start at once.
-const controller = abortOnSignals("worker");
+const controller = abortOnSignals("worker", settings["timeout-ms"] + STOP_GRACE_EXTRA_MS);
 const ready = await openReadyDatabase({
   command: "webhook-inbox worker",
   env: process.env,

@@ -60,16 +60,31 @@ export function readLoopSettings(
  * SIGTERM/SIGINT abort the returned controller (stop claiming, finish in-flight work); a repeated
  * SIGTERM is ignored, and a SIGINT later than {@link REPEAT_WINDOW_MS} after the first signal (a second
  * Ctrl-C: under `bun run` one arrives twice) exits at once with status 1 (see onStopSignals).
- * Logs `{ <label>: "stopping", signal }`.
+ * Logs `{ <label>: "stopping", signal }`. A process still running `stopGraceMs` ms after the signal
+ * (a query that never returns, e.g. while no listed host is a primary during a failover) logs
+ * `{ <label>: "stop_timeout" }` at level error and exits with status 1: what it had claimed is not lost,
+ * its lease runs out and another worker claims it again. Give it the longest in-flight work may take
+ * (`--timeout-ms`) plus the pool's close.
  */
-export function abortOnSignals(label: string): AbortController {
+export function abortOnSignals(label: string, stopGraceMs: number): AbortController {
   const controller = new AbortController();
   onStopSignals(
     (signal) => {
       jsonLines()({ [label]: "stopping", signal });
       controller.abort();
+      setTimeout(() => {
+        jsonLines()({
+          [label]: "stop_timeout",
+          level: "error",
+          message: `${label} did not stop within ${stopGraceMs} ms of ${signal}; exiting (its unfinished rows are claimed again when their lease ends)`,
+        });
+        process.exit(1);
+      }, stopGraceMs).unref();
     },
     () => process.exit(1),
   );
   return controller;
 }
+
+/** How long past `--timeout-ms` a stopping worker or dispatcher may take to close its pool, ms. */
+export const STOP_GRACE_EXTRA_MS = 10_000;

@@ -1,5 +1,6 @@
 // Test helper: a loopback TCP port in front of a server that can be shut (listener closed, every open
-// connection cut) and opened again: a database that goes down and comes back, as a pooler sees it.
+// connection cut) and opened again: a database that goes down and comes back, as a pooler sees it; or
+// frozen: connections stay open but no byte passes any more (a host that stopped answering).
 import { createServer, connect as tcpConnect, type Server, type Socket } from "node:net";
 import { freePort } from "../../src/runtime/embedded-postgres.ts";
 
@@ -8,6 +9,8 @@ export interface TcpGate {
   url: string;
   open(): Promise<void>;
   shut(): Promise<void>;
+  /** From now on drops every byte either way, keeping connections open: a query sent then never returns. */
+  freeze(): void;
 }
 
 /** A gate on a free port in front of the server of `url` (same credentials and database), shut at first. */
@@ -16,6 +19,7 @@ export async function tcpGate(url: string): Promise<TcpGate> {
   const port = await freePort();
   const sockets = new Set<Socket>();
   let server: Server | undefined;
+  let frozen = false;
   const forward = (client: Socket) => {
     const upstream = tcpConnect(Number(target.port), target.hostname);
     for (const s of [client, upstream]) {
@@ -23,8 +27,8 @@ export async function tcpGate(url: string): Promise<TcpGate> {
       s.on("error", () => (client.destroy(), upstream.destroy()));
       s.on("close", () => (sockets.delete(s), client.destroy(), upstream.destroy()));
     }
-    client.pipe(upstream);
-    upstream.pipe(client);
+    client.on("data", (chunk) => frozen || upstream.write(chunk));
+    upstream.on("data", (chunk) => frozen || client.write(chunk));
   };
   return {
     url: Object.assign(new URL(url), { port: String(port) }).toString(),
@@ -35,5 +39,6 @@ export async function tcpGate(url: string): Promise<TcpGate> {
         server ? server.close(() => resolve()) : resolve();
         server = undefined;
       }),
+    freeze: () => void (frozen = true),
   };
 }

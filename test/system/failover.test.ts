@@ -233,12 +233,12 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
   if (worker) expect(worker.child.exitCode).toBeNull();
   expect(dispatch.child.exitCode).toBeNull();
   if (process.env.FAILOVER_DEBUG) console.log(serve.lines.filter((l) => /"status":5|error/.test(l)).slice(0, 8).join("\n"));
-  // And each stops on SIGTERM after the failover (within 15 s; one that does not is named, with its output).
+  // And each stops on SIGTERM after the failover (within 20 s; one that does not is named, with its output).
   const stopped = Object.fromEntries(
     await Promise.all(
       Object.entries({ serve, dispatch, ...(worker ? { worker } : {}) }).map(async ([name, c]) => {
         process.kill(c.child.pid, "SIGTERM");
-        const code = await Promise.race([c.child.exited, Bun.sleep(15_000).then(() => "still running after 15 s")]);
+        const code = await Promise.race([c.child.exited, Bun.sleep(20_000).then(() => "still running after 20 s")]);
         if (code !== 0) {
           const stderr = typeof code === "number" ? (await c.stderr).slice(-800) : "(running)";
           console.log(`${name} on SIGTERM after the failover: ${code}; stdout tail ${JSON.stringify(c.lines.slice(-6))}; stderr tail ${stderr}`);
@@ -247,12 +247,13 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
       }),
     ),
   );
-  // Only the receiver is held to a clean stop. The worker and the dispatcher are not, yet: in these runs the
-  // dispatcher twice logged "stopping" after a failover and never exited (2 of 14 runs of the async-replication
-  // hybrid scenario with LISTEN, 0 of 5 with FAILOVER_DISPATCH_NO_LISTEN=1, i.e. --no-listen), and the worker
-  // once exited 1; defects outside this test's scope (docs/failover.md: likely postgres.js 3.4.9's multi-host
-  // connect, porsager/postgres#1174), printed above; afterAll SIGKILLs a hung one.
+  // The receiver stops cleanly. The worker and the dispatcher stop too, but not always cleanly: after a failover
+  // one sometimes waits on a query that never returns (likely postgres.js 3.4.9's multi-host connect,
+  // porsager/postgres#1174; docs/failover.md), and the stop bound (--timeout-ms + 10 s: 12 s here) then ends it
+  // with stop_timeout and exit 1, which loses nothing (its leases run out). Never left running.
   expect(stopped.serve).toBe(0);
+  expect(typeof stopped.dispatch).toBe("number");
+  if (worker) expect(typeof stopped.worker).toBe("number");
   return { ...result, sinkDuplicates };
 }
 

@@ -9,6 +9,7 @@ import { receiveAsync } from "../../src/receiver/receive.ts";
 import { spawnBun, waitForLine, type Running } from "../support/bun-child.ts";
 import { eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
+import { tcpGate } from "../runtimes/tcp-gate.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 
@@ -126,3 +127,30 @@ test("two `bun run worker --no-listen` processes never LISTEN, drain async rows 
     await database.drop();
   }
 }, 90_000);
+
+test("`bun run worker` whose database stops answering mid-query still ends after SIGTERM: stop_timeout logged at level error, exit 1, within --timeout-ms + 10 s", async () => {
+  const database = await freshDatabase();
+  const gate = await tcpGate(database.url);
+  await gate.open();
+  try {
+    const worker = spawnBun(
+      ["src/bin/worker.ts", "--no-listen", "--poll-ms", "50", "--timeout-ms", "1000", "--lease-ms", "2000"],
+      { PATH: process.env.PATH, DATABASE_URL: gate.url, FAILOVER_CHECK_MS: "0" },
+      tracked,
+    );
+    await waitForLine(worker, '{"worker":"started"', 30_000);
+    gate.freeze(); // the next claim is sent and never answered
+    await Bun.sleep(300);
+    const signalledAt = Date.now();
+    worker.child.kill("SIGTERM");
+    // A bound on a hang, not a speed assertion: without the stop bound this never exits.
+    const code = await Promise.race([worker.child.exited, Bun.sleep(40_000).then(() => "still running" as const)]);
+    expect(code).toBe(1);
+    expect(Date.now() - signalledAt).toBeGreaterThanOrEqual(11_000);
+    const line = worker.lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.worker === "stop_timeout");
+    expect(line).toMatchObject({ level: "error" });
+  } finally {
+    await gate.shut();
+    await database.drop();
+  }
+}, 60_000);
