@@ -34,7 +34,7 @@ const cleanups: (() => void | Promise<void>)[] = [];
 afterAll(async () => {
   for (const child of children) if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, "SIGKILL");
   for (const c of cleanups.reverse()) await c();
-});
+}, 120_000); // six primary/standby pairs to stop: past bun's 5 s hook default on a busy machine
 
 /** One delivery's answer: its HTTP status or "no answer", and when it came (ms since the epoch). */
 interface Answer {
