@@ -193,7 +193,10 @@ try {
     serverUrl = embedded.url;
   }
   const all = loadMigrations();
+  let span = { start: new Date(0), end: new Date(0) };
   const lines: string[] = [];
+  // The same figures for scripts and test/dev/retention-bench.test.ts: the last line of stdout, after "json: ".
+  const results: Record<string, unknown> = { rows, weeks: WEEKS, purgedWeeks: PURGED_WEEKS };
   const table = ["| layout | operation | rows removed | wall time | WAL | inbox size before | inbox size after |", "|---|---|---|---|---|---|---|"];
 
   // 1. Partitioned (every migration): purge by partition drop.
@@ -209,6 +212,7 @@ try {
                date_trunc('week', now(), 'UTC') as end
       `;
       const { start, end } = meta!;
+      span = { start, end };
       lines.push(`PostgreSQL ${meta!.version}; ${rows} rows evenly over ${start.toISOString()} – ${end.toISOString()} (${WEEKS} weeks); purged: the oldest ${PURGED_WEEKS} weeks`);
       say(lines[0]!);
       await weeklyPartitionsFrom(db, start);
@@ -226,6 +230,7 @@ try {
       });
       const after = await sizes(db);
       say(`  purge (partition drop): ${JSON.stringify({ ...m, deleted: result?.deleted, dropped: result?.partitionsDropped })}`);
+      results.partitioned = { fillS, before, after, purge: { ...m, deleted: result?.deleted, partitionsDropped: result?.partitionsDropped } };
       table.push(
         `| partitioned (0026) | purge --whole-partitions: ${result?.partitionsDropped.length} partitions detached and dropped | ${result?.deleted} | ${(m.ms / 1000).toFixed(2)} s | ${mib(m.wal)} (${m.wal} B) | ${fmtSizes(before)} | ${fmtSizes(after)} |`,
       );
@@ -246,10 +251,7 @@ try {
         db,
         all.filter((m) => m.version <= 25),
       );
-      const [meta] = await db<{ start: Date; end: Date }[]>`
-        select date_trunc('week', now(), 'UTC') - ${WEEKS} * interval '7 days' as start, date_trunc('week', now(), 'UTC') as end
-      `;
-      const { start, end } = meta!;
+      const { start, end } = span; // the same rows as the partitioned inbox had, even across a Monday
       say("unpartitioned inbox (sql/0001–0025): filling");
       const fillS = await fill(db, start, end);
       const before = await sizes(db);
@@ -268,6 +270,7 @@ try {
       const v = await measured(db, () => db`vacuum webhook_inbox`);
       const afterVacuum = await sizes(db);
       say(`  vacuum: ${JSON.stringify(v)}; size ${fmtSizes(afterVacuum)}`);
+      results.unpartitioned = { fillS, before, delete: { ...m, deleted }, afterDelete, vacuum: v, afterVacuum };
       table.push(
         `| unpartitioned (0025) | then a plain vacuum | — | ${(v.ms / 1000).toFixed(2)} s | ${mib(v.wal)} (${v.wal} B) | ${fmtSizes(afterDelete)} | ${fmtSizes(afterVacuum)} |`,
       );
@@ -277,7 +280,7 @@ try {
       scratches.delete(scratch);
     }
   }
-  console.log(`\n${lines.join("\n")}\n\n${table.join("\n")}\n`);
+  console.log(`\n${lines.join("\n")}\n\n${table.join("\n")}\n\njson: ${JSON.stringify(results)}`);
 } catch (err) {
   console.error(`bench:retention: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
   exitCode = 1;
