@@ -340,6 +340,7 @@ try {
       return out.stdout.trim();
     };
     const added = git("log", "--diff-filter=A", "--format=%H", "--", "src/inbox/partitions.ts").split("\n").pop();
+    if (!o["before-ref"] && !added) throw new Error("partitions: no commit adds src/inbox/partitions.ts in this history (a shallow clone?): name the code before it with --before-ref REF");
     const beforeRef = o["before-ref"] ?? `${added}^`;
     const beforeCommit = git("rev-parse", "--short", beforeRef);
     const beforeDir = mkdtempSync(join(tmpdir(), "webhook-inbox-bench-before-"));
