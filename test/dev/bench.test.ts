@@ -199,7 +199,7 @@ test("`bun run bench --only bogus` is a usage error (exit 2, naming the sections
     expect(bad.stderr).toContain("Usage: bun run bench");
     expect(bad.stdout).toBe("");
   }
-  expect(run(["--only", "bogus"]).stderr).toStartWith('bench: --only takes ceiling, sync, async, drain, duplicates, otel; unknown: "bogus"');
+  expect(run(["--only", "bogus"]).stderr).toStartWith('bench: --only takes ceiling, sync, async, drain, duplicates, otel, partitions; unknown: "bogus"');
   expect(existsSync(out)).toBe(false);
   const help = run(["--help"]);
   expect({ code: help.status, stderr: help.stderr }).toEqual({ code: 0, stderr: "" });
