@@ -4,8 +4,8 @@
 // pgbench: PGBENCH_BIN, else on PATH or Debian's /usr/lib/postgresql/<major>/bin. No timing is asserted
 // by the test suite (test/dev/bench.test.ts: a quick run completes, DATABASE_URL's data is left alone).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { cpus, totalmem } from "node:os";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { cpus, tmpdir, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -23,7 +23,7 @@ import { ensurePgbench, runPgbench } from "../bench/pgbench.ts";
 import { hasWrk, wrkLoad } from "../bench/wrk.ts";
 import { runWorker } from "../../worker/worker.ts";
 
-const SECTIONS = ["ceiling", "sync", "async", "drain", "duplicates", "otel"];
+const SECTIONS = ["ceiling", "sync", "async", "drain", "duplicates", "otel", "partitions"];
 const USAGE = `Usage: bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only SECTIONS] [--out DIR]
   measures the receiver and the worker against pgbench on a throwaway PostgreSQL and writes
   DIR/latest.json and DIR/latest.md (default bench-results/)
@@ -31,7 +31,10 @@ const USAGE = `Usage: bun run bench [--quick] [--runs N] [--seconds N] [--backlo
   --runs N         runs per measurement (default 3)
   --seconds N      seconds per run (default 5)
   --backlog N      events drained by the worker (default 10000)
-  --only SECTIONS  comma-separated, from ${SECTIONS.join(", ")} (default all but otel)
+  --only SECTIONS  comma-separated, from ${SECTIONS.join(", ")} (default all but otel and partitions)
+  --before-ref REF partitions: the code before the partitioned inbox (default: the parent of the commit
+                   that added src/inbox/partitions.ts), run from a git archive of REF against its own
+                   migrations (unpartitioned, 0001–0025), alternating with this tree's (0001–0026)
   --levels LIST    client counts of the receive sections, comma-separated (default 1,4,16,64)
   --out DIR        where to write the results (default bench-results/)`;
 
@@ -52,6 +55,7 @@ const { values: o } = (() => {
         only: { type: "string" },
         levels: { type: "string" },
         out: { type: "string" },
+        "before-ref": { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
     });
@@ -73,8 +77,9 @@ const runs = count("runs", o.runs, o.quick ? 1 : 3);
 const seconds = count("seconds", o.seconds, o.quick ? 2 : 5);
 const backlog = count("backlog", o.backlog, o.quick ? 5_000 : 10_000);
 const levels = o.levels !== undefined ? o.levels.split(",").map((v) => count("levels", v, 1)) : o.quick ? [16] : [1, 4, 16, 64];
-// `otel` (OpenTelemetry's no-op cost, docs/observability.md) runs only when named: it is a check of one setting, not of the product's speed.
-const sections = new Set((o.only ?? SECTIONS.filter((s) => s !== "otel").join(",")).split(","));
+// `otel` (OpenTelemetry's no-op cost, docs/observability.md) and `partitions` (receive before and after the
+// partitioned inbox, docs/scale.md) run only when named: each is a check of one change, not of the product's speed.
+const sections = new Set((o.only ?? SECTIONS.filter((s) => s !== "otel" && s !== "partitions").join(",")).split(","));
 const unknown = [...sections].filter((section) => !SECTIONS.includes(section));
 if (unknown.length) usage(`--only takes ${SECTIONS.join(", ")}; unknown: ${unknown.map((u) => `"${u}"`).join(", ")}`);
 const SECRET = "whsec_bench_0123456789abcdefghijklmn";
@@ -89,13 +94,16 @@ const say = (line: string) => console.log(line);
 let embedded: EmbeddedServer | undefined;
 let dataDir: string | undefined;
 let url: string;
+let serverUrl: string;
 let dropScratch = async () => {};
+const cleanups: (() => Promise<void> | void)[] = []; // the partitions section's scratch databases and code copy
 const children = new Set<ChildProcess>();
 onStopSignals(
   (signal) => {
     console.error(`bench: ${signal}: stopping; dropping the scratch database`);
     void (async () => {
       for (const child of children) child.kill("SIGKILL");
+      for (const cleanup of cleanups) await Promise.resolve(cleanup()).catch(() => {});
       await dropScratch().catch(() => {});
       await embedded?.stop().catch(() => {});
       if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
@@ -107,11 +115,13 @@ onStopSignals(
 if (process.env.DATABASE_URL) {
   const scratch = await createScratchDatabase(process.env.DATABASE_URL, "webhook_inbox_bench");
   url = scratch.url;
+  serverUrl = process.env.DATABASE_URL;
   dropScratch = scratch.drop;
 } else {
   dataDir = await temporaryDataDir("webhook-inbox-bench-pg-");
   embedded = await startEmbeddedPostgres({ dir: dataDir, port: 0, flags: ["-c", "max_connections=300"] });
   url = embedded.url;
+  serverUrl = embedded.url;
 }
 const db = connect(url, { max: 4, applicationName: "webhook-inbox bench" });
 // Whatever fails, the scratch database is dropped and the embedded server stopped: a failed run must
@@ -317,6 +327,74 @@ try {
     }
   }
 
+  // Receive before and after the partitioned inbox (issue 24 §2: no slower than 0.9×). The new code cannot
+  // run on the old table (its ON CONFLICT names the new key), so "before" is the code of --before-ref,
+  // taken with `git archive` into a temporary directory, serving a scratch database migrated by its own
+  // sql/ (0001–0025, unpartitioned); "after" is this tree on a scratch database migrated fully (0001–0026).
+  // Same load, one receiver up at a time, in turns whose order flips every round; each after run is
+  // divided by the before run of its round.
+  if (sections.has("partitions")) {
+    const git = (...args: string[]) => {
+      const out = spawnSync("git", ["-C", ROOT, ...args], { encoding: "utf8", maxBuffer: 1 << 26 });
+      if (out.status !== 0) throw new Error(`git ${args[0]} failed: ${out.stderr.trim()}`);
+      return out.stdout.trim();
+    };
+    const added = git("log", "--diff-filter=A", "--format=%H", "--", "src/inbox/partitions.ts").split("\n").pop();
+    if (!o["before-ref"] && !added) throw new Error("partitions: no commit adds src/inbox/partitions.ts in this history (a shallow clone?): name the code before it with --before-ref REF");
+    const beforeRef = o["before-ref"] ?? `${added}^`;
+    const beforeCommit = git("rev-parse", "--short", beforeRef);
+    const beforeDir = mkdtempSync(join(tmpdir(), "webhook-inbox-bench-before-"));
+    cleanups.push(() => rmSync(beforeDir, { recursive: true, force: true }));
+    const archive = spawnSync("sh", ["-c", 'git -C "$1" archive "$2" | tar -x -C "$3"', "sh", ROOT, beforeRef, beforeDir], { encoding: "utf8" });
+    if (archive.status !== 0) throw new Error(`git archive ${beforeRef} failed: ${archive.stderr.trim()}`);
+    symlinkSync(join(ROOT, "node_modules"), join(beforeDir, "node_modules"));
+    const variants = [] as { name: string; serve: string; url: string; db: ReturnType<typeof connect> }[];
+    for (const [name, root, prefix] of [
+      [`before (${beforeCommit}, unpartitioned)`, beforeDir, "webhook_inbox_bench_before"],
+      ["after (this tree, partitioned)", ROOT, "webhook_inbox_bench_after"],
+    ] as const) {
+      const scratch = await createScratchDatabase(serverUrl, prefix);
+      const vdb = connect(scratch.url, { max: 2, applicationName: "webhook-inbox bench" });
+      cleanups.push(async () => {
+        await vdb.end({ timeout: 5 });
+        await scratch.drop();
+      });
+      const applied = await migrate(vdb, loadMigrations(join(root, "sql")));
+      say(`partitions: ${name}: ${applied.length} migrations, the last ${applied.at(-1)}`);
+      variants.push({ name, serve: join(root, "src", "bin", "serve.ts"), url: scratch.url, db: vdb });
+    }
+    const partitionLevels = o.levels !== undefined ? levels : [16];
+    for (const mode of ["sync", "async"] as const) {
+      for (const c of partitionLevels) {
+        const loads: Load[][] = variants.map(() => []);
+        for (let r = 0; r < runs; r++) {
+          const order = r % 2 === 0 ? [0, 1] : [1, 0];
+          for (const i of order) {
+            const v = variants[i]!;
+            const vreset = () => v.db`truncate webhook_inbox, invoices, ledger_entries, outbox`;
+            await vreset();
+            await withServe({ DATABASE_URL: v.url, INBOX_MODE: mode, DB_POOL_MAX: String(Math.min(c, 64)) }, async (base) => {
+              await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warmpart${mode}${c}r${r}${i}${Date.now()}` });
+              await vreset();
+              loads[i]!.push(await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: seconds * 1000, kind: "unique", run: `part${mode}${c}r${r}${i}${Date.now()}` }));
+            });
+          }
+        }
+        for (const [i, v] of variants.entries()) {
+          const rps = stat(loads[i]!.map((l) => l.rps));
+          const notes = `p99 ${stat(loads[i]!.map((l) => l.p99)).median.toFixed(1)} ms, statuses ${JSON.stringify(loads[i]![0]?.statuses)}`;
+          results[`receive ${mode}, ${v.name} @${c}`] = { ...rps, loads: loads[i] };
+          row(`receive ${mode}, ${v.name}`, c, rps, "events/s", notes);
+          say(`receive ${mode}, ${v.name} @${c}: ${JSON.stringify(rps)} ${notes}`);
+        }
+        const ratio = stat(loads[1]!.map((l, r) => l.rps / (loads[0]![r]?.rps ?? Number.NaN)));
+        results[`receive ${mode}, partitioned ÷ unpartitioned @${c}`] = ratio;
+        table.push(`| receive ${mode}, partitioned ÷ unpartitioned (paired runs, alternating) | ${c} | ${ratio.median.toFixed(2)}× | ${ratio.min.toFixed(2)}–${ratio.max.toFixed(2)} | issue 24: ≥ 0.90× |`);
+        say(`receive ${mode}, partitioned ÷ unpartitioned @${c}: ${JSON.stringify(ratio)}`);
+      }
+    }
+  }
+
   // 4. Worker drain: a prefilled backlog processed by 1, 4 and 16 worker slots.
   if (sections.has("drain")) {
     const template = benchEventBody("DRAIN", 0);
@@ -402,6 +480,7 @@ try {
   process.exitCode = 1;
 }
 await db.end({ timeout: 5 }).catch(() => {});
+for (const cleanup of cleanups) await Promise.resolve(cleanup()).catch(() => {});
 await dropScratch();
 await embedded?.stop();
 if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
