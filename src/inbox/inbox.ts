@@ -79,11 +79,7 @@ export function inboxRow(key: InboxKey, event: VerifiedEvent, settled: InboxRow[
  * of each key this statement inserted; a key missing from it was already recorded (a duplicate). When
  * another transaction is inserting the same key, this waits until it commits (a duplicate) or rolls
  * back (inserted): the unique index serializes concurrent duplicates (PostgreSQL manual, INSERT, "ON
- * CONFLICT Clause"; seed §5.4). The unique index is on (provider, endpoint, event_id, event_created_at)
- * (the partition key must be in it: sql/0026), so a committed row of the same event under another
- * creation time (a source that dated it differently) also counts as recorded (`not exists` on the three
- * key columns): the table keeps one row per {@link InboxKey}, which every later update by key relies on.
- * `rows` must not hold one key twice. Runs on `sql`: the pool (its own
+ * CONFLICT Clause"; seed §5.4). `rows` must not hold one key twice. Runs on `sql`: the pool (its own
  * transaction) or a transaction handle (inside the inbox transaction).
  * @throws the database error when any row cannot be written; nothing of the statement remains.
  */
@@ -122,7 +118,6 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
       from (values ${sql(values as unknown as EscapableArray[])})
         as r (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, created, outcome, last_error, parked, base_ms, cap_ms,
               account, traceparent)
-     where not exists (select from webhook_inbox w where (w.provider, w.endpoint, w.event_id) = (r.provider, r.endpoint, r.event_id))
     on conflict (provider, endpoint, event_id, event_created_at) do nothing
     returning provider, endpoint, event_id
   `;
