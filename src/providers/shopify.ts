@@ -1,6 +1,6 @@
 import { AppError, PermanentError } from "../errors.ts";
 import { anyHmacMatches, fromBase64, hmacSha256, toBase64 } from "./hmac.ts";
-import { isObject, isoDate, jsonEvent, text } from "./json-event.ts";
+import { isObject, jsonEvent, text } from "./json-event.ts";
 import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
 
 /**
@@ -9,9 +9,10 @@ import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./pro
  * with one of the endpoint's secrets (the app's client secret; two during a rotation).
  * `X-Shopify-Topic` is the event type as Shopify names it (`orders/paid`); `X-Shopify-Event-Id` is the
  * inbox event id: it is the same on every delivery of one event, whereas `X-Shopify-Webhook-Id` changes
- * per delivery attempt and would let a retry through as a new event. `X-Shopify-Triggered-At` (ISO 8601),
- * when present and valid, is the event's creation time. The body must be a JSON object (the resource:
- * Shopify has no envelope). Shopify signs no timestamp.
+ * per delivery attempt and would let a retry through as a new event. The event has no creation time
+ * (`createdAt` unset: stored undated, keyed by its id alone, sql/0026): `X-Shopify-Triggered-At` is a header
+ * the HMAC does not cover, so a replayed body with another value would otherwise be a new key. The body
+ * must be a JSON object (the resource: Shopify has no envelope). Shopify signs no timestamp.
  * @throws AppError `signature_missing` | `signature_malformed` | `signature_mismatch` | `invalid_event`.
  */
 export async function verifyShopify(input: VerifyInput): Promise<VerifiedEvent> {
@@ -36,12 +37,10 @@ export async function verifyShopify(input: VerifyInput): Promise<VerifiedEvent> 
       `Cannot verify Shopify signature: X-Shopify-Hmac-Sha256 matches none of the endpoint's ${input.secrets.length} secret(s)`,
     );
   }
-  const triggeredAt = isoDate(input.headers.get("x-shopify-triggered-at"));
   return jsonEvent(input.body, "a Shopify webhook payload: a JSON object", (payload) => ({
     id: eventId,
     type: topic,
     subject: shopifySubject(payload),
-    ...(triggeredAt ? { createdAt: triggeredAt } : {}),
   }));
 }
 
