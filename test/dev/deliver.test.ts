@@ -280,6 +280,52 @@ describe("deliver()", () => {
     }
   }, 30_000);
 
+  test("`bun run deliver --endpoint ops` signs with STRIPE_WEBHOOK_SECRET_OPS when set, not STRIPE_WEBHOOK_SECRET (as serve verifies that endpoint)", async () => {
+    const OPS_SECRET = "whsec_ops_endpoint_secret_0123456789";
+    let verified = 0;
+    let refused = 0;
+    const server = Bun.serve({
+      hostname: "127.0.0.1",
+      port: 0,
+      fetch: async (request) => {
+        const body = await request.text();
+        try {
+          await stripeProvider.verify({ body, headers: request.headers, secrets: [OPS_SECRET], toleranceSec: 300, nowMs: Date.now() });
+          verified++;
+          return Response.json({ outcome: "processed" });
+        } catch {
+          refused++;
+          return Response.json({ error: "signature_mismatch" }, { status: 400 });
+        }
+      },
+    });
+    try {
+      const proc = Bun.spawn(
+        [
+          process.execPath,
+          "src/dev/bin/deliver.ts",
+          "test/fixtures/stripe/invoice-lifecycle",
+          "--endpoint",
+          "ops",
+          "--url",
+          `http://127.0.0.1:${server.port}/webhooks/stripe/ops`,
+        ],
+        {
+          cwd: join(import.meta.dir, "..", ".."),
+          env: { PATH: process.env.PATH ?? "", STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_WEBHOOK_SECRET_OPS: OPS_SECRET },
+          stdout: "pipe",
+          stderr: "pipe",
+          timeout: 20_000,
+        },
+      );
+      const [stdout] = await Promise.all([new Response(proc.stdout).text(), proc.exited]);
+      expect({ code: proc.exitCode, verified, refused }).toEqual({ code: 0, verified: 12, refused: 0 });
+      expect(stdout).toContain("Delivered 12 deliveries");
+    } finally {
+      server.stop(true);
+    }
+  }, 30_000);
+
   test("`bun run deliver` never prints the password or user name of --url, on success or when it gives up", async () => {
     const listener = Bun.listen({ hostname: "127.0.0.1", port: 0, socket: { data() {} } });
     const port = listener.port;

@@ -208,7 +208,10 @@ test("`createGroupCommit()` inserts a group's rows in key order: two receivers g
   let rollback!: () => void;
   const holding = blocker!
     .begin(async (tx) => {
-      await tx`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'billing', ${ids[4]!}, 'invoice.paid', '{}')`;
+      // The same key as the deliveries' row, creation time included (sql/0026), so their inserts wait on it.
+      const created = paid(ids[4]!).createdAt!;
+      await tx`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, event_created_at)
+               values ('stripe', 'billing', ${ids[4]!}, 'invoice.paid', '{}', ${created})`;
       await new Promise<void>((resolve) => (rollback = resolve));
       throw new Error("roll back");
     })

@@ -158,7 +158,9 @@ test("`reconcile events` killed (SIGKILL) in the middle of a page and run again 
   const holding = Promise.withResolvers<void>();
   const release = Promise.withResolvers<void>();
   const held = blocker!.begin(async (tx) => {
-    await tx`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'billing', ${events[10]!.id}, 'blocker', '{}')`;
+    // The same key as the backfill's row, creation time included (sql/0026), so that insert waits on it.
+    await tx`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, event_created_at)
+             values ('stripe', 'billing', ${events[10]!.id}, 'blocker', '{}', to_timestamp(${events[10]!.created}))`;
     holding.resolve();
     await release.promise;
     throw new Error("roll back the blocker");

@@ -134,12 +134,16 @@ function devSecretOrFail(): string {
 }
 // An empty STRIPE_WEBHOOK_SECRET counts as unset, as it does for `bun run serve`.
 const providerSecretVar = `WEBHOOK_SECRET_${provider}_${values.endpoint ?? "<NAME>"}`.toUpperCase().replaceAll("-", "_");
+const stripeEndpointSecretVar =
+  provider === "stripe" && values.endpoint ? `STRIPE_WEBHOOK_SECRET_${values.endpoint}`.toUpperCase().replaceAll("-", "_") : undefined;
 const secret =
   values.secret ||
   (provider !== "stripe"
     ? process.env[providerSecretVar]?.split(",")[0]?.trim() ||
       fail(`Missing signing secret: pass --secret or set ${providerSecretVar} (with --endpoint)`)
     : undefined) ||
+  // A second Stripe endpoint (STRIPE_ENDPOINTS) verifies with its own STRIPE_WEBHOOK_SECRET_<NAME>, as serve does.
+  (stripeEndpointSecretVar ? process.env[stripeEndpointSecretVar]?.split(",")[0]?.trim() : undefined) ||
   process.env.STRIPE_WEBHOOK_SECRET?.split(",")[0]?.trim() ||
   (existsSync(devSecretFile) ? devSecretOrFail() : undefined);
 if (!secret) fail("Missing signing secret: pass --secret or set STRIPE_WEBHOOK_SECRET");
@@ -148,9 +152,11 @@ const secretSource = values.secret
   ? "--secret"
   : provider !== "stripe"
     ? providerSecretVar
-    : process.env.STRIPE_WEBHOOK_SECRET?.trim()
-      ? "STRIPE_WEBHOOK_SECRET from this shell"
-      : devSecretFile;
+    : stripeEndpointSecretVar && process.env[stripeEndpointSecretVar]?.trim()
+      ? `${stripeEndpointSecretVar} from this shell`
+      : process.env.STRIPE_WEBHOOK_SECRET?.trim()
+        ? "STRIPE_WEBHOOK_SECRET from this shell"
+        : devSecretFile;
 
 const url =
   values.url ?? `http://127.0.0.1:${process.env.PORT ?? 3000}/webhooks/${provider}${values.endpoint ? `/${values.endpoint}` : ""}`;
