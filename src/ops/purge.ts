@@ -1,3 +1,4 @@
+import type postgres from "postgres";
 import type { Db } from "../db/db.ts";
 import { ensurePartitions, listPartitions, type InboxPartition } from "../inbox/partitions.ts";
 import { STRIPE_EVENTS_KEPT_MS, STRIPE_RETRY_HORIZON_MS } from "../providers/stripe.ts";
@@ -109,26 +110,8 @@ export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult>
     openRowsMoved: 0,
   };
   await purgeInbox(db, cutoff, batch, options.wholePartitions ?? false, result);
-  for (const target of targets(db, cutoff)) {
-    if (result.dryRun) {
-      const [row] = await db<{ n: number }[]>`select count(*)::int as n from ${db(target.table)} where ${target.where}`;
-      result[target.result] = row?.n ?? 0;
-      continue;
-    }
-    for (;;) {
-      const rows = await db`
-        delete from ${db(target.table)}
-         where ctid in (
-           select ctid
-             from ${db(target.table)}
-            where ${target.where}
-            limit ${batch}
-         )
-      `;
-      result[target.result] += rows.count;
-      if (rows.count < batch) break;
-    }
-  }
+  for (const target of targets(db, cutoff))
+    result[target.result] += await deleteInBatches(db, target.table, target.where, batch, result.dryRun);
   if (options.payloadsOlderThanMs !== undefined)
     result.payloadsDropped = await dropPayloads(db, payloadCutoff, cutoff, batch, result.dryRun);
   return tooShort ? { ...result, forceRequired: tooShort } : result;
@@ -167,24 +150,33 @@ async function purgeInbox(db: Db, cutoff: Date, batch: number, wholePartitions: 
       and event_created_at < ${cutoff}
       and (event_created_at > '-infinity' or received_at < ${cutoff})
     `;
-    if (result.dryRun) {
-      const [row] = await db<{ n: number }[]>`select count(*)::int as n from ${db(p.name)} where ${expired}`;
-      result.deleted += row?.n ?? 0;
-      continue;
-    }
-    for (;;) {
-      const rows = await db`
-        delete from ${db(p.name)}
-         where ctid in (
-           select ctid
-             from ${db(p.name)}
-            where ${expired}
-            limit ${batch}
-         )
-      `;
-      result.deleted += rows.count;
-      if (rows.count < batch) break;
-    }
+    result.deleted += await deleteInBatches(db, p.name, expired, batch, result.dryRun);
+  }
+}
+
+/**
+ * Deletes the rows of `table` (one table: a ctid names a row only inside one) matching `where`, `batch` at a
+ * time, each batch its own statement so no transaction holds many row locks; a dry run counts them instead.
+ * Returns how many.
+ */
+async function deleteInBatches(db: Db, table: string, where: postgres.Fragment, batch: number, dryRun: boolean): Promise<number> {
+  if (dryRun) {
+    const [row] = await db<{ n: number }[]>`select count(*)::int as n from ${db(table)} where ${where}`;
+    return row?.n ?? 0;
+  }
+  let deleted = 0;
+  for (;;) {
+    const rows = await db`
+      delete from ${db(table)}
+       where ctid in (
+         select ctid
+           from ${db(table)}
+          where ${where}
+          limit ${batch}
+       )
+    `;
+    deleted += rows.count;
+    if (rows.count < batch) return deleted;
   }
 }
 
