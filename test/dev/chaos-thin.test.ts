@@ -1,12 +1,10 @@
 // `bun run chaos --thin`: the storm as thin notifications to a thin endpoint, real serve/worker processes
 // killed, PostgreSQL restarted, workers reading every object from the local fake Stripe API (with 429s).
 import { expect, test } from "bun:test";
-import { join } from "node:path";
+import { ownServerEnv, runChaos } from "../support/chaos-run.ts";
 import { thinStorm } from "../../src/dev/chaos/thin-storm.ts";
 import { generateStorm } from "../../src/dev/chaos/model.ts";
 import { FakeStripeStore } from "../../src/dev/fake-stripe/store.ts";
-
-const ROOT = join(import.meta.dir, "..", "..");
 
 test("`thinStorm()` puts each object's last copy in Stripe's store and keeps ids, pointing each notification at its object", () => {
   const storm = generateStorm({ invoices: 12, seed: 7 });
@@ -30,26 +28,9 @@ test("`thinStorm()` puts each object's last copy in Stripe's store and keeps ids
 });
 
 test("`chaos --thin` loses nothing and books nothing twice with thin events through SIGKILLs, a PostgreSQL restart and API 429s", async () => {
-  const env: Record<string, string | undefined> = { ...process.env };
-  delete env.DATABASE_URL;
   // --rate 60: 20 lifecycles are the least chaos accepts at that rate with restart-db (minimumInvoices()).
   const args = ["--json", "--thin", "--invoices", "20", "--poison", "1", "--seed", "404", "--rate", "60", "--fault-every-ms", "1500"];
-  const child = Bun.spawn(["bun", "src/dev/bin/chaos.ts", ...args, "--deadline-ms", "90000"], {
-    cwd: ROOT,
-    env,
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  const killer = setTimeout(() => child.kill("SIGKILL"), 170_000);
-  const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
-  clearTimeout(killer);
-  const last = stdout.trim().split("\n").pop() ?? "";
-  let summary: Record<string, unknown>;
-  try {
-    summary = JSON.parse(last) as Record<string, unknown>;
-  } catch {
-    throw new Error(`chaos printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
-  }
+  const { code, summary } = await runChaos([...args, "--deadline-ms", "90000"], ownServerEnv(), 170_000);
   expect({ code, ...summary }).toMatchObject({
     code: 0,
     mode: "thin",

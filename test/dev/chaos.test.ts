@@ -11,6 +11,7 @@ import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
 import { PermanentError } from "../../src/handlers/handler-table.ts";
 import { receiveSync, recordFallback } from "../../src/receiver/receive.ts";
 import { supervise } from "../../src/dev/chaos/processes.ts";
+import { ownServerEnv, runChaos } from "../support/chaos-run.ts";
 import { findBinaries } from "../../src/dev/replicated-postgres.ts";
 import { freshDatabase, verified } from "../support/helpers.ts";
 
@@ -48,12 +49,9 @@ describe("bun run chaos", () => {
   ])(
     "`chaos --mode %s` loses nothing and books nothing twice through SIGKILLs, a PostgreSQL restart and an outage the senders give up on",
     async (mode, seed) => {
-      const env: Record<string, string | undefined> = { ...process.env };
-      delete env.DATABASE_URL; // its own embedded server, so it can restart it
-      const child = Bun.spawn(
+      // Its own embedded server (no DATABASE_URL), so it can restart it.
+      const { code, summary } = await runChaos<Summary>(
         [
-          "bun",
-          "src/dev/bin/chaos.ts",
           "--json",
           "--mode",
           String(mode),
@@ -74,22 +72,9 @@ describe("bun run chaos", () => {
           "--give-up-ms",
           "2000",
         ],
-        { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
+        ownServerEnv(),
+        170_000,
       );
-      const killer = setTimeout(() => child.kill("SIGKILL"), 170_000);
-      const [stdout, stderr, code] = await Promise.all([
-        new Response(child.stdout).text(),
-        new Response(child.stderr).text(),
-        child.exited,
-      ]);
-      clearTimeout(killer);
-      const last = stdout.trim().split("\n").pop() ?? "";
-      let summary: Summary;
-      try {
-        summary = JSON.parse(last) as Summary;
-      } catch {
-        throw new Error(`chaos printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
-      }
       expect({ code, ...summary }).toMatchObject({
         code: 0,
         passed: true,
@@ -115,23 +100,12 @@ describe("bun run chaos", () => {
 });
 
 test("`chaos --scale 1x1,2x2` runs the same storm per configuration with one receiver and one worker SIGKILLed in each, every event recorded and applied once, and reports events/s and CPU ms per event", async () => {
-  const env: Record<string, string | undefined> = { ...process.env };
-  delete env.DATABASE_URL; // its own embedded server per configuration, whose postmaster it can read
-  const child = Bun.spawn(["bun", "src/dev/bin/chaos.ts", "--scale", "1x1,2x2", "--invoices", "40", "--seed", "505", "--json"], {
-    cwd: ROOT,
-    env,
-    stdout: "pipe",
-    stderr: "pipe",
-  });
-  const killer = setTimeout(() => child.kill("SIGKILL"), 85_000);
-  const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
-  clearTimeout(killer);
-  let result: { mode: string; passed: boolean; configurations: Record<string, unknown>[] };
-  try {
-    result = JSON.parse(stdout.trim().split("\n").pop() ?? "") as typeof result;
-  } catch {
-    throw new Error(`chaos --scale printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
-  }
+  // Its own embedded server per configuration (no DATABASE_URL), whose postmaster it can read.
+  const { code, summary: result } = await runChaos<{ mode: string; passed: boolean; configurations: Record<string, unknown>[] }>(
+    ["--scale", "1x1,2x2", "--invoices", "40", "--seed", "505", "--json"],
+    ownServerEnv(),
+    85_000,
+  );
   expect({ code, mode: result.mode, passed: result.passed }).toEqual({ code: 0, mode: "async", passed: true });
   expect(result.configurations.map((c) => `${String(c.receivers)}x${String(c.workers)}`)).toEqual(["1x1", "2x2"]);
   const events = result.configurations[0]?.events;
@@ -193,12 +167,9 @@ if (!binaries) console.log("skip: chaos failover test: no PostgreSQL binaries (i
 (binaries ? test : test.skip)(
   "`chaos --faults kill-receiver,kill-worker,restart-db,failover` fails the primary over to its synchronous standby mid-storm: receivers and workers reconnect on their own, nothing lost or booked twice",
   async () => {
-    const env: Record<string, string | undefined> = { ...process.env };
-    delete env.DATABASE_URL; // its own primary and standby
-    const child = Bun.spawn(
+    // Its own primary and standby (no DATABASE_URL).
+    const { code, summary } = await runChaos<Summary & { failovers: number }>(
       [
-        "bun",
-        "src/dev/bin/chaos.ts",
         "--json",
         "--mode",
         "hybrid",
@@ -215,17 +186,9 @@ if (!binaries) console.log("skip: chaos failover test: no PostgreSQL binaries (i
         "--fault-every-ms",
         "1000",
       ],
-      { cwd: ROOT, env, stdout: "pipe", stderr: "pipe" },
+      ownServerEnv(),
+      170_000,
     );
-    const killer = setTimeout(() => child.kill("SIGKILL"), 170_000);
-    const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
-    clearTimeout(killer);
-    let summary: Summary & { failovers: number };
-    try {
-      summary = JSON.parse(stdout.trim().split("\n").pop() ?? "") as Summary & { failovers: number };
-    } catch {
-      throw new Error(`chaos printed no summary (exit ${code}):\n${stdout.slice(-2000)}\n${stderr.slice(-2000)}`);
-    }
     expect({ code, ...summary }).toMatchObject({
       code: 0,
       passed: true,
