@@ -106,7 +106,11 @@ export async function applySubscription(tx: Tx, object: Record<string, unknown>,
                 else coalesce((select case when jsonb_typeof(payload -> 'created') = 'number' then (payload ->> 'created')::numeric
                                            else extract(epoch from nullif(event_created_at, '-infinity')) end
                                  from webhook_inbox
-                                where (provider, endpoint, event_id) = (${context.provider}, ${context.endpoint}, ${context.eventId})),
+                                where (provider, endpoint, event_id) = (${context.provider}, ${context.endpoint}, ${context.eventId})
+                                -- One row per event id, unless a source dated one event twice (the key includes the
+                                -- creation time, sql/0026): then this delivery's own row, the newest.
+                                order by received_at desc
+                                limit 1),
                               extract(epoch from statement_timestamp()))
            end as as_of
   `;

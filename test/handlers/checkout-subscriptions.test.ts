@@ -92,6 +92,18 @@ describe("Checkout fulfilment, subscriptions and dunning", () => {
     expect(await subscriptionState(db)).toEqual(SUBSCRIPTION_END_STATE);
   });
 
+  test("a subscription event delivered again under another `created` (a second inbox row: the key includes it) applies without an error and changes nothing", async () => {
+    for (const e of subscriptionEvents()) await receiveSync(db, TARGET, verified(e.body));
+    const first = JSON.parse(subscriptionEvents()[0]!.body) as { created: number };
+    const redated = JSON.stringify({ ...first, created: first.created + 1 }, null, 2);
+    expect(await receiveSync(db, TARGET, verified(redated))).toBe("processed");
+    expect(await subscriptionState(db)).toEqual(SUBSCRIPTION_END_STATE);
+    expect(await accessMessages(db)).toEqual({
+      [SUB_A]: ["SubscriptionAccessStarted", "SubscriptionAccessEnded"],
+      [SUB_B]: ["SubscriptionAccessStarted", "SubscriptionAccessEnded", "SubscriptionAccessStarted"],
+    });
+  });
+
   test("`receiveSync()`: async_payment_succeeded before completed fulfils once; async_payment_failed after a fulfilment changes nothing", async () => {
     const [, completed, succeeded] = checkoutEvents().map((e) => e.body);
     expect(await receiveSync(db, TARGET, verified(succeeded!))).toBe("processed");
