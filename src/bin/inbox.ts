@@ -32,9 +32,10 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
   resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] --note TEXT [--dry-run]
                                           close needs-review rows settled by hand (no handler runs)
   replay <event_id> [--endpoint E]        run a processed event through its handler again (idempotent)
-  purge [--older-than 31d] [--payloads-older-than 7d] [--whole-partitions] [--force] [--dry-run] [--batch N]
-                                          delete processed rows past retention (never unprocessed or needs-review);
-                                          --dry-run only counts, and needs no --force
+  purge [--older-than D] [--payloads-older-than 31d] [--force] [--dry-run] [--batch N]
+                                          delete settled rows' keys past each provider's window (default: 31 d, Paddle
+                                          and Standard Webhooks 91 d) and payloads past 31 d, by weekly partition;
+                                          never unprocessed or needs-review rows; --dry-run only counts, needs no --force
   outbox [--needs-review] [--limit N]     unpublished outbox rows, oldest first: attempts, last error
   outbox-requeue <id>… [--dry-run]        needs-review outbox rows back to the dispatcher, attempts reset
   migrate                                 apply pending sql/ migrations`;
@@ -66,10 +67,9 @@ const {
         text: { type: "string" },
         note: { type: "string" },
         "dry-run": { type: "boolean", default: false },
-        "older-than": { type: "string", default: "31d" },
+        "older-than": { type: "string" },
         "payloads-older-than": { type: "string" },
         force: { type: "boolean", default: false },
-        "whole-partitions": { type: "boolean", default: false },
         batch: { type: "string", default: "1000" },
         help: { type: "boolean", short: "h", default: false },
       },
@@ -95,7 +95,7 @@ const ACCEPTS: Record<string, { options: string[]; positionals: [min: number, ma
   requeue: { options: [...FILTER, "dry-run"], positionals: [0, 0] },
   resolve: { options: [...FILTER, "note", "dry-run"], positionals: [0, 0] },
   replay: { options: ["endpoint", "provider"], positionals: [1, 1] },
-  purge: { options: ["older-than", "payloads-older-than", "whole-partitions", "force", "dry-run", "batch"], positionals: [0, 0] },
+  purge: { options: ["older-than", "payloads-older-than", "force", "dry-run", "batch"], positionals: [0, 0] },
   outbox: { options: ["needs-review", "limit"], positionals: [0, 0] },
   "outbox-requeue": { options: ["dry-run"], positionals: [1, Number.POSITIVE_INFINITY] },
   migrate: { options: [], positionals: [0, 0] },
@@ -346,22 +346,21 @@ async function run(db: Db): Promise<number> {
     }
     case "purge": {
       const result = await purge(db, {
-        olderThanMs: duration("older-than", opts["older-than"]),
+        olderThanMs: opts["older-than"] ? duration("older-than", opts["older-than"]) : undefined,
         payloadsOlderThanMs: opts["payloads-older-than"] ? duration("payloads-older-than", opts["payloads-older-than"]) : undefined,
         force: opts.force,
         dryRun: opts["dry-run"],
         batchSize: wholeNumber("batch", opts.batch),
-        wholePartitions: opts["whole-partitions"],
       });
       if (opts.json) return (print(result), 0);
+      const would = (done: string, notYet: string) => (result.dryRun ? notYet : done);
+      const kept = result.keyRetention.map((k) => `${k.provider} ${Math.round((k.olderThanMs / 86_400_000) * 10) / 10} d`).join(", ");
       console.log(
-        `${result.dryRun ? "Would delete" : "Deleted"} ${result.deleted} settled row(s) whose event is older than ${opts["older-than"]}` +
+        `${would("Deleted", "Would delete")} ${result.deleted} settled row(s) past their key retention (${kept || "no rows"})` +
           `, ${result.outboxDeleted} published outbox message(s), ${result.claimsDeleted} change claim(s), ${result.backfillRequestsDeleted} finished backfill request(s)` +
+          `; ${would("dropped", "would drop")} ${result.payloadsDropped} payload(s)` +
           (result.partitionsDropped.length
-            ? ` (${result.partitionsDropped.length} weekly partition(s) ${result.dryRun ? "would be dropped" : "dropped"}: ${result.partitionsDropped.join(", ")}; ${result.openRowsMoved} unsettled row(s) in them ${result.dryRun ? "would move" : "moved"} to webhook_inbox_default)`
-            : "") +
-          (opts["payloads-older-than"]
-            ? `; ${result.dryRun ? "would drop" : "dropped"} ${result.payloadsDropped} payload(s) older than ${opts["payloads-older-than"]}`
+            ? ` (${result.partitionsDropped.length} weekly partition(s): ${result.partitionsDropped.join(", ")}; ${result.openPayloadsMoved} payload(s) of unsettled rows in them ${would("moved", "would move")} to webhook_inbox_payloads_default)`
             : ""),
       );
       if (result.forceRequired) console.log(`The real run needs --force: ${result.forceRequired}`);

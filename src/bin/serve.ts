@@ -13,7 +13,6 @@ import { onStopSignals } from "../runtime/signals.ts";
 import { createStartingApp } from "../receiver/starting-app.ts";
 import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
 import { readFailoverSettings, startFailoverWatch, type FailoverSettings } from "../runtime/failover.ts";
-import { keepPartitionsAhead } from "../runtime/partition-upkeep.ts";
 
 const env = process.env;
 
@@ -51,7 +50,6 @@ const stopping = new AbortController();
 let probeDb: Db | undefined;
 let catchUp: Promise<void> | undefined;
 let failoverWatch: Promise<void> | undefined;
-let partitionUpkeep: Promise<void> | undefined;
 onStopSignals(
   (signal) => void shutdown(signal),
   () => process.exit(1),
@@ -109,8 +107,6 @@ if (ready) {
   if (catchUp) console.log("  event catch-up from Stripe's Events API: on (RECONCILE_IDLE_AFTER / RECONCILE_EVERY)");
   // A primary that changed (failover) is noticed and what it may have lost is backfilled (docs/failover.md).
   failoverWatch = startFailoverWatch(env, failoverSettings, catchUpSettings, db, stopping.signal, log);
-  // The weekly inbox partitions ahead, kept while serve runs (sql/0026; start-up made them once).
-  partitionUpkeep = keepPartitionsAhead(db, stopping.signal, log);
   if (config.endpoints[0]?.source === "generated") {
     console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");
   }
@@ -125,7 +121,6 @@ async function shutdown(signal: string): Promise<void> {
   if (opened) {
     await catchUp;
     await failoverWatch;
-    await partitionUpkeep;
     await Promise.all([opened.db.end({ timeout: 5 }), probeDb?.end({ timeout: 1 })]);
   }
   await flushTelemetry(await telemetryLoaded);

@@ -1,4 +1,5 @@
 import type { Tx } from "../db/db.ts";
+import { keyIs } from "../inbox/inbox.ts";
 import { handlerTable, type HandlerContext } from "./handler-table.ts";
 import { StripeFields } from "./stripe-fields.ts";
 
@@ -84,8 +85,8 @@ export function readFromApi(context: HandlerContext): boolean {
 /**
  * Applies a `customer.subscription.*` event (created, updated, deleted, paused, resumed,
  * trial_will_end) to the `subscriptions` row under (account, id), ordered by (as_of, status rank):
- * `as_of` is the event's `created` (Unix s, read from its inbox row: the stored event's `created`, else
- * `event_created_at`), or, for an object read from the API
+ * `as_of` is the event's `created` (Unix s, read from its inbox row's `event_created_at`; the time of this
+ * transaction when the sender gave none), or, for an object read from the API
  * (refetch mode), the time of this transaction, since that object is Stripe's state after every event
  * created before the read. A state is applied only when its key is at least the stored one, and never
  * once the row is canceled or incomplete_expired; so a stale event never moves the status backwards,
@@ -103,14 +104,9 @@ export async function applySubscription(tx: Tx, object: Record<string, unknown>,
   const access = ACCESS.includes(sub.status);
   const [key] = await tx<{ as_of: string }[]>`
     select case when ${readFromApi(context)}::boolean then extract(epoch from statement_timestamp())
-                else coalesce((select case when jsonb_typeof(payload -> 'created') = 'number' then (payload ->> 'created')::numeric
-                                           else extract(epoch from nullif(event_created_at, '-infinity')) end
+                else coalesce((select extract(epoch from event_created_at)
                                  from webhook_inbox
-                                where (provider, endpoint, event_id) = (${context.provider}, ${context.endpoint}, ${context.eventId})
-                                -- One row per event id, unless a source dated one event twice (the key includes the
-                                -- creation time, sql/0026): then this delivery's own row, the newest.
-                                order by received_at desc
-                                limit 1),
+                                where ${keyIs(tx, context)}),
                               extract(epoch from statement_timestamp()))
            end as as_of
   `;

@@ -1,9 +1,9 @@
 import { boundTransaction, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
-import type { JsonbCopy } from "../providers/jsonb-text.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 import { PermanentError } from "../errors.ts";
 import { retry } from "../retry.ts";
-import { inboxRow, insertInbox, type InboxKey, type InboxRow } from "./inbox.ts";
+import { inboxRow, insertInbox, keyIs, type InboxKey, type InboxRow } from "./inbox.ts";
+import { keepPartitionsAfterSpill } from "./partitions.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
 
 /** What a handler knows about the event it applies, besides the object. */
@@ -65,8 +65,7 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  *   own row PostgreSQL refused, kept as its raw body: inbox.ts `rawOnlyRow`); nothing runs.
  * - `claimed`: the row a worker claimed is locked `FOR UPDATE` and re-checked unprocessed and not
  *   needs-review (another worker, a redelivery's settle or an operator may have settled it); after
- *   the handler it is settled, storing `storePayload` as its payload when given (a row kept only as its
- *   raw body, applied from its jsonb-storable copy).
+ *   the handler it is settled.
  * - `replay`: a settled row (not resolved by an operator, not `ignored_mode` unless `modeFixed`: the
  *   endpoint's mode now is the event's) runs through its handler again, locked `FOR UPDATE`; it stays
  *   settled, and a row recorded `ignored` (or `ignored_mode`) whose type has a handler now is marked
@@ -74,7 +73,7 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  */
 export type Hold =
   | { insert: VerifiedEvent; queue?: boolean; failed?: InboxRow["failed"]; row?: InboxRow }
-  | { claimed: true; storePayload?: JsonbCopy }
+  | { claimed: true }
   | { replay: true; modeFixed?: boolean };
 
 /** What {@link applyEvent} applies. */
@@ -152,6 +151,7 @@ export async function applyEvents(
   onFailure?: (index: number) => void,
 ): Promise<Applied[]> {
   const deadline = Date.now() + timeoutMs;
+  const spill = { spilled: false };
   const applied = await retry(
     () =>
       db.begin(async (tx) => {
@@ -159,7 +159,7 @@ export async function applyEvents(
         const out: Applied[] = [];
         for (const [i, input] of inputs.entries()) {
           try {
-            out.push(await applyIn(tx, input));
+            out.push(await applyIn(tx, input, spill));
           } catch (err) {
             onFailure?.(i);
             throw err;
@@ -171,12 +171,13 @@ export async function applyEvents(
   );
   if (applied.includes("processed")) notifierFor(db, OUTBOX_CHANNEL).wake();
   if (applied.includes("queued")) notifierFor(db).wake();
+  keepPartitionsAfterSpill(db, spill);
   return applied;
 }
 
-async function applyIn(tx: Tx, input: ApplyInput): Promise<Applied> {
+async function applyIn(tx: Tx, input: ApplyInput, spill: { spilled: boolean }): Promise<Applied> {
   const handler = Object.hasOwn(input.handlers, input.type) ? input.handlers[input.type] : undefined;
-  const held = await holdRow(tx, input, handler !== undefined);
+  const held = await holdRow(tx, input, handler !== undefined, spill);
   if (held !== "held") {
     await input.after?.(tx, held);
     return held;
@@ -195,7 +196,7 @@ async function applyIn(tx: Tx, input: ApplyInput): Promise<Applied> {
       );
   }
   const applied = handler ? "processed" : "ignored";
-  if ("claimed" in input.hold) await settleClaimed(tx, input.key, applied, input.hold.storePayload);
+  if ("claimed" in input.hold) await settleClaimed(tx, input.key, applied);
   await input.after?.(tx, applied);
   // A replay that ran a handler added after the event was recorded `ignored`: the row now says so.
   if ("replay" in input.hold && handler) await markReplayedProcessed(tx, input.key);
@@ -203,19 +204,20 @@ async function applyIn(tx: Tx, input: ApplyInput): Promise<Applied> {
 }
 
 /** Holds the row as `input.hold` says: "held" when the handler may run, else the outcome without it. */
-async function holdRow(tx: Tx, input: ApplyInput, handled: boolean): Promise<"held" | Applied> {
+async function holdRow(tx: Tx, input: ApplyInput, handled: boolean, spill: { spilled: boolean }): Promise<"held" | Applied> {
   const { key, hold } = input;
   if ("insert" in hold) {
     const settled = hold.failed || hold.row ? null : hold.queue ? (handled ? null : "ignored") : handled ? "processed" : "ignored";
     const row = hold.row ?? { ...inboxRow(key, hold.insert, settled), ...(hold.failed ? { failed: hold.failed } : {}) };
     const inserted = await insertInbox(tx, [row]);
+    spill.spilled ||= inserted.spilled;
     if (inserted.size === 0) return "duplicate";
     return settled === null ? "queued" : "held";
   }
   const [row] = await tx<{ settled: boolean; parked: boolean; outcome: string | null; note: string | null }[]>`
     select processed_at is not null as settled, needs_review_at is not null as parked, outcome, resolution_note as note
       from webhook_inbox
-     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+     where ${keyIs(tx, key)}
        for update
   `;
   if ("claimed" in hold) return row && !row.settled && !row.parked ? "held" : "duplicate";
@@ -237,20 +239,19 @@ async function markReplayedProcessed(tx: Tx, key: InboxKey): Promise<void> {
   await tx`
     update webhook_inbox
        set outcome = 'processed'
-     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+     where ${keyIs(tx, key)}
        and outcome in ('ignored', 'ignored_mode')
   `;
 }
 
 /** Settles a claimed row in its transaction: processed or ignored, its last error cleared. */
-async function settleClaimed(tx: Tx, key: InboxKey, outcome: "processed" | "ignored", copy: JsonbCopy | undefined): Promise<void> {
+async function settleClaimed(tx: Tx, key: InboxKey, outcome: "processed" | "ignored"): Promise<void> {
   await tx`
     update webhook_inbox
        set processed_at = now(),
            outcome = ${outcome},
            last_error = null
-           ${copy ? tx`, payload = ${copy.json}::text::jsonb, payload_sanitized = ${copy.replaced}::text` : tx``}
-     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+     where ${keyIs(tx, key)}
   `;
 }
 

@@ -2,16 +2,28 @@ import type { EscapableArray } from "postgres";
 import { isDataError, type Db, type Tx } from "../db/db.ts";
 import type { EventSource, VerifiedEvent } from "../providers/provider.ts";
 import { INBOX_CHANNEL } from "./notifier.ts";
+import { keepPartitionsAfterSpill } from "./partitions.ts";
 
 /**
- * The inbox's idempotency key. The primary key of `webhook_inbox` is (provider, endpoint, event_id,
- * event_created_at) since the table is partitioned by the event's creation time (sql/0026); every delivery
- * of one event carries the same creation time, so these three identify the row.
+ * The inbox's idempotency key: the primary key of `webhook_inbox`, (provider, endpoint, event_id)
+ * (sql/0027; seed §4). Nothing else decides whether a delivery is a duplicate: no timestamp of the
+ * sender's is part of it, whichever path records the event (webhook, batch, backfill, repair).
  */
 export interface InboxKey {
   provider: string;
   endpoint: string;
   eventId: string;
+}
+
+/**
+ * The condition that names one inbox row by its key, as a postgres.js fragment:
+ * `(provider, endpoint, event_id) = ($1, $2, $3)`, the columns qualified by `alias` when given (a
+ * table alias of `webhook_inbox` or of a CTE with its key columns). The one way statements address a
+ * state row (and, with `received_at`, its payload row: sql/0027).
+ */
+export function keyIs(sql: Db | Tx, key: InboxKey, alias?: string) {
+  const column = (name: string) => sql(alias === undefined ? name : `${alias}.${name}`);
+  return sql`(${column("provider")}, ${column("endpoint")}, ${column("event_id")}) = (${key.provider}::text, ${key.endpoint}::text, ${key.eventId}::text)`;
 }
 
 /** LISTEN/NOTIFY channel that wakes workers when a row is queued (see notifier.ts). */
@@ -39,14 +51,12 @@ export interface InboxRow {
   /** What the sanitized copy replaced (`payload_sanitized`), or null. */
   replaced: string | null;
   source: EventSource;
-  /**
-   * The event's own creation time, Unix seconds: retention's clock and part of the key (the inbox is
-   * partitioned by it, sql/0026). Null when the provider gives none: stored as '-infinity' ("undated"),
-   * so every delivery of that event still meets the same key.
-   */
+  /** The event's own creation time as its sender gives it, Unix seconds (`event_created_at`: data only, not part of the key); null when none. */
   createdAtSec: number | null;
   /** The Stripe account the event belongs to (`webhook_inbox.account`, sql/0021): `acct_…`, or `""` for the platform's own. */
   account: string;
+  /** The event's `livemode` (Stripe), stored as the row's `livemode`; null for providers without modes. */
+  livemode: boolean | null;
   /** `ignored_mode`: the event's livemode is not its endpoint's mode (recorded, never applied: docs/stripe-connect.md). */
   settled: "processed" | "ignored" | "ignored_mode" | null;
   failed?: { error: string; parked: boolean; backoff: Backoff };
@@ -68,22 +78,35 @@ export function inboxRow(key: InboxKey, event: VerifiedEvent, settled: InboxRow[
     source: event.source ?? "webhook",
     createdAtSec: event.createdAt ? event.createdAt.getTime() / 1000 : null,
     account: event.account ?? "",
+    livemode: event.livemode ?? null,
     settled,
     traceparent: event.traceparent ?? null,
   };
 }
 
 /**
- * The one insert into `webhook_inbox`: `insert … on conflict do nothing returning`, one statement for
- * any number of rows (async group commit sends many, everything else one). Returns the {@link keyText}
- * of each key this statement inserted; a key missing from it was already recorded (a duplicate). When
+ * The keys one {@link insertInbox} statement inserted (as {@link keyText}); a key missing from it was
+ * already recorded (a duplicate). `spilled`: a payload row went to the default partition of
+ * `webhook_inbox_payloads` (its week has no partition yet): the caller, once committed, has
+ * partitions.ts `keepPartitionsAfterSpill` create them.
+ */
+export class InsertedKeys extends Set<string> {
+  spilled = false;
+}
+
+/**
+ * The one insert into the inbox: for each row, its state row (`webhook_inbox`, `insert … on conflict
+ * (provider, endpoint, event_id) do nothing`) and, for each state row it inserted, in the same
+ * statement, its payload row (`webhook_inbox_payloads`, under the state row's key and `received_at`):
+ * an event's payload is written only by the delivery that recorded it, and never without its state row.
+ * One statement for any number of rows (async group commit sends many, everything else one). When
  * another transaction is inserting the same key, this waits until it commits (a duplicate) or rolls
  * back (inserted): the unique index serializes concurrent duplicates (PostgreSQL manual, INSERT, "ON
  * CONFLICT Clause"; seed §5.4). `rows` must not hold one key twice. Runs on `sql`: the pool (its own
  * transaction) or a transaction handle (inside the inbox transaction).
  * @throws the database error when any row cannot be written; nothing of the statement remains.
  */
-export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Promise<Set<string>> {
+export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Promise<InsertedKeys> {
   // One array per row, in the order of `r`'s columns below. Values arrive untyped (text) unless
   // postgres.js types them (Date, boolean); the casts say what each column is.
   const values = rows.map((r) => [
@@ -102,26 +125,43 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
     r.failed?.backoff.baseMs ?? null,
     r.failed?.backoff.capMs ?? null,
     r.account,
+    r.livemode,
     r.traceparent,
   ]);
-  const inserted = await sql<{ provider: string; endpoint: string; event_id: string }[]>`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, event_created_at,
-                               processed_at, outcome, attempts, last_error, needs_review_at, available_at, account, traceparent)
-    select provider, endpoint, event_id, event_type, payload::text::jsonb, raw_body::text, payload_sanitized::text, source::text,
-           coalesce(to_timestamp(created::float8), '-infinity'),
-           case when outcome::text is not null then now() end, outcome::text,
-           case when last_error::text is not null then 1 else 0 end, last_error::text,
-           case when parked::boolean then now() end,
-           case when last_error::text is not null then now() + webhook_inbox_backoff(1, base_ms::int, cap_ms::int) else now() end,
-           account::text,
-           traceparent::text
-      from (values ${sql(values as unknown as EscapableArray[])})
-        as r (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, created, outcome, last_error, parked, base_ms, cap_ms,
-              account, traceparent)
-    on conflict (provider, endpoint, event_id, event_created_at) do nothing
-    returning provider, endpoint, event_id
+  const inserted = await sql<{ provider: string; endpoint: string; event_id: string; spilled: boolean | null }[]>`
+    with r as (
+      select provider::text, endpoint::text, event_id::text, event_type::text, payload::text::jsonb as payload, raw_body::text,
+             payload_sanitized::text, source::text, to_timestamp(created::float8) as created, outcome::text, last_error::text,
+             parked::boolean, base_ms::int, cap_ms::int, account::text, livemode::boolean, traceparent::text
+        from (values ${sql(values as unknown as EscapableArray[])})
+          as r (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, created, outcome, last_error, parked,
+                base_ms, cap_ms, account, livemode, traceparent)
+    ), state as (
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, source, event_created_at, processed_at, outcome, attempts,
+                                 last_error, needs_review_at, available_at, account, livemode, traceparent)
+      select provider, endpoint, event_id, event_type, source, created,
+             case when outcome is not null then now() end, outcome,
+             case when last_error is not null then 1 else 0 end, last_error,
+             case when parked then now() end,
+             case when last_error is not null then now() + webhook_inbox_backoff(1, base_ms, cap_ms) else now() end,
+             account, livemode, traceparent
+        from r
+      on conflict (provider, endpoint, event_id) do nothing
+      returning provider, endpoint, event_id, received_at
+    ), payload as (
+      insert into webhook_inbox_payloads (provider, endpoint, event_id, received_at, payload, raw_body, payload_sanitized)
+      select s.provider, s.endpoint, s.event_id, s.received_at, r.payload, r.raw_body, r.payload_sanitized
+        from state s
+        join r using (provider, endpoint, event_id)
+      returning provider, endpoint, event_id, tableoid = 'webhook_inbox_payloads_default'::regclass as spilled
+    )
+    select s.provider, s.endpoint, s.event_id, p.spilled
+      from state s
+      left join payload p using (provider, endpoint, event_id)
   `;
-  return new Set(inserted.map((row) => keyText({ provider: row.provider, endpoint: row.endpoint, eventId: row.event_id })));
+  const keys = new InsertedKeys(inserted.map((row) => keyText({ provider: row.provider, endpoint: row.endpoint, eventId: row.event_id })));
+  keys.spilled = inserted.some((row) => row.spilled === true);
+  return keys;
 }
 
 /** An inbox key as one string, for maps and sets: its three parts joined by NUL (which none of them can hold). */
@@ -144,18 +184,21 @@ export async function recordUnapplied(
   failure: { error: string; parked: boolean; backoff: Backoff },
 ): Promise<boolean> {
   const row = { ...inboxRow(key, event, null), failed: failure };
+  let inserted: InsertedKeys;
   try {
-    return (await insertInbox(db, [row])).size === 1;
+    inserted = await insertInbox(db, [row]);
   } catch (err) {
     if (!isDataError(err)) throw err;
-    return (await insertInbox(db, [rawOnlyRow(key, event, failure.error, failure.backoff)])).size === 1;
+    inserted = await insertInbox(db, [rawOnlyRow(key, event, failure.error, failure.backoff)]);
   }
+  keepPartitionsAfterSpill(db, inserted);
+  return inserted.size === 1;
 }
 
 /**
  * The row of an event whose own row PostgreSQL refused (a data error, SQLSTATE class 22 or 54: a payload
  * jsonb refuses even as a sanitized copy, a creation time beyond `timestamptz`'s range): no payload, the
- * verified body in `raw_body`, the arrival time as its creation time, parked as needs-review with
+ * verified body in `raw_body`, no creation time, parked as needs-review with
  * `error` and a note in `last_error`, so it is kept for an operator and the sender gets a 2xx. Its key
  * is the event's: a key PostgreSQL refuses (a NUL in the id) is refused again.
  */

@@ -44,10 +44,11 @@ export async function eventEffects(db: Db, eventId: string): Promise<EventEffect
   // The invoice the event itself is about (its subject's business key, as its provider reads it), only
   // where its handler ran and committed: an ignored or parked event wrote nothing to it.
   const rows = await db<{ provider: string; payload: Record<string, unknown> | null }[]>`
-    select provider, payload
-      from webhook_inbox
-     where event_id = ${eventId}
-       and outcome = 'processed'
+    select w.provider, p.payload
+      from webhook_inbox w
+      join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+     where w.event_id = ${eventId}
+       and w.outcome = 'processed'
   `;
   const subjectKeys = rows.flatMap((r) => {
     try {

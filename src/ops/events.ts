@@ -29,7 +29,7 @@ interface Row {
   processed_at: Date | null;
   needs_review_at: Date | null;
   last_error: string | null;
-  payload_dropped_at: Date | null;
+  payload_dropped: boolean;
 }
 
 function summarize(r: Row): EventSummary {
@@ -45,7 +45,7 @@ function summarize(r: Row): EventSummary {
     processedAt: r.processed_at?.toISOString() ?? null,
     needsReviewAt: r.needs_review_at?.toISOString() ?? null,
     lastError: r.last_error,
-    payloadDropped: r.payload_dropped_at !== null,
+    payloadDropped: r.payload_dropped,
   };
 }
 
@@ -136,7 +136,7 @@ async function readPage(db: Db | Tx, filter: RowFilter, options: PageOptions): P
   const rows = await db<(Row & { key: string; hit: boolean })[]>`
     with scanned as (
       select provider, endpoint, event_id, event_type, state, attempts, received_at, available_at,
-             processed_at, needs_review_at, last_error, payload_dropped_at,
+             processed_at, needs_review_at, last_error,
              (extract(epoch from received_at) * 1000000)::bigint::text as key
         from webhook_inbox_state
        where ${whereRows(db, filter)}
@@ -144,20 +144,18 @@ async function readPage(db: Db | Tx, filter: RowFilter, options: PageOptions): P
        order by received_at desc, provider desc, endpoint desc, event_id desc
        limit ${scan}
     )
-    select s.*, ${options.text === undefined ? db`true` : db`coalesce(h.hit, false)`} as hit
+    -- One primary-key lookup of each scanned row's payload (its key and received_at name one payload
+    -- row in one partition): "offset 0" keeps the planner from turning it into a join, which it may run
+    -- as a hash join over every payload of the table.
+    select s.*, p.payload_dropped, ${options.text === undefined ? db`true` : db`coalesce(p.hit, false)`} as hit
       from scanned s
-      ${
-        options.text === undefined
-          ? db``
-          : // One primary-key lookup per scanned row: "offset 0" keeps the planner from turning this
-            // into a join, which it may run as a hash join over every payload of the table.
-            db`left join lateral (
-                select coalesce(w.payload::text, w.raw_body) ilike ${containing(options.text)} as hit
-                  from webhook_inbox w
-                 where (w.provider, w.endpoint, w.event_id) = (s.provider, s.endpoint, s.event_id)
-                offset 0
-              ) h on true`
-      }
+      left join lateral (
+        select count(*) = 0 as payload_dropped,
+               ${options.text === undefined ? db`null::boolean` : db`bool_or(coalesce(w.payload::text, w.raw_body) ilike ${containing(options.text)})`} as hit
+          from webhook_inbox_payloads w
+         where (w.provider, w.endpoint, w.event_id, w.received_at) = (s.provider, s.endpoint, s.event_id, s.received_at)
+        offset 0
+      ) p on true
      order by s.received_at desc, s.provider desc, s.endpoint desc, s.event_id desc
   `;
   const hits = rows.filter((r) => r.hit);
@@ -200,11 +198,12 @@ export async function showEvent(
 ): Promise<(EventSummary & { resolutionNote: string | null; payload?: unknown; rawBody?: string })[]> {
   const rows = await db<(Row & { resolution_note: string | null; payload: unknown; raw_body: string | null })[]>`
     select s.provider, s.endpoint, s.event_id, s.event_type, s.state, s.attempts, s.received_at, s.available_at,
-           s.processed_at, s.needs_review_at, s.last_error, s.payload_dropped_at, s.resolution_note,
-           case when ${withPayload} then w.payload end as payload,
-           case when ${withPayload} then w.raw_body end as raw_body
+           s.processed_at, s.needs_review_at, s.last_error, s.resolution_note,
+           p.received_at is null as payload_dropped,
+           case when ${withPayload} then p.payload end as payload,
+           case when ${withPayload} then p.raw_body end as raw_body
       from webhook_inbox_state s
-      join webhook_inbox w using (provider, endpoint, event_id)
+      left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
      where s.event_id = ${eventId}
      order by s.provider, s.endpoint
   `;

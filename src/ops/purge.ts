@@ -1,47 +1,60 @@
 import type postgres from "postgres";
 import type { Db } from "../db/db.ts";
-import { ensurePartitions, listPartitions, type InboxPartition } from "../inbox/partitions.ts";
-import { STRIPE_EVENTS_KEPT_MS, STRIPE_RETRY_HORIZON_MS } from "../providers/stripe.ts";
+import { ensurePartitions, listPartitions } from "../inbox/partitions.ts";
+import { providerNamed, providers } from "../providers/registry.ts";
 
-/** Kept beyond the longest horizon before a row may go: clock skew, a late run, an investigation. */
-export const RETENTION_MARGIN_MS = 86_400_000;
+const DAY_MS = 86_400_000;
+
+/** Kept beyond a provider's resend window before an inbox key may go: clock skew, a late run, an investigation. */
+export const RETENTION_MARGIN_MS = DAY_MS;
 
 /**
- * The shortest retention purge accepts without `force`, ms: the longest time after an event's creation
- * in which the product may meet it again (Stripe redelivers for 3 days; event backfill re-reads the
- * 30 days of events Stripe keeps), plus {@link RETENTION_MARGIN_MS}: 31 days.
+ * Default retention, ms: 31 days, Stripe's resend window (its 30 days of events) plus the margin. By
+ * default an inbox key is kept this long, or longer where its provider's window asks for it
+ * ({@link keyFloorMs}), and a payload this long.
  */
-export const MIN_RETENTION_MS = Math.max(STRIPE_RETRY_HORIZON_MS, STRIPE_EVENTS_KEPT_MS) + RETENTION_MARGIN_MS;
+export const DEFAULT_RETENTION_MS = 31 * DAY_MS;
 
-/** Options of {@link purge}; durations in ms. */
+/** The longest resend window of the registered providers, ms (what a provider the registry does not know gets). */
+const LONGEST_WINDOW_MS = Math.max(...Object.values(providers).map((p) => p.resendWindowMs));
+
+/**
+ * The shortest time purge keeps the key of an event of `provider` without `force`, ms: the provider's
+ * resend window (`WebhookProvider.resendWindowMs`: how long it may send the same event id again) plus
+ * {@link RETENTION_MARGIN_MS}. A provider the registry does not know gets the longest window known.
+ */
+export function keyFloorMs(provider: string): number {
+  return (providerNamed(provider)?.resendWindowMs ?? LONGEST_WINDOW_MS) + RETENTION_MARGIN_MS;
+}
+
+/** Options of {@link purge}; durations in ms, measured from each row's `received_at` (the product's clock). */
 export interface PurgeOptions {
-  /** Delete settled rows whose event was created longer ago than this (and the companions below). */
-  olderThanMs: number;
-  /** Also drop the payload (keeping key and metadata) of settled rows processed longer ago than this. */
+  /**
+   * Delete the settled inbox rows (keys) of every provider received longer ago than this. Undefined:
+   * each provider's own default, {@link DEFAULT_RETENTION_MS} or its {@link keyFloorMs} if longer.
+   */
+  olderThanMs?: number;
+  /** Drop the payloads received longer ago than this (whole weekly partitions); default {@link DEFAULT_RETENTION_MS}. */
   payloadsOlderThanMs?: number;
-  /** Allow a retention shorter than {@link MIN_RETENTION_MS}. */
+  /** Allow `olderThanMs` below a provider's {@link keyFloorMs}. */
   force?: boolean;
   /** Rows per delete statement (each its own short transaction). Default 1000. */
   batchSize?: number;
-  /**
-   * Only drop whole partitions: no row-by-row delete inside the week that straddles the horizon, so
-   * settled rows stay up to 7 days longer than `olderThanMs` (the default and undated partitions are
-   * still deleted in batches). Without it, a purge run every day deletes each day's rows one by one
-   * before their week can be dropped (docs/operations.md, "Retention").
-   */
-  wholePartitions?: boolean;
   dryRun?: boolean;
 }
 
 /** What a purge removed (or would remove, on a dry run). */
 export interface PurgeResult {
   dryRun: boolean;
-  /** Settled inbox rows: those in dropped partitions plus those deleted in batches. */
+  /** Settled inbox rows (keys) deleted. */
   deleted: number;
-  /** Partitions dropped whole (or that would be, on a dry run), oldest first. */
+  /** The key retention each provider that has rows was purged at, ms. */
+  keyRetention: { provider: string; olderThanMs: number }[];
+  /** Payload partitions dropped whole (or that would be, on a dry run), oldest first. */
   partitionsDropped: string[];
-  /** Unsettled rows (unprocessed, needs-review) of dropped partitions, moved to the default partition. */
-  openRowsMoved: number;
+  /** Payloads of unsettled rows (unprocessed, needs-review) in dropped partitions, moved to the default partition. */
+  openPayloadsMoved: number;
+  /** Payload rows removed: those in dropped partitions and those deleted from the default partition. */
   payloadsDropped: number;
   /** Published outbox messages. */
   outboxDeleted: number;
@@ -49,11 +62,11 @@ export interface PurgeResult {
   claimsDeleted: number;
   /** Finished event backfill requests. */
   backfillRequestsDeleted: number;
-  /** Dry run only: why the real run would be refused without `force` (the retention is too short). */
+  /** Dry run only: why the real run would be refused without `force` (a key retention below a provider's window). */
   forceRequired?: string;
 }
 
-/** A retention that is too short: an event met again after its row is gone would be applied again. */
+/** A retention that is too short: an event met again after its key is gone would be applied again. */
 export class RetentionTooShortError extends Error {
   constructor(message: string) {
     super(message);
@@ -62,106 +75,120 @@ export class RetentionTooShortError extends Error {
 }
 
 /**
- * The inbox's companions purge deletes in batches, each by its own clock: published outbox messages by
- * `published_at`, change claims by `claimed_at`, finished backfill requests by `finished_at`. (Inbox rows
- * go by partition: {@link purgeInbox}.)
- */
-function targets(db: Db, cutoff: Date) {
-  return [
-    { result: "outboxDeleted", table: "outbox", where: db`published_at < ${cutoff}` },
-    { result: "claimsDeleted", table: "stripe_change_claims", where: db`claimed_at < ${cutoff}` },
-    { result: "backfillRequestsDeleted", table: "event_backfill_requests", where: db`finished_at < ${cutoff}` },
-  ] as const;
-}
-
-/**
- * Retention (seed §9, §7 on TTLs): removes settled inbox rows whose event was created before
- * `olderThanMs` ago ({@link purgeInbox}: whole weekly partitions dropped, batches deleted only in the week
- * that straddles the horizon and in the default and undated partitions), and with them the inbox's companions past the same age:
- * published outbox messages, change claims and finished backfill requests; optionally drops payloads
- * of settled rows processed before `payloadsOlderThanMs` ago (the dedup key stays). Unprocessed and
- * needs-review rows, unpublished messages and unfinished requests are never touched. A row deleted
- * while the product may still meet its event again would let that event be applied a second time, so
- * a retention shorter than {@link MIN_RETENTION_MS} is refused unless `force`. A dry run changes
- * nothing, so it never needs `force`: it counts, and says in `forceRequired` that the real run would.
- * @throws RetentionTooShortError naming the horizon (not on a dry run).
+ * Retention (seed §9, §7 on TTLs), on the layout of sql/0027, every age measured from `received_at`:
+ * - keys: settled inbox rows are deleted in batches once older than their provider's key retention
+ *   (`olderThanMs`, else per provider the longer of {@link DEFAULT_RETENTION_MS} and
+ *   {@link keyFloorMs}); a key retention below a provider's window is refused unless `force`, since
+ *   that provider's next delivery of a purged event would be applied again;
+ * - payloads: whole weekly partitions of `webhook_inbox_payloads` past `payloadsOlderThanMs` are dropped,
+ *   the payloads of rows still unsettled moved out first ({@link dropPartition}); past payloads in the
+ *   default partition are deleted in batches, those of unsettled rows kept. Payloads may go long before
+ *   keys: a key is all deduplication needs;
+ * - companions past `olderThanMs` (default {@link DEFAULT_RETENTION_MS}): published outbox messages,
+ *   change claims, finished backfill requests.
+ * Unprocessed and needs-review rows and their payloads, unpublished messages and unfinished requests
+ * are never touched. A dry run changes nothing and never needs `force`: it counts, and says in
+ * `forceRequired` that the real run would.
+ * @throws RetentionTooShortError naming each provider and its window (not on a dry run).
  */
 export async function purge(db: Db, options: PurgeOptions): Promise<PurgeResult> {
-  const tooShort =
-    options.olderThanMs < MIN_RETENTION_MS && !options.force
-      ? `a retention of ${days(options.olderThanMs)} is shorter than the ${days(MIN_RETENTION_MS)} in which an event may be met again (Stripe redelivers for ${days(STRIPE_RETRY_HORIZON_MS)}, event backfill re-reads ${days(STRIPE_EVENTS_KEPT_MS)}, plus a ${days(RETENTION_MARGIN_MS)} margin); an event met after its row is gone would be applied again`
-      : undefined;
-  if (tooShort && !options.dryRun) throw new RetentionTooShortError(`Cannot purge: ${tooShort}. Use --force to override.`);
+  const present = await inboxProviders(db);
+  const keyRetention = present.map((provider) => ({
+    provider,
+    olderThanMs: options.olderThanMs ?? Math.max(DEFAULT_RETENTION_MS, keyFloorMs(provider)),
+  }));
+  const tooShort = options.force ? [] : keyRetention.filter((k) => k.olderThanMs < keyFloorMs(k.provider));
+  const forceRequired = tooShort.length
+    ? tooShort
+        .map(
+          (k) =>
+            `a key retention of ${duration(k.olderThanMs)} is shorter than ${k.provider}'s ${duration(keyFloorMs(k.provider))} ` +
+            `(it may send an event again for ${duration(keyFloorMs(k.provider) - RETENTION_MARGIN_MS)}, plus a ${duration(RETENTION_MARGIN_MS)} margin)`,
+        )
+        .join("; ") + "; an event met after its key is gone would be applied again"
+    : undefined;
+  if (forceRequired && !options.dryRun) throw new RetentionTooShortError(`Cannot purge: ${forceRequired}. Use --force to override.`);
+  const dryRun = options.dryRun ?? false;
   const batch = options.batchSize ?? 1000;
-  const [{ cutoff, payloadCutoff } = { cutoff: new Date(0), payloadCutoff: new Date(0) }] = await db<
-    { cutoff: Date; payloadCutoff: Date }[]
-  >`
-    select now() - ${options.olderThanMs} * interval '1 millisecond' as cutoff,
-           now() - ${options.payloadsOlderThanMs ?? 0} * interval '1 millisecond' as "payloadCutoff"
-  `;
   const result: PurgeResult = {
-    dryRun: options.dryRun ?? false,
+    dryRun,
     deleted: 0,
+    keyRetention,
+    partitionsDropped: [],
+    openPayloadsMoved: 0,
     payloadsDropped: 0,
     outboxDeleted: 0,
     claimsDeleted: 0,
     backfillRequestsDeleted: 0,
-    partitionsDropped: [],
-    openRowsMoved: 0,
   };
-  await purgeInbox(db, cutoff, batch, options.wholePartitions ?? false, result);
-  for (const target of targets(db, cutoff))
-    result[target.result] += await deleteInBatches(db, target.table, target.where, batch, result.dryRun);
-  if (options.payloadsOlderThanMs !== undefined)
-    result.payloadsDropped = await dropPayloads(db, payloadCutoff, cutoff, batch, result.dryRun);
-  return tooShort ? { ...result, forceRequired: tooShort } : result;
+  for (const k of keyRetention) {
+    const expired = db`provider = ${k.provider} and processed_at is not null and received_at < now() - ${k.olderThanMs} * interval '1 millisecond'`;
+    result.deleted += await deleteInBatches(db, "webhook_inbox", expired, batch, dryRun);
+  }
+  await purgePayloads(db, options.payloadsOlderThanMs ?? DEFAULT_RETENTION_MS, batch, result);
+  const companions = options.olderThanMs ?? DEFAULT_RETENTION_MS;
+  const older = (column: string) => db`${db(column)} < now() - ${companions} * interval '1 millisecond'`;
+  result.outboxDeleted = await deleteInBatches(db, "outbox", older("published_at"), batch, dryRun);
+  result.claimsDeleted = await deleteInBatches(db, "stripe_change_claims", older("claimed_at"), batch, dryRun);
+  result.backfillRequestsDeleted = await deleteInBatches(db, "event_backfill_requests", older("finished_at"), batch, dryRun);
+  return forceRequired ? { ...result, forceRequired } : result;
+}
+
+/** The providers that have inbox rows, read from the primary key's leading column one step at a time (a loose index scan). */
+async function inboxProviders(db: Db): Promise<string[]> {
+  const rows = await db<{ provider: string }[]>`
+    with recursive p as (
+      (select provider from webhook_inbox order by provider limit 1)
+      union all
+      select (select w.provider from webhook_inbox w where w.provider > p.provider order by w.provider limit 1)
+        from p
+       where p.provider is not null
+    )
+    select provider from p where provider is not null
+  `;
+  return rows.map((r) => r.provider);
 }
 
 /**
- * The inbox part of {@link purge} (sql/0026; PostgreSQL manual, "Partition Maintenance"): first creates
- * the partitions ahead, then for each weekly partition entirely older than `cutoff`, counts its settled
- * rows, and in one short transaction (lock_timeout 5 s) detaches it, moves its unsettled rows
- * (unprocessed or needs-review, which retention never deletes) into the default partition and drops it.
- * Detaching takes ACCESS EXCLUSIVE on webhook_inbox for that transaction: receivers wait milliseconds.
- * Then deletes in batches (by ctid, each its own statement) settled rows past the horizon inside the week
- * that straddles it (unless `wholePartitions`), the default partition and the undated one. An undated row
- * (event_created_at '-infinity') goes by `received_at`; a row dated in the future stays until its date.
+ * The payload part of {@link purge} (sql/0027; PostgreSQL manual, "Partition Maintenance"): creates the
+ * partitions ahead, drops each weekly partition entirely older than `olderThanMs` ({@link dropPartition}),
+ * then deletes in batches the payloads in the default partition past it whose row is settled or gone.
  * A dry run counts and changes nothing. Adds to `result`.
  */
-async function purgeInbox(db: Db, cutoff: Date, batch: number, wholePartitions: boolean, result: PurgeResult): Promise<void> {
+async function purgePayloads(db: Db, olderThanMs: number, batch: number, result: PurgeResult): Promise<void> {
   if (!result.dryRun) await ensurePartitions(db);
-  const partitions = await listPartitions(db);
-  for (const p of partitions.filter((p) => p.kind === "range" && p.to !== null && p.to <= cutoff)) {
-    const [row] = await db<{ settled: number; open: number }[]>`
-      select count(*) filter (where processed_at is not null)::int as settled,
-             count(*) filter (where processed_at is null)::int as open
-        from ${db(p.name)}
+  const [{ cutoff } = { cutoff: new Date(0) }] = await db<{ cutoff: Date }[]>`select now() - ${olderThanMs} * interval '1 millisecond' as cutoff`;
+  for (const p of await listPartitions(db)) {
+    if (p.kind !== "range" || p.to === null || p.to > cutoff) continue;
+    const [row] = await db<{ all: number; open: number }[]>`
+      select count(*)::int as all,
+             count(*) filter (where exists (select 1 from webhook_inbox s
+                                             where (s.provider, s.endpoint, s.event_id, s.received_at) = (p.provider, p.endpoint, p.event_id, p.received_at)
+                                               and s.processed_at is null))::int as open
+        from ${db(p.name)} p
     `;
     if (!result.dryRun) await dropPartition(db, p.name);
-    result.deleted += row?.settled ?? 0;
-    result.openRowsMoved += row?.open ?? 0;
+    result.payloadsDropped += (row?.all ?? 0) - (row?.open ?? 0);
+    result.openPayloadsMoved += row?.open ?? 0;
     result.partitionsDropped.push(p.name);
   }
-  const straddling = (p: InboxPartition) =>
-    p.kind !== "range" || (!wholePartitions && p.from !== null && p.to !== null && p.from < cutoff && cutoff < p.to);
-  for (const p of partitions.filter(straddling)) {
-    const expired = db`
-      processed_at is not null
-      and event_created_at < ${cutoff}
-      and (event_created_at > '-infinity' or received_at < ${cutoff})
-    `;
-    result.deleted += await deleteInBatches(db, p.name, expired, batch, result.dryRun);
-  }
+  const expired = db`
+    t.received_at < ${cutoff}
+    and not exists (select 1 from webhook_inbox s
+                     where (s.provider, s.endpoint, s.event_id, s.received_at) = (t.provider, t.endpoint, t.event_id, t.received_at)
+                       and s.processed_at is null)
+  `;
+  result.payloadsDropped += await deleteInBatches(db, "webhook_inbox_payloads_default", expired, batch, result.dryRun);
 }
 
 /**
- * Deletes the rows of `table` (one table: a ctid names a row only inside one) matching `where`, `batch` at a
+ * Deletes the rows of `table` (one table: a ctid names a row only inside one; `t` in `where`) matching `where`, `batch` at a
  * time, each batch its own statement so no transaction holds many row locks; a dry run counts them instead.
  * Returns how many.
  */
 async function deleteInBatches(db: Db, table: string, where: postgres.Fragment, batch: number, dryRun: boolean): Promise<number> {
   if (dryRun) {
-    const [row] = await db<{ n: number }[]>`select count(*)::int as n from ${db(table)} where ${where}`;
+    const [row] = await db<{ n: number }[]>`select count(*)::int as n from ${db(table)} as t where ${where}`;
     return row?.n ?? 0;
   }
   let deleted = 0;
@@ -170,7 +197,7 @@ async function deleteInBatches(db: Db, table: string, where: postgres.Fragment, 
       delete from ${db(table)}
        where ctid in (
          select ctid
-           from ${db(table)}
+           from ${db(table)} as t
           where ${where}
           limit ${batch}
        )
@@ -180,64 +207,30 @@ async function deleteInBatches(db: Db, table: string, where: postgres.Fragment, 
   }
 }
 
-/** Detaches, empties of unsettled rows (into the default partition) and drops one inbox partition. */
+/**
+ * Drops one payload partition in one short transaction (lock_timeout 5 s): detaches it (ACCESS EXCLUSIVE
+ * on webhook_inbox_payloads for the transaction: receivers wait milliseconds), copies the payloads of
+ * its rows still unsettled into the parent (its range is no longer attached, so they land in the
+ * default partition under the same key and received_at, where their rows find them), and drops it.
+ */
 async function dropPartition(db: Db, name: string): Promise<void> {
   await db.begin(async (tx) => {
     await tx`set local lock_timeout = '5s'`;
-    await tx`alter table webhook_inbox detach partition ${tx(name)}`;
-    // Its range is no longer attached, so these rows route to webhook_inbox_default; keys unchanged.
+    await tx`alter table webhook_inbox_payloads detach partition ${tx(name)}`;
     await tx`
-      insert into webhook_inbox
-      select *
-        from ${tx(name)}
-       where processed_at is null
+      insert into webhook_inbox_payloads
+      select p.*
+        from ${tx(name)} p
+        join webhook_inbox s using (provider, endpoint, event_id, received_at)
+       where s.processed_at is null
     `;
     await tx`drop table ${tx(name)}`;
   });
 }
 
-/**
- * Drops the payloads (and the raw bodies kept beside sanitized copies, 0010) of settled rows processed
- * before `cutoff`; a dry run counts those the row purge (`rowCutoff`) would leave.
- */
-async function dropPayloads(db: Db, cutoff: Date, rowCutoff: Date, batch: number, dryRun: boolean): Promise<number> {
-  if (dryRun) {
-    const [row] = await db<{ n: number }[]>`
-      select count(*)::int as n
-        from webhook_inbox
-       where processed_at < ${cutoff}
-         and payload is not null
-         and event_created_at >= ${rowCutoff}
-    `;
-    return row?.n ?? 0;
-  }
-  let dropped = 0;
-  // Partition by partition: a ctid names a row only inside one table.
-  for (const p of await listPartitions(db)) {
-    for (;;) {
-      const rows = await db`
-        update ${db(p.name)}
-           set payload = null,
-               raw_body = null,
-               payload_dropped_at = now()
-         where ctid in (
-           select ctid
-             from ${db(p.name)}
-            where processed_at < ${cutoff}
-              and payload is not null
-            limit ${batch}
-         )
-      `;
-      dropped += rows.count;
-      if (rows.count < batch) break;
-    }
-  }
-  return dropped;
-}
-
 /** A duration for messages, in the largest unit that keeps it readable: 4 d, 36.0 h, 90 min, 5 s. */
-function days(ms: number): string {
-  if (ms >= 86_400_000 && Number.isInteger(ms / 86_400_000)) return `${ms / 86_400_000} d`;
+function duration(ms: number): string {
+  if (ms >= DAY_MS && Number.isInteger(ms / DAY_MS)) return `${ms / DAY_MS} d`;
   if (ms >= 3_600_000) return `${(ms / 3_600_000).toFixed(1)} h`;
   if (ms >= 60_000) return `${Math.round(ms / 60_000)} min`;
   return `${Math.round(ms / 1_000)} s`;

@@ -2,7 +2,8 @@ import type { Db, Tx } from "../db/db.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent } from "../inbox/apply-event.ts";
 import { subjectOf } from "../providers/registry.ts";
-import type { InboxKey } from "../inbox/inbox.ts";
+import { keyIs, type InboxKey } from "../inbox/inbox.ts";
+import { storedEvent } from "../inbox/stored-event.ts";
 
 /** What a replay did: the handler's effect, counted by PostgreSQL for its transaction. */
 export interface ReplayResult {
@@ -40,13 +41,17 @@ export async function replayEvent(
   endpointLivemode?: boolean,
 ): Promise<ReplayResult> {
   const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
-  const [row] = await db<{ event_type: string; payload: Record<string, unknown> | null; processed: boolean; account: string }[]>`
-    select event_type, payload, processed_at is not null as processed, account
-      from webhook_inbox
-     where (provider, endpoint, event_id) = (${key.provider}, ${key.endpoint}, ${key.eventId})
+  const [row] = await db<{ event_type: string; payload: Record<string, unknown> | null; raw_body: string | null; kept: boolean; processed: boolean; account: string }[]>`
+    select w.event_type, p.payload, p.raw_body, p.received_at is not null as kept, w.processed_at is not null as processed, w.account
+      from webhook_inbox w
+      left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+     where ${keyIs(db, key, "w")}
   `;
   if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
-  if (row.processed && !row.payload) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
+  if (row.processed && !row.kept) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
+  // A row kept only as its raw body (jsonb refused it before 0010) is replayed from its storable copy.
+  // Only a settled row's payload is read: applyEvent refuses any other before the object is used.
+  const payload = row.processed && row.kept ? storedEvent(row.payload, row.raw_body).payload : undefined;
   const table = handlers ?? {};
   let before = { inserted: 0, updated: 0, deleted: 0 };
   let after = before;
@@ -55,9 +60,9 @@ export async function replayEvent(
     handlers: table,
     type: row.event_type,
     // A row that is not settled has no payload to trust yet: applyEvent refuses it before this is read.
-    object: row.payload ? subjectOf(key.provider, row.payload).object : {},
+    object: payload ? subjectOf(key.provider, payload).object : {},
     account: row.account,
-    hold: { replay: true, modeFixed: endpointLivemode !== undefined && row.payload?.livemode === endpointLivemode },
+    hold: { replay: true, modeFixed: endpointLivemode !== undefined && payload?.livemode === endpointLivemode },
     timeoutMs: REPLAY_TIMEOUT_MS,
     // Pending statistics of earlier transactions on this connection may not be flushed yet
     // (PostgreSQL ≥ 15 flushes them at most once a second), so count the difference.

@@ -108,6 +108,9 @@ export async function signAdyenItem(item: Item, hexKey: string): Promise<Item> {
 /** The Adyen provider: inbox `provider = 'adyen'`, URL `/webhooks/adyen/<endpoint>`, answered 200 `[accepted]` after the commit. */
 export const adyenProvider: WebhookProvider = {
   name: "adyen",
+  // Adyen queues an unacknowledged notification and retries it for up to 30 days (Adyen docs,
+  // "Webhooks: Retries and failures").
+  resendWindowMs: 30 * 86_400_000,
   secretProblem: (secret) =>
     fromHex(secret) && secret.length >= 32
       ? undefined

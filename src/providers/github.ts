@@ -64,6 +64,9 @@ export async function signGitHubPayload(body: string, secret: string): Promise<s
 /** The GitHub provider: inbox `provider = 'github'`, URL `/webhooks/github/<endpoint>`. */
 export const gitHubProvider: WebhookProvider = {
   name: "github",
+  // GitHub redelivers a delivery of the past 3 days, by hand or through the API (GitHub docs,
+  // "Redelivering webhooks"); it never retries by itself.
+  resendWindowMs: 3 * 86_400_000,
   verify: verifyGitHub,
   subject: (payload) => {
     if (!isObject(payload)) throw new PermanentError("Cannot read GitHub event: its payload is not an object");

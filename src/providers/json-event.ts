@@ -44,9 +44,22 @@ export function text(value: unknown, max = 255): string | undefined {
   return typeof value === "string" && value.length > 0 && value.length <= max ? value : undefined;
 }
 
-/** The Date of an ISO 8601 timestamp text, or undefined when it is none. */
+/** An RFC 3339 date-time: date, `T` (or a space), time with optional fraction, then `Z`, an offset, or nothing. */
+const RFC3339 = /^(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2}(?:\.\d+)?)([Zz]|[+-]\d{2}:\d{2})?$/;
+
+/**
+ * The Date of an RFC 3339 timestamp text (RFC 3339 §5.6, the form Paddle sends: `2024-04-12T10:18:49.621022Z`),
+ * or undefined when it is none. A time written without an offset is read as UTC, never in the process's
+ * own time zone, so every receiver reads one text as one instant whatever its `TZ`; fractions beyond
+ * milliseconds are cut (JavaScript's Date holds ms). Any other text, even one `Date` would parse, is none.
+ */
 export function isoDate(value: unknown): Date | undefined {
   if (typeof value !== "string") return undefined;
-  const date = new Date(value);
+  const m = RFC3339.exec(value);
+  if (!m) return undefined;
+  const [, day, time, zone] = m;
+  const fraction = /\.(\d+)$/.exec(time!)?.[1];
+  const whole = fraction === undefined ? time! : `${time!.slice(0, time!.indexOf("."))}.${fraction.slice(0, 3).padEnd(3, "0")}`;
+  const date = new Date(`${day}T${whole}${zone === undefined || zone.toUpperCase() === "Z" ? "Z" : zone}`);
   return Number.isNaN(date.getTime()) ? undefined : date;
 }

@@ -83,6 +83,9 @@ export async function signPaddlePayload(body: string, secret: string, timestampS
 /** The Paddle Billing provider: inbox `provider = 'paddle'`, URL `/webhooks/paddle/<endpoint>`. */
 export const paddleProvider: WebhookProvider = {
   name: "paddle",
+  // Paddle keeps notifications for 90 days and can replay one with the same event_id (Paddle docs,
+  // "Replay a notification": "Notifications older than 90 days aren't retained").
+  resendWindowMs: 90 * 86_400_000,
   toleranceSec: PADDLE_TOLERANCE_SEC,
   verify: verifyPaddle,
   subject: paddleSubject,

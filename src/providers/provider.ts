@@ -86,6 +86,14 @@ export interface Subject {
 export interface WebhookProvider {
   readonly name: string;
   /**
+   * How long after an event's first delivery its sender may send the same event id again, ms: its
+   * automatic retries, and any replay, resend or API read of it that the product would record (Stripe's
+   * Events API, Paddle's replay, GitHub's redelivery). `inbox purge` keeps an event's inbox key at least
+   * this long plus a margin (ops/purge.ts), so every such delivery meets the key and is a duplicate.
+   * Each provider's value cites its source (docs/providers/, docs/operations.md "Retention").
+   */
+  readonly resendWindowMs: number;
+  /**
    * The provider's default signature timestamp tolerance, seconds, when it differs from the
    * receiver's (`STRIPE_TOLERANCE_SEC`, 300); an endpoint's `WEBHOOK_TOLERANCE_SEC_<P>_<NAME>` overrides it.
    * Undefined for a scheme without a timestamp too (GitHub, Shopify, Adyen: then it is never read).

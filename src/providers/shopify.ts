@@ -61,6 +61,9 @@ export async function signShopifyPayload(body: string, secret: string): Promise<
 /** The Shopify provider: inbox `provider = 'shopify'`, URL `/webhooks/shopify/<endpoint>`. */
 export const shopifyProvider: WebhookProvider = {
   name: "shopify",
+  // Shopify retries a failed delivery 8 times over 4 hours, with the original payload and event id
+  // (Shopify developer changelog, "Updates to webhook retry mechanism", 2024-09-10); no manual resend.
+  resendWindowMs: 4 * 3_600_000,
   verify: verifyShopify,
   subject: (payload) => {
     if (!isObject(payload)) throw new PermanentError("Cannot read Shopify event: its payload is not an object");

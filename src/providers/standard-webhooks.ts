@@ -74,6 +74,10 @@ export function standardWebhooksSubject(payload: Record<string, unknown>): Subje
 /** The Standard Webhooks provider: inbox `provider = 'standard-webhooks'`. */
 export const standardWebhooksProvider: WebhookProvider = {
   name: "standard-webhooks",
+  // The sender's: Svix, the reference sender, retries for about 27 hours and lets the sender replay a
+  // message with its webhook-id while it keeps the payload, 90 days by default (Svix docs, "Retry
+  // Schedule" and "Payload Retention").
+  resendWindowMs: 90 * 86_400_000,
   verify: verifyStandardWebhook,
   subject: standardWebhooksSubject,
 };

@@ -1,8 +1,9 @@
 import Stripe from "stripe";
 import { AppError, PermanentError } from "../errors.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
+import { isoDate } from "./json-event.ts";
 import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
-import { accountAndMode, checkStripeTimestamp, stripeVerification } from "./stripe.ts";
+import { accountAndMode, checkStripeTimestamp, STRIPE_EVENTS_KEPT_MS, stripeVerification } from "./stripe.ts";
 
 /** The thin event type that reports a window in which Stripe failed to create events (an event backfill recovers them). */
 export const EVENT_GENERATION_RESOLVED = "v2.core.health.event_generation_failure.resolved";
@@ -74,8 +75,7 @@ function toVerifiedNotification(body: string): VerifiedEvent {
   const checked = readThinNotification(parsed);
   const copy = jsonbCopy(body);
   const payload = parsed as Record<string, unknown>;
-  const created = new Date(checked.created);
-  const createdAt = Number.isNaN(created.getTime()) ? undefined : created;
+  const createdAt = isoDate(checked.created);
   const scope = accountAndMode(payload, "context");
   if (!copy) return { id: checked.id, type: checked.type, payload, subject: thinSubject(payload), body, createdAt, ...scope };
   const clean = JSON.parse(copy.json) as Record<string, unknown>;
@@ -192,4 +192,13 @@ export function thinSubject(payload: Record<string, unknown>): Subject {
  * 'stripe-thin'`, verified by {@link verifyThinNotification}, read by {@link thinSubject}. Served at
  * `/webhooks/stripe/<endpoint>` like classic endpoints (the endpoint's kind picks the provider).
  */
-export const stripeThinProvider: WebhookProvider = { name: "stripe-thin", verify: verifyThinNotification, subject: thinSubject };
+/**
+ * The thin-event provider: inbox `provider = 'stripe-thin'`. Resend window: Stripe lists v2 events for
+ * 30 days (API reference, "List events" of /v2/core/events), as classic ones.
+ */
+export const stripeThinProvider: WebhookProvider = {
+  name: "stripe-thin",
+  resendWindowMs: STRIPE_EVENTS_KEPT_MS,
+  verify: verifyThinNotification,
+  subject: thinSubject,
+};

@@ -225,7 +225,16 @@ export function stripeApiEvent(event: unknown): VerifiedEvent {
 }
 
 /** The Stripe provider: inbox `provider = 'stripe'`, verified by {@link verifyStripeEvent}, read by {@link stripeSubject}. */
-export const stripeProvider: WebhookProvider = { name: "stripe", verify: verifyStripeEvent, subject: stripeSubject };
+/**
+ * The Stripe provider: inbox `provider = 'stripe'`. Its resend window is the 30 days Stripe keeps events
+ * (retries end after 3; event backfill and the Dashboard's resend read the 30 days).
+ */
+export const stripeProvider: WebhookProvider = {
+  name: "stripe",
+  resendWindowMs: Math.max(STRIPE_RETRY_HORIZON_MS, STRIPE_EVENTS_KEPT_MS),
+  verify: verifyStripeEvent,
+  subject: stripeSubject,
+};
 
 /**
  * Builds a `Stripe-Signature` header for `body` as Stripe would send it (`t=…,v1=…`), via Stripe's

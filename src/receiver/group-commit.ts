@@ -1,6 +1,7 @@
 import { isDataError, type Db } from "../db/db.ts";
-import { inboxRow, insertInbox, keyText, type InboxKey, type InboxRow } from "../inbox/inbox.ts";
+import { inboxRow, insertInbox, keyText, type InboxKey, type InboxRow, type InsertedKeys } from "../inbox/inbox.ts";
 import { notifierFor } from "../inbox/notifier.ts";
+import { keepPartitionsAfterSpill } from "../inbox/partitions.ts";
 import { AppError } from "../errors.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 import type { Limiter } from "./limiter.ts";
@@ -98,7 +99,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
     const rows: InboxRow[] = [...first]
       .sort(([a], [b]) => (a < b ? -1 : 1))
       .map(([, d]) => inboxRow(d.key, d.event, handled(d) ? null : "ignored"));
-    let inserted: Set<string>;
+    let inserted: InsertedKeys;
     try {
       inserted = await slot(() => insertInbox(db, rows));
     } catch (err) {
@@ -122,6 +123,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
       } else delivery.resolve("ignored");
     }
     if (queued) notifierFor(db).wake();
+    keepPartitionsAfterSpill(db, inserted);
   }
 
   /** Arms the one timer for the oldest waiting delivery, if none is armed. */

@@ -4,6 +4,7 @@ import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent, applyEvents, type Applied, type ApplyInput } from "../inbox/apply-event.ts";
 import { inboxRow, insertInbox, keyText, rawOnlyRow, recordUnapplied, type Backoff } from "../inbox/inbox.ts";
 import { notifierFor } from "../inbox/notifier.ts";
+import { keepPartitionsAfterSpill } from "../inbox/partitions.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 
 /**
@@ -128,6 +129,7 @@ export async function recordIgnoredMode(
 ): Promise<Outcome> {
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   const inserted = await insertInbox(db, [inboxRow(key, event, "ignored_mode")]);
+  keepPartitionsAfterSpill(db, inserted);
   return inserted.size === 1 ? "ignored_mode" : "duplicate";
 }
 
@@ -306,5 +308,6 @@ async function recordBatchQueued(db: Db, target: ReceiveTarget, events: readonly
     return handled(e) ? "queued" : "ignored";
   });
   if (outcomes.includes("queued")) notifierFor(db).wake();
+  keepPartitionsAfterSpill(db, inserted);
   return outcomes;
 }

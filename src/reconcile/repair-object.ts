@@ -163,17 +163,19 @@ function repairEvent(key: string, type: string, object: StripeObject, account: s
 async function resolveSettled(tx: Tx, t: RepairTarget, kind: ObjectKind, id: string, key: string, account: string): Promise<number> {
   const note = `Settled by reconcile (${key}): the local state now matches Stripe's current ${kind.name.replace(/s$/, "")}`;
   const rows = await tx`
-    update webhook_inbox
+    update webhook_inbox w
        set processed_at = now(),
            outcome = 'resolved',
            resolution_note = ${note},
            needs_review_at = null
-     where provider = ${t.provider}
-       and account = ${account}
-       and needs_review_at is not null
-       and processed_at is null
-       and event_type like any(${kind.reviewTypes as string[]}::text[])
-       and payload -> 'data' -> 'object' ->> 'id' = ${id}
+      from webhook_inbox_payloads p
+     where (p.provider, p.endpoint, p.event_id, p.received_at) = (w.provider, w.endpoint, w.event_id, w.received_at)
+       and w.provider = ${t.provider}
+       and w.account = ${account}
+       and w.needs_review_at is not null
+       and w.processed_at is null
+       and w.event_type like any(${kind.reviewTypes as string[]}::text[])
+       and p.payload -> 'data' -> 'object' ->> 'id' = ${id}
     returning 1
   `;
   return rows.length;
@@ -190,18 +192,20 @@ export async function resolveCleared(db: Db, provider: string, kind: ObjectKind,
   if (ids.length === 0) return [];
   const note = `Cleared by reconcile ${kind.name}: the local state now matches Stripe's current object`;
   const rows = await db<{ event_id: string }[]>`
-    update webhook_inbox
+    update webhook_inbox w
        set processed_at = now(),
            outcome = 'resolved',
            resolution_note = ${note},
            needs_review_at = null
-     where provider = ${provider}
-       and account = ${account}
-       and source = 'reconcile'
-       and needs_review_at is not null
-       and processed_at is null
-       and payload -> 'data' -> 'object' ->> 'id' = any(${ids as string[]}::text[])
-    returning event_id
+      from webhook_inbox_payloads p
+     where (p.provider, p.endpoint, p.event_id, p.received_at) = (w.provider, w.endpoint, w.event_id, w.received_at)
+       and w.provider = ${provider}
+       and w.account = ${account}
+       and w.source = 'reconcile'
+       and w.needs_review_at is not null
+       and w.processed_at is null
+       and p.payload -> 'data' -> 'object' ->> 'id' = any(${ids as string[]}::text[])
+    returning w.event_id
   `;
   return rows.map((r) => r.event_id);
 }

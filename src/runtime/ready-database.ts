@@ -45,7 +45,7 @@ const MIGRATE_TRIES = 3;
  * not running), connects, waits until it answers ({@link waitForDatabase}: one line on stderr per failed
  * attempt, up to `waitMs`), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
  * pooler-check.ts), then applies pending migrations (waiting again and retrying, up to three
- * attempts, when the connection is lost during them), and creates the inbox partitions ahead
+ * attempts, when the connection is lost during them), and creates the payload partitions ahead
  * (ensurePartitions). Resolves null when `signal` was aborted
  * meanwhile, once its pool is closed (an embedded server it started keeps running: see openDatabase).
  * On any other failure it prints one line, `Cannot start <command>: <why>`, to stderr (no stack trace,
@@ -85,7 +85,7 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
         await waitForDatabase(db, wait);
       }
     }
-    // The inbox's weekly partitions for the weeks ahead (sql/0026); purge makes them too.
+    // The weekly payload partitions for the weeks ahead (sql/0027); a spilled insert and purge make them too.
     await ensurePartitions(db);
     signal.throwIfAborted();
     return { database, db, applied, schemaVersion: migrations.length };

@@ -114,8 +114,8 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
  * Brings the receiver's database to ready for the Node and Deno entry files: waits until it answers
  * ({@link waitForDatabase}, up to `config.databaseWaitMs`, one `log` line per failed attempt), refuses
  * a transaction pooler `DATABASE_POOLER` does not declare (before the migrations, the first
- * transaction), then applies pending `migrations` and creates the inbox partitions ahead
- * (ensurePartitions, sql/0026). Returns the names it applied.
+ * transaction), then applies pending `migrations` and creates the payload partitions ahead
+ * (ensurePartitions, sql/0027). Returns the names it applied.
  * @throws Error naming DATABASE_POOLER behind an undeclared pooler; the wait's error past its limit or
  *   on `signal`; the migration's error.
  */

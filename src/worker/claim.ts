@@ -102,16 +102,18 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
         from picked p
        where p.attempts < ${options.maxAttempts}
          and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
-      returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.payload,
-                case when w.payload is null then w.raw_body end as raw_body,
-                -- Sanitizing writes U+FFFD (chr(65533)); a row kept from its raw body may have had it done.
-                (w.payload_sanitized is not null or w.payload is null) and strpos(w.event_type, chr(65533)) > 0 as type_changed,
-                w.account,
-                w.traceparent
+      returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.received_at, w.account, w.traceparent
     )
-    select true as claimed, * from claimed
+    -- Each claimed row's payload: its key and received_at name one payload row in one partition.
+    select true as claimed, c.provider, c.endpoint, c.event_id, c.event_type, c.attempts, p.payload,
+           case when p.payload is null then p.raw_body end as raw_body,
+           -- Sanitizing writes U+FFFD (chr(65533)); a row kept from its raw body may have had it done.
+           (p.payload_sanitized is not null or p.payload is null) and strpos(c.event_type, chr(65533)) > 0 as type_changed,
+           c.account, c.traceparent
+      from claimed c
+      left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
     union all
-    select false, *, null, null, null, null, null from parked
+    select false, provider, endpoint, event_id, event_type, attempts, null, null, null, null, null from parked
   `;
   const parked = rows.filter((r) => !r.claimed);
   if (parked.length > 0)

@@ -2,8 +2,8 @@ import { isPermanent, type Db } from "../db/db.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent } from "../inbox/apply-event.ts";
-import type { Backoff } from "../inbox/inbox.ts";
-import { jsonbCopy, type JsonbCopy } from "../providers/jsonb-text.ts";
+import { keyIs, type Backoff } from "../inbox/inbox.ts";
+import { storedEvent } from "../inbox/stored-event.ts";
 import { subjectOf } from "../providers/registry.ts";
 import { retryableStripeError } from "../stripe-api/retry.ts";
 import type { Claim } from "./claim.ts";
@@ -85,7 +85,7 @@ async function processUntraced(
   traceparent?: string,
   traced?: Context,
 ): Promise<{ outcome: WorkOutcome; error?: string; note?: string }> {
-  let input: { object: Record<string, unknown>; changeId?: string; storePayload?: JsonbCopy };
+  let input: { object: Record<string, unknown>; changeId?: string };
   let note: string | undefined;
   const handlers = options.tables[claim.provider] ?? {};
   try {
@@ -117,7 +117,7 @@ async function processUntraced(
       input = { object: read.object, changeId: read.changeId };
       note = read.note;
     } else {
-      input = { object: subjectOf(claim.provider, stored.payload).object, storePayload: stored.copy };
+      input = { object: subjectOf(claim.provider, stored.payload).object };
     }
   } catch (err) {
     // An API error is worded without Stripe's own message, which quotes the key masked to its last characters.
@@ -131,7 +131,7 @@ async function processUntraced(
       object: input.object,
       changeId: input.changeId,
       account: claim.account,
-      hold: { claimed: true, storePayload: input.storePayload },
+      hold: { claimed: true },
       timeoutMs: options.timeoutMs,
       traceparent,
     });
@@ -169,26 +169,6 @@ function within<T>(read: Promise<T>, deadline: number): Promise<T> {
 }
 
 /**
- * The event a claimed row is applied from: its payload; or, for a row kept with only its raw body
- * because jsonb refused it (sql/0006, rows parked before 0010 and requeued), the body's jsonb-storable
- * copy (jsonb-text.ts), which the settling update stores as the payload with `payload_sanitized`.
- * @throws PermanentError when there is no payload and no copy can fix the raw body (a number beyond
- *   numeric's range, nesting too deep: no retry helps; an operator resolves it).
- */
-export function storedEvent(
-  payload: Record<string, unknown> | null | undefined,
-  rawBody: string | null | undefined,
-): { payload: Record<string, unknown>; copy?: JsonbCopy } {
-  if (payload) return { payload };
-  const copy = rawBody ? jsonbCopy(rawBody) : undefined;
-  if (!copy)
-    throw new PermanentError(
-      "Cannot process: the event has no jsonb payload and its raw body holds no \\u0000 or lone surrogate to replace (a number out of range or nesting too deep?); resolve it by hand",
-    );
-  return { payload: JSON.parse(copy.json) as Record<string, unknown>, copy };
-}
-
-/**
  * Records a failed attempt after its rollback, in its own short statement (graphile-worker's
  * `failJobs`): `last_error`, `available_at` pushed out by the SQL backoff, and needs-review when the
  * error is permanent or the attempt limit is reached. Touches the row only while it is unprocessed
@@ -207,7 +187,7 @@ export async function recordFailure(
        set last_error = ${error},
            available_at = now() + webhook_inbox_backoff(attempts, ${options.backoff.baseMs}, ${options.backoff.capMs}),
            needs_review_at = case when ${permanent} or attempts >= ${options.maxAttempts} then now() end
-     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+     where ${keyIs(db, claim)}
        and processed_at is null
        and attempts = ${claim.attempt}
     returning needs_review_at is not null as parked
@@ -229,7 +209,7 @@ async function deferClaim(db: Db, claim: Claim, error: string, options: Pick<Pro
            last_error = left(${error} || case when defers + 1 >= ${MAX_DEFERS} then ' (deferred ' || (defers + 1) || ' times in a row: parked)' else '' end, 1000),
            available_at = now() + webhook_inbox_backoff(defers + 1, ${options.backoff.baseMs}, ${options.backoff.capMs}),
            needs_review_at = case when defers + 1 >= ${MAX_DEFERS} then now() end
-     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+     where ${keyIs(db, claim)}
        and attempts = ${claim.attempt}
        and processed_at is null
        and needs_review_at is null
@@ -245,7 +225,7 @@ async function settleMissing(db: Db, claim: Claim, note: string) {
        set processed_at = now(),
            outcome = 'object_missing',
            last_error = ${note}
-     where (provider, endpoint, event_id) = (${claim.provider}, ${claim.endpoint}, ${claim.eventId})
+     where ${keyIs(db, claim)}
        and attempts = ${claim.attempt}
        and processed_at is null
        and needs_review_at is null

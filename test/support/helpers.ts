@@ -124,3 +124,42 @@ export async function count(db: Db, table: string, where = "true"): Promise<numb
   const rows = await db.unsafe<{ n: number }[]>(`select count(*)::int as n from ${table} where ${where}`);
   return rows[0]?.n ?? 0;
 }
+
+/**
+ * Moves the inbox rows of `eventIds` `ms` into the past, as if received then: the state row's
+ * `received_at` (and `processed_at`, `needs_review_at` where set) and its payload row's `received_at`,
+ * which moves the payload into that week's partition (sql/0027: a payload row is found by its state row's
+ * key and received_at), in one statement. The sender's `event_created_at` is left as it is.
+ */
+export async function backdateInbox(db: Db, eventIds: string | readonly string[], ms: number): Promise<void> {
+  const ids = typeof eventIds === "string" ? [eventIds] : [...eventIds];
+  await db`
+    with old as (
+      select provider, endpoint, event_id, received_at
+        from webhook_inbox
+       where event_id = any(${ids}::text[])
+    ), payload as (
+      update webhook_inbox_payloads p
+         set received_at = now() - ${ms} * interval '1 millisecond'
+        from old o
+       where (p.provider, p.endpoint, p.event_id, p.received_at) = (o.provider, o.endpoint, o.event_id, o.received_at)
+    )
+    update webhook_inbox w
+       set received_at = now() - ${ms} * interval '1 millisecond',
+           processed_at = case when w.processed_at is not null then now() - ${ms} * interval '1 millisecond' end,
+           needs_review_at = case when w.needs_review_at is not null then now() - ${ms} * interval '1 millisecond' end
+      from old o
+     where (w.provider, w.endpoint, w.event_id) = (o.provider, o.endpoint, o.event_id)
+  `;
+}
+
+/** The inbox rows of `eventId` with their payload rows (sql/0027), as `select *` of both would show them, by provider and endpoint. */
+export async function inboxRowsOf(db: Db, eventId: string): Promise<Record<string, unknown>[]> {
+  return db`
+    select w.*, p.payload, p.raw_body, p.payload_sanitized, p.received_at is null as payload_dropped
+      from webhook_inbox w
+      left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+     where w.event_id = ${eventId}
+     order by w.provider, w.endpoint
+  `;
+}

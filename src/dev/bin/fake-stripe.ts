@@ -1,8 +1,10 @@
 // Entry file: `bun run fake-stripe [--port N] [--key sk_test_…] [--delivered] [files|dirs of event JSON …]`.
 // Serves the local fake Stripe API (src/dev/fake-stripe/) on 127.0.0.1 with the given classic events
 // (default: the invoice lifecycle and money-out fixtures), for trying `reconcile`, thin endpoints and
-// refetch mode by hand: point STRIPE_API_BASE at the printed URL. Events and their objects get recent
-// `created` times (one per second in file order, ending now), so they are inside Stripe's 30 days; each event's
+// refetch mode by hand: point STRIPE_API_BASE at the printed URL. An event keeps its own `created` (a real
+// Stripe event has one, whichever way it is read) while that is inside the 30 days Stripe keeps events; an
+// older one (the fixtures are) gets a recent time (one per second in file order, ending now), as if Stripe
+// still held it and had never delivered it; each event's
 // `data.object` is also served by retrieve and list (`/v1/invoices`, `/v1/refunds`, …) in its latest
 // state. Without --delivered every event also lists under `delivery_success=false`. A file holding a v2
 // event (`object: "v2.core.event"`) or any other Stripe object is served as written (test/fixtures/stripe/
@@ -14,6 +16,7 @@ import { startFakeStripe } from "../fake-stripe/serve.ts";
 import { V2_EVENTS } from "../fake-stripe/app.ts";
 import { FakeStripeStore, type StoredObject } from "../fake-stripe/store.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
+import { STRIPE_EVENTS_KEPT_MS } from "../../providers/stripe.ts";
 
 const USAGE = "Usage: bun run fake-stripe [--port N] [--key sk_test_…] [--delivered] [files|dirs of Stripe event JSON …]";
 let parsed;
@@ -58,7 +61,8 @@ const store = new FakeStripeStore(parsed.values.key);
 for (const o of read.filter((e) => e.object !== "event")) store.put(o.object === "v2.core.event" ? V2_EVENTS : `${o.object}s`, o);
 const now = Math.floor(Date.now() / 1000);
 events.forEach((event, i) => {
-  const created = now - events.length + i;
+  const own = typeof event.created === "number" ? event.created : undefined;
+  const created = own !== undefined && own > now - STRIPE_EVENTS_KEPT_MS / 1000 && own <= now ? own : now - events.length + i;
   store.putEvent({ ...event, created }, parsed.values.delivered);
   const object = event.data?.object;
   if (object && typeof object.id === "string" && typeof object.object === "string") store.put(`${object.object}s`, { ...object, created });
