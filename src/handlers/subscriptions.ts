@@ -4,7 +4,8 @@ import { handlerTable, type HandlerContext } from "./handler-table.ts";
 import { StripeFields } from "./stripe-fields.ts";
 
 /** A subscription's `status` (Stripe API reference, "The Subscription object"). */
-export type SubscriptionStatus = "incomplete" | "incomplete_expired" | "trialing" | "active" | "past_due" | "unpaid" | "paused" | "canceled";
+export type SubscriptionStatus =
+  "incomplete" | "incomplete_expired" | "trialing" | "active" | "past_due" | "unpaid" | "paused" | "canceled";
 
 /**
  * How terminal each status is, for states of one subscription carried by events of the same second

@@ -9,7 +9,10 @@ import { jsonbCopy } from "../providers/jsonb-text.ts";
  * @throws PermanentError when there is no payload and no copy can fix the raw body (a number beyond
  *   numeric's range, nesting too deep: no retry helps; an operator resolves it).
  */
-export function storedEvent(payload: Record<string, unknown> | null | undefined, rawBody: string | null | undefined): { payload: Record<string, unknown> } {
+export function storedEvent(
+  payload: Record<string, unknown> | null | undefined,
+  rawBody: string | null | undefined,
+): { payload: Record<string, unknown> } {
   if (payload) return { payload };
   const copy = rawBody ? jsonbCopy(rawBody) : undefined;
   if (!copy)

@@ -157,7 +157,9 @@ async function inboxProviders(db: Db): Promise<string[]> {
  */
 async function purgePayloads(db: Db, olderThanMs: number, batch: number, result: PurgeResult): Promise<void> {
   if (!result.dryRun) await ensurePartitions(db);
-  const [{ cutoff } = { cutoff: new Date(0) }] = await db<{ cutoff: Date }[]>`select now() - ${olderThanMs} * interval '1 millisecond' as cutoff`;
+  const [{ cutoff } = { cutoff: new Date(0) }] = await db<
+    { cutoff: Date }[]
+  >`select now() - ${olderThanMs} * interval '1 millisecond' as cutoff`;
   for (const p of await listPartitions(db)) {
     if (p.kind !== "range" || p.to === null || p.to > cutoff) continue;
     const [row] = await db<{ all: number; open: number }[]>`

@@ -41,7 +41,16 @@ export async function replayEvent(
   endpointLivemode?: boolean,
 ): Promise<ReplayResult> {
   const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
-  const [row] = await db<{ event_type: string; payload: Record<string, unknown> | null; raw_body: string | null; kept: boolean; processed: boolean; account: string }[]>`
+  const [row] = await db<
+    {
+      event_type: string;
+      payload: Record<string, unknown> | null;
+      raw_body: string | null;
+      kept: boolean;
+      processed: boolean;
+      account: string;
+    }[]
+  >`
     select w.event_type, p.payload, p.raw_body, p.received_at is not null as kept, w.processed_at is not null as processed, w.account
       from webhook_inbox w
       left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)

@@ -40,9 +40,8 @@ export function adyenSigningString(item: Item): string {
  * used before every item verified. Each item becomes one event: id `<pspReference>:<eventCode>:<success>`
  * (`:` cannot occur in any of the three: a 16-character alphanumeric reference, an upper-case code,
  * `true`/`false`), type `eventCode` (`AUTHORISATION`), subject the item keyed by `originalReference`
- * (the payment a modification belongs to) else `pspReference`, no creation time (stored undated, keyed
- * by its id alone, sql/0026: `eventDate` is not among the fields the HMAC covers, so a replayed item with
- * another `eventDate` would otherwise be a new key), `livemode` from `live`. Its stored body is `{ "live", "NotificationRequestItem" }` re-serialized: Adyen signs
+ * (the payment a modification belongs to) else `pspReference`, no creation time stored (`eventDate` is not
+ * among the fields the HMAC covers), `livemode` from `live`. Its stored body is `{ "live", "NotificationRequestItem" }` re-serialized: Adyen signs
  * fields, not bytes, so this is as much as was signed. Adyen signs no timestamp.
  * @throws AppError `signature_missing` | `signature_malformed` | `signature_mismatch` | `invalid_event`.
  */
@@ -153,6 +152,10 @@ function readBatch(body: string): { live: string; items: Item[] } {
 function itemEvent(live: string, item: Item): VerifiedEvent {
   const body = JSON.stringify({ live, NotificationRequestItem: item });
   const id = `${String(item.pspReference)}:${String(item.eventCode)}:${String(item.success)}`;
-  const event = jsonEvent(body, "an Adyen notification item", (payload) => ({ id, type: String(item.eventCode), subject: adyenSubject(payload) }));
+  const event = jsonEvent(body, "an Adyen notification item", (payload) => ({
+    id,
+    type: String(item.eventCode),
+    subject: adyenSubject(payload),
+  }));
   return { ...event, livemode: live === "true" };
 }

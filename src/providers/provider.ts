@@ -14,7 +14,7 @@ export interface VerifiedEvent {
   payload: Record<string, unknown>;
   /** What the event is about, read from `payload` by its provider's {@link WebhookProvider.subject}. */
   subject: Subject;
-  /** The event's own creation time as its provider gives it (Stripe: `created`), for retention; undefined: unknown (the arrival time is used). */
+  /** The event's own creation time as its provider gives it (Stripe: `created`), stored as data (`event_created_at`), never part of the key; undefined: none given. */
   createdAt?: Date;
   /**
    * The Stripe account the event belongs to: a connected account's id (`acct_…`: a classic event's

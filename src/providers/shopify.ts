@@ -9,9 +9,8 @@ import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./pro
  * with one of the endpoint's secrets (the app's client secret; two during a rotation).
  * `X-Shopify-Topic` is the event type as Shopify names it (`orders/paid`); `X-Shopify-Event-Id` is the
  * inbox event id: it is the same on every delivery of one event, whereas `X-Shopify-Webhook-Id` changes
- * per delivery attempt and would let a retry through as a new event. The event has no creation time
- * (`createdAt` unset: stored undated, keyed by its id alone, sql/0026): `X-Shopify-Triggered-At` is a header
- * the HMAC does not cover, so a replayed body with another value would otherwise be a new key. The body
+ * per delivery attempt and would let a retry through as a new event. No creation time is stored
+ * (`createdAt` unset): `X-Shopify-Triggered-At` is a header the HMAC does not cover. The body
  * must be a JSON object (the resource: Shopify has no envelope). Shopify signs no timestamp.
  * @throws AppError `signature_missing` | `signature_malformed` | `signature_mismatch` | `invalid_event`.
  */

@@ -66,7 +66,10 @@ export async function processClaim(
   const spec = {
     name: `process ${claim.endpoint}`,
     kind: t.api.SpanKind.CONSUMER,
-    attributes: { ...messagingAttributes(claim.provider, claim.endpoint, claim.eventId, claim.eventType, "process"), "webhook_inbox.attempt": claim.attempt },
+    attributes: {
+      ...messagingAttributes(claim.provider, claim.endpoint, claim.eventId, claim.eventType, "process"),
+      "webhook_inbox.attempt": claim.attempt,
+    },
     links: ingest ? [{ context: ingest }] : [],
   };
   return inSpan(t, spec, async (span, context) => {
@@ -100,7 +103,12 @@ async function processUntraced(
       try {
         const fetcher = options.fetcher;
         const handles = (type: string) => Object.hasOwn(handlers, type);
-        const reading = { name: `GET ${claim.provider} object`, kind: options.telemetry?.api.SpanKind.CLIENT, parent: traced, attributes: { "messaging.message.id": claim.eventId } };
+        const reading = {
+          name: `GET ${claim.provider} object`,
+          kind: options.telemetry?.api.SpanKind.CLIENT,
+          parent: traced,
+          attributes: { "messaging.message.id": claim.eventId },
+        };
         read = await inSpan(options.telemetry, reading, () =>
           within(fetcher.resolve({ ...claim, payload: stored.payload }, handles), claim.leaseEndsAt - options.timeoutMs),
         );

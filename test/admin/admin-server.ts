@@ -2,10 +2,11 @@
 // production wiring of src/runtime/receiver.ts) on a fresh database, and rows to look at.
 import { loadConfig } from "../../src/config.ts";
 import type { Db } from "../../src/db/db.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import { handlerTables } from "../../src/receiver/endpoints.ts";
 import { receiverApp } from "../../src/runtime/receiver.ts";
 import { runWorker } from "../../src/worker/worker.ts";
-import { eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest } from "../support/helpers.ts";
+import { backdateInbox, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequest } from "../support/helpers.ts";
 
 /** The admin token of every admin test (never a real one). */
 export const ADMIN_TOKEN = "admin-test-token-0123456789abcdefghij";
@@ -60,7 +61,9 @@ export async function startAdminServer(options: { readonly?: boolean } = {}): Pr
 
 /**
  * A needs-review row as a worker leaves it after its last attempt failed for a passing reason
- * (payload valid: a requeue lets the worker process it). `receivedAgoSec` back-dates it.
+ * (payload valid: a requeue lets the worker process it): written by insertInbox as the receiver parks
+ * an event (a state row and its payload row), then given its attempts. `receivedAgoSec` back-dates it
+ * (with its payload row: backdateInbox).
  */
 export async function parkRow(
   db: Db,
@@ -68,12 +71,26 @@ export async function parkRow(
   options: { type?: string; attempts?: number; receivedAgoSec?: number; invoiceId?: string } = {},
 ): Promise<void> {
   const type = options.type ?? "invoice.created";
-  const payload = JSON.parse(eventBody(eventId, type, invoice({ id: options.invoiceId ?? `in_${eventId}` }))) as Record<string, unknown>;
-  await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, attempts, last_error, needs_review_at, received_at)
-    values ('stripe', 'billing', ${eventId}, ${type}, ${db.json(payload as never)}, ${options.attempts ?? 10},
-            'Error: connection terminated unexpectedly', now(), now() - ${options.receivedAgoSec ?? 0} * interval '1 second')
-  `;
+  const body = eventBody(eventId, type, invoice({ id: options.invoiceId ?? `in_${eventId}` }));
+  const inserted = await insertInbox(db, [
+    {
+      key: { provider: "stripe", endpoint: "billing", eventId },
+      type,
+      payload: body,
+      rawBody: null,
+      replaced: null,
+      source: "webhook",
+      createdAtSec: null,
+      account: "",
+      livemode: false, // the body's, as the Stripe provider reads it
+      settled: null,
+      failed: { error: "Error: connection terminated unexpectedly", parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } },
+      traceparent: null,
+    },
+  ]);
+  if (inserted.size !== 1) throw new Error(`Cannot park ${eventId}: its inbox row exists already`);
+  await db`update webhook_inbox set attempts = ${options.attempts ?? 10} where provider = 'stripe' and endpoint = 'billing' and event_id = ${eventId}`;
+  if (options.receivedAgoSec) await backdateInbox(db, eventId, options.receivedAgoSec * 1000);
 }
 
 /** The state of the billing row of `eventId`, or undefined. */
@@ -98,15 +115,25 @@ export function basic(token = ADMIN_TOKEN): string {
  * some ignored, a few unprocessed and needs-review (ids `evt_hour_<minute>_<n>`).
  */
 export async function seedLastHour(db: Db, perMinute = 6): Promise<void> {
+  // Each a state row and its payload row under the same key and received_at (sql/0027), in one
+  // statement as insertInbox writes them, with received_at spread over the hour instead of now().
   await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, received_at, processed_at, outcome, needs_review_at, last_error)
-    select 'stripe', 'billing', 'evt_hour_' || m || '_' || n, 'invoice.finalized', '{"id": "seed"}'::jsonb,
-           now() - m * interval '1 minute' - n * interval '1 second',
-           case when kind < 8 then now() end,
-           case when kind < 7 then 'processed' when kind < 8 then 'ignored' end,
-           case when kind = 9 then now() end,
-           case when kind = 9 then 'Error: seeded failure' end
-      from generate_series(0, 59) as m, generate_series(1, ${perMinute} + (m % 5)) as n,
-           lateral (select (m * 7 + n * 3) % 10 as kind) k
+    with r as (
+      select 'stripe'::text as provider, 'billing'::text as endpoint, 'evt_hour_' || m || '_' || n as event_id,
+             now() - m * interval '1 minute' - n * interval '1 second' as received_at, kind
+        from generate_series(0, 59) as m, generate_series(1, ${perMinute} + (m % 5)) as n,
+             lateral (select (m * 7 + n * 3) % 10 as kind) k
+    ), state as (
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, received_at, processed_at, outcome, needs_review_at, last_error)
+      select provider, endpoint, event_id, 'invoice.finalized', received_at,
+             case when kind < 8 then now() end,
+             case when kind < 7 then 'processed' when kind < 8 then 'ignored' end,
+             case when kind = 9 then now() end,
+             case when kind = 9 then 'Error: seeded failure' end
+        from r
+    )
+    insert into webhook_inbox_payloads (provider, endpoint, event_id, received_at, payload)
+    select provider, endpoint, event_id, received_at, '{"id": "seed"}'::jsonb
+      from r
   `;
 }

@@ -237,8 +237,14 @@ describe("createAdmin()", () => {
     await parkRow(server.db, "evt_nofields_1");
     const snapshot = async () => ({
       rows: [
-        // As JSON text: an undated row's event_created_at is '-infinity', which postgres.js reads as an Invalid Date (never equal to itself).
-        ...(await server.db`select row_to_json(w)::text as row from webhook_inbox w where event_id in ('evt_nofields_1', 'evt_1SkB1cLgUG5tbmjc0paidxx') order by event_id`),
+        // As JSON text, every column as stored: the state row and its payload row (sql/0027).
+        ...(await server.db`
+          select row_to_json(w)::text as row, row_to_json(p)::text as payload
+            from webhook_inbox w
+            left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+           where w.event_id in ('evt_nofields_1', 'evt_1SkB1cLgUG5tbmjc0paidxx')
+           order by w.event_id
+        `),
       ],
       ledger: [...(await server.db`select id from ledger_entries order by id`)],
       outbox: [...(await server.db`select id from outbox order by id`)],

@@ -6,6 +6,7 @@ import { afterAll, afterEach, beforeEach, describe, expect, setDefaultTimeout, t
 import { connect, type Db } from "../../src/db/db.ts";
 import { startFakeStripe, type RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { FakeStripeStore, type StoredObject } from "../../src/dev/fake-stripe/store.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import { handlersFor } from "../../src/receiver/endpoints.ts";
 import { runCatchUp } from "../../src/reconcile/catch-up.ts";
 import { reconcileEventsCommand } from "../../src/reconcile/events-command.ts";
@@ -13,7 +14,7 @@ import { reconcileInvoicesCommand } from "../../src/reconcile/invoices-command.t
 import type { Reconciliation } from "../../src/reconcile/reconcile-command.ts";
 import { stripeEventLister } from "../../src/reconcile/stripe-events.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
-import { freshDatabase, invoice } from "../support/helpers.ts";
+import { backdateInbox, freshDatabase, invoice } from "../support/helpers.ts";
 import { recentEvents } from "../reconcile/backfill-support.ts";
 
 setDefaultTimeout(60_000);
@@ -26,7 +27,7 @@ const db = fresh.db;
 let fake: RunningFakeStripe;
 afterAll(() => fresh.drop());
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices, stripe_charges, invoice_payments, refunds, disputes,
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices, stripe_charges, invoice_payments, refunds, disputes,
            stripe_change_claims, event_backfill_checkpoints`;
 });
 afterEach(() => fake?.stop());
@@ -205,8 +206,22 @@ describe("the catch-up per account", () => {
     const store = fakeWithAccounts();
     for (const e of eventsOf("acct_1C")) store.putEvent(e, true, "acct_1C"); // listed by /v1/accounts, never seen here
     // acct_1A delivered a webhook once; acct_1B was backfilled once (a checkpoint row, no inbox row).
-    await db`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, account, received_at, processed_at, outcome)
-             values ('stripe', 'connect', 'evt_seen_a', 'plan.created', '{}'::jsonb, 'acct_1A', now() - interval '1 hour', now(), 'ignored')`;
+    await insertInbox(db, [
+      {
+        key: { provider: "stripe", endpoint: "connect", eventId: "evt_seen_a" },
+        type: "plan.created",
+        payload: "{}",
+        rawBody: null,
+        replaced: null,
+        source: "webhook",
+        createdAtSec: null,
+        account: "acct_1A",
+        livemode: false,
+        settled: "ignored",
+        traceparent: null,
+      },
+    ]);
+    await backdateInbox(db, "evt_seen_a", 3_600_000);
     await db`insert into event_backfill_checkpoints (provider, endpoint, account) values ('stripe', 'connect', 'acct_1B')`;
     const controller = new AbortController();
     const log: Record<string, unknown>[] = [];

@@ -162,7 +162,7 @@ describe("adyen batch in one transaction", () => {
   });
   const deliverBatch2 = async (mode: "sync" | "hybrid", handlers: HandlerTable) => {
     const { db } = await fresh();
-    await db`truncate webhook_inbox, outbox restart identity`;
+    await db`truncate webhook_inbox, webhook_inbox_payloads, outbox restart identity`;
     const app = createApp({
       db,
       endpoints: [{ name: "pay", provider: adyenProvider, secrets: SECRETS, handlers, isDefault: true, mode }],
@@ -238,12 +238,13 @@ describe("adyen batch holding an item PostgreSQL cannot store", () => {
   const fresh = freshDatabaseOnce();
   // eventDate is not signed (adyenSigningString), so this item stays validly signed with another value. No
   // item of Adyen's is unstorable by itself any more (its eventDate is not converted), so a trigger stands
-  // in for PostgreSQL refusing it: a data error (SQLSTATE 22008) for any row holding that payload.
+  // in for PostgreSQL refusing it: a data error (SQLSTATE 22008) for any payload row holding that payload
+  // (payloads live in webhook_inbox_payloads, written in the statement that writes the state row: sql/0027).
   const farPast = (body: string) => body.replace('"2024-04-12T11:02:13+02:00"', '"-100000-01-01T00:00:00Z"');
   const UNSTORABLE = "8835073381342287:AUTHORISATION:true";
   const deliver = async (mode: "sync" | "hybrid" | "async") => {
     const { db } = await fresh();
-    await db`truncate webhook_inbox, outbox restart identity`;
+    await db`truncate webhook_inbox, webhook_inbox_payloads, outbox restart identity`;
     await db.unsafe(`
       create or replace function refuse_far_past() returns trigger language plpgsql as $$
       begin
@@ -252,7 +253,7 @@ describe("adyen batch holding an item PostgreSQL cannot store", () => {
         end if;
         return new;
       end $$;
-      create or replace trigger refuse_far_past before insert on webhook_inbox for each row execute function refuse_far_past();
+      create or replace trigger refuse_far_past before insert on webhook_inbox_payloads for each row execute function refuse_far_past();
     `);
     const app = createApp({
       db,
@@ -270,17 +271,20 @@ describe("adyen batch holding an item PostgreSQL cannot store", () => {
       new Request("http://receiver.test/webhooks/adyen", { method: "POST", headers: signed.headers, body: farPast(signed.body) }),
     );
     const rows = await db`
-      select event_id, outcome, needs_review_at is not null as parked, payload is null as no_payload,
-             coalesce(raw_body like '%-100000-01-01T00:00:00Z%', false) as raw_kept,
-             coalesce(last_error like '%22008%', false) as says_why
-        from webhook_inbox order by event_id`;
+      select w.event_id, w.outcome, w.needs_review_at is not null as parked, p.received_at is not null as kept, p.payload is null as no_payload,
+             coalesce(p.raw_body like '%-100000-01-01T00:00:00Z%', false) as raw_kept,
+             coalesce(w.last_error like '%22008%', false) as says_why
+        from webhook_inbox w
+        left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+       order by w.event_id`;
     return { status: res.status, text: await res.text(), rows: [...rows], outbox: (await outboxRows(db)).length };
   };
-  const parkedRaw = { event_id: UNSTORABLE, outcome: null, parked: true, no_payload: true, raw_kept: true, says_why: true };
+  const parkedRaw = { event_id: UNSTORABLE, outcome: null, parked: true, kept: true, no_payload: true, raw_kept: true, says_why: true };
   const other = (outcome: string | null) => ({
     event_id: "7914073381342284:AUTHORISATION:true",
     outcome,
     parked: false,
+    kept: true,
     no_payload: false,
     raw_kept: false,
     says_why: false,
@@ -319,11 +323,13 @@ describe("adyen batch holding an item PostgreSQL cannot store", () => {
       status: res.status,
       text: await res.text(),
       rows: (await db`select count(*)::int as n from webhook_inbox`)[0]?.n,
+      payloads: (await db`select count(*)::int as n from webhook_inbox_payloads`)[0]?.n,
       outbox: (await outboxRows(db)).length,
     }).toEqual({
       status: 200,
       text: "[accepted]",
       rows: 2,
+      payloads: 2,
       outbox: 1,
     });
   });

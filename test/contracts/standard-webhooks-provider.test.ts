@@ -3,6 +3,7 @@
 import { afterAll, beforeEach, expect, test } from "bun:test";
 import { Webhook } from "standardwebhooks";
 import type { HandlerTable } from "../../src/handlers/handler-table.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import { standardWebhooksProvider } from "../../src/providers/standard-webhooks.ts";
 import { createApp } from "../../src/receiver/app.ts";
 import { workOff } from "../support/work.ts";
@@ -62,7 +63,7 @@ const fresh = await freshDatabase();
 const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices`;
 });
 
 /** A handler table that books the subject's id as an invoice row, so what the handler saw is visible. */
@@ -105,10 +106,23 @@ test("`processClaim()` applies queued Standard Webhooks rows through the registr
   const second = JSON.stringify({ type: "subscription.renewed", timestamp: "2025-11-30T00:12:00Z", data: { id: "sub_suite_2" } });
   expect(await (await deliver("async", "msg_async_1")).json()).toEqual({ outcome: "queued", event_id: "msg_async_1" });
   expect(await (await deliver("async", "msg_async_2", second)).json()).toEqual({ outcome: "queued", event_id: "msg_async_2" });
-  await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload)
-    values ('acme', 'renewals', 'acme_1', 'subscription.renewed', ${JSON.stringify({ type: "subscription.renewed", data: { id: "sub_acme" } })}::text::jsonb)
-  `;
+  // A queued row (state and payload rows, as any delivery writes them) of a provider no worker table has.
+  const acme = await insertInbox(db, [
+    {
+      key: { provider: "acme", endpoint: "renewals", eventId: "acme_1" },
+      type: "subscription.renewed",
+      payload: JSON.stringify({ type: "subscription.renewed", data: { id: "sub_acme" } }),
+      rawBody: null,
+      replaced: null,
+      source: "webhook",
+      createdAtSec: null,
+      account: "",
+      livemode: null,
+      settled: null,
+      traceparent: null,
+    },
+  ]);
+  expect(acme.size).toBe(1);
   const results = await workOff(db, renewals, { tables: { "standard-webhooks": renewals } });
   expect(Object.fromEntries(results.map((r) => [r.claim.eventId, r.outcome]))).toEqual({
     msg_async_1: "processed",
@@ -116,6 +130,8 @@ test("`processClaim()` applies queued Standard Webhooks rows through the registr
     acme_1: "needs_review",
   });
   expect((await db`select id from invoices order by id`).map((r) => r.id)).toEqual(["sub_suite_1", "sub_suite_2"]);
-  const [acme] = await db`select last_error from webhook_inbox where provider = 'acme'`;
-  expect(String(acme?.last_error)).toContain("No handler table for provider acme");
+  const [parked] =
+    await db`select last_error, needs_review_at is not null as parked, processed_at from webhook_inbox where provider = 'acme'`;
+  expect(parked).toMatchObject({ parked: true, processed_at: null });
+  expect(String(parked?.last_error)).toContain("No handler table for provider acme");
 });

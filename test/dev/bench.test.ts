@@ -8,7 +8,8 @@ import { existsSync } from "node:fs";
 import { mkdtemp, readFile, rm, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import { capturedScript, inboxOnlyScript, seedSyncScript } from "../../src/dev/bench/scripts.ts";
+import { NAIVE_INBOX_DDL } from "../../src/dev/bench/naive-inbox.ts";
+import { capturedScript, seedSyncScript } from "../../src/dev/bench/scripts.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
 import { pgbenchCandidates } from "../../src/dev/bench/pgbench.ts";
@@ -46,23 +47,38 @@ test("`bun run bench --only duplicates` with DATABASE_URL leaves that database's
   }
 }, 120_000);
 
-// The before side is the commit before src/inbox/partitions.ts was added, read from git history: a shallow
-// clone or an exported tree has none, and the test is one named skip there.
-const partitionsHistory =
-  Bun.spawnSync(["git", "log", "--diff-filter=A", "--format=%H", "--", "src/inbox/partitions.ts"], {
+// The before side is the parent of the commit that added sql/0027_inbox_state_apart.sql, read from git
+// history: a shallow clone or an exported tree has none, and the test is one named skip there.
+const layoutHistory =
+  Bun.spawnSync(["git", "log", "--diff-filter=A", "--format=%H", "--", "sql/0027_inbox_state_apart.sql"], {
     cwd: join(import.meta.dir, "..", ".."),
   })
     .stdout.toString()
     .trim() !== "";
-if (!partitionsHistory)
-  console.log("skip: bench --only partitions test: no git history holding the commit that added src/inbox/partitions.ts");
-(partitionsHistory ? test : test.skip)(
-  "`bun run bench --only partitions` serves the code before the partitioned inbox on its unpartitioned schema and this tree on the partitioned one, in turns, prints the ratio and drops both scratch databases",
+if (!layoutHistory)
+  console.log("skip: bench --only layout test: no git history holding the commit that added sql/0027_inbox_state_apart.sql");
+(layoutHistory ? test : test.skip)(
+  "`bun run bench --only layout` serves and drains with the code before sql/0027 on its own schema and with this tree on 0027, in turns, prints ratios and WAL per event, and drops both scratch databases",
   async () => {
     const out = await mkdtemp(join(tmpdir(), "webhook-inbox-bench-out-"));
     try {
       const child = Bun.spawn(
-        [process.execPath, "src/dev/bin/bench.ts", "--quick", "--seconds", "1", "--only", "partitions", "--out", out],
+        [
+          process.execPath,
+          "src/dev/bin/bench.ts",
+          "--only",
+          "layout",
+          "--runs",
+          "1",
+          "--seconds",
+          "1",
+          "--levels",
+          "16",
+          "--backlog",
+          "300",
+          "--out",
+          out,
+        ],
         {
           cwd: join(import.meta.dir, "..", ".."),
           env: { ...process.env, DATABASE_URL: fresh.url },
@@ -77,29 +93,45 @@ if (!partitionsHistory)
         child.exited,
       ]);
       expect({ code, stderr: code === 0 ? "" : stderr.slice(-2000) }).toEqual({ code: 0, stderr: "" });
-      expect(stdout).toMatch(/partitions: before \(\w+, unpartitioned\): 25 migrations, the last 0025_/);
-      expect(stdout).toMatch(/partitions: after \(this tree, partitioned\): 26 migrations, the last 0026_inbox_partitions\.sql/);
-      const results = JSON.parse(await readFile(join(out, "latest.json"), "utf8")) as Record<
-        string,
-        { median: number; loads?: { statuses: Record<string, number> }[] }
-      >;
+      expect(stdout).toMatch(
+        /layout: before \(\w+, one table partitioned by creation time\): 26 migrations, the last 0026_inbox_partitions\.sql/,
+      );
+      expect(stdout).toMatch(/layout: after \(this tree, state apart from payloads\): 27 migrations, the last 0027_inbox_state_apart\.sql/);
+      // Each side was served and drained by its own tree: neither database was migrated by the other's code.
+      expect(stdout).toMatch(/layout: before \(\w+, one table partitioned by creation time\): still 26 migrations after the runs/);
+      expect(stdout).toContain("layout: after (this tree, state apart from payloads): still 27 migrations after the runs");
+      type Figure = {
+        median: number;
+        loads?: { requests: number; statuses: Record<string, number> }[];
+        wal_bytes_per_event?: { median: number };
+      };
+      const results = JSON.parse(await readFile(join(out, "latest.json"), "utf8")) as Record<string, Figure>;
+      const keyOf = (prefix: string) => Object.keys(results).find((k) => k.startsWith(prefix)) ?? "";
       for (const mode of ["sync", "async"]) {
-        expect(results[`receive ${mode}, partitioned ÷ unpartitioned @16`]?.median).toBeGreaterThan(0);
+        expect(results[`receive ${mode}, after ÷ before @16`]?.median).toBeGreaterThan(0);
+        expect(results[`receive ${mode}, WAL per event after ÷ before @16`]?.median).toBeGreaterThan(0);
         for (const side of ["before", "after"]) {
-          const key = Object.keys(results).find((k) => k.startsWith(`receive ${mode}, ${side} (`));
-          const statuses = results[key ?? ""]?.loads?.[0]?.statuses ?? {};
+          const figure = results[keyOf(`receive ${mode}, ${side} (`)];
+          const statuses = figure?.loads?.[0]?.statuses ?? {};
           // Every delivery was recorded (2xx) by both receivers: each ran against a schema it understands.
+          // wrk counts statuses by class ("2xx"), bin/bench-load.ts by code ("200").
           expect({
-            key: key !== undefined,
-            recorded: (statuses["2xx"] ?? 0) > 0,
-            other: Object.keys(statuses).filter((s) => s !== "2xx"),
-          }).toEqual({
-            key: true,
-            recorded: true,
-            other: [],
-          });
+            side,
+            recorded: Object.entries(statuses).some(([s, n]) => s.startsWith("2") && n > 0),
+            other: Object.keys(statuses).filter((s) => !s.startsWith("2")),
+            wal: (figure?.wal_bytes_per_event?.median ?? 0) > 0,
+          }).toEqual({ side, recorded: true, other: [], wal: true });
         }
       }
+      for (const side of ["before", "after"]) {
+        const drain = results[keyOf(`worker drain, ${side} (`)];
+        expect({ side, rate: (drain?.median ?? 0) > 0, wal: (drain?.wal_bytes_per_event?.median ?? 0) > 0 }).toEqual({
+          side,
+          rate: true,
+          wal: true,
+        });
+      }
+      expect(results["worker drain, after ÷ before @4"]?.median).toBeGreaterThan(0);
       const scratch = await db<{ datname: string }[]>`select datname from pg_database where datname like 'webhook_inbox_bench%'`;
       expect([...scratch]).toEqual([]);
     } finally {
@@ -160,8 +192,9 @@ test.skipIf(!!pgbenchMissing)(
         seed: seedSyncScript(),
         sync: await capturedScript(own.url, "sync"),
         async: await capturedScript(own.url, "async"),
-        inbox: inboxOnlyScript(),
+        inbox: await capturedScript(own.url, "insert"),
       };
+      await own.db.unsafe(NAIVE_INBOX_DDL); // the seed script's one-table inbox, as the bench creates it
       for (const [name, script] of Object.entries(scripts)) {
         await writeFile(join(dir, `${name}.sql`), script);
         const out = spawnSync(pgbench, ["-n", "-M", "prepared", "-c", "1", "-t", "1", "-f", join(dir, `${name}.sql`), own.url], {
@@ -173,16 +206,24 @@ test.skipIf(!!pgbenchMissing)(
           stderr: "",
         });
       }
-      const rows = await own.db<{ endpoint: string; processed: number; pending: number }[]>`
-      select endpoint, count(*) filter (where processed_at is not null)::int as processed, count(*) filter (where processed_at is null)::int as pending
-        from webhook_inbox
-       group by endpoint
-       order by endpoint
+      // Ours: each state row with its payload row (sync settled, async and the insert alone pending).
+      const rows = await own.db<{ endpoint: string; processed: number; pending: number; payloads: number }[]>`
+      select s.endpoint, count(*) filter (where s.processed_at is not null)::int as processed,
+             count(*) filter (where s.processed_at is null)::int as pending,
+             count(p.payload)::int as payloads
+        from webhook_inbox s
+        left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+       group by s.endpoint
+       order by s.endpoint
     `;
       expect([...rows]).toEqual([
-        { endpoint: "bench-capture", processed: 1, pending: 1 },
-        { endpoint: "bench-inbox", processed: 0, pending: 1 },
-        { endpoint: "bench-seed", processed: 1, pending: 0 },
+        { endpoint: "bench-capture", processed: 1, pending: 1, payloads: 2 },
+        { endpoint: "bench-inbox", processed: 0, pending: 1, payloads: 1 },
+      ]);
+      expect(await count(own.db, "webhook_inbox_payloads")).toBe(3);
+      // The seed's transaction, on its own one-table inbox.
+      expect([...(await own.db`select endpoint, processed_at is not null as processed from naive_inbox`)]).toEqual([
+        { endpoint: "bench-seed", processed: true },
       ]);
       expect(await count(own.db, "ledger_entries", "invoice_id like 'in_pgb_%'")).toBe(2);
       expect(await count(own.db, "outbox")).toBe(2);
@@ -263,7 +304,7 @@ test("`bun run bench --only bogus` is a usage error (exit 2, naming the sections
     expect(bad.stdout).toBe("");
   }
   expect(run(["--only", "bogus"]).stderr).toStartWith(
-    'bench: --only takes ceiling, sync, async, drain, duplicates, otel, partitions; unknown: "bogus"',
+    'bench: --only takes ceiling, sync, async, drain, duplicates, otel, layout; unknown: "bogus"',
   );
   expect(existsSync(out)).toBe(false);
   const help = run(["--help"]);

@@ -9,6 +9,7 @@ import { minimumInvoices } from "../../src/dev/chaos/minimum-invoices.ts";
 import { generateStorm } from "../../src/dev/chaos/model.ts";
 import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
 import { PermanentError } from "../../src/handlers/handler-table.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import { receiveSync, recordFallback } from "../../src/receiver/receive.ts";
 import { supervise } from "../../src/dev/chaos/processes.ts";
 import { ownServerEnv, runChaos } from "../support/chaos-run.ts";
@@ -351,12 +352,37 @@ describe("checkStorm()", () => {
     const paid = storm.expected.find((e) => e.payment !== null);
     const voided = storm.expected.find((e) => e.status === "void");
     if (!paid || !voided) throw new Error("seed 5 should give paid and void invoices");
-    const [gone] = await db<
-      { event_id: string }[]
-    >`delete from webhook_inbox where event_id = (select min(event_id) from webhook_inbox where needs_review_at is null) returning event_id`;
+    // A lost event has neither its state row nor its payload row (sql/0027).
+    const [gone] = await db<{ event_id: string }[]>`
+      with gone as (
+        delete from webhook_inbox
+         where event_id = (select min(event_id) from webhook_inbox where needs_review_at is null)
+        returning provider, endpoint, event_id, received_at
+      ), payload as (
+        delete from webhook_inbox_payloads p
+         using gone g
+         where (p.provider, p.endpoint, p.event_id, p.received_at) = (g.provider, g.endpoint, g.event_id, g.received_at)
+      )
+      select event_id from gone
+    `;
     await db`insert into outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', ${paid.invoiceId}, 'InvoicePaymentBooked', '{}')`;
     await db`update invoices set status = 'open' where id = ${voided.invoiceId}`;
-    await db`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'billing', 'evt_stuck', 'invoice.created', '{}')`;
+    // A row recorded for a worker that never settles it: its state row and payload row, as a delivery writes them.
+    await insertInbox(db, [
+      {
+        key: { provider: "stripe", endpoint: "billing", eventId: "evt_stuck" },
+        type: "invoice.created",
+        payload: "{}",
+        rawBody: null,
+        replaced: null,
+        source: "webhook",
+        createdAtSec: null,
+        account: "",
+        livemode: false,
+        settled: null,
+        traceparent: null,
+      },
+    ]);
     const verdict = await checkStorm(db, storm, "billing", acked, ["evt_never"]);
     expect(passed(verdict)).toBe(false);
     expect(verdict.lost).toEqual([gone?.event_id ?? ""]);

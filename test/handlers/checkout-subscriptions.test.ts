@@ -21,7 +21,7 @@ import {
   subscriptionState,
   truncateCheckoutSubscriptions,
 } from "../support/checkout-subscriptions.ts";
-import { freshDatabase, verified } from "../support/helpers.ts";
+import { count, freshDatabase, inboxRowsOf, verified } from "../support/helpers.ts";
 import { deliverAll, drainWithWorkers as drain, shuffledTwice } from "../support/delivery.ts";
 
 const fresh = await freshDatabase();
@@ -92,11 +92,24 @@ describe("Checkout fulfilment, subscriptions and dunning", () => {
     expect(await subscriptionState(db)).toEqual(SUBSCRIPTION_END_STATE);
   });
 
-  test("a subscription event delivered again under another `created` (a second inbox row: the key includes it) applies without an error and changes nothing", async () => {
+  test("a subscription event delivered again under another `created` (a source dating one event twice) is a duplicate of its one inbox row: answered duplicate, nothing changed", async () => {
     for (const e of subscriptionEvents()) await receiveSync(db, TARGET, verified(e.body));
-    const first = JSON.parse(subscriptionEvents()[0]!.body) as { created: number };
+    const first = JSON.parse(subscriptionEvents()[0]!.body) as { id: string; created: number };
+    const inboxOf = () => inboxRowsOf(db, first.id);
+    const before = { inbox: await inboxOf(), outbox: await count(db, "outbox") };
+    expect(before.inbox).toHaveLength(1);
+    expect(before.inbox[0]).toMatchObject({ outcome: "processed", payload_dropped: false });
     const redated = JSON.stringify({ ...first, created: first.created + 1 }, null, 2);
-    expect(await receiveSync(db, TARGET, verified(redated))).toBe("processed");
+    // The key is (provider, endpoint, event_id) (sql/0027): the creation time is data, not part of it.
+    expect(await receiveSync(db, TARGET, verified(redated))).toBe("duplicate");
+    expect(await inboxOf()).toEqual(before.inbox);
+    expect(await count(db, "webhook_inbox", `event_id = '${first.id}'`)).toBe(1);
+    expect(await count(db, "webhook_inbox_payloads", `event_id = '${first.id}'`)).toBe(1);
+    const [dated] = await db<
+      { created: number }[]
+    >`select extract(epoch from event_created_at)::int as created from webhook_inbox where event_id = ${first.id}`;
+    expect(dated?.created).toBe(first.created);
+    expect(await count(db, "outbox")).toBe(before.outbox);
     expect(await subscriptionState(db)).toEqual(SUBSCRIPTION_END_STATE);
     expect(await accessMessages(db)).toEqual({
       [SUB_A]: ["SubscriptionAccessStarted", "SubscriptionAccessEnded"],

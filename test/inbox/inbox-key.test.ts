@@ -73,10 +73,16 @@ test("an event delivered by webhook and listed again by Stripe's Events API unde
   const ids = ["evt_n1_a", "evt_n1_b", "evt_n1_c"];
   for (const id of ids) expect(await receiveSync(db, target, verified(body(id, NOW_SEC - 86_400 * 300)))).toBe("processed");
   // The Events API's copies, dated within its 30 days (a source that dates an event differently).
-  const fake = fakeWith(ids.map((id, i) => ({ ...(JSON.parse(body(id, NOW_SEC - 120 + i)) as { id: string; object: string }), created: NOW_SEC - 120 + i })));
+  const fake = fakeWith(
+    ids.map((id, i) => ({ ...(JSON.parse(body(id, NOW_SEC - 120 + i)) as { id: string; object: string }), created: NOW_SEC - 120 + i })),
+  );
   fakes.push(fake);
   const summary = await runBackfill(db, fake, { since: new Date((NOW_SEC - 3_600) * 1000), target });
-  expect({ events: summary.events, fresh: summary.fresh, alreadyRecorded: summary.alreadyRecorded }).toEqual({ events: 3, fresh: 0, alreadyRecorded: 3 });
+  expect({ events: summary.events, fresh: summary.fresh, alreadyRecorded: summary.alreadyRecorded }).toEqual({
+    events: 3,
+    fresh: 0,
+    alreadyRecorded: 3,
+  });
   expect(await count(db, "webhook_inbox")).toBe(3);
   expect(await count(db, "webhook_inbox", "source = 'webhook'")).toBe(3);
   expect(await count(db, "handler_runs")).toBe(3);

@@ -13,13 +13,23 @@ beforeAll(async () => {
   db = database.db;
   // 130 rows one second apart (evt_000 oldest), three sharing one received_at to test ties; every
   // tenth has 5 attempts; evt_007 and evt_123 mention cus_needle.
+  // Each row is a state row and its payload row under the same key and received_at (sql/0027), written
+  // in one statement as insertInbox writes them, with received_at set instead of now().
   await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, received_at, attempts)
-    select 'stripe', 'billing', 'evt_' || lpad(i::text, 3, '0'), 'invoice.created',
-           jsonb_build_object('id', 'evt_' || i, 'data', jsonb_build_object('object', jsonb_build_object('customer', case when i in (7, 123) then 'cus_needle' else 'cus_' || i end))),
-           timestamptz '2026-12-01 10:00:00.123456+00' + case when i between 50 and 52 then 50 else i end * interval '1 second',
-           case when i % 10 = 0 then 5 else 0 end
-      from generate_series(0, 129) as i
+    with r as (
+      select 'stripe'::text as provider, 'billing'::text as endpoint, 'evt_' || lpad(i::text, 3, '0') as event_id,
+             jsonb_build_object('id', 'evt_' || i, 'data', jsonb_build_object('object', jsonb_build_object('customer', case when i in (7, 123) then 'cus_needle' else 'cus_' || i end))) as payload,
+             timestamptz '2026-12-01 10:00:00.123456+00' + case when i between 50 and 52 then 50 else i end * interval '1 second' as received_at,
+             case when i % 10 = 0 then 5 else 0 end as attempts
+        from generate_series(0, 129) as i
+    ), state as (
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, received_at, attempts)
+      select provider, endpoint, event_id, 'invoice.created', received_at, attempts
+        from r
+    )
+    insert into webhook_inbox_payloads (provider, endpoint, event_id, received_at, payload)
+    select provider, endpoint, event_id, received_at, payload
+      from r
   `;
 });
 

@@ -12,13 +12,14 @@ import type { RequeueResult } from "../../src/ops/requeue.ts";
 import type { InboxStatus } from "../../src/ops/status.ts";
 import { receiveAsync, receiveSync, recordFallback, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { loadMigrations } from "../../src/runtime/migrations-fs.ts";
-import { count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
+import { insertInbox, rawOnlyRow } from "../../src/inbox/inbox.ts";
+import { backdateInbox, count, eventBody, freshDatabase, inboxRowsOf, invoice, verified } from "../support/helpers.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices`;
 });
 
 const REPO = join(import.meta.dir, "..", "..");
@@ -27,6 +28,8 @@ const RUN_MS = 20_000;
 const WAITS = 60_000;
 const BILLING: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
 const PAYMENTS: ReceiveTarget = { ...BILLING, endpoint: "payments" };
+const BACKOFF = { baseMs: 60_000, capMs: 600_000 };
+const DAY_MS = 86_400_000;
 
 interface Run {
   code: number | null;
@@ -90,7 +93,7 @@ async function queued(target = BILLING) {
 /** A needs-review row, parked the way the receiver parks a PermanentError. */
 async function parked(message: string, target = BILLING) {
   const e = event();
-  const outcome = await recordFallback(db, target, verified(e.body), new PermanentError(message), { baseMs: 60_000, capMs: 600_000 });
+  const outcome = await recordFallback(db, target, verified(e.body), new PermanentError(message), BACKOFF);
   expect(outcome).toBe("needs_review");
   return e;
 }
@@ -231,7 +234,7 @@ describe("inbox CLI", () => {
       const review = await parked("Quota at 100% of the plan");
       const waiting = await queued();
       const done = await processed();
-      await db`update webhook_inbox set received_at = received_at - interval '1 hour' where event_id = ${review.eventId}`;
+      await backdateInbox(db, review.eventId, 3_600_000);
 
       const all = await inboxJson<EventSummary[]>(["list"]);
       expect(all.map((r) => r.eventId)).toEqual([done.eventId, waiting.eventId, review.eventId]);
@@ -325,10 +328,11 @@ describe("inbox CLI", () => {
 
       // A body jsonb could not hold (a \u0000 escape) is kept raw and printed with its line breaks.
       const kept = event("invoice.paid", { description: "a\u0000b" });
-      await db`
-        insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, needs_review_at, attempts, last_error)
-        values ('stripe', 'billing', ${kept.eventId}, 'invoice.paid', null, ${kept.body}, now(), 1, 'Payload cannot be stored as jsonb')
-      `;
+      const key = { provider: "stripe", endpoint: "billing", eventId: kept.eventId };
+      const inserted = await insertInbox(db, [
+        rawOnlyRow(key, verified(kept.body), "PostgresError: unsupported Unicode escape sequence", BACKOFF),
+      ]);
+      expect(inserted.size).toBe(1);
       const raw = await inbox(["show", kept.eventId, "--payload"]);
       expect(raw.stdout).toContain("payload at endpoint billing (raw body: jsonb could not hold it):");
       expect(raw.stdout).toContain(kept.body.split("\n").find((line) => line.includes('"description"'))!);
@@ -446,42 +450,57 @@ describe("inbox CLI", () => {
   );
 
   test(
-    "`inbox purge --older-than 1d` is refused with exit 1 naming the 31-day floor; --dry-run --json counts without deleting",
+    "`inbox purge --older-than 1d` is refused with exit 1 naming Stripe's 31-day floor; --dry-run --json counts without deleting",
     async () => {
       const old = await processed();
       const recent = await processed();
       const waiting = await queued();
-      await db`update webhook_inbox set received_at = now() - 40 * interval '1 day', event_created_at = now() - 40 * interval '1 day', processed_at = now() - 40 * interval '1 day' where event_id = ${old.eventId}`;
-      await db`update webhook_inbox set received_at = now() - 40 * interval '1 day', event_created_at = now() - 40 * interval '1 day' where event_id = ${waiting.eventId}`;
-      await db`update webhook_inbox set received_at = now() - 5 * interval '1 day', event_created_at = now() - 5 * interval '1 day', processed_at = now() - 5 * interval '1 day' where event_id = ${recent.eventId}`;
+      await backdateInbox(db, [old.eventId, waiting.eventId], 40 * DAY_MS);
+      await backdateInbox(db, recent.eventId, 5 * DAY_MS);
 
       const refused = await inbox(["purge", "--older-than", "1d"]);
       expect(refused.code).toBe(1);
-      expect(refused.stderr).toContain("shorter than the 31 d in which an event may be met again");
+      expect(refused.stderr).toContain(
+        "a key retention of 1 d is shorter than stripe's 31 d (it may send an event again for 30 d, plus a 1 d margin)",
+      );
       expect(await count(db, "webhook_inbox")).toBe(3);
 
-      expect(await inboxJson<PurgeResult>(["purge", "--dry-run", "--payloads-older-than", "3d"])).toEqual({
+      // Keys: stripe's default 31 d takes the 40-day-old settled row. Payloads past 14 d: that row's; the
+      // unsettled row's is kept (moved out of its week), the 5-day-old one is within the horizon.
+      expect(await inboxJson<PurgeResult>(["purge", "--dry-run", "--payloads-older-than", "14d"])).toEqual({
         dryRun: true,
         deleted: 1,
+        keyRetention: [{ provider: "stripe", olderThanMs: 31 * DAY_MS }],
         payloadsDropped: 1,
         outboxDeleted: 0,
         claimsDeleted: 0,
         backfillRequestsDeleted: 0,
         partitionsDropped: expect.any(Array),
-        openRowsMoved: expect.any(Number),
+        openPayloadsMoved: 1,
       });
       // A dry run changes nothing, so it needs no --force; it says the real run would.
       const dry = await inbox(["purge", "--older-than", "1d", "--dry-run"]);
       expect({ code: dry.code, stderr: dry.stderr }).toEqual({ code: 0, stderr: "" });
-      expect(dry.stdout).toContain("Would delete 2 settled row(s) whose event is older than 1d");
-      expect(dry.stdout).toContain("The real run needs --force: a retention of 1 d is shorter than the 31 d");
-      expect((await inboxJson<PurgeResult>(["purge", "--older-than", "1d", "--dry-run"])).forceRequired).toContain("shorter than the 31 d");
+      expect(dry.stdout).toContain("Would delete 2 settled row(s) past their key retention (stripe 1 d)");
+      expect(dry.stdout).toContain("The real run needs --force: a key retention of 1 d is shorter than stripe's 31 d");
+      expect((await inboxJson<PurgeResult>(["purge", "--older-than", "1d", "--dry-run"])).forceRequired).toContain(
+        "shorter than stripe's 31 d",
+      );
       expect(await count(db, "webhook_inbox")).toBe(3);
-      expect(await count(db, "webhook_inbox", "payload is null")).toBe(0);
+      expect(await count(db, "webhook_inbox_payloads")).toBe(3);
 
-      expect(await inboxJson<PurgeResult>(["purge", "--batch", "1"])).toMatchObject({ dryRun: false, deleted: 1, payloadsDropped: 0 });
+      // The real run at the defaults (keys 31 d, payloads 31 d): the old key and its payload go; the
+      // unsettled row keeps its payload, moved to the default partition when its week was dropped.
+      expect(await inboxJson<PurgeResult>(["purge", "--batch", "1"])).toMatchObject({
+        dryRun: false,
+        deleted: 1,
+        payloadsDropped: 1,
+        openPayloadsMoved: 1,
+      });
       expect(await count(db, "webhook_inbox", `event_id = '${old.eventId}'`)).toBe(0);
       expect(await count(db, "webhook_inbox")).toBe(2);
+      expect(await inboxRowsOf(db, waiting.eventId)).toMatchObject([{ processed_at: null, payload_dropped: false }]);
+      expect(await inboxRowsOf(db, recent.eventId)).toMatchObject([{ outcome: "processed", payload_dropped: false }]);
 
       const badDuration = await inbox(["purge", "--older-than", "30"]);
       expect(badDuration.code).toBe(2);
@@ -521,9 +540,10 @@ describe("inbox CLI", () => {
     "`inbox list --attempts N --text T` lists rows with at least N attempts whose payload contains T; a bad --attempts is a usage error",
     async () => {
       const plain = await processed();
-      const needle = await queued();
+      // The needle is in the payload as delivered (a payload row is never rewritten: sql/0027).
+      const needle = event("invoice.paid", { customer: "cus_needle_cli" });
+      expect(await receiveAsync(db, BILLING, verified(needle.body))).toBe("queued");
       await db`update webhook_inbox set attempts = 3 where event_id = ${needle.eventId}`;
-      await db`update webhook_inbox set payload = jsonb_set(payload, '{data,object,customer}', '"cus_needle_cli"') where event_id = ${needle.eventId}`;
       const ids = async (args: string[]) => (await inboxJson<EventSummary[]>(["list", ...args])).map((r) => r.eventId);
       expect(await ids(["--attempts", "3"])).toEqual([needle.eventId]);
       expect(await ids(["--attempts", "0"])).toEqual(expect.arrayContaining([plain.eventId, needle.eventId]));

@@ -1,6 +1,7 @@
 // The operator functions of src/ops/ against real PostgreSQL: status, list, show, requeue, replay,
 // purge and parseDuration. Rows get their states through the real code paths (receiveSync,
-// receiveAsync, claimBatch + processClaim); only their timestamps are moved back with plain UPDATEs.
+// receiveAsync, claimBatch + processClaim); only their arrival is moved back, with backdateInbox
+// (a state row and its payload row together: sql/0027).
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { claimBatch } from "../../src/worker/claim.ts";
 import { connect } from "../../src/db/db.ts";
@@ -17,14 +18,15 @@ import { inboxStatus, type Arrivals } from "../../src/ops/status.ts";
 import { processClaim } from "../../src/worker/process-claim.ts";
 import { receiveAsync, receiveSync, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { runWorker } from "../../src/worker/worker.ts";
-import { count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
+import { insertInbox, rawOnlyRow } from "../../src/inbox/inbox.ts";
+import { backdateInbox, count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices`;
 });
 
 const BILLING: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
@@ -107,18 +109,6 @@ async function failedRow(error: Error, options: { park: boolean; type?: string; 
 
 const needsReviewRow = (error: Error, type = "invoice.paid", target = BILLING) => failedRow(error, { park: true, type, target });
 
-/** Moves a row's received_at and event_created_at (and processed_at / needs_review_at when set) `ms` into the past. */
-async function backdate(eventId: string, ms: number): Promise<void> {
-  await db`
-    update webhook_inbox
-       set received_at = now() - ${ms} * interval '1 millisecond',
-           event_created_at = date_trunc('second', now() - ${ms} * interval '1 millisecond'),
-           processed_at = case when processed_at is not null then now() - ${ms} * interval '1 millisecond' end,
-           needs_review_at = case when needs_review_at is not null then now() - ${ms} * interval '1 millisecond' end
-     where event_id = ${eventId}
-  `;
-}
-
 interface StateRow {
   state: string;
   event_type: string;
@@ -131,19 +121,22 @@ interface StateRow {
   outcome: string | null;
   /** available_at <= now() */
   due: boolean;
+  /** The payload row's payload (sql/0027), null once retention dropped it. */
   payload: Record<string, unknown> | null;
-  payload_dropped_at: Date | null;
+  /** No payload row: retention dropped it. */
+  payload_dropped: boolean;
 }
 
 const keyOf = (e: Sent, endpoint = "billing") => `${endpoint}/${e.eventId}`;
 
-/** Every inbox row, keyed `endpoint/event_id`. */
+/** Every inbox row with its payload row (found by key and received_at: sql/0027), keyed `endpoint/event_id`. */
 async function rows(): Promise<Record<string, StateRow>> {
   const all = await db<(StateRow & { endpoint: string; event_id: string })[]>`
     select s.endpoint, s.event_id, s.state, s.event_type, s.attempts, s.received_at, s.available_at, s.processed_at,
-           s.needs_review_at, s.last_error, s.outcome, s.available_at <= now() as due, w.payload, s.payload_dropped_at
+           s.needs_review_at, s.last_error, s.outcome, s.available_at <= now() as due, p.payload,
+           p.received_at is null as payload_dropped
       from webhook_inbox_state s
-      join webhook_inbox w using (provider, endpoint, event_id)
+      left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
   `;
   return Object.fromEntries(all.map(({ endpoint, event_id, ...row }) => [`${endpoint}/${event_id}`, row]));
 }
@@ -168,9 +161,9 @@ describe("inboxStatus() and readBacklog()", () => {
     await processedRow();
     await ignoredRow();
     await processedRow("invoice.paid", PAYMENTS);
-    await backdate(oldest.eventId, 2 * 3_600_000);
-    await backdate(paymentsWaiting.eventId, 10 * MINUTE_MS);
-    await backdate(parkedLongAgo.eventId, 5 * 3_600_000); // parked rows do not make the unprocessed age
+    await backdateInbox(db, oldest.eventId, 2 * 3_600_000);
+    await backdateInbox(db, paymentsWaiting.eventId, 10 * MINUTE_MS);
+    await backdateInbox(db, parkedLongAgo.eventId, 5 * 3_600_000); // parked rows do not make the unprocessed age
 
     const backlog = await readBacklog(db);
     expect(backlog.map(({ oldestUnprocessedAgeSec: _, ...b }) => b)).toEqual([
@@ -201,8 +194,8 @@ describe("inboxStatus() and readBacklog()", () => {
     await processedRow("invoice.created");
     await ignoredRow();
     await processedRow("invoice.paid", PAYMENTS);
-    await backdate(oldWaiting.eventId, 2 * 3_600_000);
-    await backdate(oldDone.eventId, 2 * 3_600_000);
+    await backdateInbox(db, oldWaiting.eventId, 2 * 3_600_000);
+    await backdateInbox(db, oldDone.eventId, 2 * 3_600_000);
 
     const byKey = (a: Arrivals) => `${a.endpoint} ${a.eventType}`;
     const sorted = (list: Arrivals[]) => [...list].sort((a, b) => byKey(a).localeCompare(byKey(b)));
@@ -253,7 +246,7 @@ describe("listEvents()", () => {
     const done = await processedRow();
     const skipped = await ignoredRow();
     const newestFirst = [done, rateDash, waiting, quota, skipped, rateLimit, waitingPayments, quotaLike];
-    for (const [i, e] of newestFirst.entries()) await backdate(e.eventId, (i + 1) * MINUTE_MS);
+    for (const [i, e] of newestFirst.entries()) await backdateInbox(db, e.eventId, (i + 1) * MINUTE_MS);
     return { quota, quotaLike, rateLimit, rateDash, waiting, waitingPayments, done, skipped, newestFirst };
   }
 
@@ -357,10 +350,10 @@ describe("showEvent()", () => {
 
   test("`showEvent()` with the payload shows the exact raw body of an event PostgreSQL could not store as jsonb", async () => {
     const raw = '{"id":"evt_ops_raw","object":"event","type":"invoice.paid","data":{"object":{"description":"a\\u0000b"}}}';
-    await db`
-      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, needs_review_at, attempts, last_error)
-      values ('stripe', 'billing', 'evt_ops_raw', 'invoice.paid', null, ${raw}, now(), 1, 'Payload cannot be stored as jsonb')
-    `;
+    // Kept as the receiver keeps it: a state row parked at once and a payload row with only the raw body.
+    const key = { provider: "stripe", endpoint: "billing", eventId: "evt_ops_raw" };
+    const inserted = await insertInbox(db, [rawOnlyRow(key, verified(raw), "PostgresError: unsupported Unicode escape sequence", BACKOFF)]);
+    expect(inserted.size).toBe(1);
     const [shown] = await showEvent(db, "evt_ops_raw", true);
     expect(shown).toMatchObject({ state: "needs_review", payload: null, rawBody: raw });
     const [plain] = await showEvent(db, "evt_ops_raw");
@@ -577,17 +570,21 @@ describe("replayEvent()", () => {
     const parked = await failedRow(new PermanentError("Cannot apply invoice event"), { park: true });
     const waiting = await unprocessedRow();
     const old = await processedRow();
-    await backdate(old.eventId, 10 * DAY_MS);
+    // 15 days back: its weekly payload partition (or, once an earlier purge dropped that week, the
+    // default partition) lies wholly past a 7-day horizon whatever the weekday.
+    await backdateInbox(db, old.eventId, 15 * DAY_MS);
     expect(await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS })).toEqual({
       dryRun: false,
       deleted: 0,
+      keyRetention: [{ provider: "stripe", olderThanMs: 31 * DAY_MS }],
       payloadsDropped: 1,
       outboxDeleted: 0,
       claimsDeleted: 0,
       backfillRequestsDeleted: 0,
       partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
+      openPayloadsMoved: 0, // the parked and the waiting row arrived this week: their payloads stay where they are
     });
+    expect(await row(keyOf(old))).toMatchObject({ state: "processed", payload: null, payload_dropped: true });
 
     await expect(replayEvent(db, key(waiting), billingHandlers)).rejects.toThrow(
       `Cannot replay ${waiting.eventId} at stripe/billing: it is not processed yet`,
@@ -633,8 +630,10 @@ describe("replayEvent()", () => {
 
 describe("purge()", () => {
   /**
-   * Processed rows 40, 5 and 2 days old (and an ignored one 40 days old), plus an unprocessed and a
-   * needs-review row received 40 days ago.
+   * Processed rows received 40, 12 and 2 days ago (and an ignored one 40 days ago), plus an unprocessed
+   * and a needs-review row received 40 days ago. The ages keep clear of week boundaries: a payload is
+   * dropped with its whole weekly partition (sql/0027), so one received A days ago surely goes at a
+   * horizon of H days when A ≥ H + 7 and surely stays when A < H (40 and 12 d against 3 d, 40 against 31).
    */
   async function seed() {
     const oldReview = await needsReviewRow(new PermanentError("Cannot apply invoice event: missing or invalid field(s) customer"));
@@ -644,203 +643,164 @@ describe("purge()", () => {
     const oldIgnored = await ignoredRow();
     const mid = await processedRow();
     const recent = await processedRow();
-    for (const e of [oldReview, oldWaiting, old1, old2, oldIgnored]) await backdate(e.eventId, 40 * DAY_MS);
-    await backdate(mid.eventId, 5 * DAY_MS);
-    await backdate(recent.eventId, 2 * DAY_MS);
+    await backdateInbox(
+      db,
+      [oldReview, oldWaiting, old1, old2, oldIgnored].map((e) => e.eventId),
+      40 * DAY_MS,
+    );
+    await backdateInbox(db, mid.eventId, 12 * DAY_MS);
+    await backdateInbox(db, recent.eventId, 2 * DAY_MS);
     return { oldReview, oldWaiting, old1, old2, oldIgnored, mid, recent };
+  }
+
+  /** What every purge of these tests returns besides its counts: only Stripe rows, so one key retention. */
+  const result = (keyMs: number, counts: { dryRun: boolean; deleted: number; payloadsDropped: number }) => ({
+    ...counts,
+    keyRetention: [{ provider: "stripe", olderThanMs: keyMs }],
+    outboxDeleted: 0,
+    claimsDeleted: 0,
+    backfillRequestsDeleted: 0,
+    partitionsDropped: expect.any(Array),
+    // 2 when the 40-day-old week still had its partition, 0 when an earlier test's purge had dropped it
+    // (its payloads then land in the default partition): where they end up is checked by `expectKeptOpen`.
+    openPayloadsMoved: expect.any(Number),
+  });
+
+  /** The unsettled rows' payloads survived, whole, in the default partition (moved there when their week was dropped). */
+  async function expectKeptOpen(...open: Sent[]) {
+    const all = await rows();
+    for (const e of open) expect(all[keyOf(e)]).toMatchObject({ payload: JSON.parse(e.body), payload_dropped: false });
+    const where = await db<{ event_id: string; p: string }[]>`
+      select event_id, tableoid::regclass::text as p from webhook_inbox_payloads where event_id = any(${open.map((e) => e.eventId)}::text[])
+    `;
+    expect(where.map((r) => r.p)).toEqual(open.map(() => "webhook_inbox_payloads_default"));
   }
 
   const remaining = async () => Object.keys(await rows()).sort();
   const keys = (...list: Sent[]) => list.map((e) => keyOf(e)).sort();
+  const FLOOR =
+    "a key retention of 1 d is shorter than stripe's 31 d (it may send an event again for 30 d, plus a 1 d margin); an event met after its key is gone would be applied again";
 
-  test("`purge()` refuses a retention below 31 days (the 30 days backfill re-reads, plus a margin) with RetentionTooShortError, and deletes nothing", async () => {
+  test("`purge()` refuses a key retention below Stripe's 31 days (its 30 days of events, plus a margin) with RetentionTooShortError, and deletes nothing", async () => {
     const s = await seed();
     const before = await rows();
     const error = await purge(db, { olderThanMs: parseDuration("1d") }).catch((err: unknown) => err);
     expect(error).toBeInstanceOf(RetentionTooShortError);
-    expect((error as Error).message).toContain("shorter than the 31 d in which an event may be met again");
-    expect((error as Error).message).toContain("retention of 1 d");
+    expect((error as Error).message).toBe(`Cannot purge: ${FLOOR}. Use --force to override.`);
     expect(((await purge(db, { olderThanMs: parseDuration("30d") }).catch((err: unknown) => err)) as Error).message).toContain(
-      "retention of 30 d is shorter",
+      "a key retention of 30 d is shorter than stripe's 31 d",
     );
     expect(((await purge(db, { olderThanMs: 5_000 }).catch((err: unknown) => err)) as Error).message).toContain(
-      "retention of 5 s is shorter",
+      "a key retention of 5 s is shorter than stripe's 31 d",
     );
     expect(await rows()).toEqual(before);
     expect(Object.keys(before).length).toBe(Object.keys(s).length);
+    expect(await count(db, "webhook_inbox_payloads")).toBe(Object.keys(s).length);
   });
 
   test("`purge()` dry run of a 1-day retention needs no `force`: it counts, changes nothing and says the real run needs it", async () => {
-    await seed();
+    const s = await seed();
     const before = await rows();
+    // Keys: the 5 settled rows received over a day ago. Payloads (default horizon 31 d): the 3 settled 40-day-old ones.
     expect(await purge(db, { olderThanMs: parseDuration("1d"), dryRun: true })).toEqual({
-      dryRun: true,
-      deleted: 5,
-      payloadsDropped: 0,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
-      forceRequired:
-        "a retention of 1 d is shorter than the 31 d in which an event may be met again (Stripe redelivers for 3 d, event backfill re-reads 30 d, plus a 1 d margin); an event met after its row is gone would be applied again",
+      ...result(DAY_MS, { dryRun: true, deleted: 5, payloadsDropped: 3 }),
+      forceRequired: FLOOR,
     });
-    expect(await purge(db, { olderThanMs: parseDuration("1d"), dryRun: true, force: true })).toEqual({
-      dryRun: true,
-      deleted: 5,
-      payloadsDropped: 0,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
-    });
+    expect(await purge(db, { olderThanMs: parseDuration("1d"), dryRun: true, force: true })).toEqual(
+      result(DAY_MS, { dryRun: true, deleted: 5, payloadsDropped: 3 }),
+    );
     expect(await rows()).toEqual(before);
+    expect(await count(db, "webhook_inbox_payloads")).toBe(Object.keys(s).length);
   });
 
-  test("`purge()` with `force: true` accepts a 1-day retention and deletes every processed row older than a day", async () => {
+  test("`purge()` with `force: true` accepts a 1-day retention and deletes every settled row received more than a day ago", async () => {
     const s = await seed();
-    expect(await purge(db, { olderThanMs: parseDuration("1d"), force: true })).toEqual({
-      dryRun: false,
-      deleted: 5,
-      payloadsDropped: 0,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
-    });
+    expect(await purge(db, { olderThanMs: parseDuration("1d"), force: true })).toEqual(
+      result(DAY_MS, { dryRun: false, deleted: 5, payloadsDropped: 3 }),
+    );
     expect(await remaining()).toEqual(keys(s.oldReview, s.oldWaiting));
+    await expectKeptOpen(s.oldReview, s.oldWaiting);
+    // The 12- and 2-day-old payloads of the deleted keys wait for their weeks' partitions to pass the horizon.
+    expect(await count(db, "webhook_inbox_payloads")).toBe(4);
   });
 
-  test("`purge()` at the default 31 d deletes only the settled rows whose events are older than 31 days", async () => {
+  test("`purge()` at the default retention deletes only the settled rows received more than 31 days ago", async () => {
     const s = await seed();
-    expect(await purge(db, { olderThanMs: parseDuration("31d") })).toEqual({
-      dryRun: false,
-      deleted: 3,
-      payloadsDropped: 0,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
-    });
+    expect(await purge(db, {})).toEqual(result(31 * DAY_MS, { dryRun: false, deleted: 3, payloadsDropped: 3 }));
     expect(await remaining()).toEqual(keys(s.oldReview, s.oldWaiting, s.mid, s.recent));
-    expect(await row(keyOf(s.mid))).toMatchObject({ state: "processed", payload_dropped_at: null });
-    expect(await row(keyOf(s.recent))).toMatchObject({ state: "processed", payload_dropped_at: null });
+    expect(await row(keyOf(s.mid))).toMatchObject({ state: "processed", payload_dropped: false, payload: JSON.parse(s.mid.body) });
+    expect(await row(keyOf(s.recent))).toMatchObject({ state: "processed", payload_dropped: false, payload: JSON.parse(s.recent.body) });
+    await expectKeptOpen(s.oldReview, s.oldWaiting);
   });
 
-  test("`purge()` never deletes unprocessed or needs-review rows, however old", async () => {
+  test("`purge()` never deletes unprocessed or needs-review rows or their payloads, however old", async () => {
     const s = await seed();
     const before = await rows();
-    expect(await purge(db, { olderThanMs: 1, payloadsOlderThanMs: 1, force: true })).toEqual({
-      dryRun: false,
-      deleted: 5,
-      payloadsDropped: 0,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
-    });
+    // Keys at 1 ms (forced) and payloads at 3 d: every settled key goes, and the payloads of all but the 2-day-old row.
+    expect(await purge(db, { olderThanMs: 1, payloadsOlderThanMs: 3 * DAY_MS, force: true })).toEqual(
+      result(1, { dryRun: false, deleted: 5, payloadsDropped: 4 }),
+    );
     const after = await rows();
     expect(Object.keys(after).sort()).toEqual(keys(s.oldReview, s.oldWaiting));
     expect(after[keyOf(s.oldReview)]).toEqual(before[keyOf(s.oldReview)] as StateRow);
     expect(after[keyOf(s.oldWaiting)]).toEqual(before[keyOf(s.oldWaiting)] as StateRow);
-    expect(after[keyOf(s.oldReview)]?.payload).toEqual(JSON.parse(s.oldReview.body));
+    await expectKeptOpen(s.oldReview, s.oldWaiting);
   });
 
   test("`purge()` in batches of 2 deletes all 5 old rows", async () => {
     const old: Sent[] = [];
     for (let i = 0; i < 5; i++) old.push(await processedRow());
-    const recent = await processedRow();
-    for (const e of old) await backdate(e.eventId, 40 * DAY_MS);
-    await backdate(recent.eventId, 0); // created now (the fixture's `created` is a fixed date)
+    const recent = await processedRow(); // received now
+    await backdateInbox(db, ids(old), 40 * DAY_MS);
     expect(await purge(db, { olderThanMs: 31 * DAY_MS, batchSize: 2 })).toEqual({
-      dryRun: false,
-      deleted: 5,
-      payloadsDropped: 0,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
+      ...result(31 * DAY_MS, { dryRun: false, deleted: 5, payloadsDropped: 5 }),
+      openPayloadsMoved: 0,
     });
     expect(await remaining()).toEqual(keys(recent));
+    expect(await count(db, "webhook_inbox_payloads")).toBe(1);
   });
 
   test("`purge()` in batches drops the payloads of all old rows too", async () => {
     const old: Sent[] = [];
     for (let i = 0; i < 5; i++) old.push(await processedRow());
-    for (const e of old) await backdate(e.eventId, 10 * DAY_MS);
+    await backdateInbox(db, ids(old), 15 * DAY_MS); // a week past the 7-day horizon: its whole week is past it
     expect(await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS, batchSize: 2 })).toEqual({
-      dryRun: false,
-      deleted: 0,
-      payloadsDropped: 5,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
+      ...result(31 * DAY_MS, { dryRun: false, deleted: 0, payloadsDropped: 5 }),
+      openPayloadsMoved: 0,
     });
-    expect(await count(db, "webhook_inbox", "payload is null and payload_dropped_at is not null")).toBe(5);
+    const after = await rows();
+    expect(Object.keys(after).sort()).toEqual(old.map((e) => keyOf(e)).sort());
+    for (const r of Object.values(after)) expect(r).toMatchObject({ state: "processed", payload: null, payload_dropped: true });
+    expect(await count(db, "webhook_inbox_payloads")).toBe(0);
   });
 
   test("`purge()` dry run counts what it would delete and drop without changing a row, and the real run matches it", async () => {
-    await seed();
-    const before = await rows();
-    const options = { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS };
-    expect(await purge(db, { ...options, dryRun: true })).toEqual({
-      dryRun: true,
-      deleted: 3,
-      payloadsDropped: 1,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
-    });
-    expect(await purge(db, { olderThanMs: 31 * DAY_MS, dryRun: true })).toEqual({
-      dryRun: true,
-      deleted: 3,
-      payloadsDropped: 0,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
-    });
-    expect(await rows()).toEqual(before);
-    expect(await purge(db, options)).toEqual({
-      dryRun: false,
-      deleted: 3,
-      payloadsDropped: 1,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
-    });
-  });
-
-  test("`purge()` with `payloadsOlderThanMs` drops the payloads of old processed rows only, keeping key and metadata", async () => {
     const s = await seed();
     const before = await rows();
-    expect(await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS })).toEqual({
-      dryRun: false,
-      deleted: 3,
-      payloadsDropped: 1,
-      outboxDeleted: 0,
-      claimsDeleted: 0,
-      backfillRequestsDeleted: 0,
-      partitionsDropped: expect.any(Array),
-      openRowsMoved: expect.any(Number),
-    });
+    const options = { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS };
+    // Payloads past 3 d: the 3 settled 40-day-old ones and the 12-day-old one; the unsettled ones are kept.
+    expect(await purge(db, { ...options, dryRun: true })).toEqual(result(31 * DAY_MS, { dryRun: true, deleted: 3, payloadsDropped: 4 }));
+    expect(await purge(db, { olderThanMs: 31 * DAY_MS, dryRun: true })).toEqual(
+      result(31 * DAY_MS, { dryRun: true, deleted: 3, payloadsDropped: 3 }),
+    );
+    expect(await rows()).toEqual(before);
+    expect(await count(db, "webhook_inbox_payloads")).toBe(Object.keys(s).length);
+    expect(await purge(db, options)).toEqual(result(31 * DAY_MS, { dryRun: false, deleted: 3, payloadsDropped: 4 }));
+    expect(await count(db, "webhook_inbox_payloads")).toBe(3);
+  });
+
+  test("`purge()` with `payloadsOlderThanMs` drops the payloads of old settled rows only, keeping key and metadata", async () => {
+    const s = await seed();
+    const before = await rows();
+    expect(await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS })).toEqual(
+      result(31 * DAY_MS, { dryRun: false, deleted: 3, payloadsDropped: 4 }),
+    );
     const after = await rows();
     const mid = after[keyOf(s.mid)];
     expect(mid?.payload).toBeNull();
-    expect(mid?.payload_dropped_at).toBeInstanceOf(Date);
-    const { payload: _a, payload_dropped_at: _b, ...kept } = before[keyOf(s.mid)] as StateRow;
+    expect(mid?.payload_dropped).toBe(true);
+    const { payload: _a, payload_dropped: _b, ...kept } = before[keyOf(s.mid)] as StateRow;
+    expect(before[keyOf(s.mid)]?.payload_dropped).toBe(false);
     expect(mid).toMatchObject(kept);
     for (const e of [s.recent, s.oldWaiting, s.oldReview]) {
       expect(after[keyOf(e)]).toEqual(before[keyOf(e)] as StateRow);
@@ -853,17 +813,16 @@ describe("purge()", () => {
   test("a redelivery of an event whose payload `purge()` dropped is still a duplicate and books nothing", async () => {
     const s = await seed();
     await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 3 * DAY_MS });
-    expect((await row(keyOf(s.mid))).payload).toBeNull();
+    expect(await row(keyOf(s.mid))).toMatchObject({ payload: null, payload_dropped: true });
     const ledger = await count(db, "ledger_entries");
     const outbox = await count(db, "outbox");
-    // A redelivery carries the event's own `created`, which the backdated row holds (the key includes it: sql/0026).
-    const [stored] = await db<{ created: string }[]>`select extract(epoch from event_created_at)::bigint as created from webhook_inbox where event_id = ${s.mid.eventId}`;
-    const redelivered = JSON.stringify({ ...JSON.parse(s.mid.body), created: Number(stored?.created) });
-    expect(await receiveSync(db, BILLING, verified(redelivered))).toBe("duplicate");
-    expect(await receiveAsync(db, BILLING, verified(redelivered))).toBe("duplicate");
+    // The key is (provider, endpoint, event_id) alone (sql/0027): the redelivered bytes meet the kept key.
+    expect(await receiveSync(db, BILLING, verified(s.mid.body))).toBe("duplicate");
+    expect(await receiveAsync(db, BILLING, verified(s.mid.body))).toBe("duplicate");
     expect(await count(db, "ledger_entries")).toBe(ledger);
     expect(await count(db, "outbox")).toBe(outbox);
-    expect(await row(keyOf(s.mid))).toMatchObject({ state: "processed", payload: null });
+    expect(await row(keyOf(s.mid))).toMatchObject({ state: "processed", payload: null, payload_dropped: true });
+    expect(await count(db, "webhook_inbox_payloads", `event_id = '${s.mid.eventId}'`)).toBe(0);
   });
 });
 

@@ -10,13 +10,14 @@ import { replayEvent } from "../../src/ops/replay.ts";
 import { resolveReviewed } from "../../src/ops/resolve.ts";
 import { readBacklog } from "../../src/inbox/backlog.ts";
 import { receiveAsync, receiveSync, recordFallback, type ReceiveTarget } from "../../src/receiver/receive.ts";
-import { count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
+import { insertInbox, rawOnlyRow } from "../../src/inbox/inbox.ts";
+import { backdateInbox, count, eventBody, freshDatabase, inboxRowsOf, invoice, verified } from "../support/helpers.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices`;
 });
 
 const BILLING: ReceiveTarget = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
@@ -96,18 +97,24 @@ test("`resolveReviewed()` refuses a blank note, and resolved rows are purged lik
   const e = await parked(4, "Cannot apply invoice event: missing or invalid field(s) customer");
   await expect(resolveReviewed(db, { eventId: e.eventId }, "  ", false)).rejects.toThrow("Cannot resolve without a note");
   expect((await resolveReviewed(db, { eventId: e.eventId }, NOTE, false)).rows).toHaveLength(1);
-  await db`update webhook_inbox set received_at = now() - interval '40 days', event_created_at = now() - interval '40 days', processed_at = now() - interval '40 days'`;
-  expect(await purge(db, { olderThanMs: 31 * 86_400_000 })).toMatchObject({ deleted: 1 });
+  await backdateInbox(db, e.eventId, 40 * 86_400_000);
+  expect(await purge(db, { olderThanMs: 31 * 86_400_000 })).toMatchObject({ deleted: 1, payloadsDropped: 1 });
   expect(await count(db, "webhook_inbox")).toBe(0);
+  expect(await count(db, "webhook_inbox_payloads")).toBe(0);
 });
 
 test("`resolveReviewed()` closes an event kept only as its raw body (jsonb could not hold it)", async () => {
-  await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, needs_review_at, attempts, last_error)
-    values ('stripe', 'billing', 'evt_resolve_raw', 'invoice.paid', null, '{"id":"evt_resolve_raw"}', now(), 1, 'Payload cannot be stored as jsonb')
-  `;
+  // Kept as the receiver keeps it (inbox.ts rawOnlyRow): parked at once, its payload row holding only the raw body.
+  const raw = '{"id":"evt_resolve_raw","object":"event","type":"invoice.paid","data":{"object":{"description":"a\\u0000b"}}}';
+  const key = { provider: "stripe", endpoint: "billing", eventId: "evt_resolve_raw" };
+  expect(
+    (await insertInbox(db, [rawOnlyRow(key, verified(raw), "PostgresError: unsupported Unicode escape sequence", BACKOFF)])).size,
+  ).toBe(1);
+  expect(await stateOf("evt_resolve_raw")).toMatchObject({ state: "needs_review" });
   expect((await resolveReviewed(db, { eventId: "evt_resolve_raw" }, NOTE, false)).rows).toHaveLength(1);
   expect(await stateOf("evt_resolve_raw")).toMatchObject({ state: "resolved", resolution_note: NOTE });
+  // Resolving changes the state row only: the raw body is still there, as it arrived.
+  expect(await inboxRowsOf(db, "evt_resolve_raw")).toMatchObject([{ payload: null, raw_body: raw, payload_dropped: false }]);
 });
 
 test("`inbox resolve` needs a filter and a note (exit 2), then resolves with --json", async () => {

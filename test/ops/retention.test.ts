@@ -47,7 +47,9 @@ test("`purge()` refuses 4 days of key retention for Stripe rows (Stripe's retry 
 
   const refused = await purge(db, { olderThanMs: 4 * DAY_MS }).catch((err: unknown) => err);
   expect(refused).toBeInstanceOf(RetentionTooShortError);
-  expect((refused as Error).message).toContain("a key retention of 4 d is shorter than stripe's 31 d (it may send an event again for 30 d, plus a 1 d margin)");
+  expect((refused as Error).message).toContain(
+    "a key retention of 4 d is shorter than stripe's 31 d (it may send an event again for 30 d, plus a 1 d margin)",
+  );
   expect(await purge(db, {})).toMatchObject({ deleted: 0, keyRetention: [{ provider: "stripe", olderThanMs: 31 * DAY_MS }] });
 
   // Catch-up re-reads the event from Stripe's Events API: a duplicate, its handler does not run again.
@@ -73,13 +75,19 @@ test("`purge()` measures a key's age from its arrival (received_at), not from th
 async function deliverPaddle(app: ReturnType<typeof createApp>, secret: string) {
   const [fixture] = readProviderFixtures([join(FIXTURES_DIR, "paddle", "02-transaction.completed.json")]);
   const signed = await signDelivery("paddle", fixture!, secret, Math.floor(Date.now() / 1000));
-  const res = await app.fetch(new Request("http://receiver.test/webhooks/paddle/billing", { method: "POST", headers: signed.headers, body: signed.body }));
+  const res = await app.fetch(
+    new Request("http://receiver.test/webhooks/paddle/billing", { method: "POST", headers: signed.headers, body: signed.body }),
+  );
   return { status: res.status, body: (await res.json()) as { outcome: string; event_id: string } };
 }
 
 test("a Paddle replay 40 days after its event, after the default purge, is a duplicate: Paddle's key is kept 91 days, its payload went with its week (review of fcab188, R5)", async () => {
   const secret = "pdl_ntfset_01gkpjp8bkm3tm53kdgkx6sms7_6h3qd3uFSi9YCD3OLYAShQI90XTI5vEI";
-  const app = createApp({ db, endpoints: [{ name: "billing", provider: paddleProvider, secrets: [secret], handlers: counting, mode: "sync" }], log: () => {} });
+  const app = createApp({
+    db,
+    endpoints: [{ name: "billing", provider: paddleProvider, secrets: [secret], handlers: counting, mode: "sync" }],
+    log: () => {},
+  });
   const first = await deliverPaddle(app, secret);
   expect(first).toMatchObject({ status: 200, body: { outcome: "processed" } });
   await backdateInbox(db, first.body.event_id, 40 * DAY_MS);
@@ -98,9 +106,15 @@ test("a Paddle replay 40 days after its event, after the default purge, is a dup
 
 test("`purge()` refuses a key retention below a provider's resend window, naming each provider that has rows and its window, unless `force`", async () => {
   const secret = "pdl_ntfset_01gkpjp8bkm3tm53kdgkx6sms7_6h3qd3uFSi9YCD3OLYAShQI90XTI5vEI";
-  const app = createApp({ db, endpoints: [{ name: "billing", provider: paddleProvider, secrets: [secret], handlers: counting, mode: "sync" }], log: () => {} });
+  const app = createApp({
+    db,
+    endpoints: [{ name: "billing", provider: paddleProvider, secrets: [secret], handlers: counting, mode: "sync" }],
+    log: () => {},
+  });
   expect((await deliverPaddle(app, secret)).status).toBe(200);
-  expect(await receiveSync(db, stripeTarget, stripeApiEvent(JSON.parse(eventBody("evt_floor", "thing.happened", { id: "o", object: "thing" }))))).toBe("processed");
+  expect(
+    await receiveSync(db, stripeTarget, stripeApiEvent(JSON.parse(eventBody("evt_floor", "thing.happened", { id: "o", object: "thing" })))),
+  ).toBe("processed");
   await backdateInbox(db, ["evt_floor", "evt_01hv8x2acma2gz9y0pn2qtvmbb"], 40 * DAY_MS);
 
   expect(keyFloorMs("paddle")).toBe(91 * DAY_MS);
@@ -122,7 +136,9 @@ test("`purge()` refuses a key retention below a provider's resend window, naming
 test("`purge()` drops a payload partition past the horizon but keeps the payloads of its unsettled rows, which the worker then applies once", async () => {
   const queued = { provider: "stripe", endpoint: "billing", handlers: counting };
   for (const id of ["evt_kept_open", "evt_kept_done"])
-    expect(await receiveAsync(db, queued, stripeApiEvent(JSON.parse(eventBody(id, "thing.happened", { id: `obj_${id}`, object: "thing" }))))).toBe("queued");
+    expect(
+      await receiveAsync(db, queued, stripeApiEvent(JSON.parse(eventBody(id, "thing.happened", { id: `obj_${id}`, object: "thing" })))),
+    ).toBe("queued");
   await db`update webhook_inbox set processed_at = now(), outcome = 'processed' where event_id = 'evt_kept_done'`;
   // Into a weekly partition 20 days back (an earlier test's purge dropped the older ones, whose range is now the default partition's).
   await backdateInbox(db, ["evt_kept_open", "evt_kept_done"], 20 * DAY_MS);

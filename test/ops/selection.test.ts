@@ -1,6 +1,7 @@
 // selectNeedsReview() and applyToSelection(): a bulk action touches exactly the confirmed rows.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Db } from "../../src/db/db.ts";
+import { insertInbox, type InboxRow } from "../../src/inbox/inbox.ts";
 import { requeue } from "../../src/ops/requeue.ts";
 import { applyToSelection, selectNeedsReview } from "../../src/ops/selection.ts";
 import { freshDatabase } from "../support/helpers.ts";
@@ -15,11 +16,23 @@ beforeAll(async () => {
 
 afterAll(() => database?.drop());
 
+/** A needs-review row with its payload, written as the receiver parks an event (insertInbox, `failed.parked`). */
 async function park(eventId: string, type = "invoice.sel"): Promise<void> {
-  await db`
-    insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, attempts, last_error, needs_review_at)
-    values ('stripe', 'billing', ${eventId}, ${type}, '{"id": "x"}'::jsonb, 3, 'Error: x', now())
-  `;
+  const row: InboxRow = {
+    key: { provider: "stripe", endpoint: "billing", eventId },
+    type,
+    payload: JSON.stringify({ id: eventId }),
+    rawBody: null,
+    replaced: null,
+    source: "webhook",
+    createdAtSec: null,
+    account: "",
+    livemode: null,
+    settled: null,
+    failed: { error: "Error: x", parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } },
+    traceparent: null,
+  };
+  expect((await insertInbox(db, [row])).size).toBe(1);
 }
 
 const unprocessed = async (type: string) =>

@@ -16,7 +16,7 @@ const fresh = await freshDatabase();
 const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices`;
 });
 
 const BASE = "http://receiver.test";
@@ -82,6 +82,7 @@ async function tableCounts() {
 
 async function expectNothingWritten(): Promise<void> {
   expect(await tableCounts()).toEqual({ inbox: 0, invoices: 0, ledger: 0, outbox: 0 });
+  expect(await count(db, "webhook_inbox_payloads")).toBe(0);
 }
 
 /** The `v1` value of a header made by Stripe's test helper. */
@@ -302,8 +303,13 @@ describe("body checks", () => {
         expect(res.status).toBe(200);
         expect(res.body.outcome).toBe(expected);
       }
-      const rows =
-        await db`select payload #>> '{data,object,description}' as description, raw_body, payload_sanitized, needs_review_at from webhook_inbox`;
+      // The state row and its one payload row (sql/0027): the copy as payload, the exact bytes beside it.
+      const rows = await db`
+        select p.payload #>> '{data,object,description}' as description, p.raw_body, p.payload_sanitized, w.needs_review_at
+          from webhook_inbox w
+          join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+      `;
+      expect(await count(db, "webhook_inbox_payloads")).toBe(1);
       expect(rows).toEqual([
         { description: "a\ufffdb", raw_body: body, payload_sanitized: "\\u0000 ×1 → U+FFFD", needs_review_at: null },
       ] as never);

@@ -49,14 +49,26 @@ async function transactions(ids: string[]): Promise<string[][]> {
   return [...byTx.values()];
 }
 
-/** The inbox row of `eventId`, as the columns a delivery writes. */
-async function row(eventId: string) {
-  const [found] = await db`
-    select event_type, payload, raw_body, payload_sanitized, outcome, processed_at is not null as settled, attempts, last_error
-      from webhook_inbox
-     where event_id = ${eventId}
+/**
+ * The inbox rows of `eventId` by endpoint, as the columns a delivery writes: its state row and its
+ * payload row (sql/0027), and whether a payload row is there at all.
+ */
+async function rowsOf(eventId: string) {
+  return db`
+    select w.event_type, p.payload, p.raw_body, p.payload_sanitized, p.received_at is not null as kept,
+           w.outcome, w.processed_at is not null as settled, w.attempts, w.last_error
+      from webhook_inbox w
+      left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+     where w.event_id = ${eventId}
+     order by w.endpoint
   `;
-  return found;
+}
+
+/** The one inbox row of `eventId` (see {@link rowsOf}), undefined when there is none. */
+async function row(eventId: string) {
+  const rows = await rowsOf(eventId);
+  expect(rows.length).toBeLessThanOrEqual(1);
+  return rows[0];
 }
 
 test("`createGroupCommit()` sends a lone delivery at once, alone, and a group writes the rows receiveAsync writes", async () => {
@@ -77,16 +89,16 @@ test("`createGroupCommit()` sends a lone delivery at once, alone, and a group wr
   expect(fallbacks).toEqual([]); // written by the group's statement, not redone one by one
   for (const event of [plain, sanitized]) {
     expect(await receiveAsync(db, other, event)).toBe("queued");
-    const rows = await db`
-      select event_type, payload, raw_body, payload_sanitized, outcome, processed_at is not null as settled, attempts, last_error
-        from webhook_inbox
-       where event_id = ${event.id}
-       order by endpoint
-    `;
+    const rows = await rowsOf(event.id);
     expect(rows.length).toBe(2);
+    expect(rows[0]).toMatchObject({ kept: true, outcome: null, settled: false, attempts: 0 });
     expect(rows[0]).toEqual(rows[1]!);
   }
-  expect(await row("evt_gc_lone_nul")).toMatchObject({ payload_sanitized: copy?.replaced, raw_body: body });
+  expect(await rowsOf("evt_gc_lone_nul")).toMatchObject([
+    { payload_sanitized: copy?.replaced, raw_body: body, payload: JSON.parse(copy!.json) },
+    { payload_sanitized: copy?.replaced, raw_body: body, payload: JSON.parse(copy!.json) },
+  ]);
+  expect(await count(db, "webhook_inbox_payloads", `event_id in ('${plain.id}', '${sanitized.id}')`)).toBe(4);
 });
 
 test("`createGroupCommit()` records a group with an in-group duplicate as one row: one `queued`, one `duplicate`", async () => {
@@ -208,10 +220,10 @@ test("`createGroupCommit()` inserts a group's rows in key order: two receivers g
   let rollback!: () => void;
   const holding = blocker!
     .begin(async (tx) => {
-      // The same key as the deliveries' row, creation time included (sql/0026), so their inserts wait on it.
-      const created = paid(ids[4]!).createdAt!;
-      await tx`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, event_created_at)
-               values ('stripe', 'billing', ${ids[4]!}, 'invoice.paid', '{}', ${created})`;
+      // The same key as the deliveries' row (sql/0027: provider, endpoint, event_id), inserted as a
+      // delivery would be (state and payload rows), so their inserts wait on it.
+      const held = await insertInbox(tx, [inboxRow({ provider: "stripe", endpoint: "billing", eventId: ids[4]! }, paid(ids[4]!), null)]);
+      expect(held.size).toBe(1);
       await new Promise<void>((resolve) => (rollback = resolve));
       throw new Error("roll back");
     })

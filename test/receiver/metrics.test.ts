@@ -8,7 +8,9 @@ import { connect, type Db } from "../../src/db/db.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { receiveAsync, type ReceiveTarget } from "../../src/receiver/receive.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import {
+  backdateInbox,
   closeAll,
   connections,
   count,
@@ -25,7 +27,7 @@ const fresh = await freshDatabase();
 const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices`;
 });
 
 const BASE = "http://receiver.test";
@@ -241,7 +243,7 @@ describe("GET /metrics", () => {
     const waiting = event();
     expect(await receiveAsync(db, billing, verified(waiting.body))).toBe("queued");
     expect(await receiveAsync(db, billing, verified(event().body))).toBe("queued");
-    await db`update webhook_inbox set received_at = now() - interval '10 minutes' where event_id = ${waiting.eventId}`;
+    await backdateInbox(db, waiting.eventId, 10 * 60_000);
     // A PermanentError (no customer) is parked as needs-review at once.
     expect(await deliver(app, "payments", event("invoice.paid", { customer: undefined }).body)).toEqual({
       status: 200,
@@ -254,10 +256,24 @@ describe("GET /metrics", () => {
       ["stripe", "legacy_eu", false],
       ["github", "push", true],
     ] as const) {
-      await db`
-        insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, needs_review_at)
-        values (${provider}, ${endpoint}, ${`evt_metrics_old_${endpoint}`}, 'invoice.paid', '{}', ${parked ? new Date() : null})
-      `;
+      // Recorded as any delivery is (a state row and its payload row), queued or parked at once.
+      const inserted = await insertInbox(db, [
+        {
+          key: { provider, endpoint, eventId: `evt_metrics_old_${endpoint}` },
+          type: "invoice.paid",
+          payload: "{}",
+          rawBody: null,
+          replaced: null,
+          source: "webhook",
+          createdAtSec: null,
+          account: "",
+          livemode: null,
+          settled: null,
+          ...(parked ? { failed: { error: "Error: parked by hand", parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } } } : {}),
+          traceparent: null,
+        },
+      ]);
+      expect(inserted.size).toBe(1);
     }
 
     const { families } = await scrape(app);

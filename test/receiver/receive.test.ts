@@ -426,11 +426,15 @@ test("`receiveSync()` stores the payload as a jsonb object equal to the parsed b
   });
   const body = invoiceEvent("evt_payload", "invoice.created", "in_payload", 2000, object);
   expect(await receive(body)).toBe("processed");
-  const [row] = await db`
-    select jsonb_typeof(payload) as kind, payload, payload = ${body}::text::jsonb as same, event_type
-      from webhook_inbox
-     where event_id = 'evt_payload'
+  // The state row and its payload row, found by its key and received_at (sql/0027).
+  const [row, ...more] = await db`
+    select jsonb_typeof(p.payload) as kind, p.payload, p.payload = ${body}::text::jsonb as same, p.raw_body, w.event_type
+      from webhook_inbox w
+      join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+     where w.event_id = 'evt_payload'
   `;
+  expect(more).toEqual([]);
+  expect(row?.raw_body).toBeNull();
   expect(row?.kind).toBe("object");
   expect(row?.same).toBe(true);
   expect(row?.payload).toEqual(JSON.parse(body));

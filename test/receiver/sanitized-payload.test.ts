@@ -7,20 +7,32 @@ import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import type { HandlerTable } from "../../src/handlers/handler-table.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { jsonbCopy } from "../../src/providers/jsonb-text.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import { purge } from "../../src/ops/purge.ts";
+import { replayEvent } from "../../src/ops/replay.ts";
 import { requeue } from "../../src/ops/requeue.ts";
 import { workOff } from "../support/work.ts";
 import type { Mode } from "../../src/receiver/receive.ts";
-import { count, eventBody, freshDatabase, invoice, SECRET, signedRequest } from "../support/helpers.ts";
+import { backdateInbox, count, eventBody, freshDatabase, inboxRowsOf, invoice, SECRET, signedRequest } from "../support/helpers.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices`;
 });
 
 const URL_DEFAULT = "http://receiver.test/webhooks/stripe";
+const DAY_MS = 86_400_000;
+
+/** The one inbox row of `eventId` with its payload row's columns (sql/0027), and the payload's description and metadata. */
+async function onlyRow(eventId: string): Promise<Record<string, unknown>> {
+  const rows = await inboxRowsOf(db, eventId);
+  expect(rows).toHaveLength(1);
+  const row = rows[0]!;
+  const object = (row.payload as { data?: { object?: Record<string, unknown> } } | null)?.data?.object;
+  return { ...row, description: object?.description, metadata: object?.metadata };
+}
 
 function appFor(mode: Mode) {
   return createApp({ db, endpoints: stripeEndpoints([{ name: "billing", secrets: [SECRET], mode }]), log: () => {} });
@@ -73,11 +85,8 @@ describe("a payment holding characters jsonb refuses", () => {
       expect(first).toEqual({ status: 200, outcome: mode === "async" ? "queued" : "processed", event_id: `evt_nul_paid_${mode}` } as never);
       if (mode === "async") expect((await work()).map((r) => r.outcome)).toEqual(["processed"]);
       expect((await deliver(mode, body)).outcome).toBe("duplicate");
-      const [row] = await db`
-      select outcome, raw_body, payload_sanitized, needs_review_at, last_error,
-             payload #>> '{data,object,description}' as description, payload #> '{data,object,metadata}' as metadata
-        from webhook_inbox
-    `;
+      expect(await count(db, "webhook_inbox")).toBe(1);
+      const row = await onlyRow(`evt_nul_paid_${mode}`);
       expect(row).toMatchObject({
         outcome: "processed",
         raw_body: body,
@@ -98,9 +107,10 @@ describe("a payment holding characters jsonb refuses", () => {
       const body = eventBody(`evt_nul_type_${mode}`, "invoice.paid\u0000", invoice({ status: "paid", amount_paid: 2000 }));
       expect(await deliver(mode, body)).toEqual({ status: 200, outcome: "needs_review", event_id: `evt_nul_type_${mode}` } as never);
       expect((await deliver(mode, body)).outcome).toBe("duplicate");
-      const [row] =
-        await db`select event_type, raw_body, payload is not null as has_payload, needs_review_at is not null as parked, processed_at, last_error from webhook_inbox`;
-      expect(row).toMatchObject({ event_type: "invoice.paid\ufffd", raw_body: body, has_payload: true, parked: true, processed_at: null });
+      expect(await count(db, "webhook_inbox")).toBe(1);
+      const row = await onlyRow(`evt_nul_type_${mode}`);
+      expect(row).toMatchObject({ event_type: "invoice.paid\ufffd", raw_body: body, payload: expect.any(Object), processed_at: null });
+      expect(row.needs_review_at).not.toBeNull();
       expect(String(row?.last_error)).toContain("Event type holds characters PostgreSQL cannot store");
       expect(await count(db, "ledger_entries")).toBe(0);
     },
@@ -124,14 +134,28 @@ describe("a payment holding characters jsonb refuses", () => {
 
   test("`purge()` drops the raw body of a sanitized payload together with the payload", async () => {
     expect((await deliver("sync", paidWithNul("evt_nul_purged", "in_nul_purged"))).outcome).toBe("processed");
-    await db`update webhook_inbox set processed_at = now() - interval '8 days', event_created_at = now() - interval '8 days'`;
-    expect(await purge(db, { olderThanMs: 31 * 86_400_000, payloadsOlderThanMs: 7 * 86_400_000 })).toMatchObject({
+    expect(await onlyRow("evt_nul_purged")).toMatchObject({
+      raw_body: expect.any(String),
+      payload: expect.any(Object),
+      payload_dropped: false,
+    });
+    // Received 20 days ago: its week's partition (or the default one) is entirely past a 7-day payload horizon.
+    await backdateInbox(db, "evt_nul_purged", 20 * DAY_MS);
+    expect(await purge(db, { olderThanMs: 31 * DAY_MS, payloadsOlderThanMs: 7 * DAY_MS })).toMatchObject({
       dryRun: false,
       deleted: 0,
       payloadsDropped: 1,
+      openPayloadsMoved: 0,
     });
-    const [row] = await db`select payload, raw_body, payload_dropped_at is not null as dropped from webhook_inbox`;
-    expect(row).toEqual({ payload: null, raw_body: null, dropped: true });
+    // The key stays (31 days); the payload row, raw body and sanitizing note with it, is gone.
+    expect(await onlyRow("evt_nul_purged")).toMatchObject({
+      outcome: "processed",
+      payload: null,
+      raw_body: null,
+      payload_sanitized: null,
+      payload_dropped: true,
+    });
+    expect(await count(db, "webhook_inbox_payloads")).toBe(0);
   });
 
   test("`createApp()` still parks a number beyond numeric's range as needs-review with its raw body only", async () => {
@@ -140,18 +164,41 @@ describe("a payment holding characters jsonb refuses", () => {
       '"usd", "note": 1e131072',
     );
     expect(await deliver("sync", body)).toEqual({ status: 200, outcome: "needs_review", event_id: "evt_huge_number" } as never);
-    const [row] = await db`select payload, raw_body, payload_sanitized, needs_review_at is not null as parked from webhook_inbox`;
-    expect(row).toEqual({ payload: null, raw_body: body, payload_sanitized: null, parked: true });
+    const row = await onlyRow("evt_huge_number");
+    expect(row).toMatchObject({ payload: null, raw_body: body, payload_sanitized: null, payload_dropped: false, processed_at: null });
+    expect(row.needs_review_at).not.toBeNull();
   });
 });
 
 describe("rows parked before sanitized copies existed", () => {
-  /** The row the old receiver wrote for an event jsonb refused: no payload, the exact body, parked. */
+  /**
+   * The row the old receiver wrote for an event jsonb refused (kept so by sql/0027's copy): a state row
+   * parked after one attempt, and a payload row with no payload, the exact body and no sanitizing note.
+   */
   async function parkedTheOldWay(eventId: string, type: string, body: string): Promise<void> {
-    await db`
-      insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, raw_body, attempts, last_error, needs_review_at)
-      values ('stripe', 'billing', ${eventId}, ${type}, null, ${body}, 1, 'Payload cannot be stored as jsonb (PostgresError 22P05: unsupported Unicode escape sequence); kept as raw_body', now())
-    `;
+    const error = "Payload cannot be stored as jsonb (PostgresError 22P05: unsupported Unicode escape sequence); kept as raw_body";
+    const inserted = await insertInbox(db, [
+      {
+        key: { provider: "stripe", endpoint: "billing", eventId },
+        type,
+        payload: null,
+        rawBody: body,
+        replaced: null,
+        source: "webhook",
+        createdAtSec: null,
+        account: "",
+        livemode: null,
+        settled: null,
+        failed: { error, parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } },
+        traceparent: null,
+      },
+    ]);
+    expect(inserted.size).toBe(1);
+  }
+
+  /** The payload row of `eventId` as it is stored (never rewritten: sql/0027). */
+  async function payloadRowOf(eventId: string) {
+    return db`select payload, raw_body, payload_sanitized from webhook_inbox_payloads where event_id = ${eventId}`;
   }
 
   test("`processClaim()` parks a requeued raw-body-only row whose type held \\u0000, never settling it as ignored", async () => {
@@ -163,29 +210,59 @@ describe("rows parked before sanitized copies existed", () => {
     const [row] = await db`select outcome, processed_at, needs_review_at is not null as parked, last_error from webhook_inbox`;
     expect(row).toMatchObject({ outcome: null, processed_at: null, parked: true });
     expect(String(row?.last_error)).toContain("Event type holds characters PostgreSQL cannot store");
+    expect(await payloadRowOf("evt_old_nul_type")).toEqual([{ payload: null, raw_body: body, payload_sanitized: null }] as never);
   });
 
-  test("`processClaim()` books a requeued payment whose row holds only its raw body, storing the sanitized copy as its payload", async () => {
-    await parkedTheOldWay("evt_old_nul_1", "invoice.paid", paidWithNul("evt_old_nul_1", "in_old_1"));
-    await parkedTheOldWay(
-      "evt_old_nul_2",
-      "invoice.created",
-      eventBody("evt_old_nul_2", "invoice.created", invoice({ id: "in_old_2", description: "\u0000" })),
-    );
+  test("`processClaim()` books a requeued payment whose row holds only its raw body from a copy made at the read, leaving its payload row as it was; a second claim and a replay work from the raw body again", async () => {
+    const paid = paidWithNul("evt_old_nul_1", "in_old_1");
+    const created = eventBody("evt_old_nul_2", "invoice.created", invoice({ id: "in_old_2", description: "\u0000" }));
+    await parkedTheOldWay("evt_old_nul_1", "invoice.paid", paid);
+    await parkedTheOldWay("evt_old_nul_2", "invoice.created", created);
     expect((await requeue(db, {}, false)).rows).toHaveLength(2);
-    const results = await work();
-    expect(results.map((r) => [r.claim.eventId, r.outcome]).sort()).toEqual([
-      ["evt_old_nul_1", "processed"],
-      ["evt_old_nul_2", "processed"],
+
+    // A first claim that fails after reading the copy (a transient error) stores nothing back.
+    const seen: unknown[] = [];
+    const flaky: HandlerTable = {
+      "invoice.paid": async (_tx, object) => {
+        seen.push(object.description);
+        throw new Error("Flaky handler: try again");
+      },
+      "invoice.created": async (_tx, object) => {
+        seen.push(object.description);
+        throw new Error("Flaky handler: try again");
+      },
+    };
+    expect((await work(flaky)).map((r) => [r.claim.eventId, r.outcome, r.claim.payload ?? null]).sort()).toEqual([
+      ["evt_old_nul_1", "failed", null],
+      ["evt_old_nul_2", "failed", null],
     ]);
-    const rows =
-      await db`select event_id, payload_sanitized, payload #>> '{data,object,description}' as description, raw_body is not null as raw from webhook_inbox order by event_id`;
-    expect(rows).toEqual([
-      { event_id: "evt_old_nul_1", payload_sanitized: "\\u0000 ×2, lone surrogate ×1 → U+FFFD", description: "a\ufffdb", raw: true },
-      { event_id: "evt_old_nul_2", payload_sanitized: "\\u0000 ×1 → U+FFFD", description: "\ufffd", raw: true },
-    ] as never);
+    expect(seen.sort()).toEqual(["a\ufffdb", "\ufffd"]);
+    expect(await payloadRowOf("evt_old_nul_1")).toEqual([{ payload: null, raw_body: paid, payload_sanitized: null }] as never);
+
+    // Due again: the second claim again gets only the raw body, and books from a fresh copy.
+    await db`update webhook_inbox set available_at = now()`;
+    const results = await work();
+    expect(results.map((r) => [r.claim.eventId, r.outcome, r.claim.payload ?? null, r.claim.rawBody]).sort()).toEqual([
+      ["evt_old_nul_1", "processed", null, paid],
+      ["evt_old_nul_2", "processed", null, created],
+    ]);
     expect(await db`select invoice_id, amount from ledger_entries`).toEqual([{ invoice_id: "in_old_1", amount: "2000" }] as never);
-    expect(await count(db, "invoices")).toBe(2);
+    expect(await db`select id, status from invoices order by id`).toEqual([
+      { id: "in_old_1", status: "paid" },
+      { id: "in_old_2", status: "draft" },
+    ] as never);
+    expect(await count(db, "outbox")).toBe(1);
+    // The payload rows are insert-only: still no payload, the exact bytes, no sanitizing note.
+    expect(await payloadRowOf("evt_old_nul_1")).toEqual([{ payload: null, raw_body: paid, payload_sanitized: null }] as never);
+    expect(await payloadRowOf("evt_old_nul_2")).toEqual([{ payload: null, raw_body: created, payload_sanitized: null }] as never);
+    expect(await count(db, "webhook_inbox_payloads")).toBe(2);
+
+    // A replay reads the raw body again and books nothing more (the handler is idempotent).
+    const replayed = await replayEvent(db, { provider: "stripe", endpoint: "billing", eventId: "evt_old_nul_1" }, billingHandlers);
+    expect(replayed).toMatchObject({ eventType: "invoice.paid", handled: true, inserted: 0 });
+    expect(await count(db, "ledger_entries")).toBe(1);
+    expect(await count(db, "outbox")).toBe(1);
+    expect(await payloadRowOf("evt_old_nul_1")).toEqual([{ payload: null, raw_body: paid, payload_sanitized: null }] as never);
   });
 
   test("`processClaim()` applies a requeued raw-body row through a plain (non-statement) handler too", async () => {
@@ -199,7 +276,8 @@ describe("rows parked before sanitized copies existed", () => {
     await requeue(db, {}, false);
     expect((await work(plain)).map((r) => r.outcome)).toEqual(["processed"]);
     expect(seen).toEqual(["a\ufffd"]);
-    expect(await count(db, "webhook_inbox", "payload is not null and payload_sanitized is not null and outcome = 'processed'")).toBe(1);
+    expect(await count(db, "webhook_inbox", "outcome = 'processed'")).toBe(1);
+    expect(await count(db, "webhook_inbox_payloads", "payload is null and raw_body is not null and payload_sanitized is null")).toBe(1);
   });
 
   test("`processClaim()` parks a requeued raw-body row that no copy can fix, saying so", async () => {
@@ -207,8 +285,9 @@ describe("rows parked before sanitized copies existed", () => {
     await parkedTheOldWay("evt_old_huge", "invoice.created", body);
     await requeue(db, {}, false);
     expect((await work()).map((r) => r.outcome)).toEqual(["needs_review"]);
-    const [row] = await db`select last_error, raw_body from webhook_inbox`;
-    expect(String(row?.last_error)).toContain("no jsonb payload");
-    expect(row?.raw_body).toBe(body);
+    const row = await onlyRow("evt_old_huge");
+    expect(String(row.last_error)).toContain("no jsonb payload");
+    expect(row).toMatchObject({ raw_body: body, payload: null, processed_at: null });
+    expect(row.needs_review_at).not.toBeNull();
   });
 });

@@ -4,6 +4,7 @@ import type { Db } from "../../src/db/db.ts";
 import type { RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../../src/reconcile/catch-up.ts";
 import { recordBackfillRequest } from "../../src/handlers/backfill-requests.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import { stripeEventLister } from "../../src/reconcile/stripe-events.ts";
 import { handlersFor, migratingHandlersFor } from "../../src/receiver/endpoints.ts";
 import { catchUpEndpoints, readCatchUpSettings, startCatchUp } from "../../src/runtime/catch-up.ts";
@@ -66,7 +67,22 @@ test("`runCatchUp()` backfills at start an endpoint that received nothing for th
 test("`runCatchUp()` leaves an endpoint alone at start when it received an event within the threshold", async () => {
   const f = fakeWith(events);
   fakes.push(f);
-  await db`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'billing', 'evt_recent', 'x', '{}')`;
+  // A delivery recorded just now (its state row and its payload row, as a real one writes them).
+  await insertInbox(db, [
+    {
+      key: { provider: "stripe", endpoint: "billing", eventId: "evt_recent" },
+      type: "x",
+      payload: "{}",
+      rawBody: null,
+      replaced: null,
+      source: "webhook",
+      createdAtSec: null,
+      account: "",
+      livemode: null,
+      settled: null,
+      traceparent: null,
+    },
+  ]);
   await catchUp(db, f);
   expect((await db`select count(*)::int as n from webhook_inbox`)[0]!.n).toBe(1);
 });

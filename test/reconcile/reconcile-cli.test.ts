@@ -3,6 +3,7 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Subprocess } from "bun";
 import type { Db } from "../../src/db/db.ts";
 import type { RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import { stripeApiEvent } from "../../src/providers/stripe.ts";
 import { handlersFor } from "../../src/receiver/endpoints.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
@@ -158,9 +159,22 @@ test("`reconcile events` killed (SIGKILL) in the middle of a page and run again 
   const holding = Promise.withResolvers<void>();
   const release = Promise.withResolvers<void>();
   const held = blocker!.begin(async (tx) => {
-    // The same key as the backfill's row, creation time included (sql/0026), so that insert waits on it.
-    await tx`insert into webhook_inbox (provider, endpoint, event_id, event_type, payload, event_created_at)
-             values ('stripe', 'billing', ${events[10]!.id}, 'blocker', '{}', to_timestamp(${events[10]!.created}))`;
+    // The same key as the backfill's row, (provider, endpoint, event_id) (sql/0027), so that insert waits on it.
+    await insertInbox(tx, [
+      {
+        key: { provider: "stripe", endpoint: "billing", eventId: events[10]!.id },
+        type: "blocker",
+        payload: "{}",
+        rawBody: null,
+        replaced: null,
+        source: "webhook",
+        createdAtSec: events[10]!.created,
+        account: "",
+        livemode: false,
+        settled: null,
+        traceparent: null,
+      },
+    ]);
     holding.resolve();
     await release.promise;
     throw new Error("roll back the blocker");

@@ -8,7 +8,7 @@ export const subscriptionEvents = () => readFixtures("stripe/subscriptions");
 
 /** Empties every table the checkout, subscription and billing handlers write. */
 export async function truncateCheckoutSubscriptions(db: Db): Promise<void> {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices, checkout_sessions, checkout_fulfilments, subscriptions, stripe_change_claims`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices, checkout_sessions, checkout_fulfilments, subscriptions, stripe_change_claims`;
 }
 
 /** checkout/README.md: sessions by state, fulfilments, and one CheckoutSessionFulfilled message per fulfilment. */
@@ -68,7 +68,10 @@ export async function subscriptionState(db: Db): Promise<unknown> {
     select aggregate_id as id, array_agg(event_type order by id) as kinds from outbox where aggregate_type = 'Subscription' group by 1
   `;
   const access = Object.fromEntries(
-    messages.map((m) => [m.id, { announced: m.kinds.at(-1) === "SubscriptionAccessStarted", alternating: m.kinds.every((k, i) => k !== m.kinds[i - 1]) }]),
+    messages.map((m) => [
+      m.id,
+      { announced: m.kinds.at(-1) === "SubscriptionAccessStarted", alternating: m.kinds.every((k, i) => k !== m.kinds[i - 1]) },
+    ]),
   );
   return {
     subscriptions: [
@@ -123,9 +126,30 @@ export const SUBSCRIPTION_END_STATE = {
     },
   ],
   invoices: [
-    { id: "in_1SpS1bLgUG5tbmjc0SubA1xx", status: "paid", subscription_id: SUB_A, attempt_count: 1, dunning: null, next_payment_attempt: null },
-    { id: "in_1SpS1cLgUG5tbmjc0SubA2xx", status: "paid", subscription_id: SUB_A, attempt_count: 3, dunning: null, next_payment_attempt: null },
-    { id: "in_1SpS2bLgUG5tbmjc0SubB1xx", status: "paid", subscription_id: SUB_B, attempt_count: 1, dunning: null, next_payment_attempt: null },
+    {
+      id: "in_1SpS1bLgUG5tbmjc0SubA1xx",
+      status: "paid",
+      subscription_id: SUB_A,
+      attempt_count: 1,
+      dunning: null,
+      next_payment_attempt: null,
+    },
+    {
+      id: "in_1SpS1cLgUG5tbmjc0SubA2xx",
+      status: "paid",
+      subscription_id: SUB_A,
+      attempt_count: 3,
+      dunning: null,
+      next_payment_attempt: null,
+    },
+    {
+      id: "in_1SpS2bLgUG5tbmjc0SubB1xx",
+      status: "paid",
+      subscription_id: SUB_B,
+      attempt_count: 1,
+      dunning: null,
+      next_payment_attempt: null,
+    },
     {
       id: "in_1SpS2cLgUG5tbmjc0SubB2xx",
       status: "open",

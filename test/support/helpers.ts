@@ -100,7 +100,7 @@ export const eventBody = stripeEventBody;
 /** A VerifiedEvent built from a body (for calling receiveSync directly). */
 export function verified(body: string) {
   const payload = JSON.parse(body) as Record<string, unknown>;
-  // Dated by `created` as the Stripe provider does (the inbox key includes it: sql/0026).
+  // Dated by `created` as the Stripe provider does (stored as data, event_created_at).
   const created = typeof payload.created === "number" ? { createdAt: new Date(payload.created * 1000) } : {};
   return { id: payload.id as string, type: payload.type as string, payload, subject: stripeSubject(payload), body, ...created };
 }

@@ -43,7 +43,7 @@ const BASE = "http://receiver.test/webhooks/stripe";
 let fake: RunningFakeStripe;
 
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices, stripe_change_claims, event_backfill_requests`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices, stripe_change_claims, event_backfill_requests`;
   fake = startFakeStripe({ store: new FakeStripeStore(KEY) });
 });
 afterEach(() => fake.stop());
@@ -127,8 +127,14 @@ describe("thin endpoint", () => {
     const thin = JSON.stringify(thinFromClassic(classic!.body, "evt_test_thin_rec_1"));
     expect(await deliver(app, "thin", thin)).toBe("queued");
     expect(await deliver(app, "thin", thin)).toBe("duplicate");
-    const [row] =
-      await db`select provider, endpoint, event_type, processed_at, payload->'related_object'->>'url' as url from webhook_inbox`;
+    // The state row and its payload row (sql/0027), one of each.
+    const [row, ...more] = await db`
+      select w.provider, w.endpoint, w.event_type, w.processed_at, p.payload->'related_object'->>'url' as url
+        from webhook_inbox w
+        join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
+    `;
+    expect(more).toEqual([]);
+    expect(await count(db, "webhook_inbox_payloads")).toBe(1);
     expect(row).toEqual({
       provider: "stripe-thin",
       endpoint: "thin",
@@ -139,6 +145,7 @@ describe("thin endpoint", () => {
     const refused = await app.fetch(await signedRequest(`${BASE}/thin`, classic!.body, { secret: OTHER_SECRET }));
     expect([refused.status, ((await refused.json()) as { error: string }).error]).toEqual([400, "invalid_event"]);
     expect(await count(db, "webhook_inbox")).toBe(1);
+    expect(await count(db, "webhook_inbox_payloads")).toBe(1);
   });
 
   test.each([7, 99])("`runWorker()` ends a thin lifecycle shuffled (seed %d) with 3 copies each in the classic end state", async (seed) => {

@@ -1,9 +1,11 @@
 // Entry file: the naive receiver peer of `bun run bench`, a peer and not product code. What a careful
 // first Bun receiver does with the seed's SQL: Stripe's constructEventAsync with SubtleCrypto, then
 // async (seed §6) one inbox insert per request, or sync (seed §5.3) the seed's statements in one
-// transaction. Env: DATABASE_URL, STRIPE_WEBHOOK_SECRET, PORT, PEER_MODE (sync | async), DB_POOL_MAX.
+// transaction, into the seed-shaped naive_inbox (naive-inbox.ts), created at start if missing.
+// Env: DATABASE_URL, STRIPE_WEBHOOK_SECRET, PORT, PEER_MODE (sync | async), DB_POOL_MAX.
 import postgres from "postgres";
 import Stripe from "stripe";
+import { NAIVE_INBOX_DDL } from "./naive-inbox.ts";
 
 const env = process.env;
 const sql = postgres(env.DATABASE_URL ?? "", { max: Number(env.DB_POOL_MAX ?? 10), onnotice: () => {} });
@@ -38,11 +40,13 @@ async function applyInvoicePaid(tx: postgres.TransactionSql, inv: Record<string,
 }
 
 const insertInbox = (q: postgres.Sql | postgres.TransactionSql, event: Stripe.Event) => q`
-  insert into webhook_inbox (provider, endpoint, event_id, event_type, payload)
+  insert into naive_inbox (provider, endpoint, event_id, event_type, payload)
   values ('stripe', 'naive-peer', ${event.id}, ${event.type}, ${sql.json(event as unknown as postgres.JSONValue)})
-  on conflict (provider, endpoint, event_id, event_created_at) do nothing
+  on conflict (provider, endpoint, event_id) do nothing
   returning event_id
 `;
+
+await sql.unsafe(NAIVE_INBOX_DDL);
 
 const server = Bun.serve({
   port: Number(env.PORT ?? 0),
@@ -62,7 +66,7 @@ const server = Bun.serve({
         if ((await insertInbox(tx, event)).length === 0) return "duplicate";
         const object = event.data.object as unknown as Record<string, unknown>;
         if (event.type === "invoice.paid") await applyInvoicePaid(tx, { ...object, event_id: event.id });
-        await tx`update webhook_inbox set processed_at = now(), outcome = 'processed' where provider = 'stripe' and endpoint = 'naive-peer' and event_id = ${event.id}`;
+        await tx`update naive_inbox set processed_at = now() where provider = 'stripe' and endpoint = 'naive-peer' and event_id = ${event.id}`;
         return "processed";
       });
       return Response.json({ outcome });

@@ -1,6 +1,8 @@
 import postgres from "postgres";
 import { billingHandlers } from "../../handlers/billing.ts";
-import { stripeSubject } from "../../providers/stripe.ts";
+import { inboxRow, insertInbox } from "../../inbox/inbox.ts";
+import type { VerifiedEvent } from "../../providers/provider.ts";
+import { stripeApiEvent, stripeSubject } from "../../providers/stripe.ts";
 import { receiveAsync, receiveSync } from "../../receiver/receive.ts";
 import { benchEventBody } from "./payload.ts";
 
@@ -16,17 +18,24 @@ function literal(value: unknown): string {
   return value === null ? "null" : `'${String(value).replace(/'/g, "''")}'`;
 }
 
+/** What {@link capturedScript} captures: a sync delivery, an async one, or our inbox insert alone. */
+export type CapturedWork = "sync" | "async" | "insert";
+
 /**
- * Captures the exact statements our receiver sends for one delivery (through postgres.js's `debug`
- * hook, on a throwaway event whose rows are deleted afterwards) and turns them into a pgbench script:
- * `$n` parameters become literals, except the event and invoice ids, which become per-transaction
- * unique expressions, and comments become a space. So the pgbench ceiling runs the SQL of our sync
- * (`mode = "sync"`) or async path as sent, its whole transaction from BEGIN to COMMIT, one multi-line
- * command per statement (pgbench 10 and later read a command up to its `;`). The coalesced NOTIFY
- * after a commit is left out (at most one per 20 ms, not one per delivery).
+ * Captures the exact statements our code sends (through postgres.js's `debug` hook, on a throwaway
+ * event whose rows are deleted afterwards) and turns them into a pgbench script: `$n` parameters become
+ * literals, except the event and invoice ids, which become per-transaction unique expressions, and
+ * comments become a space. `sync` and `async` (endpoint `bench-capture`): what the receiver sends for one
+ * delivery on that path, its whole transaction from BEGIN to COMMIT. `insert` (endpoint `bench-inbox`):
+ * the inbox insert alone, src/inbox/inbox.ts `insertInbox` for one unprocessed row in autocommit (its
+ * state row and its payload row in one statement), the ceiling of async receive. One multi-line command
+ * per statement (pgbench 10 and later read a command up to its `;`). The coalesced NOTIFY after a commit
+ * is left out (at most one per 20 ms, not one per delivery). The event is the bench's Stripe
+ * invoice.paid body as the Stripe provider reads it (its creation time and livemode go into the row, as
+ * through `serve`).
  * @throws Error when the captured SQL holds a `:word` pgbench would take for a variable.
  */
-export async function capturedScript(url: string, mode: "sync" | "async"): Promise<string> {
+export async function capturedScript(url: string, work: CapturedWork): Promise<string> {
   const captured: { text: string; params: unknown[] }[] = [];
   const sql = postgres(url, {
     max: 1,
@@ -34,15 +43,17 @@ export async function capturedScript(url: string, mode: "sync" | "async"): Promi
     debug: (_c, text, params) => captured.push({ text, params: params as unknown[] }),
   });
   const body = benchEventBody("SENTINEL", 0);
-  const payload = JSON.parse(body) as Record<string, unknown>;
-  const event = { id: EVENT, type: "invoice.paid", payload, subject: stripeSubject(payload), body };
-  const target = { provider: "stripe", endpoint: "bench-capture", handlers: billingHandlers };
+  const event: VerifiedEvent = { ...stripeApiEvent(JSON.parse(body)), source: "webhook", body };
+  const target = { provider: "stripe", endpoint: work === "insert" ? "bench-inbox" : "bench-capture", handlers: billingHandlers };
   let sent = 0;
   try {
-    await (mode === "sync" ? receiveSync(sql, target, event) : receiveAsync(sql, target, event));
+    if (work === "insert")
+      await insertInbox(sql, [inboxRow({ provider: target.provider, endpoint: target.endpoint, eventId: EVENT }, event, null)]);
+    else await (work === "sync" ? receiveSync(sql, target, event) : receiveAsync(sql, target, event));
     sent = captured.length;
     await sql.begin(async (tx) => {
-      await tx`delete from webhook_inbox where endpoint = 'bench-capture'`;
+      await tx`delete from webhook_inbox_payloads where endpoint = ${target.endpoint} and event_id = ${EVENT}`;
+      await tx`delete from webhook_inbox where endpoint = ${target.endpoint} and event_id = ${EVENT}`;
       await tx`delete from outbox where aggregate_id = ${INVOICE}`;
       await tx`delete from ledger_entries where invoice_id = ${INVOICE}`;
       await tx`delete from invoices where id = ${INVOICE}`;
@@ -95,25 +106,20 @@ function checkedForPgbench(script: string): string {
 /**
  * The seed's naive sync transaction (§5.3 `receive_sync` with §5.2 `_apply_invoice_paid`): BEGIN, inbox
  * insert, invoice upsert, status read, ledger insert, outbox insert, processed_at update, COMMIT: six
- * statements, each its own round trip. The anchor our single-statement path must beat.
+ * statements, each its own round trip, on the seed's one-table inbox (`naive_inbox`, naive-inbox.ts,
+ * which must exist: the bench creates it), as the naive peer runs them. The anchor our single-statement
+ * path must beat.
  */
 export function seedSyncScript(): string {
   const body = literal(benchEventBody("pgbench", 0));
   return `${HEADER}begin;
-insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-seed', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id, event_created_at) do nothing returning event_id;
+insert into naive_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-seed', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id) do nothing returning event_id;
 insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at) values (${INVOICE_EXPR}, 'cus_pgb', 'paid', 'usd', 2000, 2000, now()) on conflict (account, id) do update set status = 'paid', amount_paid = excluded.amount_paid, paid_at = coalesce(invoices.paid_at, excluded.paid_at), updated_at = now() where invoices.status not in ('paid', 'void');
 select status from invoices where id = ${INVOICE_EXPR};
 insert into ledger_entries (invoice_id, kind, amount, currency, event_id) values (${INVOICE_EXPR}, 'payment', 2000, 'usd', ${EVENT_EXPR}) on conflict (account, invoice_id, kind) do nothing returning id;
 insert into outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', ${INVOICE_EXPR}, 'InvoicePaymentBooked', jsonb_build_object('invoice_id', ${INVOICE_EXPR}, 'amount', 2000));
-update webhook_inbox set processed_at = now(), outcome = 'processed' where provider = 'stripe' and endpoint = 'bench-seed' and event_id = ${EVENT_EXPR};
+update naive_inbox set processed_at = now() where provider = 'stripe' and endpoint = 'bench-seed' and event_id = ${EVENT_EXPR};
 commit;
-`;
-}
-
-/** The inbox insert alone (no NOTIFY, no business work): the ceiling for async receive. */
-export function inboxOnlyScript(): string {
-  const body = literal(benchEventBody("pgbench", 0));
-  return `${HEADER}insert into webhook_inbox (provider, endpoint, event_id, event_type, payload) values ('stripe', 'bench-inbox', ${EVENT_EXPR}, 'invoice.paid', ${body}::jsonb) on conflict (provider, endpoint, event_id, event_created_at) do nothing;
 `;
 }
 

@@ -1,18 +1,23 @@
-// Entry file: `bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only sections] [--levels 16,64] [--out DIR]`. Measures
+// Entry file: `bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only sections] [--levels 16,64] [--before-ref REF] [--out DIR]`. Measures
 // the receiver and the worker against the physical ceiling (pgbench running the same SQL) and against
 // peers (a naive Bun receiver doing the seed's SQL, graphile-worker) on this machine, side by side in one run, and writes <out>/latest.json and latest.md (default bench-results/).
+// `--only layout` compares an older commit's code on its own schema with this tree's (sql/0027's storage change).
 // pgbench: PGBENCH_BIN, else on PATH or Debian's /usr/lib/postgresql/<major>/bin. No timing is asserted
 // by the test suite (test/dev/bench.test.ts: a quick run completes, DATABASE_URL's data is left alone).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
-import { cpus, tmpdir, totalmem } from "node:os";
+import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { benchEventBody } from "../bench/payload.ts";
-import { capturedHandlerStatement, capturedScript, inboxOnlyScript, seedSyncScript } from "../bench/scripts.ts";
-import { connect } from "../../db/db.ts";
-import { handlerTables } from "../../receiver/endpoints.ts";
+import { prefillBacklog } from "../bench/backlog.ts";
+import { extractBeforeTree } from "../bench/before-tree.ts";
+import { NAIVE_INBOX_DDL } from "../bench/naive-inbox.ts";
+import { capturedHandlerStatement, capturedScript, seedSyncScript } from "../bench/scripts.ts";
+import { drainBacklog, loadTree, type TreeCode } from "../bench/drain.ts";
+import { checkpoint, walBytesSince, walPosition } from "../bench/wal.ts";
+import { connect, type Db } from "../../db/db.ts";
+import { insertInbox } from "../../inbox/inbox.ts";
 import { migrate } from "../../db/migrate.ts";
 import { freePort, startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../../runtime/embedded-postgres.ts";
 import { loadMigrations } from "../../runtime/migrations-fs.ts";
@@ -21,20 +26,21 @@ import { onStopSignals } from "../../runtime/signals.ts";
 import { graphileDrain } from "../bench/graphile-peer.ts";
 import { ensurePgbench, runPgbench } from "../bench/pgbench.ts";
 import { hasWrk, wrkLoad } from "../bench/wrk.ts";
-import { runWorker } from "../../worker/worker.ts";
 
-const SECTIONS = ["ceiling", "sync", "async", "drain", "duplicates", "otel", "partitions"];
-const USAGE = `Usage: bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only SECTIONS] [--out DIR]
+const SECTIONS = ["ceiling", "sync", "async", "drain", "duplicates", "otel", "layout"];
+const USAGE = `Usage: bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only SECTIONS] [--levels LIST] [--before-ref REF] [--out DIR]
   measures the receiver and the worker against pgbench on a throwaway PostgreSQL and writes
   DIR/latest.json and DIR/latest.md (default bench-results/)
   --quick          1 run of 2 s at concurrency 16, a backlog of 5000
   --runs N         runs per measurement (default 3)
   --seconds N      seconds per run (default 5)
   --backlog N      events drained by the worker (default 10000)
-  --only SECTIONS  comma-separated, from ${SECTIONS.join(", ")} (default all but otel and partitions)
-  --before-ref REF partitions: the code before the partitioned inbox (default: the parent of the commit
-                   that added src/inbox/partitions.ts), run from a git archive of REF against its own
-                   migrations (unpartitioned, 0001–0025), alternating with this tree's (0001–0026)
+  --only SECTIONS  comma-separated, from ${SECTIONS.join(", ")} (default all but otel and layout)
+  --before-ref REF layout: the code before the state/payload split (default: the parent of the commit that
+                   added sql/0027_inbox_state_apart.sql: one inbox table partitioned by creation time,
+                   migrations 0001–0026), run from a git archive of REF on its own migrations, alternating
+                   with this tree's (0001–0027): receive sync and async at --levels (default 16,64 here),
+                   events/s, p99 and WAL bytes per event, and a worker drain of --backlog events at 4 slots
   --levels LIST    client counts of the receive sections, comma-separated (default 1,4,16,64)
   --out DIR        where to write the results (default bench-results/)`;
 
@@ -77,9 +83,9 @@ const runs = count("runs", o.runs, o.quick ? 1 : 3);
 const seconds = count("seconds", o.seconds, o.quick ? 2 : 5);
 const backlog = count("backlog", o.backlog, o.quick ? 5_000 : 10_000);
 const levels = o.levels !== undefined ? o.levels.split(",").map((v) => count("levels", v, 1)) : o.quick ? [16] : [1, 4, 16, 64];
-// `otel` (OpenTelemetry's no-op cost, docs/observability.md) and `partitions` (receive before and after the
-// partitioned inbox, docs/scale.md) run only when named: each is a check of one change, not of the product's speed.
-const sections = new Set((o.only ?? SECTIONS.filter((s) => s !== "otel" && s !== "partitions").join(",")).split(","));
+// `otel` (OpenTelemetry's no-op cost, docs/observability.md) and `layout` (receive and drain before and after
+// sql/0027's storage, docs/scale.md) run only when named: each is a check of one change, not of the product's speed.
+const sections = new Set((o.only ?? SECTIONS.filter((s) => s !== "otel" && s !== "layout").join(",")).split(","));
 const unknown = [...sections].filter((section) => !SECTIONS.includes(section));
 if (unknown.length) usage(`--only takes ${SECTIONS.join(", ")}; unknown: ${unknown.map((u) => `"${u}"`).join(", ")}`);
 const SECRET = "whsec_bench_0123456789abcdefghijklmn";
@@ -87,6 +93,31 @@ const ROOT = fileURLToPath(new URL("../../../", import.meta.url));
 const bin = (name: string) => join(ROOT, "src", "bin", `${name}.ts`);
 const devBin = (name: string) => join(ROOT, "src", "dev", "bin", `${name}.ts`);
 const say = (line: string) => console.log(line);
+
+/**
+ * A function emptying the inbox (both tables since sql/0027), the naive peer's inbox and the billing
+ * tables of `db`, those of them that exist there (an older commit's schema has fewer): one TRUNCATE.
+ */
+async function truncator(db: Db): Promise<() => Promise<unknown>> {
+  const [{ tables } = { tables: "" }] = await db<{ tables: string }[]>`
+    select string_agg(quote_ident(t), ', ') as tables
+      from unnest(array['webhook_inbox', 'webhook_inbox_payloads', 'naive_inbox', 'invoices', 'ledger_entries', 'outbox']) t
+     where to_regclass(t) is not null
+  `;
+  return () => db.unsafe(`truncate ${tables}`);
+}
+
+/** One side of the layout section: a tree's serve and code on its own scratch database. */
+interface Variant {
+  name: string;
+  serve: string;
+  url: string;
+  db: Db;
+  code: TreeCode;
+  /** How many migrations its own sql/ has (its database must still have exactly these after the runs). */
+  migrations: number;
+  reset: () => Promise<unknown>;
+}
 
 // The database: a throwaway embedded PostgreSQL 18 with default durability, or a scratch database
 // created on DATABASE_URL's server and dropped at the end. Never the database DATABASE_URL names: the
@@ -96,7 +127,7 @@ let dataDir: string | undefined;
 let url: string;
 let serverUrl: string;
 let dropScratch = async () => {};
-const cleanups: (() => Promise<void> | void)[] = []; // the partitions section's scratch databases and code copy
+const cleanups: (() => Promise<void> | void)[] = []; // the layout section's scratch databases and code copy
 const children = new Set<ChildProcess>();
 onStopSignals(
   (signal) => {
@@ -128,6 +159,7 @@ const db = connect(url, { max: 4, applicationName: "webhook-inbox bench" });
 // not leave a webhook_inbox_bench_* database behind on DATABASE_URL's server.
 try {
   await migrate(db, loadMigrations());
+  await db.unsafe(NAIVE_INBOX_DDL); // the naive peer's and the seed script's own one-table inbox
   const [{ version: pgVersion, sync: syncCommit } = { version: "?", sync: "?" }] = await db<
     { version: string; sync: string }[]
   >`select version(), current_setting('synchronous_commit') as sync`;
@@ -147,7 +179,7 @@ try {
   say(`machine: ${JSON.stringify(machine)}`);
 
   /** Empties the inbox and billing tables, so one section's rows never become another's work. */
-  const reset = () => db`truncate webhook_inbox, invoices, ledger_entries, outbox`;
+  const reset = await truncator(db);
 
   type Stat = { median: number; min: number; max: number };
   const stat = (xs: number[]): Stat => {
@@ -165,7 +197,7 @@ try {
       "pgbench: seed's 6-statement sync transaction": seedSyncScript(),
       "pgbench: our sync statement": await capturedScript(url, "sync"),
       "pgbench: our async statement": await capturedScript(url, "async"),
-      "pgbench: inbox insert alone": inboxOnlyScript(),
+      "pgbench: inbox insert alone": await capturedScript(url, "insert"),
     };
     for (const [name, script] of Object.entries(scripts)) {
       await reset();
@@ -227,7 +259,13 @@ try {
   /** One load run of the receive sections: wrk when installed (a C sender: less CPU taken from the receiver), else the Bun generator. */
   const viaWrk = hasWrk();
   say(`load generator: ${viaWrk ? "wrk (Debian package)" : "bin/bench-load.ts (install Debian's wrk for a cheaper sender)"}`);
-  async function load(options: { url: string; concurrency: number; durationMs: number; kind: "unique" | "duplicate"; run: string }): Promise<Load> {
+  async function load(options: {
+    url: string;
+    concurrency: number;
+    durationMs: number;
+    kind: "unique" | "duplicate";
+    run: string;
+  }): Promise<Load> {
     return viaWrk ? wrkLoad({ secret: SECRET, ...options }) : bunLoad(options);
   }
   function peakRssMiB(pid: number): number {
@@ -247,6 +285,7 @@ try {
   // Ours and the peer run in turns (ours, peer, ours, peer, …), one receiver up at a time, each run on
   // empty tables after a warm-up of its own, so a drift of this shared machine's speed during a level
   // hits both alike (and an idle receiver's connections never weigh on the other's runs).
+  const insertScript = sections.has("async") && pgbench ? await capturedScript(url, "insert") : "";
   for (const mode of ["sync", "async"] as const) {
     if (!sections.has(mode)) continue;
     for (const c of levels) {
@@ -259,10 +298,22 @@ try {
           const env = { ...receiver.env(mode), DB_POOL_MAX: String(Math.min(c, 64)) };
           await withReceiver(receiver.file, env, async (base, pid) => {
             // Warm-up (discarded): opens the pool's connections and the load generator's sockets.
-            await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warm${mode}${c}r${r}${i}${Date.now()}` });
+            await load({
+              url: `${base}/webhooks/stripe`,
+              concurrency: c,
+              durationMs: 1000,
+              kind: "unique",
+              run: `warm${mode}${c}r${r}${i}${Date.now()}`,
+            });
             await reset();
             measured[i]!.loads.push(
-              await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: seconds * 1000, kind: "unique", run: `${mode}${c}r${r}${i}${Date.now()}` }),
+              await load({
+                url: `${base}/webhooks/stripe`,
+                concurrency: c,
+                durationMs: seconds * 1000,
+                kind: "unique",
+                run: `${mode}${c}r${r}${i}${Date.now()}`,
+              }),
             );
             measured[i]!.rss = Math.max(measured[i]!.rss, peakRssMiB(pid));
           });
@@ -270,7 +321,7 @@ try {
         // Async's ceiling in the same turn: pgbench's one-row insert (with the ceiling section's pgbench).
         if (mode === "async" && pgbench) {
           await reset();
-          insertTps.push(runPgbench(pgbench, url, inboxOnlyScript(), c, seconds).tps);
+          insertTps.push(runPgbench(pgbench, url, insertScript, c, seconds).tps);
         }
       }
       for (const [i, receiver] of [ours, peer].entries()) {
@@ -287,12 +338,16 @@ try {
       const ratios = measured[0]!.loads.map((l, r) => l.rps / (measured[1]!.loads[r]?.rps ?? Number.NaN));
       const ratio = stat(ratios);
       results[`receive ${mode} ÷ naive peer @${c}`] = ratio;
-      table.push(`| receive ${mode} ÷ naive peer (paired runs) | ${c} | ${ratio.median.toFixed(2)}× | ${ratio.min.toFixed(2)}–${ratio.max.toFixed(2)} | |`);
+      table.push(
+        `| receive ${mode} ÷ naive peer (paired runs) | ${c} | ${ratio.median.toFixed(2)}× | ${ratio.min.toFixed(2)}–${ratio.max.toFixed(2)} | |`,
+      );
       say(`receive ${mode} ÷ naive peer @${c}: ${JSON.stringify(ratio)}`);
       if (insertTps.length > 0) {
         const vsInsert = stat(measured[0]!.loads.map((l, r) => l.rps / (insertTps[r] ?? Number.NaN)));
         results[`receive async ÷ pgbench insert @${c}`] = vsInsert;
-        table.push(`| receive async ÷ pgbench one-row insert (paired runs) | ${c} | ${vsInsert.median.toFixed(2)}× | ${vsInsert.min.toFixed(2)}–${vsInsert.max.toFixed(2)} | |`);
+        table.push(
+          `| receive async ÷ pgbench one-row insert (paired runs) | ${c} | ${vsInsert.median.toFixed(2)}× | ${vsInsert.min.toFixed(2)}–${vsInsert.max.toFixed(2)} | |`,
+        );
         say(`receive async ÷ pgbench insert @${c}: ${JSON.stringify(vsInsert)}`);
       }
     }
@@ -308,9 +363,23 @@ try {
         for (const [i, extra] of ([{}, { OTEL_SDK_DISABLED: "true" }] as Record<string, string>[]).entries()) {
           await reset();
           await withServe({ INBOX_MODE: "sync", DB_POOL_MAX: String(Math.min(c, 64)), ...extra }, async (base) => {
-            await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warmotel${c}r${r}${i}${Date.now()}` });
+            await load({
+              url: `${base}/webhooks/stripe`,
+              concurrency: c,
+              durationMs: 1000,
+              kind: "unique",
+              run: `warmotel${c}r${r}${i}${Date.now()}`,
+            });
             await reset();
-            loads[i]!.push(await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: seconds * 1000, kind: "unique", run: `otel${c}r${r}${i}${Date.now()}` }));
+            loads[i]!.push(
+              await load({
+                url: `${base}/webhooks/stripe`,
+                concurrency: c,
+                durationMs: seconds * 1000,
+                kind: "unique",
+                run: `otel${c}r${r}${i}${Date.now()}`,
+              }),
+            );
           });
         }
       }
@@ -322,36 +391,33 @@ try {
       }
       const ratio = stat(loads[0]!.map((l, r) => l.rps / (loads[1]![r]?.rps ?? Number.NaN)));
       results[`receive sync, API without SDK ÷ no telemetry @${c}`] = ratio;
-      table.push(`| receive sync, API without SDK ÷ no telemetry (paired runs) | ${c} | ${ratio.median.toFixed(2)}× | ${ratio.min.toFixed(2)}–${ratio.max.toFixed(2)} | |`);
+      table.push(
+        `| receive sync, API without SDK ÷ no telemetry (paired runs) | ${c} | ${ratio.median.toFixed(2)}× | ${ratio.min.toFixed(2)}–${ratio.max.toFixed(2)} | |`,
+      );
       say(`receive sync, API without SDK ÷ no telemetry @${c}: ${JSON.stringify(ratio)}`);
     }
   }
 
-  // Receive before and after the partitioned inbox (issue 24 §2: no slower than 0.9×). The new code cannot
-  // run on the old table (its ON CONFLICT names the new key), so "before" is the code of --before-ref,
-  // taken with `git archive` into a temporary directory, serving a scratch database migrated by its own
-  // sql/ (0001–0025, unpartitioned); "after" is this tree on a scratch database migrated fully (0001–0026).
-  // Same load, one receiver up at a time, in turns whose order flips every round; each after run is
-  // divided by the before run of its round.
-  if (sections.has("partitions")) {
-    const git = (...args: string[]) => {
-      const out = spawnSync("git", ["-C", ROOT, ...args], { encoding: "utf8", maxBuffer: 1 << 26 });
-      if (out.status !== 0) throw new Error(`git ${args[0]} failed: ${out.stderr.trim()}`);
-      return out.stdout.trim();
-    };
-    const added = git("log", "--diff-filter=A", "--format=%H", "--", "src/inbox/partitions.ts").split("\n").pop();
-    if (!o["before-ref"] && !added) throw new Error("partitions: no commit adds src/inbox/partitions.ts in this history (a shallow clone?): name the code before it with --before-ref REF");
-    const beforeRef = o["before-ref"] ?? `${added}^`;
-    const beforeCommit = git("rev-parse", "--short", beforeRef);
-    const beforeDir = mkdtempSync(join(tmpdir(), "webhook-inbox-bench-before-"));
-    cleanups.push(() => rmSync(beforeDir, { recursive: true, force: true }));
-    const archive = spawnSync("sh", ["-c", 'git -C "$1" archive "$2" | tar -x -C "$3"', "sh", ROOT, beforeRef, beforeDir], { encoding: "utf8" });
-    if (archive.status !== 0) throw new Error(`git archive ${beforeRef} failed: ${archive.stderr.trim()}`);
-    symlinkSync(join(ROOT, "node_modules"), join(beforeDir, "node_modules"));
-    const variants = [] as { name: string; serve: string; url: string; db: ReturnType<typeof connect> }[];
+  /** `xs[r] ÷ ys[r]` per round r: a ratio a drift of the machine's speed between rounds cannot bias. */
+  const paired = (xs: number[], ys: number[]) => stat(xs.map((x, r) => x / (ys[r] ?? Number.NaN)));
+  const ratioRow = (name: string, c: number | string, s: Stat, notes = "") =>
+    table.push(`| ${name} | ${c} | ${s.median.toFixed(2)}× | ${s.min.toFixed(2)}–${s.max.toFixed(2)} | ${notes} |`);
+
+  // Receive and drain before and after sql/0027 (state rows apart from payloads). "Before" is the code of
+  // --before-ref, taken with `git archive` into a temporary directory: its own serve and worker, on a
+  // scratch database migrated by its own sql/ (0001–0026: one inbox table partitioned by creation time);
+  // "after" is this tree on one migrated fully (0001–0027). Neither can run on the other's schema, and each
+  // serve migrates its database at start, so each variant must run its own code. Same load, one
+  // receiver up at a time, in turns whose order flips every round; each after run is divided by the
+  // before run of its round. WAL bytes per event: pg_current_wal_lsn() before and after the measured run
+  // (which starts after a checkpoint) over the events it recorded.
+  if (sections.has("layout")) {
+    const before = extractBeforeTree(ROOT, o["before-ref"], "sql/0027_inbox_state_apart.sql");
+    cleanups.push(before.remove);
+    const variants: Variant[] = [];
     for (const [name, root, prefix] of [
-      [`before (${beforeCommit}, unpartitioned)`, beforeDir, "webhook_inbox_bench_before"],
-      ["after (this tree, partitioned)", ROOT, "webhook_inbox_bench_after"],
+      [`before (${before.commit}, one table partitioned by creation time)`, before.dir, "webhook_inbox_bench_before"],
+      ["after (this tree, state apart from payloads)", ROOT, "webhook_inbox_bench_after"],
     ] as const) {
       const scratch = await createScratchDatabase(serverUrl, prefix);
       const vdb = connect(scratch.url, { max: 2, applicationName: "webhook-inbox bench" });
@@ -359,86 +425,137 @@ try {
         await vdb.end({ timeout: 5 });
         await scratch.drop();
       });
-      const applied = await migrate(vdb, loadMigrations(join(root, "sql")));
-      say(`partitions: ${name}: ${applied.length} migrations, the last ${applied.at(-1)}`);
-      variants.push({ name, serve: join(root, "src", "bin", "serve.ts"), url: scratch.url, db: vdb });
+      const migrations = loadMigrations(join(root, "sql"));
+      const applied = await migrate(vdb, migrations);
+      say(`layout: ${name}: ${applied.length} migrations, the last ${applied.at(-1)}`);
+      const code = await loadTree(root);
+      variants.push({
+        name,
+        serve: join(root, "src", "bin", "serve.ts"),
+        url: scratch.url,
+        db: vdb,
+        code,
+        migrations: migrations.length,
+        reset: await truncator(vdb),
+      });
     }
-    const partitionLevels = o.levels !== undefined ? levels : [16];
+    const [beforeV, afterV] = variants as [Variant, Variant];
+    const order = (r: number) => (r % 2 === 0 ? [beforeV, afterV] : [afterV, beforeV]);
+    const wal = { checkpointed: true };
+    const layoutLevels = o.levels !== undefined ? levels : [16, 64];
     for (const mode of ["sync", "async"] as const) {
-      for (const c of partitionLevels) {
-        const loads: Load[][] = variants.map(() => []);
+      for (const c of layoutLevels) {
+        const measured = new Map(variants.map((v) => [v, { loads: [] as Load[], walPerEvent: [] as number[] }]));
         for (let r = 0; r < runs; r++) {
-          const order = r % 2 === 0 ? [0, 1] : [1, 0];
-          for (const i of order) {
-            const v = variants[i]!;
-            const vreset = () => v.db`truncate webhook_inbox, invoices, ledger_entries, outbox`;
-            await vreset();
-            await withServe({ DATABASE_URL: v.url, INBOX_MODE: mode, DB_POOL_MAX: String(Math.min(c, 64)) }, async (base) => {
-              await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warmpart${mode}${c}r${r}${i}${Date.now()}` });
-              await vreset();
-              loads[i]!.push(await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: seconds * 1000, kind: "unique", run: `part${mode}${c}r${r}${i}${Date.now()}` }));
+          for (const v of order(r)) {
+            await v.reset();
+            await withReceiver(v.serve, { DATABASE_URL: v.url, INBOX_MODE: mode, DB_POOL_MAX: String(Math.min(c, 64)) }, async (base) => {
+              await load({
+                url: `${base}/webhooks/stripe`,
+                concurrency: c,
+                durationMs: 1000,
+                kind: "unique",
+                run: `warmlayout${mode}${c}r${r}${Date.now()}`,
+              });
+              await v.reset();
+              wal.checkpointed &&= await checkpoint(v.db);
+              const lsn = await walPosition(v.db);
+              const l = await load({
+                url: `${base}/webhooks/stripe`,
+                concurrency: c,
+                durationMs: seconds * 1000,
+                kind: "unique",
+                run: `layout${mode}${c}r${r}${Date.now()}`,
+              });
+              const bytes = await walBytesSince(v.db, lsn);
+              const [{ n } = { n: 0 }] = await v.db<{ n: number }[]>`select count(*)::int as n from webhook_inbox`;
+              measured.get(v)!.loads.push(l);
+              measured.get(v)!.walPerEvent.push(n > 0 ? bytes / n : Number.NaN);
             });
           }
         }
-        for (const [i, v] of variants.entries()) {
-          const rps = stat(loads[i]!.map((l) => l.rps));
-          const notes = `p99 ${stat(loads[i]!.map((l) => l.p99)).median.toFixed(1)} ms, statuses ${JSON.stringify(loads[i]![0]?.statuses)}`;
-          results[`receive ${mode}, ${v.name} @${c}`] = { ...rps, loads: loads[i] };
+        for (const v of variants) {
+          const m = measured.get(v)!;
+          const rps = stat(m.loads.map((l) => l.rps));
+          const p99 = stat(m.loads.map((l) => l.p99));
+          const walPerEvent = stat(m.walPerEvent);
+          const notes = `p99 ${p99.median.toFixed(1)} ms (${p99.min.toFixed(1)}–${p99.max.toFixed(1)}), WAL ${walPerEvent.median.toFixed(0)} B/event (${walPerEvent.min.toFixed(0)}–${walPerEvent.max.toFixed(0)}), statuses ${JSON.stringify(m.loads[0]?.statuses)}`;
+          results[`receive ${mode}, ${v.name} @${c}`] = { ...rps, p99, wal_bytes_per_event: walPerEvent, loads: m.loads };
           row(`receive ${mode}, ${v.name}`, c, rps, "events/s", notes);
           say(`receive ${mode}, ${v.name} @${c}: ${JSON.stringify(rps)} ${notes}`);
         }
-        const ratio = stat(loads[1]!.map((l, r) => l.rps / (loads[0]![r]?.rps ?? Number.NaN)));
-        results[`receive ${mode}, partitioned ÷ unpartitioned @${c}`] = ratio;
-        table.push(`| receive ${mode}, partitioned ÷ unpartitioned (paired runs, alternating) | ${c} | ${ratio.median.toFixed(2)}× | ${ratio.min.toFixed(2)}–${ratio.max.toFixed(2)} | issue 24: ≥ 0.90× |`);
-        say(`receive ${mode}, partitioned ÷ unpartitioned @${c}: ${JSON.stringify(ratio)}`);
+        const [b, a] = [measured.get(beforeV)!, measured.get(afterV)!];
+        const ratio = paired(
+          a.loads.map((l) => l.rps),
+          b.loads.map((l) => l.rps),
+        );
+        const walRatio = paired(a.walPerEvent, b.walPerEvent);
+        results[`receive ${mode}, after ÷ before @${c}`] = ratio;
+        results[`receive ${mode}, WAL per event after ÷ before @${c}`] = walRatio;
+        ratioRow(`receive ${mode}, after ÷ before (paired runs, alternating)`, c, ratio, "speed guard: ≥ 0.95×");
+        ratioRow(`receive ${mode}, WAL bytes per event, after ÷ before (paired runs)`, c, walRatio);
+        say(`receive ${mode}, after ÷ before @${c}: ${JSON.stringify(ratio)}; WAL per event after ÷ before: ${JSON.stringify(walRatio)}`);
       }
     }
+    // The worker drain: the same backlog, recorded by each variant's own insertInbox on its own schema, drained by its own worker.
+    const slots = 4;
+    const drained = new Map(variants.map((v) => [v, { rates: [] as number[], walPerEvent: [] as number[] }]));
+    for (let r = 0; r < runs; r++) {
+      for (const v of order(r)) {
+        await v.reset();
+        await prefillBacklog(v.db, v.code.insertInbox, `L${variants.indexOf(v)}r${r}${Date.now()}`, backlog);
+        const d = await drainBacklog(v.code, v.url, v.db, slots, backlog);
+        wal.checkpointed &&= d.checkpointed;
+        drained.get(v)!.rates.push(backlog / d.seconds);
+        drained.get(v)!.walPerEvent.push(d.walBytes / backlog);
+      }
+    }
+    for (const v of variants) {
+      const d = drained.get(v)!;
+      const rate = stat(d.rates);
+      const walPerEvent = stat(d.walPerEvent);
+      const notes = `backlog ${backlog}, WAL ${walPerEvent.median.toFixed(0)} B/event drained (${walPerEvent.min.toFixed(0)}–${walPerEvent.max.toFixed(0)}): claim + apply + settle`;
+      results[`worker drain, ${v.name} @${slots}`] = { ...rate, wal_bytes_per_event: walPerEvent };
+      row(`worker drain, ${v.name}`, slots, rate, "events/s", notes);
+      say(`worker drain, ${v.name} @${slots}: ${JSON.stringify(rate)} ${notes}`);
+    }
+    const [b, a] = [drained.get(beforeV)!, drained.get(afterV)!];
+    const ratio = paired(a.rates, b.rates);
+    const walRatio = paired(a.walPerEvent, b.walPerEvent);
+    results[`worker drain, after ÷ before @${slots}`] = ratio;
+    results[`worker drain, WAL per event after ÷ before @${slots}`] = walRatio;
+    ratioRow("worker drain, after ÷ before (paired runs, alternating)", slots, ratio);
+    ratioRow("worker drain, WAL bytes per event, after ÷ before (paired runs)", slots, walRatio);
+    say(`worker drain, after ÷ before @${slots}: ${JSON.stringify(ratio)}; WAL per event after ÷ before: ${JSON.stringify(walRatio)}`);
+    // Each database is still at its own tree's migrations: no variant's receiver or worker was another's code.
+    for (const v of variants) {
+      const [{ n } = { n: 0 }] = await v.db<{ n: number }[]>`select count(*)::int as n from schema_migrations`;
+      if (n !== v.migrations)
+        throw new Error(`layout: ${v.name}: its database has ${n} migrations after the runs, not its own ${v.migrations}`);
+      say(`layout: ${v.name}: still ${n} migrations after the runs`);
+    }
+    if (!wal.checkpointed)
+      say("layout: checkpoint refused (the role needs pg_checkpoint): WAL figures depend on when the server last checkpointed");
+    results["layout"] = { before: beforeV.name, after: afterV.name, checkpointed: wal.checkpointed };
   }
 
   // 4. Worker drain: a prefilled backlog processed by 1, 4 and 16 worker slots.
   if (sections.has("drain")) {
-    const template = benchEventBody("DRAIN", 0);
+    const own = await loadTree(ROOT);
     for (const w of o.quick ? [4] : [1, 4, 16]) {
-      await reset();
       const rates: number[] = [];
+      const walPerEvent: number[] = [];
       for (let r = 0; r < runs; r++) {
-        const run = `d${w}r${r}${Date.now()}`;
-        await db`
-          insert into webhook_inbox (provider, endpoint, event_id, event_type, payload)
-          select 'stripe', 'bench-drain', 'evt_' || ${run} || '_' || g, 'invoice.paid',
-                 replace(replace(${template}, 'evt_bench_DRAIN_0', 'evt_' || ${run} || '_' || g), 'in_bench_DRAIN_0', 'in_' || ${run} || '_' || g)::jsonb
-            from generate_series(1, ${backlog}) g
-        `;
-        await db`analyze webhook_inbox`; // fresh statistics, as autovacuum would give a long-lived table
-        const pool = connect(url, { max: w + 1, applicationName: "bench worker" });
-        const controller = new AbortController();
-        // Done when the worker has logged an outcome for every row (its one line per row): no polling
-        // query competes with the drain for the 2 cores (a count(*) every 20 ms over the growing table did).
-        let settled = 0; // rows processed
-        let drained!: () => void;
-        const allSettled = new Promise<void>((resolve) => (drained = resolve));
-        const t0 = performance.now();
-        const done = runWorker({
-          db: pool,
-          tables: handlerTables,
-          signal: controller.signal,
-          concurrency: w,
-          listen: false,
-          pollMs: 20,
-          log: (line) => {
-            if (line.outcome === "processed" && ++settled === backlog) drained();
-          },
-        });
-        await allSettled;
-        const elapsed = (performance.now() - t0) / 1000;
-        controller.abort();
-        await done;
-        await pool.end();
-        rates.push(backlog / elapsed);
+        await reset();
+        await prefillBacklog(db, insertInbox, `d${w}r${r}${Date.now()}`, backlog);
+        const d = await drainBacklog(own, url, db, w, backlog);
+        rates.push(backlog / d.seconds);
+        walPerEvent.push(d.walBytes / backlog);
       }
-      results[`worker drain @${w}`] = stat(rates);
-      row("worker drain (ours)", w, stat(rates), "events/s", `backlog ${backlog}`);
-      say(`worker drain @${w}: ${JSON.stringify(stat(rates))}`);
+      const wal = stat(walPerEvent);
+      results[`worker drain @${w}`] = { ...stat(rates), wal_bytes_per_event: wal };
+      row("worker drain (ours)", w, stat(rates), "events/s", `backlog ${backlog}, WAL ${wal.median.toFixed(0)} B/event drained`);
+      say(`worker drain @${w}: ${JSON.stringify(stat(rates))}, WAL ${wal.median.toFixed(0)} B/event`);
       // The peer: graphile-worker doing the same billing statement per job, plain and with its batching.
       const work = await capturedHandlerStatement(url);
       for (const batched of [false, true]) {
