@@ -34,6 +34,7 @@ export { paddleProvider, signPaddlePayload } from "./providers/paddle.ts";
 export { adyenProvider, signAdyenItem } from "./providers/adyen.ts";
 export { stripeThinProvider, type ThinNotification } from "./providers/stripe-thin.ts";
 export { changeOnce, changeOnceTable } from "./handlers/change-once.ts";
+export { insertOutbox, type OutboxFact } from "./handlers/insert-outbox.ts";
 export { connect, type ConnectOptions, type Db, type Tx } from "./db/db.ts";
 export { assertPatchedPostgres } from "./db/patched-postgres.ts";
 export { migrate, type Migration } from "./db/migrate.ts";

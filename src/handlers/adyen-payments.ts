@@ -1,12 +1,14 @@
 import type { Tx } from "../db/db.ts";
 import { handlerTable, PermanentError, type HandlerContext } from "./handler-table.ts";
+import { insertOutbox } from "./insert-outbox.ts";
 
 /**
  * Adyen `AUTHORISATION` (Adyen docs, "Webhook types", AUTHORISATION): a successful one (`success`
  * `"true"`) books the payment as one `AdyenPaymentAuthorised` outbox message `{ psp_reference,
  * merchant_account, merchant_reference, amount, currency, event_id }` keyed by its pspReference; a
  * refused one (`"false"`) books nothing. `amount.value` is in minor units. Once per payment: its inbox
- * key is `<pspReference>:AUTHORISATION:true`, the same on every retry. Runs inside the inbox transaction.
+ * key is `<pspReference>:AUTHORISATION:true`, signed and the same on every retry, and a second row for
+ * it writes nothing ({@link insertOutbox}). Runs inside the inbox transaction.
  * @throws PermanentError when a successful item has no merchantAccountCode or integer amount.
  */
 export async function bookAuthorisation(tx: Tx, item: Record<string, unknown>, context: HandlerContext): Promise<void> {
@@ -22,14 +24,15 @@ export async function bookAuthorisation(tx: Tx, item: Record<string, unknown>, c
     throw new PermanentError(
       "Cannot book Adyen authorisation: pspReference, merchantAccountCode and amount (value in minor units, currency) are required",
     );
-  await tx`
-    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-    values ('AdyenPayment', ${psp}, 'AdyenPaymentAuthorised',
-            jsonb_build_object('psp_reference', ${psp}::text, 'merchant_account', ${account}::text,
-                               'merchant_reference', ${typeof reference === "string" ? reference : null}::text,
-                               'amount', ${amount.value as number}::bigint, 'currency', ${amount.currency}::text,
-                               'event_id', ${context.eventId}::text))
-  `;
+  const payload = {
+    psp_reference: psp,
+    merchant_account: account,
+    merchant_reference: typeof reference === "string" ? reference : null,
+    amount: amount.value as number,
+    currency: amount.currency,
+    event_id: context.eventId,
+  };
+  await insertOutbox(tx, { account: "", aggregate: ["AdyenPayment", psp], eventType: "AdyenPaymentAuthorised", messageKey: "" }, payload);
 }
 
 /** The Adyen example handler table: `AUTHORISATION` (see {@link bookAuthorisation}); other event codes are recorded `ignored`. */

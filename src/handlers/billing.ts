@@ -1,5 +1,6 @@
 import type { Tx } from "../db/db.ts";
 import { handlerTable, PermanentError, type Handler, type HandlerContext } from "./handler-table.ts";
+import { insertOutbox } from "./insert-outbox.ts";
 
 /** The fields of a Stripe invoice object that billing uses (Stripe API reference, "The Invoice object"). */
 interface InvoiceFields {
@@ -153,8 +154,10 @@ async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: Handler
       "Cannot book payment: amount_paid below amount_due on a paid invoice (forgiven or paid partly outside Stripe?): not booked (reconcile by hand)",
     );
   // One statement: the upsert moves the invoice to paid, the ledger insert books only what that move
-  // returned, the outbox insert announces only what the ledger insert booked (each CTE reads the one
-  // before it through RETURNING: PostgreSQL manual, "Data-Modifying Statements in WITH").
+  // returned, the outbox insert announces only what the ledger insert booked (each reads the CTE before
+  // it through RETURNING: PostgreSQL manual, "Data-Modifying Statements in WITH").
+  const payload = { invoice_id: inv.id, amount: inv.amountPaid, currency: inv.currency, event_id: ctx.eventId };
+  const named = account === "" ? payload : { ...payload, account }; // a connected account's message names it
   await tx`
     with paid as (
       insert into invoices (account, id, customer_id, status, currency, amount_due, amount_paid, paid_at, subscription_id, attempt_count)
@@ -192,14 +195,9 @@ async function bookPayment(tx: Tx, object: Record<string, unknown>, ctx: Handler
         from paid
        where amount_paid > 0
       on conflict (account, invoice_id, kind) do nothing
-      returning account, invoice_id, amount, currency
+      returning 1
     )
-    insert into outbox (account, aggregate_type, aggregate_id, event_type, payload)
-    select account, 'Invoice', invoice_id, 'InvoicePaymentBooked',
-           jsonb_build_object('invoice_id', invoice_id, 'amount', amount, 'currency', currency, 'event_id', ${ctx.eventId}::text)
-             -- A connected account's message names it; the platform's keep their shape.
-             || case when account <> '' then jsonb_build_object('account', account) else '{}'::jsonb end
-      from booked
+    ${insertOutbox(tx, { account, aggregate: ["Invoice", inv.id], eventType: "InvoicePaymentBooked", messageKey: "" }, named, "booked")}
   `;
 }
 

@@ -1,5 +1,6 @@
 import type { Tx } from "../db/db.ts";
 import { handlerTable, type HandlerContext } from "./handler-table.ts";
+import { insertOutbox } from "./insert-outbox.ts";
 import { StripeFields } from "./stripe-fields.ts";
 
 /**
@@ -51,6 +52,7 @@ export async function applyCheckoutSession(tx: Tx, object: Record<string, unknow
   f.check("checkout session event");
   const state = checkoutState(status, paymentStatus, context.eventType);
   const account = context.account ?? "";
+  const payload = { account, session_id: id, amount_total: amountTotal, currency, event_id: context.eventId };
   await tx`
     with moved as (
       insert into checkout_sessions (account, id, state, mode, payment_status, amount_total, currency, customer_id, event_id)
@@ -73,13 +75,9 @@ export async function applyCheckoutSession(tx: Tx, object: Record<string, unknow
         from moved
        where state = 'fulfilled'
       on conflict (account, session_id) do nothing
-      returning account, session_id, amount_total, currency
+      returning 1
     )
-    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-    select 'CheckoutSession', session_id, 'CheckoutSessionFulfilled',
-           jsonb_build_object('account', account, 'session_id', session_id, 'amount_total', amount_total,
-                              'currency', currency, 'event_id', ${context.eventId}::text)
-      from fulfilled
+    ${insertOutbox(tx, { account, aggregate: ["CheckoutSession", id], eventType: "CheckoutSessionFulfilled", messageKey: "" }, payload, "fulfilled")}
   `;
 }
 

@@ -1,5 +1,6 @@
 import type { Tx } from "../db/db.ts";
 import type { HandlerContext } from "./handler-table.ts";
+import { insertOutbox } from "./insert-outbox.ts";
 
 /**
  * A ledger kind for money going out, or coming back after it went out (a failed refund's reversal, a
@@ -47,12 +48,18 @@ export interface MoneyOutEntry {
  * the event is parked as needs-review.
  */
 export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: HandlerContext): Promise<boolean> {
-  const message = MESSAGES[entry.kind];
+  const account = context.account ?? "";
+  const { aggregate, eventType } = MESSAGES[entry.kind];
+  const { kind, amount, currency, charge } = entry;
+  const settled = { settlement_amount: entry.settlement?.amount ?? null, settlement_currency: entry.settlement?.currency ?? null };
+  const ids = { balance_transaction: entry.balanceTransaction, source_id: entry.sourceId, charge, payment_intent: entry.paymentIntent };
+  const payload = { kind, amount, currency, ...settled, ...ids, event_id: context.eventId };
+  const named = account === "" ? payload : { ...payload, account }; // a connected account's message names it
   const rows = await tx`
     with booked as (
       insert into ledger_entries (account, kind, amount, currency, settlement_amount, settlement_currency, balance_transaction,
                                   payment_intent, charge, source_id, event_id)
-      values (${context.account ?? ""}::text, ${entry.kind}::text, ${entry.amount}::bigint, ${entry.currency}::text, ${entry.settlement?.amount ?? null}::bigint,
+      values (${account}::text, ${entry.kind}::text, ${entry.amount}::bigint, ${entry.currency}::text, ${entry.settlement?.amount ?? null}::bigint,
               ${entry.settlement?.currency ?? null}::text, ${entry.balanceTransaction}::text,
               ${entry.paymentIntent}::text, ${entry.charge}::text, ${entry.sourceId}::text, ${context.eventId}::text)
       on conflict (account, balance_transaction, kind) where kind <> 'payment' do update
@@ -70,18 +77,10 @@ export async function bookMoneyOut(tx: Tx, entry: MoneyOutEntry, context: Handle
                  then webhook_inbox_refuse('Money-out event differs from the ' || excluded.kind || ' already booked for balance transaction ' || excluded.balance_transaction || ': not booked (reconcile by hand)')
                else false
              end
-      returning account, kind, amount, currency, settlement_amount, settlement_currency, balance_transaction, source_id, charge, payment_intent
+      returning 1
     )
-    insert into outbox (account, aggregate_type, aggregate_id, event_type, message_key, payload)
-    -- The ledger's own key tells the messages of one source apart (its message id: sql/0024).
-    select account, ${message.aggregate}::text, source_id, ${message.eventType}::text, balance_transaction,
-           jsonb_build_object('kind', kind, 'amount', amount, 'currency', currency, 'settlement_amount', settlement_amount,
-                              'settlement_currency', settlement_currency, 'balance_transaction', balance_transaction,
-                              'source_id', source_id, 'charge', charge, 'payment_intent', payment_intent, 'event_id', ${context.eventId}::text)
-             -- A connected account's message names it; the platform's keep their shape.
-             || case when account <> '' then jsonb_build_object('account', account) else '{}'::jsonb end
-      from booked
-    returning id
+    -- The ledger's own key tells the messages of one source apart.
+    ${insertOutbox(tx, { account, aggregate: [aggregate, entry.sourceId], eventType, messageKey: entry.balanceTransaction }, named, "booked")}
   `;
   return rows.length > 0;
 }

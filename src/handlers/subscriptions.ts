@@ -1,6 +1,7 @@
 import type { Tx } from "../db/db.ts";
 import { keyIs } from "../inbox/inbox.ts";
 import { handlerTable, type HandlerContext } from "./handler-table.ts";
+import { insertOutbox } from "./insert-outbox.ts";
 import { StripeFields } from "./stripe-fields.ts";
 
 /** A subscription's `status` (Stripe API reference, "The Subscription object"). */
@@ -164,15 +165,11 @@ export async function applySubscription(tx: Tx, object: Record<string, unknown>,
 
 /** Writes the outbox message of an access change: started (`access`) or ended. */
 async function announce(tx: Tx, account: string, sub: SubscriptionFields, access: boolean, context: HandlerContext): Promise<void> {
-  await tx`
-    insert into outbox (aggregate_type, aggregate_id, event_type, message_key, payload)
-    values ('Subscription', ${sub.id}, ${access ? "SubscriptionAccessStarted" : "SubscriptionAccessEnded"},
-            -- Access can start and end more than once: the event that moved it tells the messages apart
-            -- (the same event applied again after a failover gives the same message id, sql/0024).
-            ${`${account}/${context.eventId}`},
-            jsonb_build_object('account', ${account}::text, 'subscription_id', ${sub.id}::text, 'customer_id', ${sub.customer}::text,
-                               'status', ${sub.status}::text, 'event_id', ${context.eventId}::text))
-  `;
+  const payload = { account, subscription_id: sub.id, customer_id: sub.customer, status: sub.status, event_id: context.eventId };
+  const eventType = access ? "SubscriptionAccessStarted" : "SubscriptionAccessEnded";
+  // Access can start and end more than once: the event that moved it tells the messages apart
+  // (`<account>/` as before 0028, so the platform's message ids stay those already sent).
+  await insertOutbox(tx, { account, aggregate: ["Subscription", sub.id], eventType, messageKey: `${account}/${context.eventId}` }, payload);
 }
 
 /** Subscriptions, by Stripe event type: every `customer.subscription.*` lifecycle event, one handler. */

@@ -41,7 +41,7 @@ export interface OutboxClaimOptions {
   maxAttempts: number;
   /**
    * Per-aggregate order: claim a row only when no earlier (lower `id`) row of the same
-   * (aggregate_type, aggregate_id) is unpublished, parked ones included. Default false.
+   * (account, aggregate_type, aggregate_id) is unpublished, parked ones included. Default false.
    */
   ordered?: boolean;
 }
@@ -66,8 +66,8 @@ interface ClaimedRow {
  * counts the attempt, takes a new fencing token and has `available_at` pushed out by the lease before
  * anything is delivered, so a dispatcher that dies mid-delivery has still used an attempt. A picked
  * row that has used all attempts (its last dispatcher never reported) is parked as needs-review in the
- * same statement. With `ordered`, only the head (lowest unpublished `id`) of each aggregate can be
- * picked, so one aggregate's rows are delivered one after another in `id` order.
+ * same statement. With `ordered`, only the head (lowest unpublished `id`) of each aggregate of an
+ * account can be picked, so one aggregate's rows are delivered one after another in `id` order.
  */
 export async function claimOutboxBatch(db: Db, options: OutboxClaimOptions): Promise<OutboxMessage[]> {
   const ordered = options.ordered ?? false;
@@ -81,7 +81,7 @@ export async function claimOutboxBatch(db: Db, options: OutboxClaimOptions): Pro
          and (not ${ordered}::boolean or not exists (
                select 1
                  from outbox e
-                where (e.aggregate_type, e.aggregate_id) = (o.aggregate_type, o.aggregate_id)
+                where (e.account, e.aggregate_type, e.aggregate_id) = (o.account, o.aggregate_type, o.aggregate_id)
                   and e.id < o.id
                   and e.published_at is null
              ))

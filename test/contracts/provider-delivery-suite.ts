@@ -40,6 +40,12 @@ export interface ProviderDeliveryContract {
   acceptedBody?: string;
   /** Bad deliveries made from a validly signed one: each must be answered 400 with `code`, writing nothing. */
   bad(signed: SignedDelivery): { why: string; delivery: SignedDelivery; code: ErrorCode }[];
+  /**
+   * The header the inbox `event_id` comes from when the signature does not cover it (GitHub's
+   * `x-github-delivery`, Shopify's `x-shopify-event-id`): every fixture resent under a fresh value is a
+   * new inbox row, and must change no business row.
+   */
+  unsignedIdHeader?: string;
 }
 
 const ENDPOINT = "contract";
@@ -128,6 +134,35 @@ export function providerDeliverySuite(contract: ProviderDeliveryContract): void 
       }, 60_000);
     }
 
+    const header = contract.unsignedIdHeader;
+    if (header !== undefined)
+      test(`every fixture resent under a fresh ${header} (not signed) is a new inbox row and changes no business row, in every mode`, async () => {
+        const [app] = apps([fresh.db], "sync");
+        const deliverOnce = async (target: App, freshId: boolean) => {
+          const answers: string[] = [];
+          for (const f of contract.fixtures) {
+            const signed = await signDelivery(contract.signer, f, contract.secrets[0], Math.floor(Date.now() / 1000));
+            const kept = Object.entries(signed.headers).filter(([k]) => k.toLowerCase() !== header);
+            const headers = freshId ? { ...Object.fromEntries(kept), [header]: crypto.randomUUID() } : signed.headers;
+            const res = await post(target, { headers, body: signed.body });
+            answers.push(res.status === 200 ? (JSON.parse(res.text) as { outcome: string }).outcome : `HTTP ${res.status}`);
+          }
+          return answers;
+        };
+        const work = () => workOff(fresh.db, contract.handlers, { tables: { [contract.provider.name]: contract.handlers }, limit: 1_000 });
+        await deliverOnce(app as App, false);
+        expect(await contract.endState(fresh.db)).toEqual(contract.expected);
+        for (const mode of MODES) {
+          const [target] = apps([fresh.db], mode);
+          const replays = await deliverOnce(target as App, true);
+          expect(replays.filter((o) => !["processed", "ignored", "queued"].includes(o))).toEqual([]);
+          if (mode !== "sync") await work();
+          expect(await contract.endState(fresh.db)).toEqual(contract.expected);
+        }
+        const [rows] = await fresh.db<{ n: number }[]>`select count(*)::int as n from webhook_inbox`;
+        expect(rows?.n).toBe(Object.keys(contract.inbox).length * (1 + MODES.length));
+      });
+
     test("bad input is answered 400 with its reason code and writes nothing, in every mode", async () => {
       const fixture = contract.fixtures[0] as ProviderFixture;
       const signed = await signDelivery(contract.signer, fixture, contract.secrets[0], Math.floor(Date.now() / 1000));
@@ -153,5 +188,7 @@ export function providerDeliverySuite(contract: ProviderDeliveryContract): void 
 
 /** The outbox rows, comparable across modes: aggregate, type and payload, in a stable order. */
 export async function outboxRows(db: Db): Promise<unknown[]> {
-  return [...(await db`select aggregate_type, aggregate_id, event_type, payload from outbox order by aggregate_id, event_type`)];
+  return [
+    ...(await db`select aggregate_type, aggregate_id, event_type, payload from outbox order by aggregate_id, event_type, message_key`),
+  ];
 }

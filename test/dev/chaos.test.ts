@@ -365,7 +365,7 @@ describe("checkStorm()", () => {
       )
       select event_id from gone
     `;
-    await db`insert into outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', ${paid.invoiceId}, 'InvoicePaymentBooked', '{}')`;
+    await db`insert into outbox (aggregate_type, aggregate_id, event_type, message_key, payload) values ('Invoice', ${paid.invoiceId}, 'InvoicePaymentBooked', 'double', '{}')`;
     await db`update invoices set status = 'open' where id = ${voided.invoiceId}`;
     // A row recorded for a worker that never settles it: its state row and payload row, as a delivery writes them.
     await insertInbox(db, [

@@ -150,9 +150,22 @@ describe("Checkout fulfilment, subscriptions and dunning", () => {
       { account: "" },
       { account: "acct_1SpConnectedA" },
     ]);
-    expect([...(await db`select payload->>'account' as account from outbox order by 1`)]).toEqual([
-      { account: "" },
-      { account: "acct_1SpConnectedA" },
+    expect([...(await db`select account, payload->>'account' as named from outbox order by 1`)]).toEqual([
+      { account: "", named: "" },
+      { account: "acct_1SpConnectedA", named: "acct_1SpConnectedA" },
+    ]);
+  });
+
+  test("a connected account's CheckoutSessionFulfilled and SubscriptionAccess* messages are stored under its account, like its invoice payments", async () => {
+    const ACCOUNT = "acct_1SpConnectedA";
+    const ofAccount = (body: string) => ({ ...verified(body), account: ACCOUNT });
+    const [paidSession] = checkoutEvents().map((e) => e.body);
+    const [created, , , invoicePaid] = subscriptionEvents().map((e) => e.body);
+    for (const body of [paidSession!, created!, invoicePaid!]) expect(await receiveSync(db, TARGET, ofAccount(body))).toBe("processed");
+    expect([...(await db`select event_type, account, payload->>'account' as named from outbox order by event_type`)]).toEqual([
+      { event_type: "CheckoutSessionFulfilled", account: ACCOUNT, named: ACCOUNT },
+      { event_type: "InvoicePaymentBooked", account: ACCOUNT, named: ACCOUNT },
+      { event_type: "SubscriptionAccessStarted", account: ACCOUNT, named: ACCOUNT },
     ]);
   });
 

@@ -28,13 +28,19 @@ const CLAIM: OutboxClaimOptions = { limit: 10, leaseMs: 60_000, maxAttempts: 10 
 /** Per-test limit for tests that wait on other actors (bun's default is 5 s; the waits are bounded at 10–20 s). */
 const WAITS = 30_000;
 
-/** Inserts outbox rows the way a business handler does (only the four original columns); returns their ids. */
-async function insertRows(aggregates: string[], eventType = "InvoicePaymentBooked"): Promise<string[]> {
+let facts = 0;
+
+/**
+ * Inserts one outbox row per aggregate (of `account`, default the platform's), each a fact of its own
+ * (a message key of its own: message ids are unique, sql/0028); returns their ids.
+ */
+async function insertRows(aggregates: string[], eventType = "InvoicePaymentBooked", account = ""): Promise<string[]> {
   const ids: string[] = [];
   for (const aggregate of aggregates) {
     const [row] = await db<{ id: string }[]>`
-      insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-      values ('Invoice', ${aggregate}, ${eventType}, ${db.json({ invoice_id: aggregate, amount: 2000, currency: "usd" })})
+      insert into outbox (account, aggregate_type, aggregate_id, event_type, message_key, payload)
+      values (${account}, 'Invoice', ${aggregate}, ${eventType}, ${String(++facts)},
+              ${db.json({ invoice_id: aggregate, amount: 2000, currency: "usd" })})
       returning id::text as id
     `;
     if (!row) throw new Error("Cannot insert an outbox row");
@@ -208,7 +214,9 @@ describe("claimOutboxBatch()", () => {
     const ids = await manyRows(3);
     const [id1, id2, id3] = ids as [string, string, string];
     const first = await claimOutboxBatch(db, { ...CLAIM, limit: 2 });
-    const written = await db<{ message_id: string }[]>`select message_id from outbox where id in (${id1}::bigint, ${id2}::bigint) order by id`;
+    const written = await db<
+      { message_id: string }[]
+    >`select message_id from outbox where id in (${id1}::bigint, ${id2}::bigint) order by id`;
     expect(first.map((m) => [m.id, m.attempt, m.messageId])).toEqual([
       [id1, 1, written[0]!.message_id],
       [id2, 1, written[1]!.message_id],
@@ -277,6 +285,16 @@ describe("claimOutboxBatch()", () => {
     await db`update outbox set claim_token = null, attempts = 0, available_at = now() where id = ${a3}::bigint`;
     expect(await requeueOutbox(db, [a2, a3])).toEqual([a2]); // only parked rows are requeued
     expect((await claimOutboxBatch(db, ordered)).map((m) => m.id)).toEqual([a2]);
+  });
+
+  test("`claimOutboxBatch()` with `ordered` keeps accounts apart: account A's parked head does not block account B's message of the same aggregate id", async () => {
+    const [parkedA] = (await insertRows(["in_same"], "InvoicePaymentBooked", "acct_A")) as [string];
+    await db`update outbox set needs_review_at = now() where id = ${parkedA}::bigint`;
+    const [laterA] = (await insertRows(["in_same"], "InvoicePaymentBooked", "acct_A")) as [string];
+    const [ofB] = (await insertRows(["in_same"], "InvoicePaymentBooked", "acct_B")) as [string];
+    const [platform] = (await insertRows(["in_same"])) as [string];
+    expect((await claimOutboxBatch(db, { ...CLAIM, ordered: true })).map((m) => m.id)).toEqual([ofB, platform]);
+    expect(await outboxRow(laterA)).toMatchObject({ attempts: 0, published: false }); // still behind A's parked head
   });
 });
 

@@ -82,8 +82,8 @@ export const receiptHandlers: HandlerTable = {
     await requireHandler(billingHandlers, "invoice.paid")(tx, object, context);
     const receipt = JSON.stringify({ invoice_id: object.id, event_id: context.eventId });
     await tx`
-      insert into outbox (aggregate_type, aggregate_id, event_type, payload)
-      values ('Invoice', ${String(object.id)}, 'ReceiptEmailRequested', ${receipt}::text::jsonb)
+      insert into outbox (aggregate_type, aggregate_id, event_type, message_key, payload)
+      values ('Invoice', ${String(object.id)}, 'ReceiptEmailRequested', gen_random_uuid()::text, ${receipt}::text::jsonb)
     `;
   },
 };

@@ -34,7 +34,7 @@ async function applyInvoicePaid(tx: postgres.TransactionSql, inv: Record<string,
   `;
   if (booked.length === 0) return;
   await tx`
-    insert into outbox (aggregate_type, aggregate_id, event_type, payload)
+    insert into naive_outbox (aggregate_type, aggregate_id, event_type, payload)
     values ('Invoice', ${id}, 'InvoicePaymentBooked', ${sql.json({ invoice_id: id, amount })})
   `;
 }

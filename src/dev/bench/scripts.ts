@@ -117,7 +117,7 @@ insert into naive_inbox (provider, endpoint, event_id, event_type, payload) valu
 insert into invoices (id, customer_id, status, currency, amount_due, amount_paid, paid_at) values (${INVOICE_EXPR}, 'cus_pgb', 'paid', 'usd', 2000, 2000, now()) on conflict (account, id) do update set status = 'paid', amount_paid = excluded.amount_paid, paid_at = coalesce(invoices.paid_at, excluded.paid_at), updated_at = now() where invoices.status not in ('paid', 'void');
 select status from invoices where id = ${INVOICE_EXPR};
 insert into ledger_entries (invoice_id, kind, amount, currency, event_id) values (${INVOICE_EXPR}, 'payment', 2000, 'usd', ${EVENT_EXPR}) on conflict (account, invoice_id, kind) do nothing returning id;
-insert into outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', ${INVOICE_EXPR}, 'InvoicePaymentBooked', jsonb_build_object('invoice_id', ${INVOICE_EXPR}, 'amount', 2000));
+insert into naive_outbox (aggregate_type, aggregate_id, event_type, payload) values ('Invoice', ${INVOICE_EXPR}, 'InvoicePaymentBooked', jsonb_build_object('invoice_id', ${INVOICE_EXPR}, 'amount', 2000));
 update naive_inbox set processed_at = now() where provider = 'stripe' and endpoint = 'bench-seed' and event_id = ${EVENT_EXPR};
 commit;
 `;

@@ -101,7 +101,7 @@ const say = (line: string) => console.log(line);
 async function truncator(db: Db): Promise<() => Promise<unknown>> {
   const [{ tables } = { tables: "" }] = await db<{ tables: string }[]>`
     select string_agg(quote_ident(t), ', ') as tables
-      from unnest(array['webhook_inbox', 'webhook_inbox_payloads', 'naive_inbox', 'invoices', 'ledger_entries', 'outbox']) t
+      from unnest(array['webhook_inbox', 'webhook_inbox_payloads', 'naive_inbox', 'naive_outbox', 'invoices', 'ledger_entries', 'outbox']) t
      where to_regclass(t) is not null
   `;
   return () => db.unsafe(`truncate ${tables}`);
