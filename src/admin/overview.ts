@@ -1,7 +1,6 @@
 // The overview: per endpoint, the last hour per minute by outcome, duplicates, backlogs; the outbox.
 import type { Db } from "../db/db.ts";
 import { activityPerMinute, type MinuteActivity } from "../ops/activity.ts";
-import { readBackfillAges } from "../inbox/backlog.ts";
 import { inboxStatus } from "../ops/status.ts";
 import { html, type Html } from "./html.ts";
 
@@ -24,14 +23,15 @@ export function age(sec: number): string {
  * stacked bar per minute of the last hour (rows received, by their state now), the duplicate rate
  * since the receiver started (from `deliveries`, in memory: "n/a" without them, empty on workerd,
  * where the app lives for one request), unprocessed rows and the oldest one's age, needs-review rows
- * and, once event backfill has run for the endpoint, its checkpoint's age (`readBackfillAges`); then the outbox.
+ * and, once event backfill has run for the endpoint, its checkpoint's age; its unfinished backfill
+ * requests with the command that finishes them; then the outbox.
  */
 export async function overviewBody(
   db: Db,
   endpoints: readonly { provider: string; name: string }[],
   deliveries?: DeliveryCounts,
 ): Promise<Html> {
-  const [status, activity, checkpoints] = await Promise.all([inboxStatus(db), activityPerMinute(db, MINUTES), readBackfillAges(db)]);
+  const [status, activity] = await Promise.all([inboxStatus(db), activityPerMinute(db, MINUTES)]);
   const keys = new Map<string, { provider: string; endpoint: string }>();
   for (const e of endpoints) keys.set(`${e.provider}/${e.name}`, { provider: e.provider, endpoint: e.name });
   for (const b of status.backlog) keys.set(`${b.provider}/${b.endpoint}`, b);
@@ -44,7 +44,9 @@ export async function overviewBody(
     const answered = counts?.filter((d) => d.outcome !== "rejected").reduce((n, d) => n + d.count, 0) ?? 0;
     const duplicates = counts?.find((d) => d.outcome === "duplicate")?.count ?? 0;
     const received = rows.reduce((n, r) => n + OUTCOMES.reduce((m, o) => m + count(r, o), 0), 0);
-    const checkpoint = checkpoints?.find((c) => c.provider === k.provider && c.endpoint === k.endpoint);
+    const checkpoint = status.backfill.find((c) => c.provider === k.provider && c.endpoint === k.endpoint);
+    // A request names an endpoint, not a provider.
+    const waiting = status.backfillRequests.find((r) => r.endpoint === k.endpoint);
     // Events of the other mode (test at a live endpoint, or the reverse): recorded, never applied.
     const otherMode = status.arrivals
       .filter((a) => a.provider === k.provider && a.endpoint === k.endpoint)
@@ -69,6 +71,12 @@ export async function overviewBody(
           >ignored (other mode), last hour
         </div>
         ${checkpoint ? html`<div class="tile checkpoint"><b>${age(checkpoint.ageSec)}</b>since the event backfill checkpoint</div>` : false}
+        ${
+          waiting &&
+          html`<div class="tile warn">
+            <b>${waiting.requests}</b>backfill request(s) unfinished, oldest ${age(waiting.oldestAgeSec)}: <code>${waiting.command}</code>
+          </div>`
+        }
       </div>
       ${chart(rows, nowMinute)}
     </section>`;

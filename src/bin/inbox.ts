@@ -240,6 +240,11 @@ async function run(db: Db): Promise<number> {
         s,
         s.backfill.map((b) => ({ endpoint: b.endpoint, covered_until: b.coveredUntil, age_s: Math.round(b.ageSec) })),
       );
+      console.log("backfill requests not finished (after a failover or a Stripe health notice), each with the run that finishes them");
+      print(
+        s,
+        s.backfillRequests.map(({ command, oldestAgeSec, ...r }) => ({ ...r, oldest_age_s: Math.round(oldestAgeSec), command })),
+      );
       return 0;
     }
     case "list": {

@@ -3,6 +3,7 @@
 import postgres from "postgres";
 import { isCertificateRefusal } from "./connect-failure.ts";
 import { isDatabaseUnavailable, type Db } from "./db.ts";
+import { sleep } from "./sleep.ts";
 
 /** Options of {@link waitForDatabase}; times in ms. */
 export interface WaitForDatabaseOptions {
@@ -72,7 +73,7 @@ export async function waitForDatabase(db: Db, options: WaitForDatabaseOptions): 
       options.log?.(
         `Waiting for the database: attempt ${attempt} failed (${why}); next in ${seconds(pause)}, giving up ${seconds(left)} from now`,
       );
-      await sleep(pause, options.signal);
+      await sleep(pause, options.signal); // an abort ends it: the loop then throws signal.reason
       delay = Math.min(delay * 2, options.maxDelayMs ?? 5_000);
     }
   }
@@ -131,21 +132,4 @@ function untilAborted<T>(work: Promise<T>, signal?: AbortSignal): Promise<T> {
 
 function seconds(ms: number): string {
   return `${(ms / 1000).toFixed(ms < 10_000 ? 1 : 0)} s`;
-}
-
-/** Resolves after `ms`, or rejects with `signal.reason` as soon as it is aborted. */
-function sleep(ms: number, signal?: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    // An abort during the attempt that just failed fires no event any more.
-    if (signal?.aborted) return reject(signal.reason);
-    const onAbort = () => {
-      clearTimeout(timer);
-      reject(signal?.reason);
-    };
-    const timer = setTimeout(() => {
-      signal?.removeEventListener("abort", onAbort);
-      resolve();
-    }, ms);
-    signal?.addEventListener("abort", onAbort, { once: true });
-  });
 }

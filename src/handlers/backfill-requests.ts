@@ -58,7 +58,9 @@ export async function takeBackfillRequest(
      where r.id = picked.id
     returning r.id, r.endpoint, r.account, r.window_start, r.window_end
   `;
-  return row ? { id: Number(row.id), endpoint: row.endpoint, account: row.account, start: row.window_start, end: row.window_end } : undefined;
+  return row
+    ? { id: Number(row.id), endpoint: row.endpoint, account: row.account, start: row.window_start, end: row.window_end }
+    : undefined;
 }
 
 /** Marks a taken request done (its whole window backfilled). Returns false when it was already finished. */
@@ -70,4 +72,26 @@ export async function finishBackfillRequest(db: Db, id: number): Promise<boolean
        and finished_at is null
   `;
   return rows.count === 1;
+}
+
+/**
+ * Marks finished each unfinished request of `run`'s endpoint and account whose window a `done` run of
+ * every event type (`reconcile events`, not a dry run) read: from `from` (or its reported `unrecoverable`
+ * start) to `to`, when its listing began (whole seconds, so a window may end within that second).
+ */
+export async function finishCoveredRequests(
+  db: Db,
+  run: { endpoint: string; account: string; status: string; from: string | null; to: string; unrecoverable: { from: string } | null },
+): Promise<void> {
+  const from = run.unrecoverable?.from ?? run.from;
+  if (run.status !== "done" || from === null) return;
+  await db`
+    update event_backfill_requests
+       set finished_at = now()
+     where finished_at is null
+       and endpoint = ${run.endpoint}
+       and account = ${run.account}
+       and window_start >= ${new Date(from)}
+       and window_end < ${new Date(run.to)}::timestamptz + interval '1 second'
+  `;
 }

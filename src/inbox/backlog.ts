@@ -63,7 +63,7 @@ export async function readOutboxBacklog(db: Db | Tx): Promise<OutboxBacklog> {
   return { pending: row?.pending ?? 0, oldestPendingAgeSec: row?.oldest ?? 0, needsReview: row?.needs_review ?? 0 };
 }
 
-/** How far event backfill got for one endpoint (sql/0017_event_backfill.sql). */
+/** How far event backfill got for one endpoint (sql/0017_event_backfill.sql): its account furthest behind. */
 export interface BackfillAge {
   provider: string;
   endpoint: string;
@@ -73,13 +73,57 @@ export interface BackfillAge {
   ageSec: number;
 }
 
-/** The backfill checkpoint of every endpoint that has one (a handful of rows), for `inbox status` and `/metrics`. */
-export async function readBackfillAges(db: Db | Tx): Promise<BackfillAge[]> {
-  const rows = await db<{ provider: string; endpoint: string; covered_until: Date; age: number }[]>`
-    select provider, endpoint, covered_until, extract(epoch from now() - covered_until)::float8 as age
+/** An endpoint's backfill requests no run has finished (sql/0015): windows a failover or a Stripe health notification asked to re-read. */
+export interface UnfinishedBackfill {
+  endpoint: string;
+  requests: number;
+  /** ISO time: the earliest window start. */
+  since: string;
+  /** Seconds since the oldest was recorded. */
+  oldestAgeSec: number;
+  /** The run that finishes them all (with STRIPE_API_KEY; `--all-accounts` when some are connected accounts'). */
+  command: string;
+}
+
+/** How far event backfill got per endpoint, and what it still owes. */
+export interface BackfillAges {
+  checkpoints: BackfillAge[];
+  requests: UnfinishedBackfill[];
+}
+
+/**
+ * Every endpoint's backfill checkpoint (at a Connect endpoint its account furthest behind: one row, one
+ * metric series) and unfinished backfill requests; a handful of rows, for `inbox status`, /admin and `/metrics`.
+ */
+export async function readBackfillAges(db: Db | Tx): Promise<BackfillAges> {
+  const checkpoints = await db<{ provider: string; endpoint: string; covered_until: Date; age: number }[]>`
+    select provider, endpoint, min(covered_until) as covered_until, extract(epoch from now() - min(covered_until))::float8 as age
       from event_backfill_checkpoints
      where covered_until is not null
+     group by provider, endpoint
      order by provider, endpoint
   `;
-  return rows.map((r) => ({ provider: r.provider, endpoint: r.endpoint, coveredUntil: r.covered_until.toISOString(), ageSec: r.age }));
+  const requests = await db<{ endpoint: string; requests: number; accounts: boolean; since: Date; age: number }[]>`
+    select endpoint, count(*)::int as requests, bool_or(account <> '') as accounts, min(window_start) as since,
+           extract(epoch from now() - min(requested_at))::float8 as age
+      from event_backfill_requests
+     where finished_at is null
+     group by endpoint
+     order by endpoint
+  `;
+  return {
+    checkpoints: checkpoints.map((r) => ({
+      provider: r.provider,
+      endpoint: r.endpoint,
+      coveredUntil: r.covered_until.toISOString(),
+      ageSec: r.age,
+    })),
+    requests: requests.map(({ endpoint, requests, accounts, since, age }) => ({
+      endpoint,
+      requests,
+      since: since.toISOString(),
+      oldestAgeSec: age,
+      command: `bun run reconcile events --endpoint ${endpoint} --since ${since.toISOString()}${accounts ? " --all-accounts" : ""}`,
+    })),
+  };
 }

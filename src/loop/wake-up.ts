@@ -1,3 +1,5 @@
+import { sleep } from "../db/sleep.ts";
+
 /**
  * The sleep of a claim loop (inbox worker, outbox dispatcher): `sleep(ms)` waits until `ms` pass, a
  * `nudge()` (a NOTIFY, a finished row) or `signal` aborts. A nudge that arrives while the loop is busy
@@ -13,10 +15,11 @@ export interface WakeUp {
 /** Creates a {@link WakeUp} that `signal`'s abort also nudges. */
 export function createWakeUp(signal: AbortSignal): WakeUp {
   let woken = false;
-  let wake: (() => void) | undefined;
+  /** Ends the pause under way (a no-op once it has ended). */
+  let wake = () => {};
   const nudge = () => {
     woken = true;
-    wake?.();
+    wake();
   };
   signal.addEventListener("abort", nudge);
   return {
@@ -25,16 +28,10 @@ export function createWakeUp(signal: AbortSignal): WakeUp {
       woken = false;
     },
     sleep(ms) {
-      return new Promise<void>((resolve) => {
-        if (woken || signal.aborted) return resolve();
-        const timer = setTimeout(done, ms);
-        wake = done;
-        function done() {
-          clearTimeout(timer);
-          wake = undefined;
-          resolve();
-        }
-      });
+      if (woken || signal.aborted) return Promise.resolve();
+      const nap = new AbortController();
+      wake = () => nap.abort();
+      return sleep(ms, nap.signal); // db/sleep.ts's, not this method
     },
   };
 }

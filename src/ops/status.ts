@@ -1,5 +1,5 @@
 import type { Db } from "../db/db.ts";
-import { readBackfillAges, readBacklog, readOutboxBacklog, type BackfillAge, type Backlog, type OutboxBacklog } from "../inbox/backlog.ts";
+import { readBackfillAges, readBacklog, readOutboxBacklog, type BackfillAges, type Backlog, type OutboxBacklog } from "../inbox/backlog.ts";
 
 /** Arrivals of one event type at one endpoint within the status window. */
 export interface Arrivals {
@@ -25,10 +25,15 @@ export interface InboxStatus {
   windowSec: number;
   arrivals: Arrivals[];
   /** Event backfill checkpoints: how far `reconcile events` (or the catch-up) got per endpoint, and its age. */
-  backfill: BackfillAge[];
+  backfill: BackfillAges["checkpoints"];
+  /** Backfill requests no run has finished, per endpoint: a failover's or a Stripe health notification's (docs/failover.md). */
+  backfillRequests: BackfillAges["requests"];
 }
 
-/** The inbox and outbox backlogs plus arrivals per endpoint and event type over the last `windowSec` seconds (default 3600). */
+/**
+ * The inbox and outbox backlogs, event backfill's checkpoints and unfinished requests, plus arrivals per
+ * endpoint and event type over the last `windowSec` seconds (default 3600).
+ */
 export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus> {
   const arrivals = await db<
     {
@@ -57,10 +62,12 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
      group by provider, endpoint, event_type
      order by provider, endpoint, received desc, event_type
   `;
+  const backfill = await readBackfillAges(db);
   return {
     backlog: await readBacklog(db),
     outbox: await readOutboxBacklog(db),
-    backfill: await readBackfillAges(db),
+    backfill: backfill.checkpoints,
+    backfillRequests: backfill.requests,
     windowSec,
     arrivals: arrivals.map((r) => ({
       provider: r.provider,

@@ -1,4 +1,4 @@
-import type { BackfillAge, Backlog, OutboxBacklog } from "../inbox/backlog.ts";
+import type { BackfillAges, Backlog, OutboxBacklog } from "../inbox/backlog.ts";
 
 /** Label pair of the backlog of endpoints that are not configured (see `render`). */
 const UNCONFIGURED = { provider: "_unconfigured", endpoint: "_unconfigured" };
@@ -21,8 +21,8 @@ export interface DeliveryObservation {
 export interface BacklogSnapshot {
   inbox: Backlog[];
   outbox: OutboxBacklog;
-  /** Event backfill checkpoints (absent: not read). */
-  backfill?: BackfillAge[];
+  /** Event backfill checkpoints and unfinished requests (absent: not read). */
+  backfill?: BackfillAges;
 }
 
 /** One counter of {@link Metrics.deliveryCounts}. */
@@ -57,7 +57,9 @@ interface Histogram {
  * `webhook_inbox_oldest_unprocessed_age_seconds`, `webhook_inbox_needs_review` (per configured
  * provider and endpoint; rows of any other endpoint summed under `_unconfigured`),
  * `webhook_outbox_pending`, `webhook_outbox_oldest_pending_age_seconds`, `webhook_outbox_needs_review`
- * (unlabelled), plus `webhook_inbox_backlog_up` (0 when the database could not be read; the other
+ * (unlabelled), `webhook_backfill_checkpoint_age_seconds` (per configured endpoint),
+ * `webhook_backfill_requests_unfinished` and `webhook_backfill_request_oldest_age_seconds` (unlabelled:
+ * requests of any endpoint), plus `webhook_inbox_backlog_up` (0 when the database could not be read; the other
  * gauges are then left out rather than reported as 0). Written here rather than with prom-client
  * because the core must stay on Web APIs.
  */
@@ -152,13 +154,18 @@ export function createMetrics(): Metrics {
       );
       single("webhook_outbox_needs_review", "Outbox rows parked for an operator (dead letter).", backlog.outbox.needsReview);
       // Configured endpoints only, like the other labels; an endpoint never backfilled has no sample.
-      const ages = (backlog.backfill ?? []).filter((a) => endpoints.some((e) => e.provider === a.provider && e.endpoint === a.endpoint));
+      const { checkpoints = [], requests = [] } = backlog.backfill ?? {};
+      const ages = checkpoints.filter((a) => endpoints.some((e) => e.provider === a.provider && e.endpoint === a.endpoint));
       out.push(
         "# HELP webhook_backfill_checkpoint_age_seconds Seconds since the newest moment event backfill has covered (Stripe keeps events 30 days).",
         "# TYPE webhook_backfill_checkpoint_age_seconds gauge",
       );
       for (const a of ages)
         out.push(`webhook_backfill_checkpoint_age_seconds{${labels({ provider: a.provider, endpoint: a.endpoint })}} ${a.ageSec}`);
+      const unfinished = requests.reduce((n, r) => n + r.requests, 0);
+      single("webhook_backfill_requests_unfinished", "Event backfill requests no run has finished (docs/failover.md).", unfinished);
+      const oldest = Math.max(0, ...requests.map((r) => r.oldestAgeSec));
+      single("webhook_backfill_request_oldest_age_seconds", "Age of the oldest unfinished backfill request, seconds; 0: none.", oldest);
     }
     return `${out.join("\n")}\n`;
   }

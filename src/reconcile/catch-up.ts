@@ -1,6 +1,7 @@
 // Automatic catch-up: `serve` and `worker` backfill events by themselves after downtime and on a schedule.
 import type { Telemetry } from "../telemetry.ts";
-import type { Db } from "../db/db.ts";
+import type { Db, Tx } from "../db/db.ts";
+import { sleep } from "../db/sleep.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import type { LogFn } from "../log.ts";
 import type { Endpoint } from "../receiver/app.ts";
@@ -112,9 +113,9 @@ export async function runCatchUp(options: CatchUpOptions): Promise<void> {
     if (await idle(options.db, endpoint.target, options.idleAfterMs)) await once(endpoint);
   }
   if (options.everyMs === undefined) return;
-  const sleep = options.sleep ?? abortableSleep;
+  const pause = options.sleep ?? sleep;
   while (!options.signal.aborted) {
-    await sleep(options.everyMs, options.signal);
+    await pause(options.everyMs, options.signal);
     for (const endpoint of options.endpoints) if (!options.signal.aborted) await once(endpoint);
   }
 }
@@ -150,15 +151,16 @@ async function idle(db: Db, target: ReceiveTarget, ms: number): Promise<boolean>
 }
 
 /**
- * The connected accounts (`acct_…`, sorted) the catch-up reads for a Connect endpoint: those with a
- * backfill checkpoint at it (any earlier catch-up or `reconcile events --account/--all-accounts` run
- * for it), and those of its inbox rows received within Stripe's 30 days of events (older ones have no
- * event left to list). Read from the database rather than `GET /v1/accounts` on purpose: no extra
- * permission beyond Events read, no call per dormant account per round, and every account that ever
- * delivered an event (or was backfilled once) stays covered through its checkpoint row. An account
- * none of whose events ever arrived is picked up by `reconcile events --all-accounts` (docs/reconciliation.md).
+ * The connected accounts (`acct_…`, sorted) the catch-up reads for a Connect endpoint, and a primary
+ * change asks to backfill (primary-change.ts): those with a backfill checkpoint at it (any earlier
+ * catch-up or `reconcile events --account/--all-accounts` run for it), and those of its inbox rows
+ * received within Stripe's 30 days of events (older ones have no event left to list). Read from the
+ * database rather than `GET /v1/accounts` on purpose: no extra permission beyond Events read, no call
+ * per dormant account per round, and every account that ever delivered an event (or was backfilled
+ * once) stays covered through its checkpoint row. An account none of whose events ever arrived is
+ * picked up by `reconcile events --all-accounts` (docs/reconciliation.md).
  */
-export async function knownAccounts(db: Db, target: Pick<ReceiveTarget, "provider" | "endpoint">): Promise<string[]> {
+export async function knownAccounts(db: Db | Tx, target: Pick<ReceiveTarget, "provider" | "endpoint">): Promise<string[]> {
   const rows = await db<{ account: string }[]>`
     select account
       from event_backfill_checkpoints
@@ -175,22 +177,6 @@ export async function knownAccounts(db: Db, target: Pick<ReceiveTarget, "provide
     order by account
   `;
   return rows.map((r) => r.account);
-}
-
-/** Waits `ms`, or less when `signal` aborts; returns at once when it already has (a stop during the work before the wait). */
-function abortableSleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve) => {
-    if (signal.aborted) return resolve();
-    const timer = setTimeout(resolve, ms);
-    signal.addEventListener(
-      "abort",
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      { once: true },
-    );
-  });
 }
 
 /** Settings of {@link runBackfillRequests}. Durations in ms. */
@@ -215,7 +201,7 @@ export interface BackfillRequestOptions {
  * requests for `endpoints` are taken; one whose backfill fails is left for a retake (an hour later) and logged. Returns when `signal` aborts.
  */
 export async function runBackfillRequests(options: BackfillRequestOptions): Promise<void> {
-  const sleep = options.sleep ?? abortableSleep;
+  const pause = options.sleep ?? sleep;
   const owner = `backfill-request ${crypto.randomUUID()}`;
   while (!options.signal.aborted) {
     let request: BackfillRequest | undefined;
@@ -252,6 +238,6 @@ export async function runBackfillRequests(options: BackfillRequestOptions): Prom
       }
       continue;
     }
-    await sleep(options.pollMs ?? 30_000, options.signal);
+    await pause(options.pollMs ?? 30_000, options.signal);
   }
 }

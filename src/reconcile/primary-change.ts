@@ -1,9 +1,10 @@
 // Noticing a database failover: the primary the process writes to is not the one it (or any other
 // process) wrote to last, so commits acknowledged just before the switch may be gone (asynchronous
-// replication). A change records one event backfill request per Stripe endpoint (handlers/backfill-requests.ts)
+// replication). A change records event backfill requests per Stripe endpoint and account (handlers/backfill-requests.ts)
 // for a window starting well before the old primary was last seen; docs/failover.md.
 import type { Db } from "../db/db.ts";
 import { recordBackfillRequest } from "../handlers/backfill-requests.ts";
+import { knownAccounts } from "./catch-up.ts";
 
 /** Which PostgreSQL primary a connection reached: `pg_control_system()` and the current WAL timeline. */
 export interface PrimaryIdentity {
@@ -44,14 +45,21 @@ export async function readPrimaryIdentity(db: Db): Promise<PrimaryIdentity> {
  * Records that the primary `db` reaches now was seen (`database_primaries`, sql/0024_failover.sql), in
  * one transaction that serialises the processes checking at once (the table is locked). When the newest
  * row before it is another primary (a promoted standby: same system identifier, a higher timeline; or
- * another cluster), it records for each of `endpoints` (Stripe endpoint names) a backfill request for
- * events created from `marginMs` ms before that primary was last seen until now, once per change
- * (`requested_by` = `failover <system identifier>/<timeline> <endpoint>`). A first check ever records
- * the primary only. The window starts at the old primary's `last_seen_at` as the new one holds it
- * (replicated, so never later than what it really saw).
+ * another cluster), it records for each of `endpoints` (classic Stripe endpoints) a backfill request for
+ * the platform's events created from `marginMs` ms before that primary was last seen until now, and at
+ * a Connect endpoint one more per connected account it knows ({@link knownAccounts}, as the new primary
+ * holds them), once per change (`requested_by` = `failover <system identifier>/<timeline> <endpoint>`).
+ * Recorded in this transaction rather than expanded by the runner: each (endpoint, account) is then
+ * served, retried and shown unfinished on its own, and the account column never holds a wildcard.
+ * A first check ever records the primary only. The window starts at the old primary's `last_seen_at`
+ * as the new one holds it (replicated, so never later than what it really saw).
  * @throws postgres.js errors (the caller logs and checks again later).
  */
-export async function notePrimary(db: Db, endpoints: readonly string[], marginMs: number): Promise<PrimaryCheck> {
+export async function notePrimary(
+  db: Db,
+  endpoints: readonly { name: string; connect?: boolean }[],
+  marginMs: number,
+): Promise<PrimaryCheck> {
   const current = await readPrimaryIdentity(db);
   return db.begin(async (tx) => {
     await tx`lock table database_primaries in share row exclusive mode`;
@@ -74,9 +82,11 @@ export async function notePrimary(db: Db, endpoints: readonly string[], marginMs
     const [clock] = await tx<{ now: Date }[]>`select now()`;
     const now = clock!.now;
     let requests = 0;
-    for (const endpoint of endpoints) {
+    for (const { name: endpoint, connect } of endpoints) {
       const requestedBy = `failover ${current.systemIdentifier}/${current.timelineId} ${endpoint}`;
-      if ((await recordBackfillRequest(tx, { endpoint, requestedBy, start: since, end: now })) !== undefined) requests++;
+      const accounts = connect ? ["", ...(await knownAccounts(tx, { provider: "stripe", endpoint }))] : [""];
+      for (const account of accounts)
+        if ((await recordBackfillRequest(tx, { endpoint, account, requestedBy, start: since, end: now })) !== undefined) requests++;
     }
     return { current, previous, since, requests };
   });

@@ -2,11 +2,13 @@
 // and the backfill of the requests a detected primary change records (docs/failover.md).
 import { ConfigError, loadEndpointsWithoutSecrets } from "../config.ts";
 import type { Db } from "../db/db.ts";
+import { sleep } from "../db/sleep.ts";
 import type { LogFn } from "../log.ts";
-import { runBackfillRequests } from "../reconcile/catch-up.ts";
+import { createWakeUp } from "../loop/wake-up.ts";
+import { backfillEndpoint, runBackfillRequests } from "../reconcile/catch-up.ts";
 import { notePrimary } from "../reconcile/primary-change.ts";
 import { stripeEndpoints } from "../receiver/endpoints.ts";
-import { catchUpEndpoints, duration, eventLister, type CatchUpSettings } from "./catch-up.ts";
+import { duration, eventLister, type CatchUpSettings } from "./catch-up.ts";
 
 /** Failover watch settings, ms. `checkEveryMs` 0: off. */
 export interface FailoverSettings {
@@ -34,9 +36,10 @@ export function readFailoverSettings(env: Record<string, string | undefined>): F
  * records the primary it reaches ({@link notePrimary}); a change records backfill requests for the
  * classic Stripe endpoints of `env` and logs one line. With the event catch-up on (`catchUp`:
  * `RECONCILE_IDLE_AFTER` / `RECONCILE_EVERY`, so `STRIPE_API_KEY` is set) this process also serves those
- * requests (polled at the same interval, and at once after a change it noticed); without it the line says to run
- * `bun run reconcile events --since`. A failed check (the database is switching) is logged once per
- * streak of failures and retried. Returns a promise that resolves after `signal` aborts.
+ * requests (polled at the same interval, and at once after a change it noticed); without it they wait,
+ * shown by `inbox status`, /admin and /metrics, and the line names the `bun run reconcile events --since`
+ * run that finishes them. A failed check (the database is switching) is logged once per streak of
+ * failures and retried. Returns a promise that resolves after `signal` aborts.
  * @throws ConfigError for invalid endpoint or Stripe API settings.
  */
 export function startFailoverWatch(
@@ -49,21 +52,15 @@ export function startFailoverWatch(
 ): Promise<void> | undefined {
   if (settings.checkEveryMs === 0) return undefined;
   const classic = stripeEndpoints(loadEndpointsWithoutSecrets(env)).filter((e) => e.provider.name === "stripe");
-  const names = classic.map((e) => e.name);
   const serving = catchUp.idleAfterMs !== undefined || catchUp.everyMs !== undefined;
-  let wake = () => {};
-  const sleep = (ms: number, s: AbortSignal) =>
-    new Promise<void>((resolve) => {
-      if (s.aborted) return resolve();
-      const timer = setTimeout(resolve, ms);
-      wake = () => (clearTimeout(timer), resolve());
-      s.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
-    });
+  // Without the catch-up, the run that finishes the requests (connected accounts' too).
+  const allAccounts = classic.some((e) => e.connect) ? " --all-accounts" : "";
+  const wakeUp = createWakeUp(signal);
   const watch = async () => {
     let failing = false;
     while (!signal.aborted) {
       try {
-        const check = await notePrimary(db, names, settings.marginMs);
+        const check = await notePrimary(db, classic, settings.marginMs);
         if (failing) log({ failover_check: "recovered" });
         failing = false;
         if (check.previous) {
@@ -73,19 +70,17 @@ export function startFailoverWatch(
             to: `${check.current.systemIdentifier}/${check.current.timelineId}`,
             backfill_since: check.since?.toISOString(),
             requests: check.requests,
-            ...(serving ? {} : { see: `bun run reconcile events --since ${check.since?.toISOString()} (event catch-up is off)` }),
+            ...(serving
+              ? {}
+              : { see: `bun run reconcile events --since ${check.since?.toISOString()}${allAccounts} (event catch-up is off)` }),
           });
-          wake();
+          wakeUp.nudge();
         }
       } catch (err) {
         if (!failing) log({ failover_check: "failed", error: (err instanceof Error ? err.message : String(err)).slice(0, 300) });
         failing = true;
       }
-      await new Promise<void>((resolve) => {
-        if (signal.aborted) return resolve();
-        const timer = setTimeout(resolve, settings.checkEveryMs);
-        signal.addEventListener("abort", () => (clearTimeout(timer), resolve()), { once: true });
-      });
+      await sleep(settings.checkEveryMs, signal);
     }
   };
   const backfill =
@@ -93,11 +88,12 @@ export function startFailoverWatch(
       ? runBackfillRequests({
           db,
           list: eventLister(env),
-          endpoints: new Map(catchUpEndpoints(env).filter((e) => names.includes(e.target.endpoint)).map((e) => [e.target.endpoint, e])),
+          endpoints: new Map(classic.map((e) => [e.name, backfillEndpoint(e)])),
           signal,
           log,
           pollMs: settings.checkEveryMs,
-          sleep,
+          // The loop takes a request right after its pause: a change noticed meanwhile is served then.
+          sleep: (ms) => wakeUp.sleep(ms).then(wakeUp.claiming),
         })
       : undefined;
   return Promise.all([watch(), backfill]).then(() => {});

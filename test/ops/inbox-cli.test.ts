@@ -575,6 +575,7 @@ describe("inbox CLI", () => {
           backlog: [],
           outbox: { pending: 0, oldestPendingAgeSec: 0, needsReview: 0 },
           backfill: [],
+          backfillRequests: [],
           windowSec: 3_600,
           arrivals: [],
         });

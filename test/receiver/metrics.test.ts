@@ -138,6 +138,8 @@ describe("GET /metrics", () => {
     expect(response.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8");
     expect(Object.fromEntries(families.map((f) => [f.name, f.type]))).toEqual({
       webhook_backfill_checkpoint_age_seconds: "GAUGE",
+      webhook_backfill_requests_unfinished: "GAUGE",
+      webhook_backfill_request_oldest_age_seconds: "GAUGE",
       webhook_deliveries_total: "COUNTER",
       [HISTOGRAM]: "HISTOGRAM",
       webhook_inbox_backlog_up: "GAUGE",

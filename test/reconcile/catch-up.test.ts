@@ -11,6 +11,7 @@ import { catchUpEndpoints, readCatchUpSettings, startCatchUp } from "../../src/r
 import { freePort } from "../../src/runtime/embedded-postgres.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
 import { closeAll, connections, freshDatabase } from "../support/helpers.ts";
+import { waitUntil } from "../support/wait-until.ts";
 import { API_KEY, fakeWith, recentEvents } from "./backfill-support.ts";
 
 setDefaultTimeout(60_000);
@@ -221,4 +222,27 @@ test("`runBackfillRequests()` stopped while it looks for a request returns at on
     log: () => {},
   });
   expect(Date.now() - started).toBeLessThan(5_000);
+});
+
+test("`runBackfillRequests()` polling many times leaves at most one listener on its stop signal (each pause removes its own)", async () => {
+  const stop = new AbortController();
+  const signal = stop.signal;
+  let listeners = 0;
+  let pauses = 0;
+  const add = signal.addEventListener.bind(signal);
+  const remove = signal.removeEventListener.bind(signal);
+  signal.addEventListener = ((...args: Parameters<typeof add>) => (pauses++, listeners++, add(...args))) as typeof add;
+  signal.removeEventListener = ((...args: Parameters<typeof remove>) => (listeners--, remove(...args))) as typeof remove;
+  const run = runBackfillRequests({
+    db,
+    list: async () => ({ data: [], hasMore: false }),
+    endpoints: new Map(),
+    signal,
+    log: () => {},
+    pollMs: 1,
+  });
+  await waitUntil("50 pauses", async () => pauses >= 50);
+  expect(listeners).toBeLessThanOrEqual(1);
+  stop.abort();
+  await run;
 });
