@@ -30,7 +30,7 @@ export interface EndpointSettings {
    * `STRIPE_MODE` / `STRIPE_MODE_<NAME>` = `live` | `test`, or derived from `STRIPE_API_KEY`'s prefix
    * (`sk_live_`/`rk_live_` → live, `sk_test_`/`rk_test_` → test) when unset: an event whose `livemode`
    * differs is recorded `ignored_mode`, never applied. Undefined: neither declared nor derivable, the
-   * endpoint accepts both modes (refused for a Connect endpoint). docs/stripe-connect.md.
+   * endpoint accepts both modes (refused for a Connect endpoint and with `NODE_ENV=production`). docs/stripe-connect.md.
    */
   livemode?: boolean;
   /**
@@ -420,8 +420,9 @@ export function apiKeyLivemode(key: string | undefined): boolean | undefined {
 /**
  * An endpoint's Connect flag and mode from `STRIPE_CONNECT<suffix>` and `STRIPE_MODE<suffix>` (suffix as
  * in {@link readKind}). The mode is the declared one, else the one `STRIPE_API_KEY`'s prefix says
- * ({@link apiKeyLivemode}); a declared mode contradicting the key, and a Connect endpoint with no mode
- * at all, are problems (one line each, naming the variables). Only set fields are returned.
+ * ({@link apiKeyLivemode}); a declared mode contradicting the key, and a Connect endpoint or any endpoint
+ * under `NODE_ENV=production` with no mode at all, are problems (one line each, naming the variables).
+ * Only set fields are returned.
  */
 function readAccountMode(
   env: Record<string, string | undefined>,
@@ -439,9 +440,11 @@ function readAccountMode(
   if (declared !== undefined && fromKey !== undefined && declared !== fromKey)
     problems.push(`${modeVar}=${name(declared)} contradicts STRIPE_API_KEY, a ${name(fromKey)}-mode key: set one mode for both`);
   const livemode = declared ?? fromKey;
-  if (connect && livemode === undefined)
+  // Without a mode an endpoint books test-mode events too: a Connect endpoint (both modes share one secret) and production refuse it.
+  const why = connect ? "a Connect endpoint receives both modes with one secret" : "without one, test-mode events are booked as well";
+  if (livemode === undefined && (connect || env.NODE_ENV === "production"))
     problems.push(
-      `${connectVar}=true needs a mode: set ${modeVar}=live or test (or a STRIPE_API_KEY sk_live_/sk_test_): a Connect endpoint receives both modes with one secret`,
+      `${connect ? `${connectVar}=true` : "NODE_ENV=production"} needs a mode: set ${modeVar}=live or test (or a STRIPE_API_KEY sk_live_/sk_test_): ${why}`,
     );
   return { ...(livemode === undefined ? {} : { livemode }), ...(connect ? { connect } : {}) };
 }
@@ -512,4 +515,19 @@ export function readApiEndpoints(env: Record<string, string | undefined>, proble
     if (read.refetch) refetch.add(name);
   }
   return { thin, refetch };
+}
+
+/**
+ * The one duration parser of settings and command lines: `30d`, `12h`, `90m`, `45s` or `500ms` (a
+ * positive whole number and one of those units, surrounding spaces ignored) in milliseconds.
+ * @throws Error naming the value when it is not one, or is longer than 100 years (PostgreSQL timestamps
+ *   end in 294276 AD, but no retention needs more).
+ */
+export function parseDuration(text: string): number {
+  const match = /^(\d+)(ms|s|m|h|d)$/.exec(text.trim());
+  if (!match?.[1] || !match[2] || Number(match[1]) === 0)
+    throw new Error(`Cannot read duration "${text}": use a positive whole number with ms, s, m, h or d (e.g. 30d)`);
+  const ms = Number(match[1]) * { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as "ms" | "s" | "m" | "h" | "d"];
+  if (ms > 36_500 * 86_400_000) throw new Error(`Cannot read duration "${text}": longer than 100 years`);
+  return ms;
 }

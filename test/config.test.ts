@@ -1,5 +1,9 @@
 import { describe, expect, test } from "bun:test";
-import { ConfigError, loadConfig, loadEndpointsWithoutSecrets, readApiEndpoints } from "../src/config.ts";
+import { ConfigError, loadConfig, loadEndpointsWithoutSecrets, parseDuration, readApiEndpoints } from "../src/config.ts";
+import { reconcileEventsCommand } from "../src/reconcile/events-command.ts";
+import { readSince } from "../src/reconcile/reconcile-args.ts";
+import { readCatchUpSettings } from "../src/runtime/catch-up.ts";
+import { readFailoverSettings } from "../src/runtime/failover.ts";
 import { handlersFor, providerEndpoints } from "../src/receiver/endpoints.ts";
 import { OTHER_SECRET, SECRET } from "./support/helpers.ts";
 
@@ -294,12 +298,35 @@ describe("loadConfig()", () => {
     ).not.toThrow();
   });
 
-  test("`loadConfig()` with NODE_ENV=production and no settings names both DATABASE_URL and STRIPE_WEBHOOK_SECRET", () => {
+  test("`loadConfig()` with NODE_ENV=production and no settings names DATABASE_URL, STRIPE_WEBHOOK_SECRET and STRIPE_MODE at once", () => {
     const err = configError({ NODE_ENV: "production" }, DEV_SECRET);
-    expect(err.problems).toHaveLength(2);
+    expect(err.problems).toHaveLength(3);
     expect(err.problems.find((p) => p.startsWith("DATABASE_URL is required when NODE_ENV=production"))).toBeDefined();
     expect(err.problems.find((p) => p.startsWith("STRIPE_WEBHOOK_SECRET is required"))).toBeDefined();
+    expect(err.problems.find((p) => p.startsWith("NODE_ENV=production needs a mode: set STRIPE_MODE=live or test"))).toBeDefined();
     expect(err.message).not.toContain(DEV_SECRET);
+  });
+
+  test("`loadConfig()` with NODE_ENV=production refuses every Stripe endpoint without a mode, naming its STRIPE_MODE variable (the trial's N3)", () => {
+    const env = {
+      NODE_ENV: "production",
+      DATABASE_URL: DB_URL,
+      STRIPE_WEBHOOK_SECRET: SECRET,
+      STRIPE_ENDPOINTS: "money",
+      STRIPE_WEBHOOK_SECRET_MONEY: OTHER_SECRET,
+    };
+    const why = "(or a STRIPE_API_KEY sk_live_/sk_test_): without one, test-mode events are booked as well";
+    expect(configError(env).problems).toEqual([
+      `NODE_ENV=production needs a mode: set STRIPE_MODE=live or test ${why}`,
+      `NODE_ENV=production needs a mode: set STRIPE_MODE_MONEY=live or test ${why}`,
+    ]);
+    expect(configError({ ...env, STRIPE_MODE: "live" }).problems).toEqual([
+      `NODE_ENV=production needs a mode: set STRIPE_MODE_MONEY=live or test ${why}`,
+    ]);
+    expect(loadConfig({ ...env, STRIPE_MODE: "live", STRIPE_MODE_MONEY: "test" }).endpoints.map((e) => e.livemode)).toEqual([true, false]);
+    // A key gives every endpoint its mode; outside production an endpoint without one still starts.
+    expect(loadConfig({ ...env, STRIPE_API_KEY: "rk_live_0123456789abcdef" }).endpoints.map((e) => e.livemode)).toEqual([true, true]);
+    expect(loadConfig({ ...env, NODE_ENV: undefined }).endpoints.map((e) => e.livemode)).toEqual([undefined, undefined]);
   });
 
   test("`loadConfig()` refuses an unknown NODE_ENV naming the variable, and accepts production, development, test or unset", () => {
@@ -310,7 +337,9 @@ describe("loadConfig()", () => {
     }
     for (const value of ["development", "test", "", undefined])
       expect(loadConfig({ NODE_ENV: value }, DEV_SECRET).endpoints[0]?.source).toBe("generated");
-    expect(loadConfig({ NODE_ENV: "production", DATABASE_URL: DB_URL, STRIPE_WEBHOOK_SECRET: SECRET }).databaseUrl).toBe(DB_URL);
+    expect(
+      loadConfig({ NODE_ENV: "production", DATABASE_URL: DB_URL, STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_MODE: "live" }).databaseUrl,
+    ).toBe(DB_URL);
   });
 
   test("`loadConfig()` does not echo a STRIPE_ENDPOINTS entry that looks like a secret pasted there by mistake", () => {
@@ -494,4 +523,60 @@ test("`loadConfig()` refuses a per-endpoint variable whose suffix names no endpo
     "STRIPE_MODE_CONECT names no configured endpoint (the Stripe endpoints are billing, connect; add it to STRIPE_ENDPOINTS or fix the name)",
   ]);
   expect(() => loadConfig({ ...env, STRIPE_MODE_CONECT: undefined, INBOX_MODE_CONECT: undefined })).not.toThrow();
+});
+
+describe("parseDuration()", () => {
+  // Every option and setting that takes a duration, as a function: ms, or undefined when refused.
+  const now = new Date("2026-12-01T00:00:00Z");
+  const key = "sk_test_0123456789abcdef";
+  const eventsOption = async (flag: string, value: string) => {
+    const code = await reconcileEventsCommand(
+      [flag, value, "--help"],
+      {},
+      { openDb: () => Promise.reject(new Error("no db")), out: () => {}, err: () => {} },
+    );
+    return code === 0 ? "accepted" : undefined;
+  };
+  const readers: Record<string, (text: string) => unknown> = {
+    parseDuration: (t) => parseDuration(t),
+    "reconcile invoices --since": (t) => now.getTime() - readSince(t, now).getTime(),
+    RECONCILE_EVERY: (t) => readCatchUpSettings({ RECONCILE_EVERY: t, STRIPE_API_KEY: key }).everyMs,
+    FAILOVER_BACKFILL_MARGIN: (t) => readFailoverSettings({ FAILOVER_BACKFILL_MARGIN: t }).marginMs,
+  };
+  const read = async (text: string) => {
+    const results: Record<string, unknown> = {};
+    for (const [name, reader] of Object.entries(readers))
+      try {
+        results[name] = reader(text);
+      } catch {
+        results[name] = undefined;
+      }
+    results["reconcile events --since"] = await eventsOption("--since", text);
+    results["reconcile events --every"] = await eventsOption("--every", text);
+    return results;
+  };
+
+  test("`parseDuration()` is the one reading of a duration: every option and setting that takes one accepts the same spellings as the same ms", async () => {
+    for (const [text, ms] of [
+      ["30d", 30 * 86_400_000],
+      ["12h", 12 * 3_600_000],
+      ["90m", 90 * 60_000],
+      ["45s", 45_000],
+      ["500ms", 500],
+      [" 15m ", 900_000],
+    ] as const) {
+      const each: Record<string, unknown> = { parseDuration: ms, "reconcile invoices --since": ms, RECONCILE_EVERY: ms };
+      Object.assign(each, { FAILOVER_BACKFILL_MARGIN: ms, "reconcile events --since": "accepted", "reconcile events --every": "accepted" });
+      expect({ text, ...(await read(text)) }).toEqual({ text, ...each });
+    }
+  });
+
+  test("`parseDuration()` is the one reading of a duration: every option and setting refuses zero, a bare number, a fraction, a sign, an unknown unit and more than 100 years", async () => {
+    for (const text of ["0d", "0ms", "30", "1.5h", "-1d", "+1d", "3w", "1 d", "36501d", ""]) {
+      const results = await read(text);
+      // An empty setting means unset (its default), as for every variable; an empty option is refused.
+      if (text === "") Object.assign(results, { RECONCILE_EVERY: undefined, FAILOVER_BACKFILL_MARGIN: undefined });
+      expect({ text, accepted: Object.entries(results).filter(([, v]) => v !== undefined) }).toEqual({ text, accepted: [] });
+    }
+  });
 });

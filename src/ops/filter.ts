@@ -1,5 +1,7 @@
 import type { Db, Tx } from "../db/db.ts";
 
+export { parseDuration } from "../config.ts"; // the one duration parser, for `inbox` and the operator's page
+
 /** A row's state, as the `webhook_inbox_state` view defines it (sql/0004_retention.sql, 0009_resolve.sql). */
 export type RowState = "processed" | "ignored" | "ignored_mode" | "resolved" | "unprocessed" | "needs_review";
 
@@ -57,21 +59,3 @@ function stateCondition(db: Db | Tx, state: RowState) {
 export function containing(text: string): string {
   return "%" + text.replace(/[\\%_]/g, "\\$&") + "%";
 }
-
-/**
- * Parses a duration such as `30d`, `12h`, `90m`, `45s` or `500ms` into milliseconds.
- * @throws Error naming the value when it is not a positive whole number with one of those units, or is
- *   longer than 100 years.
- */
-export function parseDuration(text: string): number {
-  const match = /^(\d+)(ms|s|m|h|d)$/.exec(text.trim());
-  if (!match?.[1] || !match[2] || Number(match[1]) === 0)
-    throw new Error(`Cannot read duration "${text}": use a positive whole number with ms, s, m, h or d (e.g. 30d)`);
-  const unit = { ms: 1, s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as "ms" | "s" | "m" | "h" | "d"];
-  const ms = Number(match[1]) * unit;
-  if (ms > MAX_DURATION_MS) throw new Error(`Cannot read duration "${text}": longer than 100 years`);
-  return ms;
-}
-
-/** Longest duration {@link parseDuration} accepts: 100 years (PostgreSQL timestamps end in 294276 AD, but no retention needs more). */
-const MAX_DURATION_MS = 36_500 * 86_400_000;

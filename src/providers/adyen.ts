@@ -61,7 +61,7 @@ export async function verifyAdyenAll(input: VerifyInput): Promise<VerifiedEvent[
     if (!(await anyHmacMatches(keys, adyenSigningString(item), [bytes])))
       throw new AppError(
         "signature_mismatch",
-        `Cannot verify Adyen HMAC signature of ${at}: it matches none of the endpoint's ${input.secrets.length} HMAC key(s); nothing of the delivery was recorded`,
+        `Cannot verify Adyen HMAC signature of ${at}: it does not match; nothing of the delivery was recorded`,
       );
     events.push(itemEvent(batch.live, item));
   }

@@ -1,7 +1,7 @@
 import { AppError, PermanentError } from "../errors.ts";
 import { anyHmacMatches, fromHex, hmacSha256, toHex } from "./hmac.ts";
 import { isObject, isoDate, jsonEvent, text } from "./json-event.ts";
-import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
+import { checkTimestamp, type Subject, type VerifiedEvent, type VerifyInput, type WebhookProvider } from "./provider.ts";
 
 /**
  * Paddle Billing's default signature tolerance here, seconds, both directions: 60. Paddle's SDKs reject
@@ -41,20 +41,9 @@ export async function verifyPaddle(input: VerifyInput): Promise<VerifiedEvent> {
   if (timestamps.length !== 1 || ts === undefined || !/^\d{1,12}$/.test(ts))
     throw new AppError("signature_malformed", "Cannot parse Paddle-Signature: expected exactly one integer ts= value");
   if (signatures.length === 0) throw new AppError("signature_malformed", "Cannot parse Paddle-Signature: no h1 signature");
-  const skewSec = Math.floor(input.nowMs / 1000) - Number(ts);
-  if (Math.abs(skewSec) > input.toleranceSec) {
-    const direction = skewSec > 0 ? "old" : "in the future";
-    throw new AppError(
-      "timestamp_out_of_tolerance",
-      `Cannot verify Paddle signature: ts is ${Math.abs(skewSec)} s ${direction}, tolerance is ${input.toleranceSec} s`,
-    );
-  }
-  if (!(await anyHmacMatches(input.secrets, `${ts}:${input.body}`, signatures))) {
-    throw new AppError(
-      "signature_mismatch",
-      `Cannot verify Paddle signature: no h1 matches any of the endpoint's ${input.secrets.length} secret(s)`,
-    );
-  }
+  checkTimestamp("Paddle", Number(ts), input);
+  if (!(await anyHmacMatches(input.secrets, `${ts}:${input.body}`, signatures)))
+    throw new AppError("signature_mismatch", "Cannot verify Paddle signature: no h1 signature matches");
   return jsonEvent(input.body, "a Paddle Billing event: a JSON object with event_id, event_type and a data object", (payload) => {
     const id = text(payload.event_id);
     const type = text(payload.event_type, 200);

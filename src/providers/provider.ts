@@ -1,3 +1,4 @@
+import { AppError } from "../errors.ts";
 import type { JsonbCopy } from "./jsonb-text.ts";
 
 /**
@@ -61,6 +62,17 @@ export interface VerifyInput {
   toleranceSec: number;
   /** Current time, milliseconds since the epoch (injectable for tests). */
   nowMs: number;
+}
+
+/**
+ * The timestamp check of every scheme that signs one (Stripe, Paddle, Standard Webhooks): `signedAtSec`
+ * (unix seconds) within ±`toleranceSec` of `nowMs`, both directions (stripe-node's own check only rejects
+ * old ones). The message names the scheme (`Stripe`), never the tolerance or the skew: it is public.
+ * @throws AppError `timestamp_out_of_tolerance`
+ */
+export function checkTimestamp(scheme: string, signedAtSec: number, input: Pick<VerifyInput, "toleranceSec" | "nowMs">): void {
+  if (Math.abs(Math.floor(input.nowMs / 1000) - signedAtSec) > input.toleranceSec)
+    throw new AppError("timestamp_out_of_tolerance", `Cannot verify ${scheme} signature: its timestamp is outside the accepted window`);
 }
 
 /**

@@ -1,7 +1,7 @@
 import Stripe from "stripe";
 import { AppError, PermanentError } from "../errors.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
-import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
+import { checkTimestamp, type Subject, type VerifiedEvent, type VerifyInput, type WebhookProvider } from "./provider.ts";
 
 /** Stripe retries a webhook delivery for up to 3 days after the event (Stripe docs, "Retry behavior"), in ms. */
 export const STRIPE_RETRY_HORIZON_MS = 3 * 86_400_000;
@@ -75,20 +75,12 @@ export function parseStripeSignature(header: string | null): SignatureHeader {
 /**
  * Our rules for a `Stripe-Signature` header before any HMAC is computed, shared by classic and thin
  * endpoints: the header parses ({@link parseStripeSignature}) and its timestamp is within
- * ±`toleranceSec` of `nowMs` in both directions (stripe-node's check only rejects old timestamps, and
- * its thin-event parser turns a tolerance of 0 into 300 s). Returns the header for stripe-node.
+ * ±`toleranceSec` of `nowMs` ({@link checkTimestamp}; stripe-node's check only rejects old timestamps,
+ * and its thin-event parser turns a tolerance of 0 into 300 s). Returns the header for stripe-node.
  * @throws AppError `signature_missing` | `signature_malformed` | `timestamp_out_of_tolerance`
  */
 export function checkStripeTimestamp(input: Pick<VerifyInput, "headers" | "toleranceSec" | "nowMs">): string {
-  const { timestamp } = parseStripeSignature(input.headers.get("stripe-signature"));
-  const skewSec = Math.floor(input.nowMs / 1000) - timestamp;
-  if (Math.abs(skewSec) > input.toleranceSec) {
-    const direction = skewSec > 0 ? "old" : "in the future";
-    throw new AppError(
-      "timestamp_out_of_tolerance",
-      `Cannot verify Stripe signature: timestamp is ${Math.abs(skewSec)} s ${direction}, tolerance is ${input.toleranceSec} s`,
-    );
-  }
+  checkTimestamp("Stripe", parseStripeSignature(input.headers.get("stripe-signature")).timestamp, input);
   return input.headers.get("stripe-signature") ?? "";
 }
 
@@ -115,12 +107,7 @@ export async function verifyStripeEvent(input: VerifyInput): Promise<VerifiedEve
       throw new AppError("invalid_event", "Signed body is not a Stripe event: it is not a JSON event object");
     }
   }
-  if (event === undefined) {
-    throw new AppError(
-      "signature_mismatch",
-      `Cannot verify Stripe signature: no v1 signature matches any of the endpoint's ${input.secrets.length} secret(s)`,
-    );
-  }
+  if (event === undefined) throw new AppError("signature_mismatch", "Cannot verify Stripe signature: no v1 signature matches");
   return toVerifiedEvent(event, input.body);
 }
 

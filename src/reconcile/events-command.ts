@@ -1,8 +1,10 @@
 // `bun run reconcile events`: the command line of event backfill (parsing, runs per endpoint, output).
 import type { Telemetry } from "../telemetry.ts";
 import type Stripe from "stripe";
-import { ConfigError, loadEndpointsWithoutSecrets, type EndpointSettings } from "../config.ts";
+import { ConfigError, loadEndpointsWithoutSecrets, parseDuration, type EndpointSettings } from "../config.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
+import { sleep } from "../db/sleep.ts";
+import { finishCoveredRequests } from "../handlers/backfill-requests.ts";
 import { stripeEndpoints } from "../receiver/endpoints.ts";
 import { backfillEndpoint } from "./catch-up.ts";
 import { readStripeApiSettings, stripeApiClient, type StripeApiSettings } from "../stripe-api/client.ts";
@@ -11,7 +13,7 @@ import type { StripeRetryOptions } from "../stripe-api/retry.ts";
 import { backfillEvents, MAX_PAGE_SIZE, type BackfillSummary } from "./backfill-events.ts";
 import { stripeEventLister } from "./stripe-events.ts";
 import { accountLabel, accountsOf, readAccountChoice } from "./connected-accounts.ts";
-import { UsageError } from "./reconcile-args.ts";
+import { readSince, UsageError } from "./reconcile-args.ts";
 
 export const EVENTS_USAGE = `Usage: bun run reconcile events [options]
   --since 3d|ISO     window start (default: where the endpoint's checkpoint left off; without one, 3 days ago)
@@ -51,21 +53,13 @@ export interface EventsCommandDeps {
   telemetry?: Telemetry;
 }
 
-/** `2h`, `3d`, `90m`, `30s` → ms; an ISO 8601 date or date-time → that time. */
-function parseSince(raw: string, nowMs: number): Date {
-  const m = /^(\d+)(s|m|h|d)$/.exec(raw);
-  if (m) return new Date(nowMs - Number(m[1]) * { s: 1e3, m: 6e4, h: 3.6e6, d: 8.64e7 }[m[2] as "s" | "m" | "h" | "d"]);
-  const date = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/.test(raw)
-    ? new Date(raw)
-    : new Date(Number.NaN);
-  if (Number.isNaN(date.getTime())) throw new UsageError(`--since must be a duration (3d, 12h) or an ISO time, got "${raw}"`);
-  return date;
-}
-
+/** `--every 15m` as ms ({@link parseDuration}). @throws UsageError. */
 function parseEvery(raw: string): number {
-  const m = /^(\d+)(s|m|h|d)$/.exec(raw);
-  if (!m || Number(m[1]) === 0) throw new UsageError(`--every must be a positive duration (15m, 1h), got "${raw}"`);
-  return Number(m[1]) * { s: 1e3, m: 6e4, h: 3.6e6, d: 8.64e7 }[m[2] as "s" | "m" | "h" | "d"];
+  try {
+    return parseDuration(raw);
+  } catch {
+    throw new UsageError(`--every must be a positive duration (15m, 1h), got "${raw}"`);
+  }
 }
 
 const STRING_FLAGS = new Set(["since", "endpoint", "types", "page-size", "every", "account"]);
@@ -120,7 +114,7 @@ function parse(args: string[], nowMs: number) {
     throw new UsageError(`--page-size must be a whole number from 1 to ${MAX_PAGE_SIZE}, got "${values["page-size"]}"`);
   return {
     help: values.help,
-    since: values.since === undefined ? undefined : parseSince(values.since, nowMs),
+    since: values.since === undefined ? undefined : readSince(values.since, new Date(nowMs)),
     endpoint: values.endpoint,
     types,
     undelivered: values.undelivered,
@@ -246,6 +240,8 @@ export async function reconcileEventsCommand(
                 ),
             });
             summaries.push(s);
+            // A run of every event type finishes the backfill requests (a failover's, a health notice's) it covered.
+            if (!options.dryRun && options.types === undefined && !options.undelivered) await finishCoveredRequests(db, s);
             if (s.unrecoverable || s.status !== "done") code = 1;
           } catch (err) {
             code = 1;
@@ -259,14 +255,7 @@ export async function reconcileEventsCommand(
       if (options.json) deps.out(JSON.stringify({ exitCode: code, endpoints: summaries }));
       else for (const s of summaries) for (const line of summaryLines(s)) deps.out(line);
       if (options.everyMs === undefined || deps.signal?.aborted) return code;
-      await (
-        deps.sleep ??
-        ((ms, signal) =>
-          new Promise<void>((r) => {
-            const t = setTimeout(r, ms);
-            signal?.addEventListener("abort", () => (clearTimeout(t), r()), { once: true });
-          }))
-      )(options.everyMs, deps.signal);
+      await (deps.sleep ?? sleep)(options.everyMs, deps.signal);
       if (deps.signal?.aborted) return code;
     }
   } finally {

@@ -1,3 +1,5 @@
+import { parseDuration } from "../config.ts";
+
 /** A command-line problem: the caller prints it with the usage and exits 2. */
 export class UsageError extends Error {
   constructor(message: string) {
@@ -20,7 +22,6 @@ export interface ReconcileArgs {
   allAccounts: boolean;
 }
 
-const UNIT_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
 const ISO = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/;
 
 /**
@@ -29,11 +30,11 @@ const ISO = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d
  * (`--since=…`, `--account=…` also accepted; the account is checked by connected-accounts.ts). `now` is
  * the clock for a duration.
  * @throws UsageError naming an unknown option, a stray argument, or a `--since` that is neither a
- *   positive duration with s, m, h or d nor an ISO 8601 date or date-time.
+ *   duration ({@link readSince}) nor an ISO 8601 date or date-time.
  */
 export function parseReconcileArgs(args: readonly string[], now: Date, command = "reconcile"): ReconcileArgs {
   const out: ReconcileArgs = {
-    since: new Date(now.getTime() - 30 * UNIT_MS.d),
+    since: new Date(now.getTime() - 30 * 86_400_000),
     repair: false,
     dryRun: false,
     json: false,
@@ -68,18 +69,21 @@ function splitFlag(arg: string): [string, string | undefined] {
 }
 
 /**
- * `30d`, `12h`, … before `now`, or an ISO 8601 date or date-time that is a real calendar day.
+ * A duration before `now` ({@link parseDuration}: `30d`, `12h`, …), or an ISO 8601 date or date-time
+ * that is a real calendar day.
  * @throws UsageError for anything else.
  */
 export function readSince(value: string, now: Date): Date {
-  const duration = /^(\d+)(s|m|h|d)$/.exec(value);
-  if (duration && Number(duration[1]) > 0 && Number(duration[1]) <= 36_500)
-    return new Date(now.getTime() - Number(duration[1]) * UNIT_MS[duration[2] as keyof typeof UNIT_MS]);
   if (ISO.test(value)) {
     const [y, m, d] = value.slice(0, 10).split("-").map(Number) as [number, number, number];
     const day = new Date(Date.UTC(y, m - 1, d));
     const at = new Date(value);
     if (day.getUTCMonth() === m - 1 && day.getUTCDate() === d && !Number.isNaN(at.getTime())) return at;
-  }
+  } else
+    try {
+      return new Date(now.getTime() - parseDuration(value));
+    } catch {
+      // Neither: said below.
+    }
   throw new UsageError(`--since must be a duration (30d, 12h) or an ISO time (2026-11-01T00:00:00Z), got ${JSON.stringify(value)}`);
 }

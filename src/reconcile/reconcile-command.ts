@@ -1,6 +1,6 @@
 import type Stripe from "stripe";
 import type { Telemetry } from "../telemetry.ts";
-import { ConfigError } from "../config.ts";
+import { ConfigError, loadEndpointsWithoutSecrets } from "../config.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { describeError } from "../errors.ts";
 import { handlerTables } from "../receiver/endpoints.ts";
@@ -10,7 +10,7 @@ import { withStripeRetry, type StripeRetryOptions } from "../stripe-api/retry.ts
 import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
 import { parseReconcileArgs, UsageError, type ReconcileArgs } from "./reconcile-args.ts";
 import { accountLabel, accountsOf, readAccountChoice, type AccountChoice } from "./connected-accounts.ts";
-import { repairKeyOf, repairObject, resolveCleared, type RepairResult, type RepairTarget } from "./repair-object.ts";
+import { plannedRepair, repairObject, resolveCleared, type RepairResult, type RepairTarget } from "./repair-object.ts";
 
 /** The usage text of `reconcile <kind.name>`. */
 export function reconcileUsage(kind: ObjectKind): string {
@@ -27,7 +27,7 @@ export function reconcileUsage(kind: ObjectKind): string {
   --json            machine output
   exit codes: 0 nothing drifted, 1 drift found (repaired or not) or a failure, 2 usage or configuration
   needs STRIPE_API_KEY (a restricted key with ${kind.permission} is enough; --all-accounts also lists accounts:
-  Connect read); STRIPE_API_BASE optional`;
+  Connect read) of the billing endpoint's mode (STRIPE_MODE, as serve reads it); STRIPE_API_BASE optional`;
 }
 
 /** How a reconciliation reaches the world; the entry file passes the real ones, tests their own. */
@@ -51,7 +51,7 @@ export interface ReconcileIo {
 export type ReportedDrift = ObjectDrift & {
   /** The account the object was read for: `acct_…`, or `""` for the platform. */
   account: string;
-  repair?: RepairResult | { key: string; outcome: "would_repair" | "would_park" };
+  repair?: RepairResult | ReturnType<typeof plannedRepair>;
 };
 
 /** The whole run, as `--json` prints it. */
@@ -70,9 +70,6 @@ export interface Reconciliation {
   cleared: string[];
 }
 
-/** Where repairs go: the Stripe handler table, recorded under the default endpoint `billing`. */
-const TARGET: RepairTarget = { provider: "stripe", endpoint: "billing", handlers: handlerTables.stripe };
-
 /**
  * `bun run reconcile <kind>`: lists Stripe's objects of `kind` created since `--since` (newest first,
  * each page fetched with {@link withStripeRetry}, paged with `starting_after`), compares each page with
@@ -81,7 +78,9 @@ const TARGET: RepairTarget = { provider: "stripe", endpoint: "billing", handlers
  * for each account chosen (connected-accounts.ts): every list call made as that account, its objects
  * compared with its rows only, repairs applied under it. Prints a summary by class and every drifted object (JSON
  * with `--json`). Returns the exit code: 0 nothing drifted, 1 drift found or a failure (Stripe or the
- * database), 2 a usage or configuration error (STRIPE_API_KEY missing or malformed: never quoted).
+ * database), 2 a usage or configuration error (STRIPE_API_KEY missing or malformed: never quoted; the
+ * endpoint settings as `serve` reads them, so a key of another mode than `STRIPE_MODE` is refused).
+ * Repairs are recorded at the default endpoint `billing` with the Stripe handler table, under its mode.
  */
 export async function runReconcile(
   kind: ObjectKind,
@@ -95,6 +94,7 @@ export async function runReconcile(
   let choice: AccountChoice;
   let stripe: Stripe;
   let apiBase: URL;
+  let target: RepairTarget;
   try {
     opts = parseReconcileArgs(args, io.now?.() ?? new Date(), `reconcile ${kind.name}`);
     if (opts.help) return (out(reconcileUsage(kind)), 0);
@@ -102,6 +102,9 @@ export async function runReconcile(
     const settings = readStripeApiSettings(env);
     apiBase = settings.apiBase;
     stripe = stripeApiClient(settings);
+    // The endpoints as `serve` reads them: a key of another mode than the endpoint's is refused here.
+    const { livemode } = loadEndpointsWithoutSecrets(env)[0]!;
+    target = { provider: "stripe", endpoint: "billing", handlers: handlerTables.stripe, livemode };
   } catch (e) {
     if (e instanceof UsageError) return (err(`${e.message}\n\n${reconcileUsage(kind)}`), 2);
     if (e instanceof ConfigError) return (err(e.message), 2);
@@ -109,7 +112,7 @@ export async function runReconcile(
   }
   const { db, close } = await io.openDatabase(env);
   try {
-    const report = await reconcile(db, stripe, kind, opts, choice, io, err, apiBase);
+    const report = await reconcile(db, stripe, kind, opts, choice, io, err, apiBase, target);
     out(opts.json ? JSON.stringify(report, null, 2) : render(report).join("\n"));
     return report.drifted > 0 ? 1 : 0;
   } catch (e) {
@@ -135,6 +138,7 @@ async function reconcile(
   io: ReconcileIo,
   err: (l: string) => void,
   apiBase: URL,
+  target: RepairTarget,
 ) {
   const report: Reconciliation = {
     kind: kind.name,
@@ -162,14 +166,13 @@ async function reconcile(
       const drifted = await kind.findDrift(db, page, account);
       if (opts.repair && !opts.dryRun) {
         const inSync = page.map((o) => o.id).filter((id) => !drifted.some((d) => d.id === id));
-        report.cleared.push(...(await resolveCleared(db, TARGET.provider, kind, inSync, account)));
+        report.cleared.push(...(await resolveCleared(db, target.provider, kind, inSync, account)));
       }
       for (const d of drifted) {
         const object = byId.get(d.id)!;
         const reported: ReportedDrift = { ...d, account };
-        if (opts.repair && opts.dryRun)
-          reported.repair = { key: repairKeyOf(kind, d, object, account), outcome: d.repairable ? "would_repair" : "would_park" };
-        else if (opts.repair) reported.repair = await repairObject(db, TARGET, kind, d, object, account, io.telemetry);
+        if (opts.repair && opts.dryRun) reported.repair = plannedRepair(target, kind, d, object, account);
+        else if (opts.repair) reported.repair = await repairObject(db, target, kind, d, object, account, io.telemetry);
         report.drift.push(reported);
         report.byClass[d.drift] = (report.byClass[d.drift] ?? 0) + 1;
       }

@@ -5,25 +5,31 @@ import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent } from "../inbox/apply-event.ts";
 import { recordUnapplied } from "../inbox/inbox.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
+import { recordIgnoredMode, refusalOf } from "../receiver/receive.ts";
 import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
 
-/** Where repairs are recorded in the inbox: the key's provider and endpoint, and the handler table that applies them. */
+/**
+ * Where repairs are recorded in the inbox: the key's provider and endpoint, the handler table that
+ * applies them, and the endpoint's Stripe mode (`livemode`, config.ts; undefined accepts both).
+ */
 export interface RepairTarget {
   provider: string;
   endpoint: string;
   handlers: HandlerTable;
+  livemode?: boolean;
 }
 
 /**
  * What a repair did: `repaired` (handler applied, inbox row processed), `duplicate` (this key was
  * already recorded: an earlier run did it), `needs_review` (recorded parked: the handler refused
- * Stripe's object, or the drift is not repairable by handlers), with how many needs-review rows about
- * the object it resolved and, when parked, why.
+ * Stripe's object, or the drift is not repairable by handlers), `ignored_mode` (the object is of the
+ * other mode than the endpoint's: recorded, never applied), with how many needs-review rows about the
+ * object it resolved and, when parked, why.
  */
 export interface RepairResult {
   key: string;
   eventType: string;
-  outcome: "repaired" | "duplicate" | "needs_review";
+  outcome: "repaired" | "duplicate" | "needs_review" | "ignored_mode";
   resolved: number;
   error?: string;
 }
@@ -40,7 +46,9 @@ const REPAIR_TIMEOUT_MS = 30_000;
  * (`kind.reviewTypes`, `data.object.id`) with a note naming the key. The handlers' forward-only moves
  * and the ledger's business keys keep a repair racing a webhook (or another run) to one booking.
  * Drift the handlers cannot repair, and objects they refuse (PermanentError, SQLSTATE class 22), are
- * recorded parked as needs-review under the same key with `last_error` saying why.
+ * recorded parked as needs-review under the same key with `last_error` saying why. First of all, the
+ * endpoint's mode rule (receive.ts `refusalOf`, as for a webhook): an object whose mode is not
+ * `target.livemode` is recorded `ignored_mode` and nothing is applied or parked.
  * `account` is the account `object` was read for (`""`: the platform): the repair is recorded under it
  * (inbox `account`, {@link repairKeyOf}), its handler applies it under it (`HandlerContext.account`),
  * and the re-check and the resolution of needs-review rows stay inside it. With `telemetry`, the repair
@@ -82,7 +90,11 @@ async function repairUntraced(
 ): Promise<RepairResult> {
   const { type } = kind.repairEvent(object);
   const key = repairKeyOf(kind, drift, object, account);
-  const event = repairEvent(key, type, object, account);
+  const event = repairEvent(key, type, object, account, target);
+  if (refusesMode(target, event)) {
+    const recorded = await recordIgnoredMode(db, target, event);
+    return { key, eventType: type, outcome: recorded === "ignored_mode" ? "ignored_mode" : "duplicate", resolved: 0 };
+  }
   const inboxKey = { provider: target.provider, endpoint: target.endpoint, eventId: key };
   const park = async (error: string): Promise<RepairResult> => {
     const recorded = await recordUnapplied(db, inboxKey, event, {
@@ -131,17 +143,31 @@ export function repairKeyOf(kind: ObjectKind, drift: ObjectDrift, object: Stripe
   return drift.repairable ? own : `${own}:${drift.drift}`;
 }
 
+/** `--dry-run`'s answer: the repair's key and what {@link repairObject} would record under it. */
+export function plannedRepair(target: RepairTarget, kind: ObjectKind, drift: ObjectDrift, object: StripeObject, account = "") {
+  const key = repairKeyOf(kind, drift, object, account);
+  const otherMode = refusesMode(target, repairEvent(key, "", object, account, target));
+  return { key, outcome: otherMode ? "would_ignore_mode" : drift.repairable ? "would_repair" : "would_park" } as const;
+}
+
+/** Whether the endpoint's mode rule (receive.ts `refusalOf`) refuses `event`; not its account rule: a repair is applied under the account it was read for. */
+function refusesMode(target: RepairTarget, event: VerifiedEvent): boolean {
+  return refusalOf({ name: target.endpoint, ...target }, { ...event, account: "" })?.kind === "mode";
+}
+
 /**
  * A repair as the inbox records it: a Stripe event envelope around Stripe's current object under the
- * repair's key, so replay and the worker read it like any event, with `source: "reconcile"`.
+ * repair's key, so replay and the worker read it like any event, with `source: "reconcile"` and the
+ * object's `livemode` (an object without one, a refund, is of the key's mode: the endpoint's).
  */
-function repairEvent(key: string, type: string, object: StripeObject, account: string): VerifiedEvent {
+function repairEvent(key: string, type: string, object: StripeObject, account: string, target: RepairTarget): VerifiedEvent {
+  const livemode = typeof object.livemode === "boolean" ? object.livemode : target.livemode === true;
   const payload = {
     id: key,
     object: "event",
     type,
     created: Math.floor(Date.now() / 1000),
-    livemode: object.livemode === true,
+    livemode,
     ...(account === "" ? {} : { account }),
     data: { object },
   };
@@ -153,6 +179,7 @@ function repairEvent(key: string, type: string, object: StripeObject, account: s
     body: JSON.stringify(payload),
     source: "reconcile",
     account,
+    livemode,
   };
 }
 

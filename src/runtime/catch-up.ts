@@ -1,6 +1,6 @@
 // Wiring of the automatic event catch-up for `serve` and `worker`: settings from the environment.
 import type { Telemetry } from "../telemetry.ts";
-import { ConfigError, loadEndpointsWithoutSecrets } from "../config.ts";
+import { ConfigError, loadEndpointsWithoutSecrets, parseDuration } from "../config.ts";
 import type { Db } from "../db/db.ts";
 import type { LogFn } from "../log.ts";
 import { backfillEndpoint, runBackfillRequests, runCatchUp, type CatchUpEndpoint } from "../reconcile/catch-up.ts";
@@ -15,20 +15,18 @@ export interface CatchUpSettings {
   everyMs: number | undefined;
 }
 
-const UNITS = { s: 1e3, m: 6e4, h: 3.6e6, d: 8.64e7 } as const;
-
 /**
- * Reads a duration setting `name` (`15s`, `15m`, `1h`, `1d`) as ms; undefined when unset or empty.
- * A malformed or zero value appends one problem naming `name` and returns undefined.
+ * Reads a duration setting `name` ({@link parseDuration}: `15s`, `15m`, `1h`, `1d`) as ms; undefined when
+ * unset or empty. A malformed or zero value appends one problem naming `name` and returns undefined.
  */
 export function duration(name: string, raw: string | undefined, problems: string[]): number | undefined {
   if (raw === undefined || raw === "") return undefined;
-  const m = /^(\d+)(s|m|h|d)$/.exec(raw.trim());
-  if (!m || Number(m[1]) === 0) {
+  try {
+    return parseDuration(raw);
+  } catch {
     problems.push(`${name} must be a positive duration such as 15m, 1h or 1d, got "${raw}"`);
     return undefined;
   }
-  return Number(m[1]) * UNITS[m[2] as keyof typeof UNITS];
 }
 
 /**

@@ -2,7 +2,7 @@
 // a provider is done when its test file calls `providerContractSuite` and it is green. Each check
 // calls `provider.verify` directly with an injected clock; nothing here touches the database.
 import { describe, expect, test } from "bun:test";
-import { AppError, PermanentError, type ErrorCode } from "../../src/errors.ts";
+import { AppError, errorResponse, PermanentError, type ErrorCode } from "../../src/errors.ts";
 import type { Subject, VerifiedEvent, WebhookProvider } from "../../src/providers/provider.ts";
 import { providerNamed } from "../../src/providers/registry.ts";
 
@@ -124,6 +124,31 @@ export function providerContractSuite(options: ProviderSuiteOptions): void {
       test("`verify()` refuses a future timestamp beyond the tolerance as timestamp_out_of_tolerance", async () => {
         await refused(verify(sample.body, await sign(sample.body, secrets[0], NOW_SEC + TOLERANCE_SEC + 1)), "timestamp_out_of_tolerance");
       });
+
+    test("`verify()` refusals say what failed, never the configuration: the same answer whatever the secret count or the tolerance (the trial's N11)", async () => {
+      // The body the receiver answers with (errorResponse), for a refusal.
+      const answer = async (run: Promise<unknown>) => {
+        const err = await run.then(
+          () => undefined,
+          (e: unknown) => e,
+        );
+        expect(err).toBeInstanceOf(AppError);
+        return errorResponse(err as AppError).text();
+      };
+      const other = await sign(sample.body, secrets[1], NOW_SEC);
+      const mismatch = await answer(verify(sample.body, other, [secrets[0]]));
+      expect(await answer(verify(sample.body, other, [secrets[0], secrets[0], secrets[0]]))).toBe(mismatch);
+      expect(mismatch).toContain('"error":"signature_mismatch"');
+      expect(mismatch).not.toMatch(/secret|\(s\)|\b1\b/i);
+      if (options.timestamped === false) return;
+      const stale = await sign(sample.body, secrets[0], NOW_SEC - 400);
+      const at = (toleranceSec: number, nowMs: number) =>
+        answer(provider.verify({ body: sample.body, headers: new Headers(stale), secrets: [secrets[0]], toleranceSec, nowMs }));
+      const late = await at(TOLERANCE_SEC, NOW_MS);
+      expect(await at(60, NOW_MS + 3_600_000)).toBe(late);
+      expect(late).toContain('"error":"timestamp_out_of_tolerance"');
+      expect(late).not.toMatch(/tolerance is|\b300\b|\b400\b/);
+    });
 
     test("`verify()` refuses a delivery missing a required header as signature_missing", async () => {
       const headers = await sign(sample.body, secrets[0], NOW_SEC);

@@ -374,6 +374,37 @@ describe("reconcile invoices", () => {
   });
 });
 
+describe("reconcile invoices and the endpoint's mode (review R6)", () => {
+  test("`reconcileInvoicesCommand()` --repair with a test-mode key against a live endpoint is refused (exit 2, naming the variables, never the key) and books nothing", async () => {
+    inStripe("in_testmode", { status: "paid", amount_paid: 7700, amount_due: 7700 });
+    const before = await snapshot();
+    const run = await reconcile(["--repair"], { env: { ...ENV, STRIPE_MODE: "live" } });
+    expect(run.code).toBe(2);
+    expect(run.err).toContain("STRIPE_MODE=live contradicts STRIPE_API_KEY, a test-mode key");
+    expect(run.err).not.toContain(KEY);
+    expect(await snapshot()).toEqual(before);
+    expect(store.requests.length).toBe(0); // refused before anything was read
+    // The same key at a test endpoint (declared, or read from the key) repairs as before.
+    expect((await reconcile(["--repair"], { env: { ...ENV, STRIPE_MODE: "test" } })).code).toBe(1);
+    expect((await snapshot()).ledger.map((l) => [l.invoice_id, l.amount])).toEqual([["in_testmode", 7700]]);
+  });
+
+  test("`reconcileInvoicesCommand()` --repair records an object of the other mode ignored_mode, as a webhook of it would be, and applies nothing", async () => {
+    inStripe("in_livemode", { status: "paid", amount_paid: 2000, livemode: true });
+    const dry = await reconcile(["--repair", "--dry-run", "--json"]);
+    expect(dry.json().drift[0]?.repair).toEqual({ key: "reconcile:in_livemode:paid:2000", outcome: "would_ignore_mode" });
+    const run = await reconcile(["--repair", "--json"]);
+    expect(run.code).toBe(1);
+    expect(run.json().drift[0]?.repair).toMatchObject({ key: "reconcile:in_livemode:paid:2000", outcome: "ignored_mode" });
+    const after = await snapshot();
+    expect(after.inbox.map((r) => [r.event_id, r.outcome, r.source, r.parked])).toEqual([
+      ["reconcile:in_livemode:paid:2000", "ignored_mode", "reconcile", false],
+    ]);
+    expect([after.invoices.length, after.ledger.length, after.outbox.length]).toEqual([0, 0, 0]); // nothing applied
+    expect((await reconcile(["--repair", "--json"])).json().drift[0]?.repair?.outcome).toBe("duplicate");
+  });
+});
+
 test("`bun run reconcile invoices` runs the command as a process: --json on stdout, exit 1 on drift", async () => {
   inStripe("in_cli", { status: "open" });
   const proc = Bun.spawn([process.execPath, "src/bin/reconcile.ts", "invoices", "--json"], {

@@ -76,7 +76,9 @@ test("`bun run serve` lists the WEBHOOK_ENDPOINTS endpoints with provider, name,
     `  endpoint adyen/payments (async): POST ${base}/webhooks/adyen/payments (also ${base}/webhooks/adyen)`,
     `  endpoint github/orgs (hybrid): POST ${base}/webhooks/github/orgs`,
   ]);
-  expect(lines).toContain("  worker: async and hybrid endpoints (thin and refetch ones too) queue events that only `bun run worker` applies: run one");
+  expect(lines).toContain(
+    "  worker: async and hybrid endpoints (thin and refetch ones too) queue events that only `bun run worker` applies: run one",
+  );
   expect(all).not.toContain(GITHUB_SECRET);
   expect(all).not.toContain(ADYEN_KEY);
 }, 60_000);
@@ -139,3 +141,20 @@ test("`bun run serve` refuses an unregistered provider and a malformed provider 
   ]);
   expect(serve.lines.join("\n")).not.toContain("starting on");
 });
+
+test("`bun run serve` with NODE_ENV=production and no STRIPE_MODE (nor a key to read it from) refuses to start, naming STRIPE_MODE (the trial's N3)", async () => {
+  const env = { PATH: process.env.PATH, NODE_ENV: "production", DATABASE_URL: database.url, STRIPE_WEBHOOK_SECRET: SECRET, PORT: "0" };
+  const serve = spawnBun(["src/bin/serve.ts"], env, tracked);
+  expect(await serve.child.exited).toBe(1);
+  await serve.stdoutDone;
+  expect((await serve.stderr).trim().split("\n")).toEqual([
+    "Invalid configuration:",
+    "- NODE_ENV=production needs a mode: set STRIPE_MODE=live or test (or a STRIPE_API_KEY sk_live_/sk_test_): without one, test-mode events are booked as well",
+  ]);
+  expect(serve.lines.join("\n")).not.toContain("listening on");
+  // With the mode it starts, and says which events it books.
+  const { base, lines } = await banner({ NODE_ENV: "production", STRIPE_MODE: "live" });
+  expect(lines).toContain(
+    `  endpoint billing (sync, live events only): POST ${base}/webhooks/stripe/billing (also ${base}/webhooks/stripe)`,
+  );
+}, 60_000);

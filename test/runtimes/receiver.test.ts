@@ -37,7 +37,7 @@ describe("loadServerConfig()", () => {
   });
 
   test("`loadServerConfig()` with NODE_ENV=production names the missing DATABASE_URL once", () => {
-    expect(problems({ NODE_ENV: "production", STRIPE_WEBHOOK_SECRET: SECRET })).toEqual([
+    expect(problems({ NODE_ENV: "production", STRIPE_WEBHOOK_SECRET: SECRET, STRIPE_MODE: "live" })).toEqual([
       "DATABASE_URL is required on Deno (only `bun run serve` starts an embedded PostgreSQL)",
     ]);
   });
