@@ -58,11 +58,11 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
 
 /**
  * How the transaction holds the event's inbox row before its handler may run:
- * - `insert`: records `event` under the key (`insert … on conflict do nothing`); the handler runs only
- *   when this transaction inserted it. With `queue`, nothing runs: the row is left for a worker, with
- *   `failed` recorded as an attempt that already failed (a batch's fallback: inbox.ts {@link InboxRow}).
- *   `row`, when given, is inserted as it is instead of the one built from the event (a batch item whose
- *   own row PostgreSQL refused, kept as its raw body: inbox.ts `rawOnlyRow`); nothing runs.
+ * - `insert`: records `event` under the key (`insert … on conflict do nothing`), settled, and its handler
+ *   runs when this transaction inserted it; with `queue`, it is recorded for a worker and nothing runs (a
+ *   type without a handler is recorded `ignored` either way).
+ * - `record`: inserts `row` as it is, for a worker or an operator (`settled` null: an attempt that
+ *   already failed, or an event kept as its raw body: inbox.ts `rawOnlyRow`); nothing runs.
  * - `claimed`: the row a worker claimed is locked `FOR UPDATE` and re-checked unprocessed and not
  *   needs-review (another worker, a redelivery's settle or an operator may have settled it); after
  *   the handler it is settled.
@@ -72,9 +72,7 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  *   `processed` (ops/replay.ts).
  */
 export type Hold =
-  | { insert: VerifiedEvent; queue?: boolean; failed?: InboxRow["failed"]; row?: InboxRow }
-  | { claimed: true }
-  | { replay: true; modeFixed?: boolean };
+  { insert: VerifiedEvent; queue?: boolean } | { record: InboxRow } | { claimed: true } | { replay: true; modeFixed?: boolean };
 
 /** What {@link applyEvent} applies. */
 export interface ApplyInput {
@@ -206,13 +204,12 @@ async function applyIn(tx: Tx, input: ApplyInput, spill: { spilled: boolean }): 
 /** Holds the row as `input.hold` says: "held" when the handler may run, else the outcome without it. */
 async function holdRow(tx: Tx, input: ApplyInput, handled: boolean, spill: { spilled: boolean }): Promise<"held" | Applied> {
   const { key, hold } = input;
-  if ("insert" in hold) {
-    const settled = hold.failed || hold.row ? null : hold.queue ? (handled ? null : "ignored") : handled ? "processed" : "ignored";
-    const row = hold.row ?? { ...inboxRow(key, hold.insert, settled), ...(hold.failed ? { failed: hold.failed } : {}) };
+  if ("insert" in hold || "record" in hold) {
+    const row = "record" in hold ? hold.record : inboxRow(key, hold.insert, !handled ? "ignored" : hold.queue ? null : "processed");
     const inserted = await insertInbox(tx, [row]);
     spill.spilled ||= inserted.spilled;
     if (inserted.size === 0) return "duplicate";
-    return settled === null ? "queued" : "held";
+    return row.settled === null ? "queued" : "held";
   }
   const [row] = await tx<{ settled: boolean; parked: boolean; outcome: string | null; note: string | null }[]>`
     select processed_at is not null as settled, needs_review_at is not null as parked, outcome, resolution_note as note

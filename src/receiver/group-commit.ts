@@ -1,11 +1,8 @@
 import { isDataError, type Db } from "../db/db.ts";
-import { inboxRow, insertInbox, keyText, type InboxKey, type InboxRow, type InsertedKeys } from "../inbox/inbox.ts";
-import { notifierFor } from "../inbox/notifier.ts";
-import { keepPartitionsAfterSpill } from "../inbox/partitions.ts";
 import { AppError } from "../errors.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 import type { Limiter } from "./limiter.ts";
-import { DEFAULT_STATEMENT_TIMEOUT_MS, receiveAsync, type Outcome, type ReceiveTarget } from "./receive.ts";
+import { DEFAULT_STATEMENT_TIMEOUT_MS, receiveAsync, recordQueued, type Delivery, type Outcome, type ReceiveTarget } from "./receive.ts";
 
 /** Default largest group: deliveries recorded by one statement. */
 export const DEFAULT_GROUP_ROWS = 64;
@@ -39,10 +36,7 @@ export interface GroupCommit {
   receive(target: ReceiveTarget, event: VerifiedEvent): Promise<Outcome>;
 }
 
-interface Waiting {
-  key: InboxKey;
-  target: ReceiveTarget;
-  event: VerifiedEvent;
+interface Waiting extends Delivery {
   resolve(outcome: Outcome): void;
   reject(err: unknown): void;
   /** When it began to wait, ms since the epoch. */
@@ -51,19 +45,16 @@ interface Waiting {
 
 /**
  * Async mode with group commit: concurrent deliveries are recorded by one multi-row insert
- * (`insertInbox`), one autocommit statement, so one commit (one WAL flush) and one round trip serve
- * them all, and each is answered from its own row's result only after that commit, exactly as
- * `receiveAsync` answers it alone. The statement has no transaction to set a bound in (BEGIN and
+ * ({@link recordQueued}: one autocommit statement, in key order, one row per key, workers woken after
+ * it), so one commit (one WAL flush) and one round trip serve them all, and each is answered from its
+ * own row's result only after that commit, exactly as `receiveAsync` answers it alone. The statement has no transaction to set a bound in (BEGIN and
  * COMMIT round trips cost about a third of the throughput at 16 senders: docs/performance.md), and
  * needs none for a guarantee: it runs no handler, and it can wait only on another transaction inserting
  * one of its keys (itself bounded by its own bound) or on a table lock an operator or a migration
  * holds; a receiver killed meanwhile may leave its rows recorded, and the provider's retry is then a
  * duplicate. A delivery that finds no group in flight is sent at once, alone; deliveries that arrive while
  * a group's transaction runs wait and form the next group (at most `maxRows`), sent as soon as it
- * settles: one group in flight, growing with the load ("natural batching"). Rows are inserted in key
- * order, so two groups holding the same keys wait for each other instead of deadlocking. Inside a
- * group, deliveries of one key are one row: the first gets the insert's result, the others
- * `duplicate`. Workers are woken once per group that queued a row, after its commit.
+ * settles: one group in flight, growing with the load ("natural batching").
  * When PostgreSQL refuses a row of the group (a data error), each delivery is redone alone
  * (`receiveAsync`, under the limiter and the same bound), so a bad row fails only its own delivery;
  * any other failure rejects every delivery of the group: none is acknowledged, the provider retries.
@@ -94,14 +85,9 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
   }
 
   async function commit(group: Waiting[]): Promise<void> {
-    const first = new Map<string, Waiting>();
-    for (const delivery of group) if (!first.has(keyText(delivery.key))) first.set(keyText(delivery.key), delivery);
-    const rows: InboxRow[] = [...first]
-      .sort(([a], [b]) => (a < b ? -1 : 1))
-      .map(([, d]) => inboxRow(d.key, d.event, handled(d) ? null : "ignored"));
-    let inserted: InsertedKeys;
+    let outcomes: Outcome[];
     try {
-      inserted = await slot(() => insertInbox(db, rows));
+      outcomes = await slot(() => recordQueued(db, group));
     } catch (err) {
       settled();
       if (!isDataError(err) || group.length === 1) {
@@ -113,17 +99,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
       return;
     }
     settled();
-    let queued = false;
-    for (const delivery of group) {
-      const text = keyText(delivery.key);
-      if (first.get(text) !== delivery || !inserted.has(text)) delivery.resolve("duplicate");
-      else if (handled(delivery)) {
-        queued = true;
-        delivery.resolve("queued");
-      } else delivery.resolve("ignored");
-    }
-    if (queued) notifierFor(db).wake();
-    keepPartitionsAfterSpill(db, inserted);
+    group.forEach((delivery, i) => delivery.resolve(outcomes[i]!));
   }
 
   /** Arms the one timer for the oldest waiting delivery, if none is armed. */
@@ -151,15 +127,10 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
 
   return {
     receive(target, event) {
-      const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
-      const promise = new Promise<Outcome>((resolve, reject) => waiting.push({ key, target, event, resolve, reject, since: Date.now() }));
+      const promise = new Promise<Outcome>((resolve, reject) => waiting.push({ target, event, resolve, reject, since: Date.now() }));
       if (!inFlight) send();
       else armSweep();
       return promise;
     },
   };
-}
-
-function handled(delivery: Waiting): boolean {
-  return Object.hasOwn(delivery.target.handlers, delivery.event.type);
 }

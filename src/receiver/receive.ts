@@ -1,7 +1,7 @@
 import { isDatabaseUnavailable, isDataError, isPermanent, type Db } from "../db/db.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
-import { applyEvent, applyEvents, type Applied, type ApplyInput } from "../inbox/apply-event.ts";
+import { applyEvent, applyEvents, type Applied, type ApplyInput, type Hold } from "../inbox/apply-event.ts";
 import { inboxRow, insertInbox, keyText, rawOnlyRow, recordUnapplied, type Backoff } from "../inbox/inbox.ts";
 import { notifierFor } from "../inbox/notifier.ts";
 import { keepPartitionsAfterSpill } from "../inbox/partitions.ts";
@@ -185,23 +185,13 @@ function applyInput(target: ReceiveTarget, event: VerifiedEvent) {
 
 /**
  * The events of ONE delivery that carries several (Adyen's batch: `WebhookProvider.verifyAll`),
- * recorded together; returns each event's outcome in the order given. Events are handled in key order
- * (so two batches holding the same keys queue instead of deadlocking), one key once.
- * - `sync`: every inbox row and every handler's writes in ONE transaction ({@link applyEvents}). When a
- *   handler fails permanently ({@link isPermanent}), the whole transaction is tried again with that
- *   event recorded needs-review instead of applied (`needs_review`), as the one-event path parks it.
- * - `hybrid`: the same transaction bounded by `hybrid.budgetMs`; when it fails, ONE transaction
- *   records them all for the worker: the event that failed with its error and first backoff (parked at
- *   once when permanent: `needs_review`), the others queued (`queued`).
- * - `async`: ONE insert statement records them all, unprocessed (`queued`) or, without a handler, `ignored`.
- * An event whose own row PostgreSQL refuses (a data error: a payload jsonb refuses even sanitized, a
- * creation time beyond timestamptz's range) is kept as its raw body, parked (`needs_review`), in the same
- * transaction as the others (inbox.ts `rawOnlyRow`), as a single event is kept (recordUnapplied): the
- * sender gets its 2xx and nothing is lost. Only an event whose key itself is refused (a NUL in its id)
- * still refuses the delivery (the caller answers 400 `invalid_event`).
- * `duplicate` for an event already recorded. Nothing is acknowledged before the commit.
- * @throws the handler's or the database's error after the rollback (nothing of the delivery remains),
- *   when the database is unavailable, or when the fallback cannot be written: the caller answers 5xx.
+ * recorded together: `async` by one insert ({@link recordQueued}), `sync` and `hybrid` in one
+ * transaction ({@link recordBatch}), answered only after the commit holding every event. Returns each
+ * event's outcome in the order given, as one event's in that mode (hybrid's fallback records them all
+ * for the worker), `needs_review` for one parked: its handler failed permanently, or PostgreSQL refused
+ * its row (a data error), kept as its raw body as recordUnapplied keeps one event.
+ * @throws after the rollback (nothing of the delivery remains): the data error of an event whose key
+ *   PostgreSQL refuses (a NUL in its id: the caller answers 400), or the handler's or database's error.
  */
 export async function receiveBatch(
   db: Db,
@@ -209,103 +199,111 @@ export async function receiveBatch(
   events: readonly VerifiedEvent[],
   options: { mode: Mode; timeoutMs: number; hybrid: HybridOptions },
 ): Promise<Outcome[]> {
-  const order = events.map((e, i) => ({ e, i })).sort((a, b) => (a.e.id < b.e.id ? -1 : a.e.id > b.e.id ? 1 : a.i - b.i));
-  const sorted = order.map((o) => o.e);
-  const outcomes = await receiveSorted(db, target, sorted, options);
-  const result: Outcome[] = new Array<Outcome>(events.length);
-  order.forEach((o, k) => (result[o.i] = outcomes[k] as Outcome));
+  if (options.mode === "async") {
+    const deliveries = events.map((event) => ({ target, event }));
+    // One statement cannot say which row PostgreSQL refused: one transaction can (recordBatch).
+    const queued = await recordQueued(db, deliveries).catch((err: unknown) => (isDataError(err) ? undefined : Promise.reject(err)));
+    if (queued) return queued;
+  }
+  // In key order, so two batches holding the same keys queue instead of deadlocking.
+  const id = (i: number) => events[i]!.id;
+  const order = events.map((_, i) => i).sort((a, b) => (id(a) < id(b) ? -1 : id(a) > id(b) ? 1 : a - b));
+  const sorted = order.map((i) => events[i]!);
+  const outcomes = await recordBatch(db, target, sorted, options);
+  const result = new Array<Outcome>(events.length);
+  order.forEach((i, k) => (result[i] = outcomes[k]!));
   return result;
 }
 
-async function receiveSorted(
-  db: Db,
-  target: ReceiveTarget,
-  events: readonly VerifiedEvent[],
-  options: { mode: Mode; timeoutMs: number; hybrid: HybridOptions },
-): Promise<Outcome[]> {
-  if (options.mode === "async") {
-    try {
-      return await recordBatchQueued(db, target, events);
-    } catch (err) {
-      // One statement cannot say which row PostgreSQL refused: record them in one transaction, which can.
-      if (!isDataError(err)) throw err;
-    }
-  }
-  return recordBatch(db, target, events, options);
-}
+/**
+ * What a batch's next attempt does with one event ({@link recordBatch}): apply it, queue it for a worker,
+ * record it with an attempt's error (`failed`: parked when permanent), or keep it as its raw body, parked
+ * (`raw`: inbox.ts rawOnlyRow). An event only moves forward, apply → queue → failed → raw, so tries end.
+ */
+type Step = { kind: "apply" } | { kind: "queue" } | { kind: "failed" | "raw"; err: unknown };
 
 /**
- * Sync and hybrid batches, and async ones holding a row PostgreSQL refuses: ONE transaction, tried
- * again with what each failure taught (at most twice per event):
- * - `failures`: events recorded with their error instead of applied (parked when permanent);
- * - `raw`: events whose own row PostgreSQL refused (a data error while only recording it): kept as
- *   their raw body, parked (inbox.ts `rawOnlyRow`), so the rest of the delivery is recorded and the
- *   sender gets its 2xx, as a single event is kept (recordUnapplied);
- * - `recordOnly`: after hybrid's in-request attempt failed, or in async mode: nothing is applied, every
- *   other event is queued for the worker (`failAll` when the failure named no event: each gets it).
+ * A batch in ONE transaction ({@link applyEvents}) holding each event as its {@link Step} says; when it
+ * rolls back, tried again with the steps {@link nextSteps} gives, until it commits or none is left.
+ * THE INVARIANT: outcomes are returned (so `[accepted]` is answered) only after the commit of one
+ * transaction holding EVERY event of the delivery, applied, recorded, queued or parked; every other way
+ * out throws after a rollback, so nothing is acknowledged and the provider sends it all again.
  */
 async function recordBatch(
   db: Db,
   target: ReceiveTarget,
   events: readonly VerifiedEvent[],
   options: { mode: Mode; timeoutMs: number; hybrid: HybridOptions },
+  steps: readonly Step[] = events.map(() => ({ kind: options.mode === "async" ? "queue" : "apply" })),
 ): Promise<Outcome[]> {
-  const failures = new Map<number, unknown>();
-  const raw = new Set<number>();
-  let recordOnly = options.mode === "async";
-  let failAll: unknown;
-  const { backoff } = options.hybrid;
-  const why = (i: number) => (failures.has(i) ? failures.get(i) : failAll);
-  const holdOf = (e: VerifiedEvent, i: number): ApplyInput["hold"] => {
-    const key = { provider: target.provider, endpoint: target.endpoint, eventId: e.id };
-    if (raw.has(i)) return { insert: e, row: rawOnlyRow(key, e, describeError(why(i)), backoff) };
-    if (why(i) !== undefined) return { insert: e, failed: { error: describeError(why(i)), parked: isPermanent(why(i)), backoff } };
-    return recordOnly ? { insert: e, queue: true } : { insert: e };
-  };
-  for (;;) {
-    let failedAt: number | undefined;
-    const bound = recordOnly || options.mode === "sync" ? options.timeoutMs : options.hybrid.budgetMs;
-    const inputs = events.map((e, i): ApplyInput => ({ ...applyInput(target, e), hold: holdOf(e, i), timeoutMs: bound }));
-    try {
-      const applied = await applyEvents(db, inputs, bound, (i) => (failedAt = i));
-      return applied.map((a, i) => (a === "queued" && (raw.has(i) || isPermanent(why(i))) ? "needs_review" : a));
-    } catch (err) {
-      if (isDatabaseUnavailable(err)) throw err;
-      // Its hold ran no handler: PostgreSQL refused the event's row itself. Kept raw, unless that was refused too (its key).
-      const onlyRecorded = failedAt !== undefined && (recordOnly || failures.has(failedAt));
-      if (failedAt !== undefined && onlyRecorded && isDataError(err) && !raw.has(failedAt)) {
-        raw.add(failedAt);
-        if (!failures.has(failedAt)) failures.set(failedAt, err);
-        continue;
-      }
-      if (recordOnly) throw err;
-      if (options.mode === "sync") {
-        if (failedAt === undefined || !isPermanent(err) || failures.has(failedAt)) throw err;
-        failures.set(failedAt, err);
-        continue;
-      }
-      // Hybrid: record them all for the worker, the event that failed with its error and first backoff.
-      recordOnly = true;
-      if (failedAt === undefined) failAll = err;
-      else failures.set(failedAt, err);
-    }
+  const applying = steps.some((s) => s.kind === "apply");
+  const bound = applying && options.mode === "hybrid" ? options.hybrid.budgetMs : options.timeoutMs;
+  const hold = (e: VerifiedEvent, i: number) => holdOf(target, e, steps[i]!, options.hybrid.backoff);
+  const inputs = events.map((e, i): ApplyInput => ({ ...applyInput(target, e), hold: hold(e, i), timeoutMs: bound }));
+  let failedAt: number | undefined;
+  try {
+    const applied = await applyEvents(db, inputs, bound, (i) => (failedAt = i));
+    const parked = (s: Step) => s.kind === "raw" || (s.kind === "failed" && isPermanent(s.err));
+    return applied.map((a, i) => (a === "queued" && parked(steps[i]!) ? "needs_review" : a));
+  } catch (err) {
+    const next = isDatabaseUnavailable(err) ? undefined : nextSteps(steps, err, failedAt, options.mode);
+    if (!next) throw err;
+    return recordBatch(db, target, events, options, next);
   }
 }
 
-/** Async mode for a batch: one autocommit insert of every event, queued for a worker or `ignored`; workers woken after it. */
-async function recordBatchQueued(db: Db, target: ReceiveTarget, events: readonly VerifiedEvent[]): Promise<Outcome[]> {
-  const handled = (e: VerifiedEvent) => Object.hasOwn(target.handlers, e.type);
-  const keyOf = (e: VerifiedEvent) => ({ provider: target.provider, endpoint: target.endpoint, eventId: e.id });
-  const first = new Map<string, VerifiedEvent>();
-  for (const e of events) if (!first.has(keyText(keyOf(e)))) first.set(keyText(keyOf(e)), e);
-  const inserted = await insertInbox(
-    db,
-    [...first.values()].map((e) => inboxRow(keyOf(e), e, handled(e) ? null : "ignored")),
-  );
-  const outcomes = events.map((e): Outcome => {
-    const text = keyText(keyOf(e));
-    if (first.get(text) !== e || !inserted.has(text)) return "duplicate";
-    return handled(e) ? "queued" : "ignored";
+/**
+ * A batch's steps after an attempt rolled back with `err` at event `at` (undefined: no event's hold or
+ * handler threw, the commit did), or undefined when no retry can record the delivery:
+ * - an event only recorded whose row PostgreSQL refused (a data error) is kept `raw`; when it was raw
+ *   already, PostgreSQL refuses even that (its key): none;
+ * - sync: an event whose handler failed permanently is recorded `failed`, the others applied again;
+ * - hybrid, while applying: every event is recorded for the worker, the one that failed (none named:
+ *   each) `failed`, the others `queue`d;
+ * - anything else (a transient failure in sync mode; while only recording, any other error): none.
+ */
+function nextSteps(steps: readonly Step[], err: unknown, at: number | undefined, mode: Mode): Step[] | undefined {
+  const step = at === undefined ? undefined : steps[at];
+  const only = (s: Step) => steps.map((old, i) => (i === at ? s : old));
+  if (step && step.kind !== "apply" && isDataError(err))
+    return step.kind === "raw" ? undefined : only({ kind: "raw", err: step.kind === "failed" ? step.err : err });
+  if (!steps.some((s) => s.kind === "apply")) return undefined;
+  if (mode === "sync") return step?.kind === "apply" && isPermanent(err) ? only({ kind: "failed", err }) : undefined;
+  return steps.map((_, i) => (at === undefined || i === at ? { kind: "failed", err } : { kind: "queue" }));
+}
+
+/** The {@link Hold} of a batch's event at `step`. */
+function holdOf(target: ReceiveTarget, event: VerifiedEvent, step: Step, backoff: Backoff): Hold {
+  if (step.kind === "apply") return { insert: event };
+  if (step.kind === "queue") return { insert: event, queue: true };
+  const key = applyInput(target, event).key;
+  const error = describeError(step.err);
+  if (step.kind === "raw") return { record: rawOnlyRow(key, event, error, backoff) };
+  return { record: { ...inboxRow(key, event, null), failed: { error, parked: isPermanent(step.err), backoff } } };
+}
+
+/** A delivery {@link recordQueued} records: the endpoint it came to and its event. */
+export type Delivery = { target: ReceiveTarget; event: VerifiedEvent };
+
+/**
+ * Async mode for several events at once (a batch's; group commit's concurrent deliveries): ONE
+ * autocommit insert records each key once, in key order (two such statements holding the same keys
+ * wait for each other instead of deadlocking), for a worker (`queued`) or, without a handler,
+ * `ignored`; the first delivery of a key gets the insert's result, the others and a key already
+ * recorded `duplicate`. Returns the outcomes in the order given, after the commit; workers are woken
+ * after it, and the payload partitions kept after a spill.
+ * @throws the database error (nothing was recorded).
+ */
+export async function recordQueued(db: Db, deliveries: readonly Delivery[]): Promise<Outcome[]> {
+  const keyOf = (d: Delivery) => ({ provider: d.target.provider, endpoint: d.target.endpoint, eventId: d.event.id });
+  const handled = (d: Delivery) => Object.hasOwn(d.target.handlers, d.event.type);
+  const first = new Map<string, Delivery>();
+  for (const d of deliveries) if (!first.has(keyText(keyOf(d)))) first.set(keyText(keyOf(d)), d);
+  const rows = [...first].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, d]) => inboxRow(keyOf(d), d.event, handled(d) ? null : "ignored"));
+  const inserted = await insertInbox(db, rows);
+  const outcomes = deliveries.map((d): Outcome => {
+    const text = keyText(keyOf(d));
+    return first.get(text) !== d || !inserted.has(text) ? "duplicate" : handled(d) ? "queued" : "ignored";
   });
   if (outcomes.includes("queued")) notifierFor(db).wake();
   keepPartitionsAfterSpill(db, inserted);
