@@ -181,6 +181,7 @@ export function isDatabaseUnavailable(err: unknown): boolean {
       "CONNECTION_ENDED",
       "CONNECTION_DESTROYED",
       "CONNECT_TIMEOUT",
+      "QUERY_STUCK",
       "ECONNREFUSED",
       "ECONNRESET",
       "EPIPE",
@@ -196,6 +197,38 @@ export function isDatabaseUnavailable(err: unknown): boolean {
  * it does not know. PgBouncer documentation, "Configuration"; src/client.c in its sources.
  */
 const STARTUP_REFUSALS = /unsupported startup parameter|no such database|no such user|unsupported pkt type/i;
+
+/**
+ * How long past its own bound a database call may go unanswered before the client gives up on it, ms.
+ * The server ends a statement at `statement_timeout` and a stalled transaction at
+ * `idle_in_transaction_session_timeout` ({@link boundTransaction}); a call still pending this long after
+ * that is on a connection nothing will ever answer (a half-open socket after a failover, or postgres.js
+ * losing a query while it reconnects to another host: docs/failover.md).
+ */
+export const STUCK_SLACK_MS = 5_000;
+
+/**
+ * `promise`, or a rejection after `ms` milliseconds with an Error whose `code` is `QUERY_STUCK` (which
+ * {@link isDatabaseUnavailable} counts as transient: a receiver answers 503, a worker retries the row
+ * after its lease). Giving up does not cancel the call: if it completes later, what it commits is
+ * what the inbox meets on the retry (a duplicate), so nothing is applied twice; its connection stays
+ * with the pool until the driver closes it.
+ */
+export function settleWithin<T>(promise: PromiseLike<T>, ms: number, what: string): Promise<T> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  const stuck = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () =>
+        reject(
+          Object.assign(new Error(`${what} had no answer from PostgreSQL within ${Math.round(ms)} ms: its connection is lost`), {
+            code: "QUERY_STUCK",
+          }),
+        ),
+      ms,
+    );
+  });
+  return Promise.race([promise, stuck]).finally(() => clearTimeout(timer));
+}
 
 /** True for an 08P01 startup refusal from a pooler that retrying cannot fix (see STARTUP_REFUSALS). */
 export function isStartupRefusal(err: unknown): boolean {

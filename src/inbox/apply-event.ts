@@ -1,4 +1,4 @@
-import { boundTransaction, sqlState, SQLSTATE, type Db, type Tx } from "../db/db.ts";
+import { boundTransaction, settleWithin, sqlState, SQLSTATE, STUCK_SLACK_MS, type Db, type Tx } from "../db/db.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 import { PermanentError } from "../errors.ts";
 import { retry } from "../retry.ts";
@@ -150,22 +150,26 @@ export async function applyEvents(
 ): Promise<Applied[]> {
   const deadline = Date.now() + timeoutMs;
   const spill = { spilled: false };
-  const applied = await retry(
-    () =>
-      db.begin(async (tx) => {
-        await boundTransaction(tx, deadline - Date.now(), inputs[0]?.traceparent);
-        const out: Applied[] = [];
-        for (const [i, input] of inputs.entries()) {
-          try {
-            out.push(await applyIn(tx, input, spill));
-          } catch (err) {
-            onFailure?.(i);
-            throw err;
+  const applied = await settleWithin(
+    retry(
+      () =>
+        db.begin(async (tx) => {
+          await boundTransaction(tx, deadline - Date.now(), inputs[0]?.traceparent);
+          const out: Applied[] = [];
+          for (const [i, input] of inputs.entries()) {
+            try {
+              out.push(await applyIn(tx, input, spill));
+            } catch (err) {
+              onFailure?.(i);
+              throw err;
+            }
           }
-        }
-        return out;
-      }),
-    { tries: APPLY_TRIES, retryable: (err) => (isConflict(err) && Date.now() < deadline ? String(sqlState(err)) : undefined) },
+          return out;
+        }),
+      { tries: APPLY_TRIES, retryable: (err) => (isConflict(err) && Date.now() < deadline ? String(sqlState(err)) : undefined) },
+    ),
+    timeoutMs + STUCK_SLACK_MS,
+    "The inbox transaction",
   );
   if (applied.includes("processed")) notifierFor(db, OUTBOX_CHANNEL).wake();
   if (applied.includes("queued")) notifierFor(db).wake();

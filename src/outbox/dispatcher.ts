@@ -2,6 +2,7 @@ import { OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import type { Telemetry } from "../telemetry.ts";
 import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
 import { describeError } from "../errors.ts";
+import { settleWithin, STUCK_SLACK_MS } from "../db/db.ts";
 import { createWakeUp } from "../loop/wake-up.ts";
 import { claimOutboxBatch, type OutboxMessage } from "./claim.ts";
 import { deliverClaimed, type SendFn } from "./deliver-claimed.ts";
@@ -62,7 +63,11 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
       token: message.token.toString(),
     };
     try {
-      const result = await deliverClaimed(db, message, { send: options.send, timeoutMs, maxAttempts, backoff, telemetry: options.telemetry });
+      const result = await settleWithin(
+        deliverClaimed(db, message, { send: options.send, timeoutMs, maxAttempts, backoff, telemetry: options.telemetry }),
+        2 * timeoutMs + STUCK_SLACK_MS, // the send's own bound, then the statement settling the row
+        "Settling the outbox message",
+      );
       log({
         ...line,
         outcome: result.outcome,
@@ -87,7 +92,11 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
     claiming();
     let messages: OutboxMessage[];
     try {
-      messages = await claimOutboxBatch(db, { limit: free, leaseMs, maxAttempts, ordered });
+      messages = await settleWithin(
+        claimOutboxBatch(db, { limit: free, leaseMs, maxAttempts, ordered }),
+        timeoutMs + STUCK_SLACK_MS,
+        "The dispatcher's claim",
+      );
     } catch (err) {
       log({ dispatcher: "claim_failed", error: describeError(err), level: "warn" });
       await sleep(Math.min(pollMs, 1_000));

@@ -1,4 +1,4 @@
-import type { Db } from "../db/db.ts";
+import { settleWithin, type Db } from "../db/db.ts";
 import { AppError, errorResponse } from "../errors.ts";
 import type { Metrics } from "./metrics.ts";
 import { readBackfillAges, readBacklog, readOutboxBacklog } from "../inbox/backlog.ts";
@@ -27,9 +27,10 @@ const PROBE_TIMEOUT_MS = 2_000;
 export function createProbes(deps: ProbeDeps) {
   async function readyz(): Promise<Response> {
     try {
-      const [row] = await withTimeout(
+      const [row] = await settleWithin(
         deps.db<{ version: number | null }[]>`select max(version)::int as version from schema_migrations`.execute(),
         PROBE_TIMEOUT_MS,
+        "The readiness probe",
       );
       const version = row?.version ?? 0;
       if (deps.schemaVersion !== undefined && version < deps.schemaVersion) {
@@ -59,7 +60,7 @@ export function createProbes(deps: ProbeDeps) {
       await tx`select set_config('statement_timeout', ${String(PROBE_TIMEOUT_MS - 250)}, true)`;
       return { inbox: await readBacklog(tx), outbox: await readOutboxBacklog(tx), backfill: await readBackfillAges(tx) };
     });
-    const backlog = await withTimeout(read, PROBE_TIMEOUT_MS).catch(() => null);
+    const backlog = await settleWithin(read, PROBE_TIMEOUT_MS, "The metrics read").catch(() => null);
     return new Response(deps.metrics.render(backlog, deps.endpoints), {
       headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
     });
@@ -78,13 +79,4 @@ function sameText(a: string, b: string): boolean {
   let diff = 0;
   for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
   return diff === 0;
-}
-
-/** Rejects when `promise` takes longer than `ms` milliseconds. */
-export function withTimeout<T>(promise: Promise<T>, ms: number): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`Timed out after ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, timeout]).finally(() => clearTimeout(timer));
 }

@@ -1,4 +1,4 @@
-import { isDatabaseUnavailable, isDataError, isPermanent, type Db } from "../db/db.ts";
+import { isDatabaseUnavailable, isDataError, isPermanent, settleWithin, STUCK_SLACK_MS, type Db } from "../db/db.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent, applyEvents, type Applied, type ApplyInput, type Hold } from "../inbox/apply-event.ts";
@@ -300,7 +300,7 @@ export async function recordQueued(db: Db, deliveries: readonly Delivery[]): Pro
   const first = new Map<string, Delivery>();
   for (const d of deliveries) if (!first.has(keyText(keyOf(d)))) first.set(keyText(keyOf(d)), d);
   const rows = [...first].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, d]) => inboxRow(keyOf(d), d.event, handled(d) ? null : "ignored"));
-  const inserted = await insertInbox(db, rows);
+  const inserted = await settleWithin(insertInbox(db, rows), DEFAULT_STATEMENT_TIMEOUT_MS + STUCK_SLACK_MS, "The inbox insert");
   const outcomes = deliveries.map((d): Outcome => {
     const text = keyText(keyOf(d));
     return first.get(text) !== d || !inserted.has(text) ? "duplicate" : handled(d) ? "queued" : "ignored";

@@ -5,6 +5,7 @@ import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
 import { createWakeUp } from "../loop/wake-up.ts";
 import { describeError } from "../errors.ts";
 import { assertPatchedPostgres } from "../db/patched-postgres.ts";
+import { settleWithin, STUCK_SLACK_MS } from "../db/db.ts";
 import { stripeThinProvider } from "../providers/stripe-thin.ts";
 import type { Fetcher } from "./stripe-fetch.ts";
 import { processClaim } from "./process-claim.ts";
@@ -39,7 +40,14 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
   assertPatchedPostgres();
   const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(options, "Worker");
   const providers = Object.keys(options.tables).filter((p) => options.fetcher !== undefined || p !== stripeThinProvider.name);
-  const processOptions = { tables: options.tables, timeoutMs, maxAttempts, backoff, fetcher: options.fetcher, telemetry: options.telemetry };
+  const processOptions = {
+    tables: options.tables,
+    timeoutMs,
+    maxAttempts,
+    backoff,
+    fetcher: options.fetcher,
+    telemetry: options.telemetry,
+  };
 
   // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);
@@ -53,7 +61,8 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
   const inFlight = new Set<Promise<void>>();
   const start = (claim: Claim, claimedAt: number) => {
     const line = { event_id: claim.eventId, endpoint: claim.endpoint, type: claim.eventType, attempt: claim.attempt };
-    const p: Promise<void> = processClaim(db, claim, processOptions)
+    // Bounded here too: a row whose connection stopped answering frees its slot; its lease runs out and it is claimed again.
+    const p: Promise<void> = settleWithin(processClaim(db, claim, processOptions), 2 * timeoutMs + STUCK_SLACK_MS, "The row's transaction")
       .then(
         (result) =>
           log({
@@ -63,12 +72,20 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
             ...(result.note ? { note: result.note } : {}),
             ...(result.traceId ? { trace_id: result.traceId, span_id: result.spanId } : {}),
             duration_ms: Date.now() - claimedAt,
-            level: result.outcome === "needs_review" ? "error" : result.outcome === "failed" || result.outcome === "deferred" ? "warn" : "info",
+            level:
+              result.outcome === "needs_review" ? "error" : result.outcome === "failed" || result.outcome === "deferred" ? "warn" : "info",
             message: `worker ${result.outcome}`,
           }),
         // Not expected (processClaim reports failures as outcomes): the lease expires and the row is claimed again.
         (err: unknown) =>
-          log({ ...line, outcome: "failed", error: describeError(err), duration_ms: Date.now() - claimedAt, level: "error", message: "worker failed" }),
+          log({
+            ...line,
+            outcome: "failed",
+            error: describeError(err),
+            duration_ms: Date.now() - claimedAt,
+            level: "error",
+            message: "worker failed",
+          }),
       )
       .finally(() => {
         inFlight.delete(p);
@@ -100,7 +117,11 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     let claims: Claim[];
     const claimedAt = Date.now();
     try {
-      claims = await claimBatch(db, { limit: free, leaseMs, maxAttempts, providers, onParked: parked });
+      claims = await settleWithin(
+        claimBatch(db, { limit: free, leaseMs, maxAttempts, providers, onParked: parked }),
+        timeoutMs + STUCK_SLACK_MS,
+        "The worker's claim",
+      );
     } catch (err) {
       log({ worker: "claim_failed", error: describeError(err), level: "warn" });
       await sleep(Math.min(pollMs, 1_000));

@@ -11,6 +11,8 @@ export interface TcpGate {
   shut(): Promise<void>;
   /** From now on drops every byte either way, keeping connections open: a query sent then never returns. */
   freeze(): void;
+  /** As {@link freeze}, for the connections open now only: connections opened later pass (one host half-open, the next reachable). */
+  freezeOpen(): void;
 }
 
 /** A gate on a free port in front of the server of `url` (same credentials and database), shut at first. */
@@ -20,6 +22,7 @@ export async function tcpGate(url: string): Promise<TcpGate> {
   const sockets = new Set<Socket>();
   let server: Server | undefined;
   let frozen = false;
+  const frozenSockets = new WeakSet<Socket>();
   const forward = (client: Socket) => {
     const upstream = tcpConnect(Number(target.port), target.hostname);
     for (const s of [client, upstream]) {
@@ -27,8 +30,8 @@ export async function tcpGate(url: string): Promise<TcpGate> {
       s.on("error", () => (client.destroy(), upstream.destroy()));
       s.on("close", () => (sockets.delete(s), client.destroy(), upstream.destroy()));
     }
-    client.on("data", (chunk) => frozen || upstream.write(chunk));
-    upstream.on("data", (chunk) => frozen || client.write(chunk));
+    client.on("data", (chunk) => frozen || frozenSockets.has(client) || upstream.write(chunk));
+    upstream.on("data", (chunk) => frozen || frozenSockets.has(client) || client.write(chunk));
   };
   return {
     url: Object.assign(new URL(url), { port: String(port) }).toString(),
@@ -40,5 +43,8 @@ export async function tcpGate(url: string): Promise<TcpGate> {
         server = undefined;
       }),
     freeze: () => void (frozen = true),
+    freezeOpen: () => {
+      for (const s of sockets) frozenSockets.add(s);
+    },
   };
 }

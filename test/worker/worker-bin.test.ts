@@ -128,7 +128,7 @@ test("two `bun run worker --no-listen` processes never LISTEN, drain async rows 
   }
 }, 90_000);
 
-test("`bun run worker` whose database stops answering mid-query still ends after SIGTERM: stop_timeout logged at level error, exit 1, within --timeout-ms + 10 s", async () => {
+test("`bun run worker` whose database stops answering mid-query gives up on the claim at --timeout-ms + STUCK_SLACK_MS (logged, never a hang) and ends after SIGTERM with exit 0", async () => {
   const database = await freshDatabase();
   const gate = await tcpGate(database.url);
   await gate.open();
@@ -143,12 +143,14 @@ test("`bun run worker` whose database stops answering mid-query still ends after
     await Bun.sleep(300);
     const signalledAt = Date.now();
     worker.child.kill("SIGTERM");
-    // A bound on a hang, not a speed assertion: without the stop bound this never exits.
+    // A bound on a hang, not a speed assertion: without the claim's bound the loop waits forever and only
+    // the stop bound (--timeout-ms + 10 s) ends the process, with exit 1.
     const code = await Promise.race([worker.child.exited, Bun.sleep(40_000).then(() => "still running" as const)]);
-    expect(code).toBe(1);
-    expect(Date.now() - signalledAt).toBeGreaterThanOrEqual(11_000);
-    const line = worker.lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as Record<string, unknown>).find((l) => l.worker === "stop_timeout");
-    expect(line).toMatchObject({ level: "error" });
+    expect(code).toBe(0);
+    expect(Date.now() - signalledAt).toBeLessThan(1_000 + 10_000);
+    const lines = worker.lines.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as Record<string, unknown>);
+    expect(lines.find((l) => l.worker === "claim_failed")?.error).toContain("had no answer from PostgreSQL");
+    expect(lines.find((l) => l.worker === "stop_timeout")).toBeUndefined();
   } finally {
     await gate.shut();
     await database.drop();
