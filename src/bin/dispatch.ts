@@ -1,15 +1,11 @@
 // Entry file: `bun run dispatch [options]`: delivers outbox rows to OUTBOX_SINK_URL, signed with the
 // Standard Webhooks scheme. Env, args and signals live here; the loop is src/outbox/dispatcher.ts.
-import { jsonLines, readLogLevel, type LogLevel } from "../log.ts";
-import { parseArgs } from "node:util";
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
-import { abortOnSignals, loopFlagSpecs, readLoopSettings, STOP_GRACE_EXTRA_MS } from "../runtime/loop-settings.ts";
-import { connectDatabase } from "../runtime/database-tls.ts";
+import { loopLog, openLoopDatabase, parseLoopArgs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { runDispatcher } from "../outbox/dispatcher.ts";
 import { httpSink } from "../outbox/http-sink.ts";
 import { readDatabaseWaitMs } from "../config.ts";
 import { poolerFromEnv } from "../runtime/database.ts";
-import { openReadyDatabase } from "../runtime/ready-database.ts";
 
 const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBOX_<NAME> from the environment)
   OUTBOX_SINK_URL     (required) where messages are POSTed, http(s)
@@ -30,31 +26,15 @@ function usageError(problems: string[]): never {
   process.exit(2);
 }
 
-let parsed;
-try {
-  parsed = parseArgs({
-    options: {
-      ...loopFlagSpecs,
-      ordered: { type: "boolean", default: false },
-      "no-listen": { type: "boolean", default: false },
-      help: { type: "boolean", short: "h", default: false },
-    },
-  });
-} catch (err) {
-  usageError([err instanceof Error ? err.message : String(err)]);
-}
-if (parsed.values.help) {
-  console.log(USAGE);
-  process.exit(0);
-}
+const flags = parseLoopArgs(USAGE, { ordered: { type: "boolean", default: false } }, (message) => usageError([message]));
 
 // Every problem is listed at once, each naming its flag or variable; secrets are never echoed.
 const problems: string[] = [];
-const settings = readLoopSettings(parsed.values, process.env, "OUTBOX", problems);
+const settings = readLoopSettings(flags, process.env, "OUTBOX", problems);
 const orderedEnv = process.env.OUTBOX_ORDERED;
 if (orderedEnv !== undefined && !["true", "false", ""].includes(orderedEnv))
   problems.push(`OUTBOX_ORDERED must be true or false, got "${orderedEnv}"`);
-const ordered = parsed.values.ordered || orderedEnv === "true";
+const ordered = flags.ordered === true || orderedEnv === "true";
 const waitMs = readDatabaseWaitMs(process.env, problems);
 const sinkUrl = process.env.OUTBOX_SINK_URL;
 const sinkSecret = process.env.OUTBOX_SINK_SECRET;
@@ -71,32 +51,11 @@ if (sinkUrl && sinkSecret) {
 if (problems.length > 0 || !send) usageError(problems);
 
 const pooler = poolerFromEnv(process.env);
-let logLevel: LogLevel = "info";
-try {
-  logLevel = readLogLevel(process.env);
-} catch (err) {
-  usageError([err instanceof Error ? err.message : String(err)]);
-}
-/** One JSON line per event of this process (src/log.ts), below LOG_LEVEL dropped. */
-const log = jsonLines({ level: logLevel });
-// Signals before the database is opened: a stop during start-up ends the start at once.
-const controller = abortOnSignals("dispatcher", settings["timeout-ms"] + STOP_GRACE_EXTRA_MS);
-const ready = await openReadyDatabase({
-  command: "webhook-inbox dispatch",
-  env: process.env,
-  connect: (url) => connectDatabase(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox dispatcher", pooler }),
-  signal: controller.signal,
-  waitMs,
-  pooler,
-});
-if (!ready) {
-  log({ dispatcher: "stopped" });
-  process.exit(0);
-}
-const { database, db } = ready;
+const log = loopLog((message) => usageError([message]));
+const { database, db, controller } = await openLoopDatabase("dispatcher", "webhook-inbox dispatch", settings, waitMs, pooler, log);
 
 log({
-    dispatcher: "started",
+  dispatcher: "started",
   database: database.embedded ? "embedded" : "DATABASE_URL",
   sink: new URL(sinkUrl as string).origin,
   ordered,
@@ -114,7 +73,7 @@ await runDispatcher({
   pollMs: settings["poll-ms"],
   backoff: { baseMs: settings["backoff-base-ms"], capMs: settings["backoff-cap-ms"] },
   ordered,
-  listen: !parsed.values["no-listen"] && pooler !== "transaction", // LISTEN does not survive a transaction pooler
+  listen: !flags["no-listen"] && pooler !== "transaction", // LISTEN does not survive a transaction pooler
   telemetry,
   log,
 });

@@ -1,12 +1,8 @@
 // Entry file: `bun run worker [options]`: processes async and hybrid rows. Env, args and signals live here.
-import { jsonLines, readLogLevel, type LogLevel } from "../log.ts";
-import { parseArgs } from "node:util";
 import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
-import { abortOnSignals, loopFlagSpecs, readLoopSettings, STOP_GRACE_EXTRA_MS } from "../runtime/loop-settings.ts";
+import { loopLog, openLoopDatabase, parseLoopArgs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { ConfigError, loadEndpointsWithoutSecrets, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
-import { connectDatabase } from "../runtime/database-tls.ts";
 import { workerHandlerTables } from "../receiver/endpoints.ts";
-import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { runWorker } from "../worker/worker.ts";
 import { checkStripeApiKey, readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
 import { stripeFetcher, type Fetcher } from "../worker/stripe-fetch.ts";
@@ -35,24 +31,9 @@ function usageError(message: string): never {
   process.exit(2);
 }
 
-let parsed;
-try {
-  parsed = parseArgs({
-    options: {
-      ...loopFlagSpecs,
-      "no-listen": { type: "boolean", default: false },
-      help: { type: "boolean", short: "h", default: false },
-    },
-  });
-} catch (err) {
-  usageError(err instanceof Error ? err.message : String(err));
-}
-if (parsed.values.help) {
-  console.log(USAGE);
-  process.exit(0);
-}
+const flags = parseLoopArgs(USAGE, {}, usageError);
 const problems: string[] = [];
-const settings = readLoopSettings(parsed.values, process.env, "WORKER", problems);
+const settings = readLoopSettings(flags, process.env, "WORKER", problems);
 const waitMs = readDatabaseWaitMs(process.env, problems);
 const apiEndpoints = readApiEndpoints(process.env, problems);
 const api = readFetcher(problems);
@@ -102,33 +83,11 @@ function readFetcher(problems: string[]): { fetcher: Fetcher; stripe: ReturnType
 const poolerProblems: string[] = [];
 const pooler = readPooler(process.env, poolerProblems);
 if (poolerProblems[0]) usageError(poolerProblems[0]);
-let logLevel: LogLevel = "info";
-try {
-  logLevel = readLogLevel(process.env);
-} catch (err) {
-  usageError(err instanceof Error ? err.message : String(err));
-}
-/** One JSON line per event of this process (src/log.ts), below LOG_LEVEL dropped. */
-const log = jsonLines({ level: logLevel });
+const log = loopLog(usageError);
 // A transaction pooler hands each transaction any server connection: a LISTEN would be registered on a
 // connection we do not keep, so notifications never arrive. Poll only there.
-const listen = !parsed.values["no-listen"] && pooler !== "transaction";
-
-// Signals before the database is opened: a stop during start-up ends the start at once.
-const controller = abortOnSignals("worker", settings["timeout-ms"] + STOP_GRACE_EXTRA_MS);
-const ready = await openReadyDatabase({
-  command: "webhook-inbox worker",
-  env: process.env,
-  connect: (url) => connectDatabase(url, { max: settings.concurrency + 1, applicationName: "webhook-inbox worker", pooler }),
-  signal: controller.signal,
-  waitMs,
-  pooler,
-});
-if (!ready) {
-  log({ worker: "stopped" });
-  process.exit(0);
-}
-const { database, db } = ready;
+const listen = !flags["no-listen"] && pooler !== "transaction";
+const { database, db, controller } = await openLoopDatabase("worker", "webhook-inbox worker", settings, waitMs, pooler, log);
 
 // A wrong or revoked key is one clear line at start, not every thin row parked one by one. An API that
 // cannot be reached is one line too, and the worker starts: rows that need it wait and are retried.
@@ -143,7 +102,7 @@ if (api) {
     console.error(`webhook-inbox worker: ${problem.message}; starting anyway: rows that need the Stripe API wait and are retried`);
 }
 log({
-    worker: "started",
+  worker: "started",
   database: database.embedded ? "embedded" : "DATABASE_URL",
   pooler,
   listen,

@@ -1,6 +1,10 @@
-// Edge file: the settings and signal handling shared by the claim-loop commands (`bun run worker`,
-// `bun run dispatch`): flags, environment variables and SIGTERM/SIGINT.
-import { jsonLines } from "../log.ts";
+// Edge file: what the claim-loop commands (`bun run worker`, `bun run dispatch`) share: flags,
+// environment variables, SIGTERM/SIGINT and the database at start.
+import { parseArgs, type ParseArgsOptionsConfig } from "node:util";
+import type { Pooler } from "../db/db.ts";
+import { jsonLines, readLogLevel, type LogFn } from "../log.ts";
+import { connectDatabase } from "./database-tls.ts";
+import { openReadyDatabase } from "./ready-database.ts";
 import { onStopSignals, REPEAT_WINDOW_MS } from "./signals.ts";
 
 /** The numeric flags of a claim loop, in ms except `concurrency` and `max-attempts`. */
@@ -26,8 +30,44 @@ const DEFAULTS: LoopSettings = {
   "backoff-cap-ms": 600_000,
 };
 
-/** `parseArgs` option specs for {@link LOOP_FLAGS}. */
-export const loopFlagSpecs = Object.fromEntries(LOOP_FLAGS.map((n) => [n, { type: "string" as const }]));
+/**
+ * The command line of a claim-loop command, from `process.argv`: {@link LOOP_FLAGS}, `--no-listen`,
+ * `--help` and the command's `extra` flags. `--help` prints `usage` and exits 0; an unknown flag or a
+ * missing value goes to `usageError` (which exits).
+ */
+export function parseLoopArgs(
+  usage: string,
+  extra: ParseArgsOptionsConfig,
+  usageError: (message: string) => never,
+): Record<string, string | boolean | undefined> {
+  let parsed;
+  try {
+    parsed = parseArgs({
+      options: {
+        ...Object.fromEntries(LOOP_FLAGS.map((n) => [n, { type: "string" as const }])),
+        ...extra,
+        "no-listen": { type: "boolean", default: false },
+        help: { type: "boolean", short: "h", default: false },
+      },
+    });
+  } catch (err) {
+    usageError(err instanceof Error ? err.message : String(err));
+  }
+  if (parsed.values.help) {
+    console.log(usage);
+    process.exit(0);
+  }
+  return parsed.values;
+}
+
+/** One JSON line per event of a claim-loop command (src/log.ts), below `LOG_LEVEL` dropped; a bad `LOG_LEVEL` goes to `usageError`. */
+export function loopLog(usageError: (message: string) => never): LogFn {
+  try {
+    return jsonLines({ level: readLogLevel(process.env) });
+  } catch (err) {
+    usageError(err instanceof Error ? err.message : String(err));
+  }
+}
 
 /**
  * Reads each flag from `values` (parsed flags), else `<envPrefix>_<FLAG>` (e.g. `WORKER_LEASE_MS`),
@@ -88,3 +128,28 @@ export function abortOnSignals(label: string, stopGraceMs: number): AbortControl
 
 /** How long past `--timeout-ms` a stopping worker or dispatcher may take to close its pool, ms. */
 export const STOP_GRACE_EXTRA_MS = 10_000;
+
+/**
+ * The database of claim-loop command `label` (`worker`, `dispatcher`) at start: the signals first
+ * ({@link abortOnSignals}, `--timeout-ms` + {@link STOP_GRACE_EXTRA_MS} of grace: a stop during start-up
+ * ends the start at once), then {@link openReadyDatabase} (`command` names it in messages, `waitMs` ms at
+ * most) on a pool of `--concurrency` + 1 connections named `webhook-inbox <label>`. Returns the ready
+ * database and the `controller` the signals abort; a stop before then logs `{ <label>: "stopped" }` and
+ * exits 0, a failed start exits 1.
+ */
+export async function openLoopDatabase(label: string, command: string, settings: LoopSettings, waitMs: number, pooler: Pooler, log: LogFn) {
+  const controller = abortOnSignals(label, settings["timeout-ms"] + STOP_GRACE_EXTRA_MS);
+  const ready = await openReadyDatabase({
+    command,
+    env: process.env,
+    connect: (url) => connectDatabase(url, { max: settings.concurrency + 1, applicationName: `webhook-inbox ${label}`, pooler }),
+    signal: controller.signal,
+    waitMs,
+    pooler,
+  });
+  if (!ready) {
+    log({ [label]: "stopped" });
+    process.exit(0);
+  }
+  return { ...ready, controller };
+}
