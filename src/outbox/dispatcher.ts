@@ -2,8 +2,8 @@ import { OUTBOX_CHANNEL } from "../inbox/notifier.ts";
 import type { Telemetry } from "../telemetry.ts";
 import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
 import { describeError } from "../errors.ts";
+import { runClaimLoop } from "../loop/claim-loop.ts";
 import { settleWithin, STUCK_SLACK_MS } from "../db/db.ts";
-import { createWakeUp } from "../loop/wake-up.ts";
 import { claimOutboxBatch, type OutboxMessage } from "./claim.ts";
 import { deliverClaimed, type SendFn } from "./deliver-claimed.ts";
 
@@ -25,33 +25,18 @@ export interface DispatcherOptions extends LoopOptions {
 }
 
 /**
- * The outbox dispatcher loop, shaped like the inbox worker (`runWorker`): claim due rows in batches
- * up to the free slots (each claim a new fencing token), deliver each with {@link deliverClaimed},
- * sleep until a NOTIFY, a freed slot or the poll interval. Logs one line per delivery: outbox id,
- * message id, type, aggregate, attempt, token, outcome, duration ms (never the payload); a `stale`
- * outcome means a mark or failure record was refused because the lease had expired and another
- * dispatcher owned the row. Resolves after `signal` aborts and in-flight deliveries finished (each
- * bounded by `timeoutMs`). Database errors are logged and retried after the poll interval (capped at
- * 1 s); they never end the loop.
+ * The outbox dispatcher loop, the inbox worker's ({@link runClaimLoop} on {@link OUTBOX_CHANNEL}): claims
+ * due rows up to the free slots (each claim a new fencing token) and delivers each with {@link deliverClaimed}.
+ * Logs one line per delivery: outbox id, message id, type, aggregate, attempt, token, outcome, duration
+ * ms (never the payload); a `stale` outcome means a mark or failure record was refused because the
+ * lease had expired and another dispatcher owned the row. Resolves after `signal` aborts and in-flight
+ * deliveries finished (each bounded by `timeoutMs`); database errors never end it.
  * @throws Error when `timeoutMs >= leaseMs` (a delivery could outlive its lease while still running).
  */
 export async function runDispatcher(options: DispatcherOptions): Promise<void> {
   const ordered = options.ordered ?? false;
-  const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(
-    options,
-    "Dispatcher",
-  );
-
-  // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
-  const { nudge, claiming, sleep } = createWakeUp(signal);
-  const listener = !listen
-    ? undefined
-    : await db.listen(OUTBOX_CHANNEL, nudge).catch((err) => {
-        log({ dispatcher: "listen_failed", error: describeError(err) });
-        return undefined;
-      });
-
-  const inFlight = new Set<Promise<void>>();
+  const resolved = resolveLoopOptions(options, "Dispatcher");
+  const { db, leaseMs, timeoutMs, maxAttempts, backoff, log } = resolved;
   async function work(message: OutboxMessage): Promise<void> {
     const started = Date.now();
     const line = {
@@ -64,7 +49,7 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
     };
     try {
       const result = await settleWithin(
-        deliverClaimed(db, message, { send: options.send, timeoutMs, maxAttempts, backoff, telemetry: options.telemetry }),
+        deliverClaimed(db, message, { ...options, timeoutMs, maxAttempts, backoff }), // send, telemetry
         2 * timeoutMs + STUCK_SLACK_MS, // the send's own bound, then the statement settling the row
         "Settling the outbox message",
       );
@@ -81,38 +66,12 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
       log({ ...line, outcome: "unsettled", error: describeError(err), duration_ms: Date.now() - started });
     }
   }
-
-  while (!signal.aborted) {
-    const free = concurrency - inFlight.size;
-    if (free === 0) {
-      // Every slot is busy: wait for one to finish (sleep() would return at once on a pending NOTIFY).
-      await Promise.race(inFlight);
-      continue;
-    }
-    claiming();
-    let messages: OutboxMessage[];
-    try {
-      messages = await settleWithin(
-        claimOutboxBatch(db, { limit: free, leaseMs, maxAttempts, ordered }),
-        timeoutMs + STUCK_SLACK_MS,
-        "The dispatcher's claim",
-      );
-    } catch (err) {
-      log({ dispatcher: "claim_failed", error: describeError(err), level: "warn" });
-      await sleep(Math.min(pollMs, 1_000));
-      continue;
-    }
-    for (const message of messages) {
-      const p: Promise<void> = work(message).finally(() => {
-        inFlight.delete(p);
-        nudge();
-      });
-      inFlight.add(p);
-    }
-    // Invariant: claim again at once only when the batch filled every free slot (more may be due).
-    if (messages.length === free) continue;
-    await sleep(pollMs);
-  }
-  await Promise.all(inFlight);
-  await listener?.unlisten().catch(() => {});
+  await runClaimLoop({
+    ...resolved,
+    label: "dispatcher",
+    channel: OUTBOX_CHANNEL,
+    claim: (limit) =>
+      settleWithin(claimOutboxBatch(db, { limit, leaseMs, maxAttempts, ordered }), timeoutMs + STUCK_SLACK_MS, "The dispatcher's claim"),
+    work,
+  });
 }

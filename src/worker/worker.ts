@@ -2,7 +2,7 @@ import { claimBatch, type Claim } from "./claim.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { NOTIFY_CHANNEL } from "../inbox/inbox.ts";
 import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
-import { createWakeUp } from "../loop/wake-up.ts";
+import { runClaimLoop } from "../loop/claim-loop.ts";
 import { describeError } from "../errors.ts";
 import { assertPatchedPostgres } from "../db/patched-postgres.ts";
 import { settleWithin, STUCK_SLACK_MS } from "../db/db.ts";
@@ -26,72 +26,47 @@ export interface WorkerOptions extends LoopOptions {
 }
 
 /**
- * The async-mode worker loop (seed §6): while a slot is free, claim as many due rows as slots are free
- * (one claim statement: claim.ts) and start each at once in its slot ({@link processClaim}: its own
- * transaction, bounded by `timeoutMs`); a row is claimed only when a slot can start it, so its lease
- * runs only while it is worked on. Sleeps until a NOTIFY, a freed slot or the poll interval. Logs one
- * line per row: event id, type, attempt, outcome, the error or the fetcher's note, duration ms (never the payload). Resolves after
- * `signal` aborts and the rows in flight finished. Database errors while claiming are logged and
- * retried after the poll interval (capped at 1 s); they never end the loop.
+ * The async-mode worker loop (seed §6, {@link runClaimLoop} on `NOTIFY_CHANNEL`): claims as many due rows
+ * as slots are free (one claim statement: claim.ts) and starts each at once in its slot ({@link processClaim}:
+ * its own transaction, bounded by `timeoutMs`), so a row's lease runs only while it is worked on. Logs one
+ * line per row: event id, type, attempt, outcome, the error or the fetcher's note, duration ms (never the
+ * payload). Resolves after `signal` aborts and the rows in flight finished; database errors never end it.
  * @throws Error when `timeoutMs >= leaseMs` (a row could outlive its lease while still running), or
  *   when the postgres.js loaded is unpatched ({@link assertPatchedPostgres}).
  */
 export async function runWorker(options: WorkerOptions): Promise<void> {
   assertPatchedPostgres();
-  const { db, signal, concurrency, leaseMs, timeoutMs, maxAttempts, pollMs, backoff, listen, log } = resolveLoopOptions(options, "Worker");
+  const resolved = resolveLoopOptions(options, "Worker");
+  const { db, leaseMs, timeoutMs, maxAttempts, backoff, log } = resolved;
   const providers = Object.keys(options.tables).filter((p) => options.fetcher !== undefined || p !== stripeThinProvider.name);
-  const processOptions = {
-    tables: options.tables,
-    timeoutMs,
-    maxAttempts,
-    backoff,
-    fetcher: options.fetcher,
-    telemetry: options.telemetry,
-  };
-
-  // A NOTIFY, a finished row or abort wakes the loop; one arriving while it claims is not lost.
-  const { nudge, claiming, sleep } = createWakeUp(signal);
-  const listener = !listen
-    ? undefined
-    : await db.listen(NOTIFY_CHANNEL, nudge).catch((err) => {
-        log({ worker: "listen_failed", error: describeError(err) });
-        return undefined;
-      });
-
-  const inFlight = new Set<Promise<void>>();
-  const start = (claim: Claim, claimedAt: number) => {
+  const processOptions = { ...options, timeoutMs, maxAttempts, backoff }; // tables, fetcher, telemetry; the defaults filled
+  const work = (claim: Claim, claimedAt: number) => {
     const line = { event_id: claim.eventId, endpoint: claim.endpoint, type: claim.eventType, attempt: claim.attempt };
     // Bounded here too: a row whose connection stopped answering frees its slot; its lease runs out and it is claimed again.
-    const p: Promise<void> = settleWithin(processClaim(db, claim, processOptions), 2 * timeoutMs + STUCK_SLACK_MS, "The row's transaction")
-      .then(
-        (result) =>
-          log({
-            ...line,
-            outcome: result.outcome,
-            ...(result.error ? { error: result.error } : {}),
-            ...(result.note ? { note: result.note } : {}),
-            ...(result.traceId ? { trace_id: result.traceId, span_id: result.spanId } : {}),
-            duration_ms: Date.now() - claimedAt,
-            level:
-              result.outcome === "needs_review" ? "error" : result.outcome === "failed" || result.outcome === "deferred" ? "warn" : "info",
-            message: `worker ${result.outcome}`,
-          }),
-        // Not expected (processClaim reports failures as outcomes): the lease expires and the row is claimed again.
-        (err: unknown) =>
-          log({
-            ...line,
-            outcome: "failed",
-            error: describeError(err),
-            duration_ms: Date.now() - claimedAt,
-            level: "error",
-            message: "worker failed",
-          }),
-      )
-      .finally(() => {
-        inFlight.delete(p);
-        nudge();
-      });
-    inFlight.add(p);
+    return settleWithin(processClaim(db, claim, processOptions), 2 * timeoutMs + STUCK_SLACK_MS, "The row's transaction").then(
+      (result) =>
+        log({
+          ...line,
+          outcome: result.outcome,
+          ...(result.error ? { error: result.error } : {}),
+          ...(result.note ? { note: result.note } : {}),
+          ...(result.traceId ? { trace_id: result.traceId, span_id: result.spanId } : {}),
+          duration_ms: Date.now() - claimedAt,
+          level:
+            result.outcome === "needs_review" ? "error" : result.outcome === "failed" || result.outcome === "deferred" ? "warn" : "info",
+          message: `worker ${result.outcome}`,
+        }),
+      // Not expected (processClaim reports failures as outcomes): the lease expires and the row is claimed again.
+      (err: unknown) =>
+        log({
+          ...line,
+          outcome: "failed",
+          error: describeError(err),
+          duration_ms: Date.now() - claimedAt,
+          level: "error",
+          message: "worker failed",
+        }),
+    );
   };
   const parked = (rows: { eventId: string; endpoint: string; eventType: string; attempts: number }[]) => {
     for (const r of rows)
@@ -105,32 +80,16 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
       });
   };
 
-  while (!signal.aborted) {
-    const free = concurrency - inFlight.size;
-    if (free === 0) {
-      // Every slot is busy: wait for one to finish. (Not sleep(): a pending nudge is cleared only by a
-      // claim, so sleep() would return at once and this loop would spin.)
-      await Promise.race(inFlight);
-      continue;
-    }
-    claiming();
-    let claims: Claim[];
-    const claimedAt = Date.now();
-    try {
-      claims = await settleWithin(
-        claimBatch(db, { limit: free, leaseMs, maxAttempts, providers, onParked: parked }),
+  await runClaimLoop({
+    ...resolved,
+    label: "worker",
+    channel: NOTIFY_CHANNEL,
+    claim: (limit) =>
+      settleWithin(
+        claimBatch(db, { limit, leaseMs, maxAttempts, providers, onParked: parked }),
         timeoutMs + STUCK_SLACK_MS,
         "The worker's claim",
-      );
-    } catch (err) {
-      log({ worker: "claim_failed", error: describeError(err), level: "warn" });
-      await sleep(Math.min(pollMs, 1_000));
-      continue;
-    }
-    for (const claim of claims) start(claim, claimedAt);
-    // Fewer due rows than free slots: wait for a NOTIFY, a finished row or the poll interval.
-    if (claims.length < free) await sleep(pollMs);
-  }
-  await Promise.all(inFlight);
-  await listener?.unlisten().catch(() => {});
+      ),
+    work,
+  });
 }
