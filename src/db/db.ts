@@ -1,4 +1,5 @@
 import postgres from "postgres";
+import { within } from "./sleep.ts";
 import { PermanentError } from "../errors.ts";
 import { sslModeProblem } from "./database-url.ts";
 import { assertPatchedPostgres } from "./patched-postgres.ts";
@@ -215,19 +216,11 @@ export const STUCK_SLACK_MS = 5_000;
  * with the pool until the driver closes it.
  */
 export function settleWithin<T>(promise: PromiseLike<T>, ms: number, what: string): Promise<T> {
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const stuck = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () =>
-        reject(
-          Object.assign(new Error(`${what} had no answer from PostgreSQL within ${Math.round(ms)} ms: its connection is lost`), {
-            code: "QUERY_STUCK",
-          }),
-        ),
-      ms,
-    );
-  });
-  return Promise.race([promise, stuck]).finally(() => clearTimeout(timer));
+  const stuck = () =>
+    Object.assign(new Error(`${what} had no answer from PostgreSQL within ${Math.round(ms)} ms: its connection is lost`), {
+      code: "QUERY_STUCK",
+    });
+  return within(Promise.resolve(promise), ms, stuck);
 }
 
 /** True for an 08P01 startup refusal from a pooler that retrying cannot fix (see STARTUP_REFUSALS). */

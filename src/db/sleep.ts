@@ -1,5 +1,6 @@
 // The one abortable pause of the loops (worker, dispatcher, catch-up, failover watch, waiting for the
-// database). In db/, the lowest folder all of them may import (test/architecture.test.ts).
+// database), and the one time bound of a promise. In db/, the lowest folder all of them may import
+// (test/architecture.test.ts).
 
 /**
  * Resolves after `ms`, or as soon as `signal` aborts (at once when it already has: a stop during the
@@ -15,6 +16,20 @@ export async function sleep(ms: number, signal?: AbortSignal): Promise<void> {
 
 /** The longest delay `setTimeout` keeps, ms. */
 const MAX_TIMER_MS = 2 ** 31 - 1;
+
+/**
+ * Settles like `work`, or rejects with `timeout()` once `ms` ms (at least 0) have passed, whichever comes
+ * first. `work` is not stopped (`timeout` may stop it, e.g. by aborting it): what it does later is ignored.
+ */
+export function within<T>(work: Promise<T>, ms: number, timeout: () => Error): Promise<T> {
+  return new Promise<T>((resolve, reject) => {
+    const timer = setTimeout(() => reject(timeout()), Math.max(0, ms));
+    work.then(
+      (value) => (clearTimeout(timer), resolve(value)),
+      (err: unknown) => (clearTimeout(timer), reject(err)),
+    );
+  });
+}
 
 function pause(ms: number, signal?: AbortSignal): Promise<void> {
   return new Promise((resolve) => {

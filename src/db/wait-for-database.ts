@@ -3,7 +3,7 @@
 import postgres from "postgres";
 import { isCertificateRefusal } from "./connect-failure.ts";
 import { isDatabaseUnavailable, type Db } from "./db.ts";
-import { sleep } from "./sleep.ts";
+import { sleep, within } from "./sleep.ts";
 
 /** Options of {@link waitForDatabase}; times in ms. */
 export interface WaitForDatabaseOptions {
@@ -94,16 +94,9 @@ const NO_ANSWER = "DATABASE_NO_ANSWER";
  * wait: PgBouncer keeps a client waiting for a server connection up to `query_wait_timeout`.
  */
 function answerWithin<T>(work: Promise<T>, ms: number, what: string): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(Object.assign(new Error(`${what}: the database did not answer within ${seconds(ms)}`), { code: NO_ANSWER })),
-      Math.max(0, ms),
-    );
-    work.then(
-      (value) => (clearTimeout(timer), resolve(value)),
-      (err: unknown) => (clearTimeout(timer), reject(err)),
-    );
-  });
+  return within(work, ms, () =>
+    Object.assign(new Error(`${what}: the database did not answer within ${seconds(ms)}`), { code: NO_ANSWER }),
+  );
 }
 
 /**

@@ -1,4 +1,5 @@
 import type { Db } from "../db/db.ts";
+import { within } from "../db/sleep.ts";
 import { inSpan, spanContextOf, traceparentOf, type Telemetry } from "../telemetry.ts";
 import type { Backoff } from "../inbox/inbox.ts";
 import { describeError, PermanentError } from "../errors.ts";
@@ -88,19 +89,12 @@ function sendTraced(message: OutboxMessage, options: DeliverOptions): Promise<vo
 
 async function sendWithTimeout(message: OutboxMessage, send: SendFn, timeoutMs: number): Promise<void> {
   const controller = new AbortController();
-  let timer: ReturnType<typeof setTimeout> | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => {
-      const err = new DeliveryTimeoutError(timeoutMs);
-      controller.abort(err);
-      reject(err);
-    }, timeoutMs);
-  });
-  try {
-    await Promise.race([send(message, { signal: controller.signal }), timeout]);
-  } finally {
-    clearTimeout(timer);
-  }
+  const late = () => {
+    const err = new DeliveryTimeoutError(timeoutMs);
+    controller.abort(err);
+    return err;
+  };
+  return within(send(message, { signal: controller.signal }), timeoutMs, late);
 }
 
 /**

@@ -1,4 +1,5 @@
-import { settleWithin, type Db } from "../db/db.ts";
+import type { Db } from "../db/db.ts";
+import { within } from "../db/sleep.ts";
 import { AppError, errorResponse } from "../errors.ts";
 import type { Metrics } from "./metrics.ts";
 import { readBackfillAges, readBacklog, readOutboxBacklog } from "../inbox/backlog.ts";
@@ -27,10 +28,8 @@ const PROBE_TIMEOUT_MS = 2_000;
 export function createProbes(deps: ProbeDeps) {
   async function readyz(): Promise<Response> {
     try {
-      const [row] = await settleWithin(
+      const [row] = await bounded(
         deps.db<{ version: number | null }[]>`select max(version)::int as version from schema_migrations`.execute(),
-        PROBE_TIMEOUT_MS,
-        "The readiness probe",
       );
       const version = row?.version ?? 0;
       if (deps.schemaVersion !== undefined && version < deps.schemaVersion) {
@@ -60,7 +59,7 @@ export function createProbes(deps: ProbeDeps) {
       await tx`select set_config('statement_timeout', ${String(PROBE_TIMEOUT_MS - 250)}, true)`;
       return { inbox: await readBacklog(tx), outbox: await readOutboxBacklog(tx), backfill: await readBackfillAges(tx) };
     });
-    const backlog = await settleWithin(read, PROBE_TIMEOUT_MS, "The metrics read").catch(() => null);
+    const backlog = await bounded(read).catch(() => null);
     return new Response(deps.metrics.render(backlog, deps.endpoints), {
       headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },
     });
@@ -79,4 +78,9 @@ function sameText(a: string, b: string): boolean {
   let diff = 0;
   for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
   return diff === 0;
+}
+
+/** Rejects when `work` takes longer than {@link PROBE_TIMEOUT_MS}. */
+function bounded<T>(work: Promise<T>): Promise<T> {
+  return within(work, PROBE_TIMEOUT_MS, () => new Error(`Timed out after ${PROBE_TIMEOUT_MS} ms`));
 }

@@ -1,4 +1,5 @@
 import { isPermanent, type Db } from "../db/db.ts";
+import { within } from "../db/sleep.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent } from "../inbox/apply-event.ts";
@@ -109,9 +110,11 @@ async function processUntraced(
           parent: traced,
           attributes: { "messaging.message.id": claim.eventId },
         };
-        read = await inSpan(options.telemetry, reading, () =>
-          within(fetcher.resolve({ ...claim, payload: stored.payload }, handles), claim.leaseEndsAt - options.timeoutMs),
-        );
+        read = await inSpan(options.telemetry, reading, () => {
+          const ms = claim.leaseEndsAt - options.timeoutMs - Date.now();
+          const late = () => new ReadTooSlow(`the Stripe API read did not end within the lease (${Math.max(0, ms)} ms left)`);
+          return within(fetcher.resolve({ ...claim, payload: stored.payload }, handles), ms, late); // the HTTP request runs on, ignored
+        });
       } catch (err) {
         if (isPermanent(err) || (retryableStripeError(err) === undefined && !(err instanceof ReadTooSlow))) throw err;
         return await deferClaim(
@@ -159,21 +162,6 @@ async function failed(db: Db, claim: Claim, err: unknown, options: ProcessOption
 /** An API read that did not end before the claim's budget (its lease minus the transaction's bound). */
 class ReadTooSlow extends Error {
   override name = "ReadTooSlow";
-}
-
-/** `read`, or ReadTooSlow at `deadline` (ms since the epoch); the HTTP request itself runs on and is ignored. */
-function within<T>(read: Promise<T>, deadline: number): Promise<T> {
-  return new Promise<T>((resolve, reject) => {
-    const ms = deadline - Date.now();
-    const timer = setTimeout(
-      () => reject(new ReadTooSlow(`the Stripe API read did not end within the lease (${Math.max(0, ms)} ms left)`)),
-      Math.max(0, ms),
-    );
-    read.then(
-      (value) => (clearTimeout(timer), resolve(value)),
-      (err: unknown) => (clearTimeout(timer), reject(err)),
-    );
-  });
 }
 
 /**
