@@ -1,5 +1,6 @@
 // Who may use the operator's page, and whether a POST came from one of its own forms. Web Crypto
 // only (SubtleCrypto), so it runs on every runtime the receiver does.
+import { sameText } from "../providers/hmac.ts";
 
 /** How a request proved it holds the admin token. */
 export type Credential = "basic" | "bearer";
@@ -73,10 +74,7 @@ export function createAdminAuth(adminToken: string, now: () => number = Date.now
     async verifyCsrf(nonce, token) {
       const issued = Number(nonce.split(".")[0]);
       if (!/^\d+\.[0-9a-f]{32}$/.test(nonce) || now() - issued > CSRF_LIFETIME_MS || issued > now() + 60_000) return false;
-      const right = hex(await sign((await keys).csrf, nonce));
-      let diff = right.length ^ token.length;
-      for (let i = 0; i < right.length; i++) diff |= right.charCodeAt(i) ^ token.charCodeAt(i);
-      return diff === 0;
+      return sameText(hex(await sign((await keys).csrf, nonce)), token);
     },
   };
 }

@@ -44,6 +44,14 @@ export async function anyHmacMatches(
   return matched;
 }
 
+/** Whether `a` and `b` are the same text, compared in time that depends on their lengths only (signatures, tokens of a public length). */
+export function sameText(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let diff = 0;
+  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
+  return diff === 0;
+}
+
 /** Lowercase hex of `bytes`. */
 export function toHex(bytes: Uint8Array): string {
   return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");

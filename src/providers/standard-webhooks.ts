@@ -1,5 +1,6 @@
 import { Webhook } from "standardwebhooks";
 import { AppError, PermanentError } from "../errors.ts";
+import { sameText } from "./hmac.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
 import { checkTimestamp, type Subject, type VerifiedEvent, type VerifyInput, type WebhookProvider } from "./provider.ts";
 
@@ -81,14 +82,6 @@ function signerFor(secret: string): Webhook {
     signers.set(secret, signer);
   }
   return signer;
-}
-
-/** Compares two strings in time that depends on their length only (signatures are public-length). */
-function sameText(a: string, b: string): boolean {
-  if (a.length !== b.length) return false;
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
-  return diff === 0;
 }
 
 /** Parses the verified body as an event; reads it from its jsonb-storable copy when it needs one (jsonb-text.ts). */

@@ -1,6 +1,7 @@
 import type { Db } from "../db/db.ts";
 import { within } from "../db/sleep.ts";
 import { AppError, errorResponse } from "../errors.ts";
+import { sameText } from "../providers/hmac.ts";
 import type { Metrics } from "./metrics.ts";
 import { readBackfillAges, readBacklog, readOutboxBacklog } from "../inbox/backlog.ts";
 
@@ -70,14 +71,6 @@ export function createProbes(deps: ProbeDeps) {
     readyz,
     metrics,
   };
-}
-
-/** Compares two strings in time that depends only on their lengths. */
-function sameText(a: string, b: string): boolean {
-  if (a.length !== b.length) return false;
-  let diff = 0;
-  for (let i = 0; i < a.length; i++) diff |= a.charCodeAt(i) ^ b.charCodeAt(i);
-  return diff === 0;
 }
 
 /** Rejects when `work` takes longer than {@link PROBE_TIMEOUT_MS}. */
