@@ -28,23 +28,17 @@ export interface OutboxBacklog {
  * (seed §9's monitoring query, split by endpoint). Used by `inbox status` and the `/metrics` gauges.
  */
 export async function readBacklog(db: Db | Tx): Promise<Backlog[]> {
-  const rows = await db<{ provider: string; endpoint: string; unprocessed: number; oldest: number; needs_review: number }[]>`
+  const rows = await db<Backlog[]>`
     select provider, endpoint,
            count(*) filter (where needs_review_at is null)::int as unprocessed,
-           coalesce(extract(epoch from now() - min(received_at) filter (where needs_review_at is null)), 0)::float8 as oldest,
-           count(*) filter (where needs_review_at is not null)::int as needs_review
+           coalesce(extract(epoch from now() - min(received_at) filter (where needs_review_at is null)), 0)::float8 as "oldestUnprocessedAgeSec",
+           count(*) filter (where needs_review_at is not null)::int as "needsReview"
       from webhook_inbox
      where processed_at is null
      group by provider, endpoint
      order by provider, endpoint
   `;
-  return rows.map((r) => ({
-    provider: r.provider,
-    endpoint: r.endpoint,
-    unprocessed: r.unprocessed,
-    oldestUnprocessedAgeSec: r.oldest,
-    needsReview: r.needs_review,
-  }));
+  return [...rows];
 }
 
 /**
@@ -53,14 +47,14 @@ export async function readBacklog(db: Db | Tx): Promise<Backlog[]> {
  * the `/metrics` gauges.
  */
 export async function readOutboxBacklog(db: Db | Tx): Promise<OutboxBacklog> {
-  const [row] = await db<{ pending: number; oldest: number; needs_review: number }[]>`
+  const [row] = await db<OutboxBacklog[]>`
     select count(*) filter (where needs_review_at is null)::int as pending,
-           coalesce(extract(epoch from now() - min(created_at) filter (where needs_review_at is null)), 0)::float8 as oldest,
-           count(*) filter (where needs_review_at is not null)::int as needs_review
+           coalesce(extract(epoch from now() - min(created_at) filter (where needs_review_at is null)), 0)::float8 as "oldestPendingAgeSec",
+           count(*) filter (where needs_review_at is not null)::int as "needsReview"
       from outbox
      where published_at is null
   `;
-  return { pending: row?.pending ?? 0, oldestPendingAgeSec: row?.oldest ?? 0, needsReview: row?.needs_review ?? 0 };
+  return { pending: row?.pending ?? 0, oldestPendingAgeSec: row?.oldestPendingAgeSec ?? 0, needsReview: row?.needsReview ?? 0 };
 }
 
 /** How far event backfill got for one endpoint (sql/0017_event_backfill.sql): its account furthest behind. */
@@ -96,8 +90,8 @@ export interface BackfillAges {
  * metric series) and unfinished backfill requests; a handful of rows, for `inbox status`, /admin and `/metrics`.
  */
 export async function readBackfillAges(db: Db | Tx): Promise<BackfillAges> {
-  const checkpoints = await db<{ provider: string; endpoint: string; covered_until: Date; age: number }[]>`
-    select provider, endpoint, min(covered_until) as covered_until, extract(epoch from now() - min(covered_until))::float8 as age
+  const checkpoints = await db<{ provider: string; endpoint: string; coveredUntil: Date; ageSec: number }[]>`
+    select provider, endpoint, min(covered_until) as "coveredUntil", extract(epoch from now() - min(covered_until))::float8 as "ageSec"
       from event_backfill_checkpoints
      where covered_until is not null
      group by provider, endpoint
@@ -112,12 +106,7 @@ export async function readBackfillAges(db: Db | Tx): Promise<BackfillAges> {
      order by endpoint
   `;
   return {
-    checkpoints: checkpoints.map((r) => ({
-      provider: r.provider,
-      endpoint: r.endpoint,
-      coveredUntil: r.covered_until.toISOString(),
-      ageSec: r.age,
-    })),
+    checkpoints: checkpoints.map((r) => ({ ...r, coveredUntil: r.coveredUntil.toISOString() })),
     requests: requests.map(({ endpoint, requests, accounts, since, age }) => ({
       endpoint,
       requests,

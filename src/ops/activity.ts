@@ -20,37 +20,17 @@ export interface MinuteActivity {
  * Duplicates are not rows and so are not here (the receiver counts them in memory, see /metrics).
  */
 export async function activityPerMinute(db: Db, minutes = 60): Promise<MinuteActivity[]> {
-  const rows = await db<
-    {
-      provider: string;
-      endpoint: string;
-      minute: Date;
-      processed: number;
-      ignored: number;
-      resolved: number;
-      unprocessed: number;
-      needs_review: number;
-    }[]
-  >`
+  const rows = await db<(Omit<MinuteActivity, "minute"> & { minute: Date })[]>`
     select provider, endpoint, date_trunc('minute', received_at) as minute,
            count(*) filter (where state = 'processed')::int as processed,
            count(*) filter (where state = 'ignored')::int as ignored,
            count(*) filter (where state = 'resolved')::int as resolved,
            count(*) filter (where state = 'unprocessed')::int as unprocessed,
-           count(*) filter (where state = 'needs_review')::int as needs_review
+           count(*) filter (where state = 'needs_review')::int as "needsReview"
       from webhook_inbox_state
      where received_at >= date_trunc('minute', now()) - ${minutes - 1} * interval '1 minute'
      group by provider, endpoint, minute
      order by provider, endpoint, minute
   `;
-  return rows.map((r) => ({
-    provider: r.provider,
-    endpoint: r.endpoint,
-    minute: r.minute.toISOString(),
-    processed: r.processed,
-    ignored: r.ignored,
-    resolved: r.resolved,
-    unprocessed: r.unprocessed,
-    needsReview: r.needs_review,
-  }));
+  return rows.map((r) => ({ ...r, minute: r.minute.toISOString() }));
 }

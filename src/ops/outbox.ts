@@ -31,22 +31,15 @@ export interface OutboxFilter {
  * systems. Throws postgres.js errors only (an id that is not a whole number is SQLSTATE 22P02).
  */
 export async function listOutbox(db: Db, filter: OutboxFilter = {}, limit = 50): Promise<OutboxSummary[]> {
-  const rows = await db<
-    {
-      id: string;
-      aggregate_type: string;
-      aggregate_id: string;
-      event_type: string;
-      parked: boolean;
-      attempts: number;
-      created_at: Date;
-      available_at: Date;
-      needs_review_at: Date | null;
-      last_error: string | null;
-    }[]
-  >`
-    select id::text as id, aggregate_type, aggregate_id, event_type, needs_review_at is not null as parked,
-           attempts, created_at, available_at, needs_review_at, last_error
+  type Row = Omit<OutboxSummary, "createdAt" | "availableAt" | "needsReviewAt"> & {
+    createdAt: Date;
+    availableAt: Date;
+    needsReviewAt: Date | null;
+  };
+  const rows = await db<Row[]>`
+    select id::text as id, aggregate_type as "aggregateType", aggregate_id as "aggregateId", event_type as "eventType",
+           case when needs_review_at is null then 'pending' else 'needs_review' end as state, attempts,
+           created_at as "createdAt", available_at as "availableAt", needs_review_at as "needsReviewAt", last_error as "lastError"
       from outbox
      where published_at is null
        and (${!filter.needsReview} or needs_review_at is not null)
@@ -55,15 +48,9 @@ export async function listOutbox(db: Db, filter: OutboxFilter = {}, limit = 50):
      limit ${limit}
   `;
   return rows.map((r) => ({
-    id: r.id,
-    aggregateType: r.aggregate_type,
-    aggregateId: r.aggregate_id,
-    eventType: r.event_type,
-    state: r.parked ? "needs_review" : "pending",
-    attempts: r.attempts,
-    createdAt: r.created_at.toISOString(),
-    availableAt: r.available_at.toISOString(),
-    needsReviewAt: r.needs_review_at?.toISOString() ?? null,
-    lastError: r.last_error,
+    ...r,
+    createdAt: r.createdAt.toISOString(),
+    availableAt: r.availableAt.toISOString(),
+    needsReviewAt: r.needsReviewAt?.toISOString() ?? null,
   }));
 }

@@ -16,14 +16,15 @@ export interface RequeueResult {
  */
 export async function requeue(db: Db | Tx, filter: RowFilter, dryRun: boolean): Promise<RequeueResult> {
   const match = whereRows(db, { ...filter, state: "needs_review" });
+  type Row = RequeueResult["rows"][number] & { notified?: string }; // the NOTIFY's column, not returned
   const rows = dryRun
-    ? await db<{ provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; last_error: string | null }[]>`
-        select provider, endpoint, event_id, event_type, attempts, last_error
+    ? await db<Row[]>`
+        select provider, endpoint, event_id as "eventId", event_type as "eventType", attempts, last_error as "lastError"
           from webhook_inbox_state
          where ${match}
          order by received_at
       `
-    : await db<{ provider: string; endpoint: string; event_id: string; event_type: string; attempts: number; last_error: string | null }[]>`
+    : await db<Row[]>`
         with picked as (
           select provider, endpoint, event_id, attempts
             from webhook_inbox_state
@@ -38,20 +39,10 @@ export async function requeue(db: Db | Tx, filter: RowFilter, dryRun: boolean): 
            where (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
              and w.processed_at is null
              and w.needs_review_at is not null
-          returning w.provider, w.endpoint, w.event_id, w.event_type, p.attempts, w.last_error
+          returning w.provider, w.endpoint, w.event_id as "eventId", w.event_type as "eventType", p.attempts, w.last_error as "lastError"
         )
         select r.*, pg_notify(${NOTIFY_CHANNEL}, r.provider || '/' || r.endpoint)::text as notified
           from requeued r
       `;
-  return {
-    dryRun,
-    rows: rows.map((r) => ({
-      provider: r.provider,
-      endpoint: r.endpoint,
-      eventId: r.event_id,
-      eventType: r.event_type,
-      attempts: r.attempts,
-      lastError: r.last_error,
-    })),
-  };
+  return { dryRun, rows: rows.map(({ notified: _, ...r }) => r) };
 }

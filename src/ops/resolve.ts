@@ -20,15 +20,14 @@ export interface ResolveResult {
 export async function resolveReviewed(db: Db | Tx, filter: RowFilter, note: string, dryRun: boolean): Promise<ResolveResult> {
   if (note.trim() === "") throw new Error("Cannot resolve without a note: say what was done about the event (--note)");
   const match = whereRows(db, { ...filter, state: "needs_review" });
-  type Row = { provider: string; endpoint: string; event_id: string; event_type: string; last_error: string | null };
   const rows = dryRun
-    ? await db<Row[]>`
-        select provider, endpoint, event_id, event_type, last_error
+    ? await db<ResolveResult["rows"]>`
+        select provider, endpoint, event_id as "eventId", event_type as "eventType", last_error as "lastError"
           from webhook_inbox_state
          where ${match}
          order by received_at
       `
-    : await db<Row[]>`
+    : await db<ResolveResult["rows"]>`
         with picked as (
           select provider, endpoint, event_id
             from webhook_inbox_state
@@ -43,16 +42,7 @@ export async function resolveReviewed(db: Db | Tx, filter: RowFilter, note: stri
          where (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
            and w.processed_at is null
            and w.needs_review_at is not null
-        returning w.provider, w.endpoint, w.event_id, w.event_type, w.last_error
+        returning w.provider, w.endpoint, w.event_id as "eventId", w.event_type as "eventType", w.last_error as "lastError"
       `;
-  return {
-    dryRun,
-    rows: rows.map((r) => ({
-      provider: r.provider,
-      endpoint: r.endpoint,
-      eventId: r.event_id,
-      eventType: r.event_type,
-      lastError: r.last_error,
-    })),
-  };
+  return { dryRun, rows: [...rows] };
 }

@@ -35,28 +35,15 @@ export interface InboxStatus {
  * endpoint and event type over the last `windowSec` seconds (default 3600).
  */
 export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus> {
-  const arrivals = await db<
-    {
-      provider: string;
-      endpoint: string;
-      event_type: string;
-      received: number;
-      processed: number;
-      ignored: number;
-      ignored_mode: number;
-      resolved: number;
-      unprocessed: number;
-      needs_review: number;
-    }[]
-  >`
-    select provider, endpoint, event_type,
+  const arrivals = await db<Arrivals[]>`
+    select provider, endpoint, event_type as "eventType",
            count(*)::int as received,
            count(*) filter (where state = 'processed')::int as processed,
            count(*) filter (where state = 'ignored')::int as ignored,
-           count(*) filter (where state = 'ignored_mode')::int as ignored_mode,
+           count(*) filter (where state = 'ignored_mode')::int as "ignoredMode",
            count(*) filter (where state = 'resolved')::int as resolved,
            count(*) filter (where state = 'unprocessed')::int as unprocessed,
-           count(*) filter (where state = 'needs_review')::int as needs_review
+           count(*) filter (where state = 'needs_review')::int as "needsReview"
       from webhook_inbox_state
      where received_at > now() - ${windowSec} * interval '1 second'
      group by provider, endpoint, event_type
@@ -69,17 +56,6 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
     backfill: backfill.checkpoints,
     backfillRequests: backfill.requests,
     windowSec,
-    arrivals: arrivals.map((r) => ({
-      provider: r.provider,
-      endpoint: r.endpoint,
-      eventType: r.event_type,
-      received: r.received,
-      processed: r.processed,
-      ignored: r.ignored,
-      ignoredMode: r.ignored_mode,
-      resolved: r.resolved,
-      unprocessed: r.unprocessed,
-      needsReview: r.needs_review,
-    })),
+    arrivals: [...arrivals],
   };
 }

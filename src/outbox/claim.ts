@@ -46,19 +46,6 @@ export interface OutboxClaimOptions {
   ordered?: boolean;
 }
 
-interface ClaimedRow {
-  id: string;
-  aggregate_type: string;
-  aggregate_id: string;
-  event_type: string;
-  payload: Record<string, unknown>;
-  created_at: Date;
-  attempts: number;
-  claim_token: string;
-  traceparent: string | null;
-  message_id: string;
-}
-
 /**
  * Claims up to `limit` due outbox rows in one short transaction, like the inbox worker's
  * `claimBatch`: unpublished, unparked rows with `available_at <= now()`, oldest due first, locked
@@ -71,7 +58,7 @@ interface ClaimedRow {
  */
 export async function claimOutboxBatch(db: Db, options: OutboxClaimOptions): Promise<OutboxMessage[]> {
   const ordered = options.ordered ?? false;
-  const rows = await db<ClaimedRow[]>`
+  const rows = await db<(Omit<OutboxMessage, "token" | "traceparent"> & { token: string; traceparent: string | null })[]>`
     with picked as (
       select o.id, o.attempts
         from outbox o
@@ -107,22 +94,11 @@ export async function claimOutboxBatch(db: Db, options: OutboxClaimOptions): Pro
       from picked p
      where p.attempts < ${options.maxAttempts}
        and o.id = p.id
-    returning o.id::text as id, o.aggregate_type, o.aggregate_id, o.event_type, o.payload, o.created_at,
-              o.attempts, o.claim_token::text as claim_token, o.traceparent,
-              coalesce(o.message_id, 'msg_outbox_' || o.id) as message_id
+    returning o.id::text as id, coalesce(o.message_id, 'msg_outbox_' || o.id) as "messageId", o.aggregate_type as "aggregateType",
+              o.aggregate_id as "aggregateId", o.event_type as "eventType", o.payload, o.created_at as "createdAt",
+              o.attempts as attempt, o.claim_token::text as token, o.traceparent
   `;
   return rows
-    .map((r) => ({
-      id: r.id,
-      messageId: r.message_id,
-      aggregateType: r.aggregate_type,
-      aggregateId: r.aggregate_id,
-      eventType: r.event_type,
-      payload: r.payload,
-      createdAt: r.created_at,
-      attempt: r.attempts,
-      token: BigInt(r.claim_token),
-      ...(r.traceparent ? { traceparent: r.traceparent } : {}),
-    }))
+    .map(({ traceparent, ...r }) => ({ ...r, token: BigInt(r.token), ...(traceparent ? { traceparent } : {}) }))
     .sort((a, b) => (BigInt(a.id) < BigInt(b.id) ? -1 : 1));
 }

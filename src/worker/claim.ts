@@ -60,21 +60,8 @@ export interface ClaimOptions {
  */
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
   const leaseEndsAt = Date.now() + options.leaseMs;
-  const rows = await db<
-    {
-      claimed: boolean;
-      provider: string;
-      endpoint: string;
-      event_id: string;
-      event_type: string;
-      attempts: number;
-      payload: Record<string, unknown> | null;
-      raw_body: string | null;
-      type_changed: boolean | null;
-      account: string;
-      traceparent: string | null;
-    }[]
-  >`
+  type Row = Omit<Claim, "attempt" | "leaseEndsAt" | "refusal"> & { claimed: boolean; attempts: number; typeChanged: boolean | null };
+  const rows = await db<Row[]>`
     with picked as (
       select provider, endpoint, event_id, attempts
         from webhook_inbox
@@ -105,10 +92,10 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.received_at, w.account, w.traceparent
     )
     -- Each claimed row's payload: its key and received_at name one payload row in one partition.
-    select true as claimed, c.provider, c.endpoint, c.event_id, c.event_type, c.attempts, p.payload,
-           case when p.payload is null then p.raw_body end as raw_body,
+    select true as claimed, c.provider, c.endpoint, c.event_id as "eventId", c.event_type as "eventType", c.attempts, p.payload,
+           case when p.payload is null then p.raw_body end as "rawBody",
            -- Sanitizing writes U+FFFD (chr(65533)); a row kept from its raw body may have had it done.
-           (p.payload_sanitized is not null or p.payload is null) and strpos(c.event_type, chr(65533)) > 0 as type_changed,
+           (p.payload_sanitized is not null or p.payload is null) and strpos(c.event_type, chr(65533)) > 0 as "typeChanged",
            c.account, c.traceparent
       from claimed c
       left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
@@ -118,27 +105,14 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
   const parked = rows.filter((r) => !r.claimed);
   if (parked.length > 0)
     options.onParked?.(
-      parked.map((r) => ({
-        provider: r.provider,
-        endpoint: r.endpoint,
-        eventId: r.event_id,
-        eventType: r.event_type,
-        attempts: r.attempts,
-      })),
+      parked.map(({ provider, endpoint, eventId, eventType, attempts }) => ({ provider, endpoint, eventId, eventType, attempts })),
     );
   return rows
     .filter((r) => r.claimed)
-    .map((r) => ({
-      provider: r.provider,
-      endpoint: r.endpoint,
-      eventId: r.event_id,
-      eventType: r.event_type,
-      attempt: r.attempts,
+    .map(({ claimed: _, attempts, typeChanged, ...r }) => ({
+      ...r,
+      attempt: attempts,
       leaseEndsAt,
-      payload: r.payload,
-      rawBody: r.raw_body,
-      account: r.account,
-      traceparent: r.traceparent,
-      ...(r.type_changed ? { refusal: TYPE_CHANGED } : {}),
+      ...(typeChanged ? { refusal: TYPE_CHANGED } : {}),
     }));
 }
