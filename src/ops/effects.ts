@@ -27,16 +27,17 @@ export interface EventEffects {
  * sql/0016_event_effects.sql. Empty lists for an unknown id.
  */
 export async function eventEffects(db: Db, eventId: string): Promise<EventEffects> {
-  const ledger = await db<{ id: string; invoice_id: string; kind: string; amount: string; currency: string; booked_at: Date }[]>`
-    select id::text, invoice_id, kind, amount::text, currency, booked_at
+  // Columns named as the fields they fill; their times (nullable as the field is) are Dates, made ISO text below.
+  type Read<T, Time extends keyof T> = Omit<T, Time> & { [K in Time]: Date | Extract<T[K], null> };
+  const ledger = await db<Read<EventEffects["ledgerEntries"][number], "bookedAt">[]>`
+    select id::text, invoice_id as "invoiceId", kind, amount::text, currency, booked_at as "bookedAt"
       from ledger_entries
      where event_id = ${eventId}
      order by id
   `;
-  const outbox = await db<
-    { id: string; aggregate_type: string; aggregate_id: string; event_type: string; created_at: Date; published_at: Date | null }[]
-  >`
-    select id::text, aggregate_type, aggregate_id, event_type, created_at, published_at
+  const outbox = await db<Read<EventEffects["outbox"][number], "createdAt" | "publishedAt">[]>`
+    select id::text, aggregate_type as "aggregateType", aggregate_id as "aggregateId", event_type as "eventType",
+           created_at as "createdAt", published_at as "publishedAt"
       from outbox
      where payload ->> 'event_id' = ${eventId}
      order by id
@@ -58,40 +59,17 @@ export async function eventEffects(db: Db, eventId: string): Promise<EventEffect
       return []; // an event without a readable subject changed nothing this page can show
     }
   });
-  const invoices = await db<
-    { id: string; customer_id: string; status: string; currency: string; amount_due: string; amount_paid: string; updated_at: Date }[]
-  >`
-    select id, customer_id, status, currency, amount_due::text, amount_paid::text, updated_at
+  const invoices = await db<Read<EventEffects["invoices"][number], "updatedAt">[]>`
+    select id, customer_id as "customerId", status, currency, amount_due::text as "amountDue", amount_paid::text as "amountPaid",
+           updated_at as "updatedAt"
       from invoices
-     where id = any(${ledger.map((l) => l.invoice_id)}::text[])
+     where id = any(${ledger.map((l) => l.invoiceId)}::text[])
         or id = any(${subjectKeys}::text[])
      order by id
   `;
   return {
-    invoices: invoices.map((i) => ({
-      id: i.id,
-      customerId: i.customer_id,
-      status: i.status,
-      currency: i.currency,
-      amountDue: i.amount_due,
-      amountPaid: i.amount_paid,
-      updatedAt: i.updated_at.toISOString(),
-    })),
-    ledgerEntries: ledger.map((l) => ({
-      id: l.id,
-      invoiceId: l.invoice_id,
-      kind: l.kind,
-      amount: l.amount,
-      currency: l.currency,
-      bookedAt: l.booked_at.toISOString(),
-    })),
-    outbox: outbox.map((o) => ({
-      id: o.id,
-      aggregateType: o.aggregate_type,
-      aggregateId: o.aggregate_id,
-      eventType: o.event_type,
-      createdAt: o.created_at.toISOString(),
-      publishedAt: o.published_at?.toISOString() ?? null,
-    })),
+    invoices: invoices.map((i) => ({ ...i, updatedAt: i.updatedAt.toISOString() })),
+    ledgerEntries: ledger.map((l) => ({ ...l, bookedAt: l.bookedAt.toISOString() })),
+    outbox: outbox.map((o) => ({ ...o, createdAt: o.createdAt.toISOString(), publishedAt: o.publishedAt?.toISOString() ?? null })),
   };
 }
