@@ -118,8 +118,9 @@ async function repairUntraced(
       timeoutMs: REPAIR_TIMEOUT_MS,
       after: async (tx, outcome) => {
         if (outcome !== "processed") return;
-        const left = await kind.findDrift(tx, [object], account);
-        if (left.length === 0) resolved = await resolveSettled(tx, target, kind, object.id, key, account);
+        if ((await kind.findDrift(tx, [object], account)).length > 0) return;
+        const note = `Settled by reconcile (${key}): the local state now matches Stripe's current ${kind.name.replace(/s$/, "")}`;
+        resolved = (await resolveAbout(tx, target.provider, account, [object.id], note, kind.reviewTypes)).length;
       },
     });
     return { key, eventType: type, outcome: applied === "duplicate" ? "duplicate" : "repaired", resolved };
@@ -184,12 +185,19 @@ function repairEvent(key: string, type: string, object: StripeObject, account: s
 }
 
 /**
- * Resolves the needs-review rows about object `id` of `account` (types matching `kind.reviewTypes`, any
- * endpoint of the provider) once the repair left it matching Stripe: the note names the repair key.
+ * Resolves with `note` the needs-review rows of `provider` and `account` whose event is about one of
+ * `ids` (`data.object.id`, any endpoint): those whose type matches one of `types` (`like` patterns),
+ * or, without `types`, those reconciliation itself parked (`source = 'reconcile'`). Returns their event ids.
  */
-async function resolveSettled(tx: Tx, t: RepairTarget, kind: ObjectKind, id: string, key: string, account: string): Promise<number> {
-  const note = `Settled by reconcile (${key}): the local state now matches Stripe's current ${kind.name.replace(/s$/, "")}`;
-  const rows = await tx`
+async function resolveAbout(
+  db: Db | Tx,
+  provider: string,
+  account: string,
+  ids: readonly string[],
+  note: string,
+  types?: readonly string[],
+) {
+  const rows = await db<{ event_id: string }[]>`
     update webhook_inbox w
        set processed_at = now(),
            outcome = 'resolved',
@@ -197,15 +205,15 @@ async function resolveSettled(tx: Tx, t: RepairTarget, kind: ObjectKind, id: str
            needs_review_at = null
       from webhook_inbox_payloads p
      where (p.provider, p.endpoint, p.event_id, p.received_at) = (w.provider, w.endpoint, w.event_id, w.received_at)
-       and w.provider = ${t.provider}
+       and w.provider = ${provider}
        and w.account = ${account}
+       and ${types ? db`w.event_type like any(${types as string[]}::text[])` : db`w.source = 'reconcile'`}
        and w.needs_review_at is not null
        and w.processed_at is null
-       and w.event_type like any(${kind.reviewTypes as string[]}::text[])
-       and p.payload -> 'data' -> 'object' ->> 'id' = ${id}
-    returning 1
+       and p.payload -> 'data' -> 'object' ->> 'id' = any(${ids as string[]}::text[])
+    returning w.event_id
   `;
-  return rows.length;
+  return rows.map((r) => r.event_id);
 }
 
 /**
@@ -217,22 +225,5 @@ async function resolveSettled(tx: Tx, t: RepairTarget, kind: ObjectKind, id: str
  */
 export async function resolveCleared(db: Db, provider: string, kind: ObjectKind, ids: readonly string[], account = ""): Promise<string[]> {
   if (ids.length === 0) return [];
-  const note = `Cleared by reconcile ${kind.name}: the local state now matches Stripe's current object`;
-  const rows = await db<{ event_id: string }[]>`
-    update webhook_inbox w
-       set processed_at = now(),
-           outcome = 'resolved',
-           resolution_note = ${note},
-           needs_review_at = null
-      from webhook_inbox_payloads p
-     where (p.provider, p.endpoint, p.event_id, p.received_at) = (w.provider, w.endpoint, w.event_id, w.received_at)
-       and w.provider = ${provider}
-       and w.account = ${account}
-       and w.source = 'reconcile'
-       and w.needs_review_at is not null
-       and w.processed_at is null
-       and p.payload -> 'data' -> 'object' ->> 'id' = any(${ids as string[]}::text[])
-    returning w.event_id
-  `;
-  return rows.map((r) => r.event_id);
+  return resolveAbout(db, provider, account, ids, `Cleared by reconcile ${kind.name}: the local state now matches Stripe's current object`);
 }
