@@ -237,25 +237,16 @@ function readEndpoints(
   secretsOf: (name: string, variable: string) => Pick<EndpointSettings, "secrets" | "source"> | undefined,
 ): EndpointSettings[] {
   const endpoints: EndpointSettings[] = [];
-  const readMode = (variable: string): EndpointSettings["mode"] => {
-    const raw = env[variable] || "sync";
-    if (raw === "sync" || raw === "async" || raw === "hybrid") return raw;
-    problems.push(`${variable} must be sync, async or hybrid, got "${raw}"`);
-    return "sync";
-  };
   const read = (name: string): void => {
     const suffix = name === "billing" ? "" : `_${name.toUpperCase().replaceAll("-", "_")}`;
-    const { mode, ...kindAndRefetch } = readKind(env, suffix, readMode, problems);
+    const { mode, ...kindAndRefetch } = readKind(env, suffix, (variable) => readMode(env, variable, problems), problems);
     const account = readAccountMode(env, suffix, problems);
     const secrets = secretsOf(name, `STRIPE_WEBHOOK_SECRET${suffix}`);
     if (secrets) endpoints.push({ name, ...secrets, mode, ...kindAndRefetch, ...account });
   };
   read("billing");
   const seen = new Set(["billing"]);
-  for (const name of (env.STRIPE_ENDPOINTS ?? "")
-    .split(",")
-    .map((s) => s.trim())
-    .filter(Boolean)) {
+  for (const name of commaList(env.STRIPE_ENDPOINTS)) {
     // A secret pasted here by mistake must not be echoed: name the entry by position when it looks like one.
     const shown =
       /^whsec_/i.test(name) || name.length > 63 ? `number ${seen.size} (not shown: it looks like a secret or is too long)` : `"${name}"`;
@@ -266,6 +257,22 @@ function readEndpoints(
   }
   problems.push(...strayEndpointVariables(env, seen));
   return endpoints;
+}
+
+/** The entries of a comma-separated variable (`a, b,,c` → `["a", "b", "c"]`), each trimmed, empty ones left out. */
+export function commaList(raw: string | undefined): string[] {
+  return (raw ?? "")
+    .split(",")
+    .map((s) => s.trim())
+    .filter(Boolean);
+}
+
+/** `INBOX_MODE[_<NAME>]` named `variable`: sync (default), async or hybrid; anything else appends a problem naming it (and reads sync). */
+function readMode(env: Record<string, string | undefined>, variable: string, problems: string[]): EndpointSettings["mode"] {
+  const raw = env[variable] || "sync";
+  if (raw === "sync" || raw === "async" || raw === "hybrid") return raw;
+  problems.push(`${variable} must be sync, async or hybrid, got "${raw}"`);
+  return "sync";
 }
 
 /** The per-endpoint variables of Stripe endpoints; `INBOX_MODE_` also serves WEBHOOK_ENDPOINTS' ones. */
@@ -280,13 +287,7 @@ const ENDPOINT_VARIABLE = /^(STRIPE_WEBHOOK_SECRET|STRIPE_ENDPOINT_KIND|INBOX_RE
 function strayEndpointVariables(env: Record<string, string | undefined>, names: ReadonlySet<string>): string[] {
   const suffixOf = (name: string) => name.toUpperCase().replaceAll("-", "_");
   const known = new Set([...names].filter((n) => n !== "billing").map(suffixOf));
-  const providers = new Set(
-    (env.WEBHOOK_ENDPOINTS ?? "")
-      .split(",")
-      .map((s) => s.trim().replace("/", "_"))
-      .filter(Boolean)
-      .map(suffixOf),
-  );
+  const providers = new Set(commaList(env.WEBHOOK_ENDPOINTS).map((s) => suffixOf(s.replace("/", "_"))));
   const listed = [...names].join(", ");
   return Object.keys(env)
     .filter((key) => env[key] !== undefined && env[key] !== "")
@@ -307,11 +308,7 @@ function strayEndpointVariables(env: Record<string, string | undefined>, names: 
 function readProviderEndpoints(env: Record<string, string | undefined>, problems: string[]): ProviderEndpointSettings[] {
   const endpoints: ProviderEndpointSettings[] = [];
   const seen = new Set<string>();
-  const entries = (env.WEBHOOK_ENDPOINTS ?? "")
-    .split(",")
-    .map((s) => s.trim())
-    .filter(Boolean);
-  for (const [i, entry] of entries.entries()) {
+  for (const [i, entry] of commaList(env.WEBHOOK_ENDPOINTS).entries()) {
     const [provider = "", name = "", ...rest] = entry.split("/");
     const shown = /^whsec_|^pdl_|^shpss_/i.test(entry) || entry.length > 127 ? `number ${i + 1} (not shown)` : `"${entry}"`;
     if (rest.length > 0 || !ENDPOINT_NAME.test(provider) || !ENDPOINT_NAME.test(name)) {
@@ -340,9 +337,7 @@ function readProviderEndpoints(env: Record<string, string | undefined>, problems
       problems.push(
         `${source}: each secret must be at least ${MIN_PROVIDER_SECRET_LENGTH} characters (a short secret can be guessed; use a random one)`,
       );
-    const modeVar = `INBOX_MODE_${suffix}`;
-    const mode = env[modeVar] || "sync";
-    if (mode !== "sync" && mode !== "async" && mode !== "hybrid") problems.push(`${modeVar} must be sync, async or hybrid, got "${mode}"`);
+    const mode = readMode(env, `INBOX_MODE_${suffix}`, problems);
     const toleranceVar = `WEBHOOK_TOLERANCE_SEC_${suffix}`;
     const rawTolerance = env[toleranceVar];
     const toleranceSec = rawTolerance ? Number(rawTolerance) : undefined;
@@ -353,7 +348,7 @@ function readProviderEndpoints(env: Record<string, string | undefined>, problems
       name,
       secrets,
       source,
-      mode: mode === "async" || mode === "hybrid" ? mode : "sync",
+      mode,
       ...(toleranceSec === undefined ? {} : { toleranceSec }),
     });
   }
@@ -507,7 +502,7 @@ export function readDatabaseWaitMs(env: Record<string, string | undefined>, prob
 export function readApiEndpoints(env: Record<string, string | undefined>, problems: string[]): { thin: Set<string>; refetch: Set<string> } {
   const thin = new Set<string>();
   const refetch = new Set<string>();
-  const names = ["billing", ...(env.STRIPE_ENDPOINTS ?? "").split(",").map((s) => s.trim())].filter((n) => ENDPOINT_NAME.test(n));
+  const names = ["billing", ...commaList(env.STRIPE_ENDPOINTS)].filter((n) => ENDPOINT_NAME.test(n));
   for (const name of new Set(names)) {
     const suffix = name === "billing" ? "" : `_${name.toUpperCase().replaceAll("-", "_")}`;
     const read = readKind(env, suffix, () => "sync", problems);

@@ -1,6 +1,7 @@
 // `bun run reconcile github`: GitHub never redelivers a failed delivery by itself (GitHub docs, "Handling
 // failed webhook deliveries"). This lists a hook's recent deliveries, finds the failed ones whose
 // X-GitHub-Delivery the inbox does not hold, and asks GitHub to redeliver each once. Web APIs only.
+import { commaList } from "../config.ts";
 import type { Db } from "../db/db.ts";
 import {
   GitHubApiError,
@@ -86,9 +87,7 @@ function parse(args: readonly string[], nowMs: number) {
 
 /** The GitHub endpoint to reconcile: `--endpoint`, else the only `github/<name>` of `WEBHOOK_ENDPOINTS`. @throws UsageError. */
 function chooseEndpoint(env: Record<string, string | undefined>, wanted: string | undefined): string {
-  const names = (env.WEBHOOK_ENDPOINTS ?? "")
-    .split(",")
-    .map((s) => s.trim())
+  const names = commaList(env.WEBHOOK_ENDPOINTS)
     .filter((s) => s.startsWith("github/"))
     .map((s) => s.slice("github/".length));
   if (wanted !== undefined && names.includes(wanted)) return wanted;
