@@ -9,7 +9,7 @@ import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { handlersFor } from "../receiver/endpoints.ts";
 import { migrate } from "../db/migrate.ts";
 import { requeueOutbox } from "../outbox/requeue.ts";
-import { pageEvents, showEvent } from "../ops/events.ts";
+import { pageEvents, showEvent, type EventSummary } from "../ops/events.ts";
 import { parseDuration, type RowFilter } from "../ops/filter.ts";
 import { listOutbox } from "../ops/outbox.ts";
 import { printable, printableJson, printableRow } from "../ops/printable.ts";
@@ -251,15 +251,7 @@ async function run(db: Db): Promise<number> {
       const rows = (await pageEvents(db, filter(), { limit: wholeNumber("limit", opts.limit), text: opts.text })).rows;
       print(
         rows,
-        rows.map((r) => ({
-          event_id: r.eventId,
-          endpoint: r.endpoint,
-          type: r.eventType,
-          state: r.state,
-          attempts: r.attempts,
-          received_at: r.receivedAt,
-          last_error: r.lastError ?? "",
-        })),
+        rows.map((r) => ({ ...eventColumns(r), last_error: r.lastError ?? "" })),
       );
       return 0;
     }
@@ -272,12 +264,7 @@ async function run(db: Db): Promise<number> {
       print(
         rows,
         rows.map((r) => ({
-          event_id: r.eventId,
-          endpoint: r.endpoint,
-          type: r.eventType,
-          state: r.state,
-          attempts: r.attempts,
-          received_at: r.receivedAt,
+          ...eventColumns(r),
           processed_at: r.processedAt ?? "",
           needs_review_at: r.needsReviewAt ?? "",
           last_error: r.lastError ?? "",
@@ -409,6 +396,11 @@ async function run(db: Db): Promise<number> {
     default:
       throw new UsageError(`Unknown command "${command}"`);
   }
+}
+
+/** The columns `list` and `show` begin with. */
+function eventColumns(r: EventSummary) {
+  return { event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, state: r.state, attempts: r.attempts, received_at: r.receivedAt };
 }
 
 /**
