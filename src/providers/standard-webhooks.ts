@@ -1,6 +1,7 @@
 import { Webhook } from "standardwebhooks";
 import { AppError, PermanentError } from "../errors.ts";
 import { sameText } from "./hmac.ts";
+import { isObject, text } from "./json-event.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
 import { checkTimestamp, type Subject, type VerifiedEvent, type VerifyInput, type WebhookProvider } from "./provider.ts";
 
@@ -53,11 +54,8 @@ export async function verifyStandardWebhook(input: VerifyInput): Promise<Verifie
  */
 export function standardWebhooksSubject(payload: Record<string, unknown>): Subject {
   const data = payload.data;
-  if (typeof data !== "object" || data === null || Array.isArray(data)) {
-    throw new PermanentError("Cannot read Standard Webhooks event: it has no data object");
-  }
-  const id = (data as { id?: unknown }).id;
-  return { object: data as Record<string, unknown>, key: typeof id === "string" && id !== "" ? id : undefined };
+  if (!isObject(data)) throw new PermanentError("Cannot read Standard Webhooks event: it has no data object");
+  return { object: data, key: typeof data.id === "string" && data.id !== "" ? data.id : undefined };
 }
 
 /** The Standard Webhooks provider: inbox `provider = 'standard-webhooks'`. */
@@ -100,20 +98,8 @@ function checkEvent(json: string): { type: string; payload: Record<string, unkno
   } catch {
     event = undefined;
   }
-  const e = event as Record<string, unknown> | undefined;
-  const data = e?.data;
-  const ok =
-    typeof e === "object" &&
-    e !== null &&
-    !Array.isArray(e) &&
-    typeof e.type === "string" &&
-    e.type.length > 0 &&
-    e.type.length <= 200 &&
-    typeof data === "object" &&
-    data !== null &&
-    !Array.isArray(data);
-  if (!ok)
+  const type = isObject(event) ? text(event.type, 200) : undefined;
+  if (!isObject(event) || type === undefined || !isObject(event.data))
     throw new AppError("invalid_event", "Signed body is not a Standard Webhooks event: expected a JSON object with type and a data object");
-  const payload = e as Record<string, unknown>;
-  return { type: payload.type as string, payload, subject: standardWebhooksSubject(payload) };
+  return { type, payload: event, subject: standardWebhooksSubject(event) };
 }

@@ -1,7 +1,7 @@
 import Stripe from "stripe";
 import { AppError, PermanentError } from "../errors.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
-import { isoDate } from "./json-event.ts";
+import { isObject, isoDate } from "./json-event.ts";
 import type { Subject, VerifiedEvent, VerifyInput, WebhookProvider } from "./provider.ts";
 import { accountAndMode, checkStripeTimestamp, STRIPE_EVENTS_KEPT_MS, stripeVerification } from "./stripe.ts";
 
@@ -107,7 +107,7 @@ function readJson(body: string): unknown {
 export function readThinNotification(value: unknown): ThinNotification {
   const n = value as Record<string, unknown> | null;
   const invalid = (what: string) => new AppError("invalid_event", `Signed body is not a Stripe thin event notification: ${what}`);
-  if (typeof n !== "object" || n === null || Array.isArray(n)) throw invalid("expected a JSON object");
+  if (!isObject(n)) throw invalid("expected a JSON object");
   if (n.object === "event") throw invalid('it is a classic event (object "event"): send it to a classic endpoint');
   if (n.object !== "v2.core.event") throw invalid('expected object "v2.core.event"');
   if (typeof n.id !== "string" || !EVENT_ID.test(n.id)) throw invalid("expected an id evt_…");

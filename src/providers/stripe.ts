@@ -1,5 +1,6 @@
 import Stripe from "stripe";
 import { AppError, PermanentError } from "../errors.ts";
+import { isObject, text } from "./json-event.ts";
 import { jsonbCopy } from "./jsonb-text.ts";
 import { checkTimestamp, type Subject, type VerifiedEvent, type VerifyInput, type WebhookProvider } from "./provider.ts";
 
@@ -155,23 +156,14 @@ function createdOf(payload: Record<string, unknown>): Date | undefined {
 }
 
 function checkEvent(event: unknown): { id: string; type: string; payload: Record<string, unknown> } {
-  const e = event as Record<string, unknown> | null;
-  const data = e?.data as Record<string, unknown> | null | undefined;
+  const e = isObject(event) ? event : {};
   const ok =
-    typeof e === "object" &&
-    e !== null &&
-    !Array.isArray(e) &&
     e.object === "event" &&
     typeof e.id === "string" &&
     /^evt_[A-Za-z0-9_]{1,250}$/.test(e.id) &&
-    typeof e.type === "string" &&
-    e.type.length > 0 &&
-    e.type.length <= 200 &&
-    typeof data === "object" &&
-    data !== null &&
-    typeof data.object === "object" &&
-    data.object !== null &&
-    !Array.isArray(data.object);
+    text(e.type, 200) !== undefined &&
+    isObject(e.data) &&
+    isObject(e.data.object);
   if (!ok) {
     throw new AppError("invalid_event", 'Signed body is not a Stripe event: expected object "event" with id evt_…, type and data.object');
   }
@@ -187,11 +179,8 @@ function checkEvent(event: unknown): { id: string; type: string; payload: Record
  * @throws PermanentError when `data.object` is missing or not an object.
  */
 export function stripeSubject(payload: Record<string, unknown>): Subject {
-  const object = (payload.data as { object?: unknown } | null | undefined)?.object;
-  if (typeof object !== "object" || object === null || Array.isArray(object)) {
-    throw new PermanentError("Cannot read Stripe event: it has no data.object");
-  }
-  const fields = object as Record<string, unknown>;
+  const fields = (payload.data as { object?: unknown } | null | undefined)?.object;
+  if (!isObject(fields)) throw new PermanentError("Cannot read Stripe event: it has no data.object");
   const invoice = typeof fields.invoice === "object" && fields.invoice !== null ? (fields.invoice as { id?: unknown }).id : fields.invoice;
   const key = [invoice, fields.id].find((k): k is string => typeof k === "string" && k !== "");
   return { object: fields, key };
