@@ -7,7 +7,7 @@ import { html, type Html } from "./html.ts";
 /** Deliveries the running receiver answered, by outcome (in memory since it started; see `Metrics.deliveryCounts`). */
 export type DeliveryCounts = () => readonly { provider: string; endpoint: string; outcome: string; count: number }[];
 
-const OUTCOMES = ["processed", "ignored", "resolved", "unprocessed", "needs_review"] as const;
+const OUTCOMES = ["processed", "ignored", "ignored_mode", "resolved", "unprocessed", "needs_review"] as const;
 const MINUTES = 60;
 
 /** A duration in seconds as operators read it: 42 s, 7 min, 3.5 h, 2.1 d. */
@@ -96,7 +96,7 @@ export async function overviewBody(
 }
 
 function count(r: MinuteActivity, outcome: (typeof OUTCOMES)[number]): number {
-  return outcome === "needs_review" ? r.needsReview : r[outcome];
+  return outcome === "needs_review" ? r.needsReview : outcome === "ignored_mode" ? r.ignoredMode : r[outcome];
 }
 
 /** Stacked bars, one per minute of the last hour ending at `nowMinute` (ms), as inline SVG (no script, no style attributes). */

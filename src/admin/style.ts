@@ -8,10 +8,10 @@ th{background:#f0f2f5;font-weight:600}td.n{text-align:right;font-variant-numeric
 .tiles{display:flex;flex-wrap:wrap;gap:.6rem}.tile{background:#fff;border:1px solid #ddd;padding:.5rem .8rem;min-width:9rem}
 .tile b{display:block;font-size:1.3rem}.warn b{color:#b3261e}.badge{background:#b3261e;color:#fff;padding:0 .4rem;margin-left:1rem}
 .endpoint{background:#fff;border:1px solid #ddd;padding:.6rem 1rem;margin:.8rem 0}
-svg.chart{display:block;background:#fff}.processed{fill:#2e7d32}.ignored{fill:#9e9e9e}.resolved{fill:#6a1b9a}
+svg.chart{display:block;background:#fff}.processed{fill:#2e7d32}.ignored{fill:#9e9e9e}.ignored_mode{fill:#607d8b}.resolved{fill:#6a1b9a}
 .unprocessed{fill:#f9a825}.needs_review{fill:#c62828}.legend span{display:inline-block;margin-right:.8rem}
 .legend i{display:inline-block;width:.8rem;height:.8rem;margin-right:.25rem;vertical-align:-1px}
-.legend .processed{background:#2e7d32}.legend .ignored{background:#9e9e9e}.legend .resolved{background:#6a1b9a}
+.legend .processed{background:#2e7d32}.legend .ignored{background:#9e9e9e}.legend .ignored_mode{background:#607d8b}.legend .resolved{background:#6a1b9a}
 .legend .unprocessed{background:#f9a825}.legend .needs_review{background:#c62828}
 form.filters{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;background:#fff;border:1px solid #ddd;padding:.6rem}
 form.filters label{display:flex;flex-direction:column;font-size:.85rem}form.inline{display:inline-block;margin:.2rem .4rem .2rem 0}

@@ -11,6 +11,8 @@ export interface MinuteActivity {
   resolved: number;
   unprocessed: number;
   needsReview: number;
+  /** Events of the endpoint's other mode (test at a live endpoint, or the reverse): recorded, never applied. */
+  ignoredMode: number;
 }
 
 /**
@@ -26,7 +28,8 @@ export async function activityPerMinute(db: Db, minutes = 60): Promise<MinuteAct
            count(*) filter (where state = 'ignored')::int as ignored,
            count(*) filter (where state = 'resolved')::int as resolved,
            count(*) filter (where state = 'unprocessed')::int as unprocessed,
-           count(*) filter (where state = 'needs_review')::int as "needsReview"
+           count(*) filter (where state = 'needs_review')::int as "needsReview",
+           count(*) filter (where state = 'ignored_mode')::int as "ignoredMode"
       from webhook_inbox_state
      where received_at >= date_trunc('minute', now()) - ${minutes - 1} * interval '1 minute'
      group by provider, endpoint, minute

@@ -3,9 +3,9 @@ import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Db } from "../../src/db/db.ts";
 import { activityPerMinute } from "../../src/ops/activity.ts";
 import { eventEffects } from "../../src/ops/effects.ts";
-import { receiveSync } from "../../src/receiver/receive.ts";
+import { recordIgnoredMode, receiveSync } from "../../src/receiver/receive.ts";
 import { handlersFor } from "../../src/receiver/endpoints.ts";
-import { freshDatabase, lifecycle, verified } from "../support/helpers.ts";
+import { eventBody, freshDatabase, invoice, lifecycle, verified } from "../support/helpers.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
 let db: Db;
@@ -15,6 +15,8 @@ beforeAll(async () => {
   db = database.db;
   const target = { provider: "stripe", endpoint: "billing", handlers: handlersFor("stripe")! };
   for (const f of lifecycle()) await receiveSync(db, target, verified(f.body), 10_000);
+  // An event of the other mode at a live endpoint: recorded ignored_mode (the fresh-user trial's overview count).
+  await recordIgnoredMode(db, { provider: "stripe", endpoint: "livee" }, verified(eventBody("evt_other_mode", "invoice.paid", invoice())));
 });
 
 afterAll(() => database?.drop());
@@ -34,9 +36,10 @@ test("`eventEffects()` names the invoice of an event that booked nothing, and no
   expect(await eventEffects(db, "evt_unknown")).toEqual({ invoices: [], ledgerEntries: [], outbox: [] });
 });
 
-test("`activityPerMinute()` counts this hour's rows per minute by state", async () => {
+test("`activityPerMinute()` counts this hour's rows per minute by state, events of the other mode (`ignored_mode`) included", async () => {
   const rows = await activityPerMinute(db);
-  const total = rows.reduce((n, r) => n + r.processed + r.ignored + r.resolved + r.unprocessed + r.needsReview, 0);
+  const billing = rows.filter((r) => r.endpoint === "billing");
+  const total = billing.reduce((n, r) => n + r.processed + r.ignored + r.resolved + r.unprocessed + r.needsReview + r.ignoredMode, 0);
   expect(total).toBe(lifecycle().length);
-  expect(rows.every((r) => r.endpoint === "billing")).toBe(true);
+  expect(rows.filter((r) => r.endpoint === "livee").map((r) => [r.ignoredMode, r.processed + r.ignored])).toEqual([[1, 0]]);
 });
