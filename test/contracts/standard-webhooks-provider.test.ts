@@ -7,7 +7,7 @@ import { insertInbox } from "../../src/inbox/inbox.ts";
 import { standardWebhooksProvider } from "../../src/providers/standard-webhooks.ts";
 import { createApp } from "../../src/receiver/app.ts";
 import { workOff } from "../support/work.ts";
-import { freshDatabase } from "../support/helpers.ts";
+import { freshDatabase, inboxRowFor } from "../support/helpers.ts";
 import { providerContractSuite } from "./provider-suite.ts";
 
 const MSG_ID = "msg_2SuiteStandardWebhooks";
@@ -108,19 +108,10 @@ test("`processClaim()` applies queued Standard Webhooks rows through the registr
   expect(await (await deliver("async", "msg_async_2", second)).json()).toEqual({ outcome: "queued", event_id: "msg_async_2" });
   // A queued row (state and payload rows, as any delivery writes them) of a provider no worker table has.
   const acme = await insertInbox(db, [
-    {
-      key: { provider: "acme", endpoint: "renewals", eventId: "acme_1" },
-      type: "subscription.renewed",
-      payload: JSON.stringify({ type: "subscription.renewed", data: { id: "sub_acme" } }),
-      rawBody: null,
-      replaced: null,
-      source: "webhook",
-      createdAtSec: null,
-      account: "",
-      livemode: null,
-      settled: null,
-      traceparent: null,
-    },
+    inboxRowFor(
+      { provider: "acme", endpoint: "renewals", eventId: "acme_1" },
+      { type: "subscription.renewed", payload: JSON.stringify({ type: "subscription.renewed", data: { id: "sub_acme" } }) },
+    ),
   ]);
   expect(acme.size).toBe(1);
   const results = await workOff(db, renewals, { tables: { "standard-webhooks": renewals } });

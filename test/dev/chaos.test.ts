@@ -14,7 +14,7 @@ import { receiveSync, recordFallback } from "../../src/receiver/receive.ts";
 import { supervise } from "../../src/dev/chaos/processes.ts";
 import { ownServerEnv, runChaos } from "../support/chaos-run.ts";
 import { findBinaries } from "../../src/dev/replicated-postgres.ts";
-import { freshDatabase, verified } from "../support/helpers.ts";
+import { freshDatabase, inboxRowFor, verified } from "../support/helpers.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 
@@ -369,19 +369,7 @@ describe("checkStorm()", () => {
     await db`update invoices set status = 'open' where id = ${voided.invoiceId}`;
     // A row recorded for a worker that never settles it: its state row and payload row, as a delivery writes them.
     await insertInbox(db, [
-      {
-        key: { provider: "stripe", endpoint: "billing", eventId: "evt_stuck" },
-        type: "invoice.created",
-        payload: "{}",
-        rawBody: null,
-        replaced: null,
-        source: "webhook",
-        createdAtSec: null,
-        account: "",
-        livemode: false,
-        settled: null,
-        traceparent: null,
-      },
+      inboxRowFor({ provider: "stripe", endpoint: "billing", eventId: "evt_stuck" }, { type: "invoice.created", livemode: false }),
     ]);
     const verdict = await checkStorm(db, storm, "billing", acked, ["evt_never"]);
     expect(passed(verdict)).toBe(false);

@@ -1,10 +1,10 @@
 // selectNeedsReview() and applyToSelection(): a bulk action touches exactly the confirmed rows.
 import { afterAll, beforeAll, expect, test } from "bun:test";
 import type { Db } from "../../src/db/db.ts";
-import { insertInbox, type InboxRow } from "../../src/inbox/inbox.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import { requeue } from "../../src/ops/requeue.ts";
 import { applyToSelection, selectNeedsReview } from "../../src/ops/selection.ts";
-import { freshDatabase } from "../support/helpers.ts";
+import { freshDatabase, inboxRowFor } from "../support/helpers.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
 let db: Db;
@@ -18,20 +18,14 @@ afterAll(() => database?.drop());
 
 /** A needs-review row with its payload, written as the receiver parks an event (insertInbox, `failed.parked`). */
 async function park(eventId: string, type = "invoice.sel"): Promise<void> {
-  const row: InboxRow = {
-    key: { provider: "stripe", endpoint: "billing", eventId },
-    type,
-    payload: JSON.stringify({ id: eventId }),
-    rawBody: null,
-    replaced: null,
-    source: "webhook",
-    createdAtSec: null,
-    account: "",
-    livemode: null,
-    settled: null,
-    failed: { error: "Error: x", parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } },
-    traceparent: null,
-  };
+  const row = inboxRowFor(
+    { provider: "stripe", endpoint: "billing", eventId },
+    {
+      type,
+      payload: JSON.stringify({ id: eventId }),
+      failed: { error: "Error: x", parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } },
+    },
+  );
   expect((await insertInbox(db, [row])).size).toBe(1);
 }
 

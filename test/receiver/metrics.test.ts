@@ -21,6 +21,7 @@ import {
   SECRET,
   signedRequest,
   verified,
+  inboxRowFor,
 } from "../support/helpers.ts";
 
 const fresh = await freshDatabase();
@@ -260,20 +261,13 @@ describe("GET /metrics", () => {
     ] as const) {
       // Recorded as any delivery is (a state row and its payload row), queued or parked at once.
       const inserted = await insertInbox(db, [
-        {
-          key: { provider, endpoint, eventId: `evt_metrics_old_${endpoint}` },
-          type: "invoice.paid",
-          payload: "{}",
-          rawBody: null,
-          replaced: null,
-          source: "webhook",
-          createdAtSec: null,
-          account: "",
-          livemode: null,
-          settled: null,
-          ...(parked ? { failed: { error: "Error: parked by hand", parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } } } : {}),
-          traceparent: null,
-        },
+        inboxRowFor(
+          { provider, endpoint, eventId: `evt_metrics_old_${endpoint}` },
+          {
+            type: "invoice.paid",
+            ...(parked ? { failed: { error: "Error: parked by hand", parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } } } : {}),
+          },
+        ),
       ]);
       expect(inserted.size).toBe(1);
     }

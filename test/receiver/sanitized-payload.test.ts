@@ -13,7 +13,17 @@ import { replayEvent } from "../../src/ops/replay.ts";
 import { requeue } from "../../src/ops/requeue.ts";
 import { workOff } from "../support/work.ts";
 import type { Mode } from "../../src/receiver/receive.ts";
-import { backdateInbox, count, eventBody, freshDatabase, inboxRowsOf, invoice, SECRET, signedRequest } from "../support/helpers.ts";
+import {
+  backdateInbox,
+  count,
+  eventBody,
+  freshDatabase,
+  inboxRowFor,
+  inboxRowsOf,
+  invoice,
+  SECRET,
+  signedRequest,
+} from "../support/helpers.ts";
 
 const fresh = await freshDatabase();
 const db = fresh.db;
@@ -178,20 +188,10 @@ describe("rows parked before sanitized copies existed", () => {
   async function parkedTheOldWay(eventId: string, type: string, body: string): Promise<void> {
     const error = "Payload cannot be stored as jsonb (PostgresError 22P05: unsupported Unicode escape sequence); kept as raw_body";
     const inserted = await insertInbox(db, [
-      {
-        key: { provider: "stripe", endpoint: "billing", eventId },
-        type,
-        payload: null,
-        rawBody: body,
-        replaced: null,
-        source: "webhook",
-        createdAtSec: null,
-        account: "",
-        livemode: null,
-        settled: null,
-        failed: { error, parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } },
-        traceparent: null,
-      },
+      inboxRowFor(
+        { provider: "stripe", endpoint: "billing", eventId },
+        { type, payload: null, rawBody: body, failed: { error, parked: true, backoff: { baseMs: 60_000, capMs: 600_000 } } },
+      ),
     ]);
     expect(inserted.size).toBe(1);
   }

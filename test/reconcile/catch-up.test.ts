@@ -10,7 +10,7 @@ import { handlersFor, migratingHandlersFor } from "../../src/receiver/endpoints.
 import { catchUpEndpoints, readCatchUpSettings, startCatchUp } from "../../src/runtime/catch-up.ts";
 import { freePort } from "../../src/runtime/embedded-postgres.ts";
 import { stripeApiClient } from "../../src/stripe-api/client.ts";
-import { closeAll, connections, freshDatabase } from "../support/helpers.ts";
+import { closeAll, connections, freshDatabase, inboxRowFor } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";
 import { API_KEY, fakeWith, recentEvents } from "./backfill-support.ts";
 
@@ -69,21 +69,7 @@ test("`runCatchUp()` leaves an endpoint alone at start when it received an event
   const f = fakeWith(events);
   fakes.push(f);
   // A delivery recorded just now (its state row and its payload row, as a real one writes them).
-  await insertInbox(db, [
-    {
-      key: { provider: "stripe", endpoint: "billing", eventId: "evt_recent" },
-      type: "x",
-      payload: "{}",
-      rawBody: null,
-      replaced: null,
-      source: "webhook",
-      createdAtSec: null,
-      account: "",
-      livemode: null,
-      settled: null,
-      traceparent: null,
-    },
-  ]);
+  await insertInbox(db, [inboxRowFor({ provider: "stripe", endpoint: "billing", eventId: "evt_recent" })]);
   await catchUp(db, f);
   expect((await db`select count(*)::int as n from webhook_inbox`)[0]!.n).toBe(1);
 });

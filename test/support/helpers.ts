@@ -2,6 +2,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { isAbsolute, join } from "node:path";
 import postgres from "postgres";
 import { connect, type Db } from "../../src/db/db.ts";
+import type { InboxKey, InboxRow } from "../../src/inbox/inbox.ts";
 import { signStripePayload, stripeSubject } from "../../src/providers/stripe.ts";
 import { withDatabase } from "../../src/dev/scratch-database.ts";
 import { TEMPLATE_DB } from "../setup.ts";
@@ -162,4 +163,26 @@ export async function inboxRowsOf(db: Db, eventId: string): Promise<Record<strin
      where w.event_id = ${eventId}
      order by w.provider, w.endpoint
   `;
+}
+
+/**
+ * An inbox row for `key` as `insertInbox` takes it (a state row and its payload row, as a delivery writes
+ * them): type `x`, payload `{}`, from a webhook, undated, the platform's, no mode, unsettled, no trace;
+ * `fields` override any of them.
+ */
+export function inboxRowFor(key: InboxKey, fields: Partial<Omit<InboxRow, "key">> = {}): InboxRow {
+  return {
+    key,
+    type: "x",
+    payload: "{}",
+    rawBody: null,
+    replaced: null,
+    source: "webhook",
+    createdAtSec: null,
+    account: "",
+    livemode: null,
+    settled: null,
+    traceparent: null,
+    ...fields,
+  };
 }

@@ -42,9 +42,12 @@ test("`runWorker()` whose open connections stop answering mid-query gives up on 
   try {
     expect(await receiveAsync(fresh.db, TARGET, paid(0))).toBe("queued");
     await waitUntil("the first row processed", async () => (await count(fresh.db, "ledger_entries")) === 1, { timeoutMs: 10_000 });
-    gate.freezeOpen(); // the worker's next claim (or its next row) goes out on a connection that never answers
+    // Two idle connections open in the worker's pool, then frozen: the pool hands an idle open connection out
+    // first, so the worker's next claim surely goes out on one that never answers.
+    await Promise.all([workerDb`select pg_sleep(0.05)`, workerDb`select pg_sleep(0.05)`]);
+    gate.freezeOpen();
     for (let n = 1; n <= 4; n++) expect(await receiveAsync(fresh.db, TARGET, paid(n))).toBe("queued");
-    await waitUntil("every row processed once", async () => (await count(fresh.db, "ledger_entries")) === 5, { timeoutMs: 30_000 });
+    await waitUntil("every row processed once", async () => (await count(fresh.db, "ledger_entries")) === 5, { timeoutMs: 75_000 });
     expect(await count(fresh.db, "webhook_inbox", "processed_at is not null")).toBe(5);
     expect(lines.some((l) => String(l.error).includes("had no answer from PostgreSQL"))).toBe(true);
   } finally {
@@ -52,7 +55,7 @@ test("`runWorker()` whose open connections stop answering mid-query gives up on 
     await done;
     await workerDb.end({ timeout: 0 }).catch(() => {});
   }
-}, 60_000);
+}, 120_000);
 
 test("a sync delivery whose connection stops answering fails within its timeout plus STUCK_SLACK_MS as the database unavailable (a 503), and commits nothing", async () => {
   const db = connect(gate.url, { max: 1 });
