@@ -116,20 +116,7 @@ export async function settleRefunds(tx: Tx, charge: string | null, paymentIntent
         `Cannot book refund ${refund.id}: refunds would total ${limit.booked + adds}, above ${limit.what}'s ${limit.amount} ${limit.currency}: not booked (reconcile by hand)`,
       );
     }
-    await bookMoneyOut(
-      tx,
-      {
-        kind: "refund",
-        amount: Number(refund.amount),
-        currency: refund.currency,
-        settlement: null, // the event names the balance transaction only by id
-        balanceTransaction: refund.balance_transaction,
-        sourceId: refund.id,
-        charge: refund.charge,
-        paymentIntent: refund.payment_intent,
-      },
-      context,
-    );
+    await bookRefund(tx, "refund", refund, refund.balance_transaction, context);
   }
   await reverseFailedRefunds(tx, charge, paymentIntent, context);
   if (charge !== null) await checkChargeAddsUp(tx, charge, account);
@@ -157,22 +144,22 @@ async function reverseFailedRefunds(tx: Tx, charge: string | null, paymentIntent
        and not exists (select 1 from ledger_entries l where l.account = r.account and l.kind = 'refund_reversal' and l.source_id = r.id)
      order by r.id
   `;
-  for (const refund of failed) {
-    await bookMoneyOut(
-      tx,
-      {
-        kind: "refund_reversal",
-        amount: Number(refund.amount),
-        currency: refund.currency,
-        settlement: null, // the event names the failure balance transaction only by id
-        balanceTransaction: refund.failure_balance_transaction,
-        sourceId: refund.id,
-        charge: refund.charge,
-        paymentIntent: refund.payment_intent,
-      },
-      context,
-    );
-  }
+  for (const refund of failed) await bookRefund(tx, "refund_reversal", refund, refund.failure_balance_transaction, context);
+}
+
+/** Books `kind` for `refund` in the refund's own amount and currency under `balanceTransaction`, keyed by the refund. */
+function bookRefund(tx: Tx, kind: "refund" | "refund_reversal", refund: DueRefund, balanceTransaction: string, context: HandlerContext) {
+  const entry = {
+    kind,
+    amount: Number(refund.amount),
+    currency: refund.currency,
+    settlement: null, // the event names the balance transaction only by id
+    balanceTransaction,
+    sourceId: refund.id,
+    charge: refund.charge,
+    paymentIntent: refund.payment_intent,
+  };
+  return bookMoneyOut(tx, entry, context);
 }
 
 /**
