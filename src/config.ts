@@ -294,6 +294,8 @@ function strayEndpointVariables(env: Record<string, string | undefined>, names: 
     .flatMap((key) => {
       const m = ENDPOINT_VARIABLE.exec(key);
       if (!m || known.has(m[2]!) || (m[1] === "INBOX_MODE" && providers.has(m[2]!))) return [];
+      // billing's own variables take no suffix (INBOX_MODE, not INBOX_MODE_BILLING).
+      if (m[2] === "BILLING") return [`${key}: the billing endpoint's variable is ${m[1]}, without a suffix`];
       return [`${key} names no configured endpoint (the Stripe endpoints are ${listed}; add it to STRIPE_ENDPOINTS or fix the name)`];
     })
     .sort();

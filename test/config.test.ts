@@ -525,6 +525,17 @@ test("`loadConfig()` refuses a per-endpoint variable whose suffix names no endpo
   expect(() => loadConfig({ ...env, STRIPE_MODE_CONECT: undefined, INBOX_MODE_CONECT: undefined })).not.toThrow();
 });
 
+test("`loadConfig()` refuses INBOX_MODE_BILLING by naming the billing endpoint's own variable, INBOX_MODE (the fresh-user trial)", () => {
+  const error = (() => {
+    try {
+      loadConfig({ DATABASE_URL: DB_URL, STRIPE_WEBHOOK_SECRET: SECRET, INBOX_MODE_BILLING: "async" });
+    } catch (err) {
+      return err as ConfigError;
+    }
+  })();
+  expect(error?.problems).toEqual(["INBOX_MODE_BILLING: the billing endpoint's variable is INBOX_MODE, without a suffix"]);
+});
+
 describe("parseDuration()", () => {
   // Every option and setting that takes a duration, as a function: ms, or undefined when refused.
   const now = new Date("2026-12-01T00:00:00Z");
