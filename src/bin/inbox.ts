@@ -346,7 +346,14 @@ async function run(db: Db): Promise<number> {
       });
       if (opts.json) return (print(result), 0);
       const would = (done: string, notYet: string) => (result.dryRun ? notYet : done);
-      const kept = result.keyRetention.map((k) => `${k.provider} ${Math.round((k.olderThanMs / 86_400_000) * 10) / 10} d`).join(", ");
+      // In days as the floor is given; a forced horizon under a day in hours or seconds ("stripe 0 d" said nothing).
+      const span = (ms: number) =>
+        ms >= 86_400_000
+          ? `${Math.round(ms / 8_640_000) / 10} d`
+          : ms >= 3_600_000
+            ? `${Math.round(ms / 360_000) / 10} h`
+            : `${Math.round(ms / 1000)} s`;
+      const kept = result.keyRetention.map((k) => `${k.provider} ${span(k.olderThanMs)}`).join(", ");
       console.log(
         `${would("Deleted", "Would delete")} ${result.deleted} settled row(s) past their key retention (${kept || "no rows"})` +
           `, ${result.outboxDeleted} published outbox message(s), ${result.claimsDeleted} change claim(s), ${result.backfillRequestsDeleted} finished backfill request(s)` +

@@ -65,7 +65,10 @@ export function parseStripeSignature(header: string | null): SignatureHeader {
   }
   const [t] = timestamps;
   if (timestamps.length !== 1 || t === undefined || !/^\d{1,12}$/.test(t)) {
-    throw new AppError("signature_malformed", "Cannot parse Stripe-Signature header: expected exactly one integer t= value");
+    throw new AppError(
+      "signature_malformed",
+      "Cannot parse Stripe-Signature header: expected exactly one t= value, a Unix time in seconds (at most 12 digits; a time in milliseconds is refused)",
+    );
   }
   if (signatures.length === 0) {
     throw new AppError("signature_malformed", "Cannot parse Stripe-Signature header: no v1 signature");
