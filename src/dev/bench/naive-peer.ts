@@ -5,7 +5,7 @@
 // Env: DATABASE_URL, STRIPE_WEBHOOK_SECRET, PORT, PEER_MODE (sync | async), DB_POOL_MAX.
 import postgres from "postgres";
 import Stripe from "stripe";
-import { NAIVE_INBOX_DDL } from "./naive-inbox.ts";
+import { applyInvoicePaid, NAIVE_INBOX_DDL } from "./naive-inbox.ts";
 
 const env = process.env;
 const sql = postgres(env.DATABASE_URL ?? "", { max: Number(env.DB_POOL_MAX ?? 10), onnotice: () => {} });
@@ -13,31 +13,6 @@ const stripe = new Stripe("sk_test_unused");
 const crypto = Stripe.createSubtleCryptoProvider();
 const secret = env.STRIPE_WEBHOOK_SECRET ?? "";
 const sync = env.PEER_MODE === "sync";
-
-/** The seed's `_apply_invoice_paid`: upsert, read the status, book the payment once, then its outbox row. */
-async function applyInvoicePaid(tx: postgres.TransactionSql, inv: Record<string, unknown>): Promise<void> {
-  const { id, customer, currency, amount_paid: amount } = inv as { id: string; customer: string; currency: string; amount_paid: number };
-  await tx`
-    insert into invoices (id, customer_id, status, currency, amount_paid, paid_at)
-    values (${id}, ${customer}, 'paid', ${currency}, ${amount}, now())
-    on conflict (account, id) do update
-       set status = 'paid', amount_paid = excluded.amount_paid, paid_at = coalesce(invoices.paid_at, excluded.paid_at), updated_at = now()
-     where invoices.status not in ('paid', 'void')
-  `;
-  const [row] = await tx`select status from invoices where id = ${id}`;
-  if (row?.status !== "paid") return;
-  const booked = await tx`
-    insert into ledger_entries (invoice_id, kind, amount, currency, event_id)
-    values (${id}, 'payment', ${amount}, ${currency}, ${inv.event_id as string})
-    on conflict (account, invoice_id, kind) do nothing
-    returning id
-  `;
-  if (booked.length === 0) return;
-  await tx`
-    insert into naive_outbox (aggregate_type, aggregate_id, event_type, payload)
-    values ('Invoice', ${id}, 'InvoicePaymentBooked', ${sql.json({ invoice_id: id, amount })})
-  `;
-}
 
 const insertInbox = (q: postgres.Sql | postgres.TransactionSql, event: Stripe.Event) => q`
   insert into naive_inbox (provider, endpoint, event_id, event_type, payload)

@@ -24,6 +24,7 @@ import { loadMigrations } from "../../runtime/migrations-fs.ts";
 import { createScratchDatabase } from "../scratch-database.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
 import { graphileDrain } from "../bench/graphile-peer.ts";
+import { naiveDrain, prefillNaiveBacklog } from "../bench/naive-worker.ts";
 import { ensurePgbench, runPgbench } from "../bench/pgbench.ts";
 import { hasWrk, wrkLoad } from "../bench/wrk.ts";
 
@@ -556,6 +557,23 @@ try {
       results[`worker drain @${w}`] = { ...stat(rates), wal_bytes_per_event: wal };
       row("worker drain (ours)", w, stat(rates), "events/s", `backlog ${backlog}, WAL ${wal.median.toFixed(0)} B/event drained`);
       say(`worker drain @${w}: ${JSON.stringify(stat(rates))}, WAL ${wal.median.toFixed(0)} B/event`);
+      // The naive worker: the seed's two transactions per event (claim, then apply) on its own one-table inbox.
+      const naive: number[] = [];
+      for (let r = 0; r < runs; r++) {
+        await reset();
+        await prefillNaiveBacklog(db, `n${w}r${r}${Date.now()}`, backlog);
+        await db`analyze naive_inbox`;
+        await checkpoint(db);
+        const d = await naiveDrain(url, w);
+        if (d.processed !== backlog) throw new Error(`naive worker drain: ${d.processed} of ${backlog} rows processed`);
+        naive.push(backlog / d.seconds);
+      }
+      results[`naive worker drain @${w}`] = stat(naive);
+      row("naive worker drain (seed §6: claim, then apply)", w, stat(naive), "events/s", `backlog ${backlog}, two transactions per event`);
+      say(`naive worker drain @${w}: ${JSON.stringify(stat(naive))}`);
+      const ours = stat(rates).median / stat(naive).median;
+      results[`worker drain ÷ naive @${w}`] = ours;
+      say(`worker drain ÷ naive worker @${w}: ${ours.toFixed(2)}×`);
       // The peer: graphile-worker doing the same billing statement per job, plain and with its batching.
       const work = await capturedHandlerStatement(url);
       for (const batched of [false, true]) {
