@@ -63,9 +63,10 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  *   type without a handler is recorded `ignored` either way).
  * - `record`: inserts `row` as it is, for a worker or an operator (`settled` null: an attempt that
  *   already failed, or an event kept as its raw body: inbox.ts `rawOnlyRow`); nothing runs.
- * - `claimed`: the row a worker claimed is locked `FOR UPDATE` and re-checked unprocessed and not
- *   needs-review (another worker, a redelivery's settle or an operator may have settled it); after
- *   the handler it is settled.
+ * - `claimed`: the row a worker claimed is settled (processed or ignored) by one `update … where
+ *   processed_at is null and needs_review_at is null`, which locks it and re-checks it in one round
+ *   trip (another worker, a redelivery's settle or an operator may have settled it: then nothing
+ *   runs); the handler then runs in the same transaction, so its failure rolls the settle back.
  * - `replay`: a settled row (not resolved by an operator, not `ignored_mode` unless `modeFixed`: the
  *   endpoint's mode now is the event's) runs through its handler again, locked `FOR UPDATE`; it stays
  *   settled, and a row recorded `ignored` (or `ignored_mode`) whose type has a handler now is marked
@@ -177,6 +178,88 @@ export async function applyEvents(
   return applied;
 }
 
+/** What one event of {@link applyEach} came to. */
+export type EachOutcome =
+  /** Its hold and handler ran and were kept (released into the batch's transaction). */
+  | { applied: Applied }
+  /** Its hold or handler threw: its savepoint was rolled back, nothing of it remains; the others are kept. */
+  | { error: unknown }
+  /** The batch's time ran out before it: nothing of it ran. */
+  | { notStarted: true };
+
+/** An event of {@link applyEach} starts only while at least this share of the batch's bound is left. */
+const EACH_START_SHARE = 0.1;
+
+/**
+ * Independent events applied in ONE transaction, each exactly as {@link applyEvent} applies it (its
+ * {@link Hold}, its handler, its settle) behind a savepoint of its own (postgres.js `savepoint`;
+ * PostgreSQL manual, SAVEPOINT and ROLLBACK TO SAVEPOINT): an event that throws is rolled back to its
+ * savepoint alone and the others commit, with one COMMIT (one WAL flush) for them all. The worker's batches (worker/process-batch.ts).
+ * - Bound: the transaction gets `timeoutMs` (boundTransaction); as each event starts, its statements'
+ *   `statement_timeout` is set to what is left of `timeoutMs`, and an event starts only while a tenth
+ *   of it is left, so a lock wait or a slow statement of one event is cancelled at the batch's deadline
+ *   (57014, that event's error) and the events after it are `notStarted`.
+ * - Conflicts: an event PostgreSQL rolled back as a deadlock or serialization failure (40P01, 40001)
+ *   is rolled back to its savepoint and tried again, up to {@link APPLY_TRIES} tries while time is left.
+ * - Each input's `traceparent` is set for its own statements (outbox rows carry it).
+ * - `settle(tx, outcomes)` runs last in the same transaction (the worker records the failures and
+ *   gives back the attempts of the events not started), so what the batch did and what it recorded
+ *   of it commit together.
+ * Returns each input's outcome, in order. After the commit, dispatchers are woken when an event was processed.
+ * @throws what the database threw outside an event (BEGIN, the bound, a ROLLBACK TO SAVEPOINT, `settle`,
+ *   COMMIT), or QUERY_STUCK after `timeoutMs` + STUCK_SLACK_MS: nothing of the batch remains then.
+ */
+export async function applyEach(
+  db: Db,
+  inputs: readonly ApplyInput[],
+  timeoutMs: number,
+  settle?: (tx: Tx, outcomes: readonly EachOutcome[]) => Promise<void>,
+): Promise<EachOutcome[]> {
+  const deadline = Date.now() + timeoutMs;
+  const spill = { spilled: false };
+  const outcomes = await settleWithin(
+    db.begin(async (tx) => {
+      await boundTransaction(tx, timeoutMs);
+      const out: EachOutcome[] = [];
+      for (const input of inputs) {
+        for (let tries = 1; ; tries++) {
+          const left = Math.ceil(deadline - Date.now());
+          if (left < timeoutMs * EACH_START_SHARE) {
+            out.push({ notStarted: true });
+            break;
+          }
+          try {
+            // postgres.js's savepoint scope: a failed statement in it rolls back to the savepoint and
+            // rejects here, and only here (the transaction goes on).
+            const applied = await tx.savepoint(async (sp) => {
+              // This event's bound and trace, undone with its savepoint; pipelined with its first statement.
+              const bound = sp`
+                select set_config('statement_timeout', ${String(left)}, true), set_config('webhook_inbox.traceparent', ${input.traceparent ?? ""}, true)
+              `.execute();
+              const applied = await applyIn(sp, input, spill);
+              await bound;
+              return applied;
+            });
+            out.push({ applied });
+            break;
+          } catch (err) {
+            if (isConflict(err) && tries < APPLY_TRIES && Date.now() < deadline) continue;
+            out.push({ error: err });
+            break;
+          }
+        }
+      }
+      await settle?.(tx, out);
+      return out;
+    }),
+    timeoutMs + STUCK_SLACK_MS,
+    "The batch's transaction",
+  );
+  if (outcomes.some((o) => "applied" in o && o.applied === "processed")) notifierFor(db, OUTBOX_CHANNEL).wake();
+  keepPartitionsAfterSpill(db, spill);
+  return outcomes;
+}
+
 async function applyIn(tx: Tx, input: ApplyInput, spill: { spilled: boolean }): Promise<Applied> {
   const handler = Object.hasOwn(input.handlers, input.type) ? input.handlers[input.type] : undefined;
   const held = await holdRow(tx, input, handler !== undefined, spill);
@@ -198,7 +281,6 @@ async function applyIn(tx: Tx, input: ApplyInput, spill: { spilled: boolean }): 
       );
   }
   const applied = handler ? "processed" : "ignored";
-  if ("claimed" in input.hold) await settleClaimed(tx, input.key, applied);
   await input.after?.(tx, applied);
   // A replay that ran a handler added after the event was recorded `ignored`: the row now says so.
   if ("replay" in input.hold && handler) await markReplayedProcessed(tx, input.key);
@@ -215,13 +297,26 @@ async function holdRow(tx: Tx, input: ApplyInput, handled: boolean, spill: { spi
     if (inserted.size === 0) return "duplicate";
     return row.settled === null ? "queued" : "held";
   }
+  if ("claimed" in hold) {
+    // The re-check and the settle in one statement: the row is locked and marked settled here, and the
+    // handler's writes follow in the same transaction, so a handler that throws rolls the settle back too.
+    const settled = await tx`
+      update webhook_inbox
+         set processed_at = now(),
+             outcome = ${handled ? "processed" : "ignored"},
+             last_error = null
+       where ${keyIs(tx, key)}
+         and processed_at is null
+         and needs_review_at is null
+    `;
+    return settled.count === 1 ? "held" : "duplicate";
+  }
   const [row] = await tx<{ settled: boolean; parked: boolean; outcome: string | null; note: string | null }[]>`
     select processed_at is not null as settled, needs_review_at is not null as parked, outcome, resolution_note as note
       from webhook_inbox
      where ${keyIs(tx, key)}
        for update
   `;
-  if ("claimed" in hold) return row && !row.settled && !row.parked ? "held" : "duplicate";
   const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
   if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
   if (row.parked) throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
@@ -242,17 +337,6 @@ async function markReplayedProcessed(tx: Tx, key: InboxKey): Promise<void> {
        set outcome = 'processed'
      where ${keyIs(tx, key)}
        and outcome in ('ignored', 'ignored_mode')
-  `;
-}
-
-/** Settles a claimed row in its transaction: processed or ignored, its last error cleared. */
-async function settleClaimed(tx: Tx, key: InboxKey, outcome: "processed" | "ignored"): Promise<void> {
-  await tx`
-    update webhook_inbox
-       set processed_at = now(),
-           outcome = ${outcome},
-           last_error = null
-     where ${keyIs(tx, key)}
   `;
 }
 

@@ -8,24 +8,35 @@ export interface ClaimLoop<T> extends Pick<ResolvedLoopOptions, "db" | "signal" 
   label: string;
   /** LISTEN/NOTIFY channel whose notifications wake the loop. */
   channel: string;
-  /** Claims at most `limit` due items (each leased to this loop). */
-  claim(limit: number): Promise<T[]>;
-  /** Works on one claimed item in its slot; `claimedAt` is when its claim started, ms since the epoch. Must not reject. */
-  work(item: T, claimedAt: number): Promise<void>;
+  /** Claims at most `free` units of work (each leased to this loop), one per free slot. */
+  claim(free: number): Promise<T[]>;
+  /**
+   * Whether a claim that returned `units` for `free` slots took all it could (more may be due, so the
+   * loop claims again without waiting). Default: one unit per free slot.
+   */
+  filled?(units: readonly T[], free: number): boolean;
+  /**
+   * Works on one claimed unit in its slot; `claimedAt` is when its claim started, ms since the epoch.
+   * Resolves true when it left work due at once (the loop then claims again without waiting for a
+   * NOTIFY or the poll). Must not reject.
+   */
+  work(unit: T, claimedAt: number): Promise<boolean | void>;
 }
 
 /**
  * The claim loop of the inbox worker and the outbox dispatcher: LISTENs on `channel` (unless `listen`
  * is off; a LISTEN that fails is logged `{ <label>: "listen_failed" }` and the loop polls), then while
- * `signal` is not aborted claims as many items as slots are free and starts `work` on each at once, so
- * an item is claimed only when a slot can start it. It claims again at once when the batch filled
- * every free slot (more may be due), else sleeps until a NOTIFY, a finished item or `pollMs`. A failed
- * claim is logged `{ <label>: "claim_failed" }` at level warn and retried after `pollMs` (at most 1 s);
- * it never ends the loop. Resolves after `signal` aborts and the work in flight finished.
+ * `signal` is not aborted claims as many units as slots are free (one claim statement) and starts
+ * `work` on each at once, so a unit is claimed only when a slot can start it. It claims again at once
+ * after a claim that took all it could (`filled`: more may be due) or a unit whose work left more due;
+ * otherwise it waits for a NOTIFY or `pollMs`, so a finished unit alone never costs a claim that finds
+ * nothing. A failed claim is logged `{ <label>: "claim_failed" }` at level warn and retried after
+ * `pollMs` (at most 1 s); it never ends the loop. Resolves after `signal` aborts and the work in flight finished.
  */
 export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
   const { db, signal, concurrency, pollMs, log, label } = loop;
-  // A NOTIFY, a finished item or abort wakes the loop; one arriving while it claims is not lost.
+  const filled = loop.filled ?? ((units, free) => units.length === free);
+  // A NOTIFY, work that left more due, or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);
   const listener = !loop.listen
     ? undefined
@@ -34,7 +45,8 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
         return undefined;
       });
 
-  const inFlight = new Set<Promise<void>>();
+  const inFlight = new Set<Promise<unknown>>();
+  let more = true; // the last claim took all it could
   while (!signal.aborted) {
     const free = concurrency - inFlight.size;
     if (free === 0) {
@@ -43,25 +55,32 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
       await Promise.race(inFlight);
       continue;
     }
+    if (!more) {
+      await sleep(pollMs); // at once when a nudge came since the last claim
+      if (signal.aborted) break;
+    }
     claiming();
-    let items: T[];
+    let units: T[];
     const claimedAt = Date.now();
     try {
-      items = await loop.claim(free);
+      units = await loop.claim(free);
     } catch (err) {
       log({ [label]: "claim_failed", error: describeError(err), level: "warn" });
       await sleep(Math.min(pollMs, 1_000));
+      more = true;
       continue;
     }
-    for (const item of items) {
-      const p: Promise<void> = loop.work(item, claimedAt).finally(() => {
-        inFlight.delete(p);
-        nudge();
-      });
+    for (const unit of units) {
+      const p: Promise<unknown> = loop.work(unit, claimedAt).then(
+        (again) => {
+          inFlight.delete(p);
+          if (again) nudge();
+        },
+        () => inFlight.delete(p),
+      );
       inFlight.add(p);
     }
-    // Invariant: claim again at once only when the batch filled every free slot (more may be due).
-    if (items.length < free) await sleep(pollMs);
+    more = filled(units, free);
   }
   await Promise.all(inFlight);
   await listener?.unlisten().catch(() => {});

@@ -37,7 +37,8 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
   const ordered = options.ordered ?? false;
   const resolved = resolveLoopOptions(options, "Dispatcher");
   const { db, leaseMs, timeoutMs, maxAttempts, backoff, log } = resolved;
-  async function work(message: OutboxMessage): Promise<void> {
+  // Resolves true: a settled message can make the next of its aggregate due (ordered), so the loop claims again.
+  async function work(message: OutboxMessage): Promise<boolean> {
     const started = Date.now();
     const line = {
       outbox_id: message.id,
@@ -65,6 +66,7 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
       // Settling the row failed (database unreachable): the lease expires and the row is delivered again.
       log({ ...line, outcome: "unsettled", error: describeError(err), duration_ms: Date.now() - started });
     }
+    return true;
   }
   await runClaimLoop({
     ...resolved,

@@ -36,6 +36,12 @@ const TYPE_CHANGED =
 export interface ClaimOptions {
   /** Rows to claim at most. */
   limit: number;
+  /**
+   * Rows already tried (`attempts > 0`: a failure, or a worker that died holding them) to claim at most,
+   * oldest first; default `limit`. The worker takes one per slot, so a retried row is never in a
+   * batch (worker/process-batch.ts): an event that kills its worker takes only itself to the attempt limit.
+   */
+  retried?: number;
   /** Lease, ms: the row is invisible to other workers until then (its `available_at`). */
   leaseMs: number;
   /** Attempt limit; a due row that already used them is parked as needs-review instead. */
@@ -54,7 +60,7 @@ export interface ClaimOptions {
  * picks unprocessed, unparked rows with `available_at <= now()` oldest first with
  * `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"), counts the attempt and
  * pushes `available_at` out by the lease before any work is done, so a process that dies mid-work
- * has still used up an attempt. A picked row that has used all attempts (its last worker died
+ * has still used up an attempt. Of rows already tried, at most `retried` are claimed. A picked row that has used all attempts (its last worker died
  * without reporting) is parked as needs-review in the same statement rather than claimed. Only rows of
  * `providers` are picked: a worker never takes a row it cannot process.
  */
@@ -63,7 +69,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
   type Row = Omit<Claim, "attempt" | "leaseEndsAt" | "refusal"> & { claimed: boolean; attempts: number; typeChanged: boolean | null };
   const rows = await db<Row[]>`
     with picked as (
-      select provider, endpoint, event_id, attempts
+      select provider, endpoint, event_id, attempts, available_at
         from webhook_inbox
        where processed_at is null
          and needs_review_at is null
@@ -72,13 +78,22 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
        order by available_at
        limit ${options.limit}
          for update skip locked
+    ), chosen as (
+      -- Rows never tried, rows to park, and at most options.retried rows already tried (the others stay
+      -- due: their locks end with this statement).
+      select provider, endpoint, event_id, attempts from picked where attempts = 0 or attempts >= ${options.maxAttempts}
+      union all
+      (select provider, endpoint, event_id, attempts from picked
+        where attempts > 0 and attempts < ${options.maxAttempts}
+        order by available_at
+        limit ${options.retried ?? options.limit})
     ), parked as (
       update webhook_inbox w
          set needs_review_at = now(),
              last_error = left(coalesce(w.last_error || '; ', '') || 'attempt limit ' || ${options.maxAttempts}::int
                           || ' reached with no outcome recorded for the last attempt (its worker was killed or its lease expired,'
                           || ' or the row was made due again without resetting attempts: use "inbox requeue")', 1000)
-        from picked p
+        from chosen p
        where p.attempts >= ${options.maxAttempts}
          and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
       returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts
@@ -86,7 +101,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       update webhook_inbox w
          set attempts = w.attempts + 1,
              available_at = now() + ${options.leaseMs} * interval '1 millisecond'
-        from picked p
+        from chosen p
        where p.attempts < ${options.maxAttempts}
          and (w.provider, w.endpoint, w.event_id) = (p.provider, p.endpoint, p.event_id)
       returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.received_at, w.account, w.traceparent

@@ -1,4 +1,4 @@
-import { isPermanent, type Db } from "../db/db.ts";
+import { isPermanent, type Db, type Tx } from "../db/db.ts";
 import { within } from "../db/sleep.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
@@ -15,9 +15,10 @@ import type { Fetcher, Resolution } from "./stripe-fetch.ts";
 /**
  * What one claimed row came to: `skipped` (another worker or a redelivery had settled it meanwhile),
  * `deferred` (the Stripe API did not answer in time: due again later, no attempt used),
- * `object_missing` (Stripe no longer has the object it points to: settled).
+ * `object_missing` (Stripe no longer has the object it points to: settled), `released` (not started:
+ * its batch's time, or its lease, ran out first; its attempt given back, due again at once).
  */
-export type WorkOutcome = "processed" | "ignored" | "skipped" | "failed" | "needs_review" | "deferred" | "object_missing";
+export type WorkOutcome = "processed" | "ignored" | "skipped" | "failed" | "needs_review" | "deferred" | "object_missing" | "released";
 
 /** Deferrals in a row after which a thin or refetch row is parked as needs-review (about 2 h with the default backoff). */
 export const MAX_DEFERS = 24;
@@ -49,7 +50,7 @@ export interface ProcessOptions {
  *   back, parked as needs-review after {@link MAX_DEFERS} in a row;
  * - then the row's handler runs through {@link applyEvent} (`FOR UPDATE` re-check, handler, settle,
  *   one transaction bounded by `timeoutMs` on the server) on the stored event's object or the object read.
- * On failure the transaction rolls back and {@link recordFailure} stores the error and the next
+ * On failure the transaction rolls back and {@link recordFailures} stores the error and the next
  * attempt time (parked at once when permanent). Returns the outcome, the error text on failure and
  * the fetcher's note when the row was applied from a read (a health notification's: what was read,
  * which window is backfilled and why);
@@ -63,8 +64,23 @@ export async function processClaim(
 ): Promise<{ outcome: WorkOutcome; error?: string; note?: string; traceId?: string; spanId?: string }> {
   const t = options.telemetry;
   if (!t) return processUntraced(db, claim, options);
+  return inSpan(t, claimSpanSpec(t, claim), async (span, context) => {
+    const result = await processUntraced(db, claim, options, traceparentOf(t, span), context);
+    span?.setAttribute("webhook_inbox.outcome", result.outcome);
+    if (result.error !== undefined) span?.setStatus({ code: t.api.SpanStatusCode.ERROR, message: result.error.slice(0, 300) });
+    const ids = span?.spanContext();
+    return ids && t.api.isSpanContextValid(ids) ? { ...result, traceId: ids.traceId, spanId: ids.spanId } : result;
+  });
+}
+
+/**
+ * The span of one claimed row's processing (OpenTelemetry messaging semantic conventions, "process"):
+ * `process <endpoint>`, kind CONSUMER, the event's messaging attributes and its attempt, linked to the
+ * span that recorded the row (its stored traceparent) when there was one.
+ */
+export function claimSpanSpec(t: Telemetry, claim: Claim) {
   const ingest = spanContextOf(claim.traceparent);
-  const spec = {
+  return {
     name: `process ${claim.endpoint}`,
     kind: t.api.SpanKind.CONSUMER,
     attributes: {
@@ -73,13 +89,6 @@ export async function processClaim(
     },
     links: ingest ? [{ context: ingest }] : [],
   };
-  return inSpan(t, spec, async (span, context) => {
-    const result = await processUntraced(db, claim, options, traceparentOf(t, span), context);
-    span?.setAttribute("webhook_inbox.outcome", result.outcome);
-    if (result.error !== undefined) span?.setStatus({ code: t.api.SpanStatusCode.ERROR, message: result.error.slice(0, 300) });
-    const ids = span?.spanContext();
-    return ids && t.api.isSpanContextValid(ids) ? { ...result, traceId: ids.traceId, spanId: ids.spanId } : result;
-  });
 }
 
 async function processUntraced(
@@ -155,7 +164,7 @@ async function processUntraced(
 
 async function failed(db: Db, claim: Claim, err: unknown, options: ProcessOptions, final: boolean, described?: string) {
   const error = described ?? describeError(err);
-  const parked = await recordFailure(db, claim, error, isPermanent(err) || final, options);
+  const [parked] = await recordFailures(db, [{ claim, error, permanent: isPermanent(err) || final }], options);
   return { outcome: parked ? ("needs_review" as const) : ("failed" as const), error };
 }
 
@@ -165,30 +174,58 @@ class ReadTooSlow extends Error {
 }
 
 /**
- * Records a failed attempt after its rollback, in its own short statement (graphile-worker's
- * `failJobs`): `last_error`, `available_at` pushed out by the SQL backoff, and needs-review when the
- * error is permanent or the attempt limit is reached. Touches the row only while it is unprocessed
- * and still carries this claim's attempt number (the fencing token), so it never disturbs a row
- * another worker finished or re-claimed. Returns true when the row is now needs-review.
+ * One claimed row for {@link recordFailures}: a failed attempt (`error`, parked at once when
+ * `permanent`), or with `release` an attempt not made (the batch's time ran out before it, or too
+ * little of its lease was left to start it): given back and due again now.
  */
-export async function recordFailure(
-  db: Db,
-  claim: Claim,
-  error: string,
-  permanent: boolean,
+export interface AttemptRecord {
+  claim: Pick<Claim, "provider" | "endpoint" | "eventId" | "attempt">;
+  error?: string;
+  permanent?: boolean;
+  release?: boolean;
+}
+
+/**
+ * Records what became of claimed rows that were not settled, in ONE statement (graphile-worker's
+ * `failJobs`), on `sql` (the pool after a rollback, or a batch's own transaction): a failure stores
+ * `last_error`, pushes `available_at` out by the SQL backoff of the attempts used
+ * (`webhook_inbox_backoff`, sql/0003) and parks the row as needs-review when the error is permanent or
+ * the attempt limit is reached; a release gives the attempt back (`attempts - 1`) and makes the row due
+ * now. Touches a row only while it is unprocessed and still carries its claim's attempt number (the
+ * fencing token), so it never disturbs a row another worker finished or re-claimed. Returns, for each
+ * record in order, whether its row is now needs-review.
+ */
+export async function recordFailures(
+  sql: Db | Tx,
+  records: readonly AttemptRecord[],
   options: Pick<ProcessOptions, "maxAttempts" | "backoff">,
-): Promise<boolean> {
-  const [row] = await db<{ parked: boolean }[]>`
-    update webhook_inbox
-       set last_error = ${error},
-           available_at = now() + webhook_inbox_backoff(attempts, ${options.backoff.baseMs}, ${options.backoff.capMs}),
-           needs_review_at = case when ${permanent} or attempts >= ${options.maxAttempts} then now() end
-     where ${keyIs(db, claim)}
-       and processed_at is null
-       and attempts = ${claim.attempt}
-    returning needs_review_at is not null as parked
+): Promise<boolean[]> {
+  if (records.length === 0) return [];
+  const rows = records.map((r, i) => ({
+    i,
+    provider: r.claim.provider,
+    endpoint: r.claim.endpoint,
+    event_id: r.claim.eventId,
+    attempt: r.claim.attempt,
+    error: r.error ?? null,
+    permanent: r.permanent === true,
+    release: r.release === true,
+  }));
+  const updated = await sql<{ i: number; parked: boolean }[]>`
+    update webhook_inbox w
+       set last_error = case when r.release then w.last_error else r.error end,
+           attempts = w.attempts - case when r.release then 1 else 0 end,
+           available_at = now() + case when r.release then interval '0 s'
+                                       else webhook_inbox_backoff(w.attempts, ${options.backoff.baseMs}, ${options.backoff.capMs}) end,
+           needs_review_at = case when not r.release and (r.permanent or w.attempts >= ${options.maxAttempts}) then now() end
+      from jsonb_to_recordset(${sql.json(rows)}) as r(i int, provider text, endpoint text, event_id text, attempt int, error text, permanent boolean, release boolean)
+     where (w.provider, w.endpoint, w.event_id) = (r.provider, r.endpoint, r.event_id)
+       and w.processed_at is null
+       and w.attempts = r.attempt
+    returning r.i, w.needs_review_at is not null as parked
   `;
-  return row?.parked ?? false;
+  const isParked = new Set(updated.filter((u) => u.parked).map((u) => u.i));
+  return records.map((_, i) => isParked.has(i));
 }
 
 /**

@@ -150,7 +150,9 @@ export function stripeFetcher(options: FetcherOptions): Fetcher {
       // A connected account's object is read as that account (header Stripe-Account; Stripe docs,
       // "Making API calls for connected accounts"); the platform's own without it.
       const as = claim.account ? { stripeAccount: claim.account } : undefined;
-      const object = await missingAsUndefined(() => call(() => options.stripe.rawRequest("GET", `/v1/${path}/${id}`, undefined, as) as Promise<unknown>));
+      const object = await missingAsUndefined(() =>
+        call(() => options.stripe.rawRequest("GET", `/v1/${path}/${id}`, undefined, as) as Promise<unknown>),
+      );
       if (object === undefined) return missing(type ?? "object", id);
       return { kind: "apply", object: object as Record<string, unknown>, changeId: claim.eventId };
     },

@@ -3,12 +3,11 @@ import type { HandlerTable } from "../handlers/handler-table.ts";
 import { NOTIFY_CHANNEL } from "../inbox/inbox.ts";
 import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
 import { runClaimLoop } from "../loop/claim-loop.ts";
-import { describeError } from "../errors.ts";
 import { assertPatchedPostgres } from "../db/patched-postgres.ts";
 import { settleWithin, STUCK_SLACK_MS } from "../db/db.ts";
 import { stripeThinProvider } from "../providers/stripe-thin.ts";
 import type { Fetcher } from "./stripe-fetch.ts";
-import { processClaim } from "./process-claim.ts";
+import { chunkClaims, MAX_BATCH, processClaims } from "./process-batch.ts";
 import type { Telemetry } from "../telemetry.ts";
 
 /** Settings of {@link runWorker}; times in ms (the shared ones in {@link LoopOptions}). */
@@ -23,50 +22,63 @@ export interface WorkerOptions extends LoopOptions {
   fetcher?: Fetcher;
   /** OpenTelemetry: a span per claim linked to the recording span (process-claim.ts). Default: none. */
   telemetry?: Telemetry;
+  /**
+   * Rows at most per slot's transaction (process-batch.ts: one savepoint each, one COMMIT for them all),
+   * 1 to {@link MAX_BATCH}. Default {@link DEFAULT_BATCH}.
+   */
+  batch?: number;
 }
 
+/** Rows per slot's transaction unless told otherwise (docs/performance.md: the drain against batch sizes). */
+export const DEFAULT_BATCH = 32;
+
 /**
- * The async-mode worker loop (seed §6, {@link runClaimLoop} on `NOTIFY_CHANNEL`): claims as many due rows
- * as slots are free (one claim statement: claim.ts) and starts each at once in its slot ({@link processClaim}:
- * its own transaction, bounded by `timeoutMs`), so a row's lease runs only while it is worked on. Logs one
- * line per row: event id, type, attempt, outcome, the error or the fetcher's note, duration ms (never the
- * payload). Resolves after `signal` aborts and the rows in flight finished; database errors never end it.
- * @throws Error when `timeoutMs >= leaseMs` (a row could outlive its lease while still running), or
- *   when the postgres.js loaded is unpatched ({@link assertPatchedPostgres}).
+ * The async-mode worker loop (seed §6, {@link runClaimLoop} on `NOTIFY_CHANNEL`): for the free slots,
+ * claims up to `batch` rows each in one claim statement (claim.ts: attempts counted and leases taken,
+ * committed before any work), groups them by business object into one unit per slot
+ * ({@link chunkClaims}) and starts each unit at once ({@link processClaims}: its first-attempt rows in
+ * one transaction with a savepoint each, bounded by `timeoutMs`; retried, thin and refetch rows alone),
+ * so a row's lease runs only while its unit is worked on. Logs one line per row: event id, type,
+ * attempt, outcome, the error or the fetcher's note, duration ms (never the payload). Resolves after
+ * `signal` aborts and the rows in flight finished; database errors never end it.
+ * @throws Error when `timeoutMs >= leaseMs` (a row could outlive its lease while still running), when
+ *   `batch` is not a whole number from 1 to {@link MAX_BATCH}, or when the postgres.js loaded is
+ *   unpatched ({@link assertPatchedPostgres}).
  */
 export async function runWorker(options: WorkerOptions): Promise<void> {
   assertPatchedPostgres();
   const resolved = resolveLoopOptions(options, "Worker");
   const { db, leaseMs, timeoutMs, maxAttempts, backoff, log } = resolved;
+  const batch = options.batch ?? DEFAULT_BATCH;
+  if (!Number.isInteger(batch) || batch < 1 || batch > MAX_BATCH)
+    throw new Error(`Worker batch must be a whole number from 1 to ${MAX_BATCH}, got ${batch}`);
   const providers = Object.keys(options.tables).filter((p) => options.fetcher !== undefined || p !== stripeThinProvider.name);
   const processOptions = { ...options, timeoutMs, maxAttempts, backoff }; // tables, fetcher, telemetry; the defaults filled
-  const work = (claim: Claim, claimedAt: number) => {
-    const line = { event_id: claim.eventId, endpoint: claim.endpoint, type: claim.eventType, attempt: claim.attempt };
-    // Bounded here too: a row whose connection stopped answering frees its slot; its lease runs out and it is claimed again.
-    return settleWithin(processClaim(db, claim, processOptions), 2 * timeoutMs + STUCK_SLACK_MS, "The row's transaction").then(
-      (result) =>
-        log({
-          ...line,
-          outcome: result.outcome,
-          ...(result.error ? { error: result.error } : {}),
-          ...(result.note ? { note: result.note } : {}),
-          ...(result.traceId ? { trace_id: result.traceId, span_id: result.spanId } : {}),
-          duration_ms: Date.now() - claimedAt,
-          level:
-            result.outcome === "needs_review" ? "error" : result.outcome === "failed" || result.outcome === "deferred" ? "warn" : "info",
-          message: `worker ${result.outcome}`,
-        }),
-      // Not expected (processClaim reports failures as outcomes): the lease expires and the row is claimed again.
-      (err: unknown) =>
-        log({
-          ...line,
-          outcome: "failed",
-          error: describeError(err),
-          duration_ms: Date.now() - claimedAt,
-          level: "error",
-          message: "worker failed",
-        }),
-    );
+  const work = async (unit: Claim[], claimedAt: number) => {
+    const results = await processClaims(db, unit, processOptions);
+    for (const [i, result] of results.entries()) {
+      const claim = unit[i]!;
+      log({
+        event_id: claim.eventId,
+        endpoint: claim.endpoint,
+        type: claim.eventType,
+        attempt: claim.attempt,
+        outcome: result.outcome,
+        ...(result.error ? { error: result.error } : {}),
+        ...(result.note ? { note: result.note } : {}),
+        ...(result.traceId ? { trace_id: result.traceId, span_id: result.spanId } : {}),
+        duration_ms: Date.now() - claimedAt,
+        level:
+          result.outcome === "needs_review"
+            ? "error"
+            : result.outcome === "failed" || result.outcome === "deferred" || result.outcome === "released"
+              ? "warn"
+              : "info",
+        message: `worker ${result.outcome}`,
+      });
+    }
+    // Released rows are due again now: claim them without waiting for the poll.
+    return results.some((r) => r.outcome === "released");
   };
   const parked = (rows: { eventId: string; endpoint: string; eventType: string; attempts: number }[]) => {
     for (const r of rows)
@@ -80,16 +92,30 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
       });
   };
 
+  let full = false; // what the last claim said: see filled
   await runClaimLoop({
     ...resolved,
     label: "worker",
     channel: NOTIFY_CHANNEL,
-    claim: (limit) =>
-      settleWithin(
-        claimBatch(db, { limit, leaseMs, maxAttempts, providers, onParked: parked }),
+    claim: async (free) => {
+      let parkedNow = 0;
+      const rows = await settleWithin(
+        claimBatch(db, {
+          limit: free * batch,
+          retried: free,
+          leaseMs,
+          maxAttempts,
+          providers,
+          onParked: (r) => ((parkedNow += r.length), parked(r)),
+        }),
         timeoutMs + STUCK_SLACK_MS,
         "The worker's claim",
-      ),
+      );
+      // More may be due when the claim took its limit, or as many retried rows as it may take.
+      full = rows.length + parkedNow === free * batch || rows.filter((c) => c.attempt > 1).length === free;
+      return chunkClaims(rows, free, batch);
+    },
+    filled: () => full,
     work,
   });
 }

@@ -175,7 +175,10 @@ test("`bun run worker` stopped while it waits for the database exits 0 without s
   process.kill(worker.child.pid, "SIGTERM");
   expect(await worker.done).toBe(0);
   const said = worker.out.stdout.filter((l) => l.startsWith("{")).map((l) => JSON.parse(l) as Record<string, unknown>);
-  expect(said.map(({ worker: w, signal }) => ({ w, signal }))).toEqual([{ w: "stopping", signal: "SIGTERM" }, { w: "stopped", signal: undefined }]);
+  expect(said.map(({ worker: w, signal }) => ({ w, signal }))).toEqual([
+    { w: "stopping", signal: "SIGTERM" },
+    { w: "stopped", signal: undefined },
+  ]);
 }, 30_000);
 
 test("`bun run serve` started while the database is down answers /healthz 200, /readyz 503 and a delivery 503 with Retry-After, writes nothing, and serves once it is up", async () => {

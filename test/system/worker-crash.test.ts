@@ -18,6 +18,7 @@ import { count, eventBody, freshDatabase, invoice, lifecycle, SECRET, signedRequ
 const HANGING_WORKER = join(import.meta.dir, "worker-children", "hanging-worker.ts");
 const BIN_WORKER = join(import.meta.dir, "worker-children", "bin-worker.ts");
 const BUSY_WORKER = join(import.meta.dir, "worker-children", "busy-worker.ts");
+const POISON_WORKER = join(import.meta.dir, "worker-children", "poison-worker.ts");
 /** Per-test limit: each test starts several Bun processes and waits on them with bounded waits. */
 const CHILDREN = 60_000;
 
@@ -106,6 +107,74 @@ test(
     expect(row.last_error).toContain("attempt limit 3 reached");
     expect(await count(db, "ledger_entries")).toBe(0);
     expect(await count(db, "invoices")).toBe(0);
+  },
+  CHILDREN,
+);
+
+test(
+  "an event that SIGKILLs its worker mid-batch: every row of the batch keeps its counted attempt and lease; retried alone, the others are applied once and the poison is parked at the limit",
+  async () => {
+    const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+    // Sorted by invoice id in the batch: two innocents, the poison, two more.
+    const invoices = ["in_batch_a1", "in_batch_a2", "in_batch_m_poison", "in_batch_z1", "in_batch_z2"];
+    for (const id of invoices) {
+      const body = eventBody(`evt_${id}`, "invoice.paid", invoice({ id, amount_paid: 2000, status: "paid" }));
+      expect(await receiveAsync(db, target, verified(body))).toBe("queued");
+    }
+    const rows = () =>
+      db<{ event_id: string; attempts: number; processed: boolean; parked: boolean; leased: boolean }[]>`
+        select event_id, attempts, processed_at is not null as processed, needs_review_at is not null as parked,
+               available_at > now() as leased
+          from webhook_inbox order by event_id
+      `;
+
+    const first = spawnBun(POISON_WORKER, [fresh.url]);
+    await first.child.exited;
+    await first.stdoutDone;
+    expect(first.child.signalCode).toBe("SIGKILL");
+    // The two innocents sorted before it ran in the same transaction as the poison, which never committed.
+    expect(first.lines.filter((l) => l.startsWith("IN_HANDLER"))).toEqual([
+      "IN_HANDLER in_batch_a1 1",
+      "IN_HANDLER in_batch_a2 1",
+      "IN_HANDLER in_batch_m_poison 1",
+    ]);
+    const afterKill = await rows();
+    expect(afterKill.map((r) => [r.attempts, r.processed, r.parked])).toEqual(invoices.map(() => [1, false, false]));
+    expect(afterKill.filter((r) => r.leased).length).toBeGreaterThan(0); // its 1 s lease, read right after the kill
+    expect(await count(db, "ledger_entries")).toBe(0);
+
+    // Workers started one after another until nothing is left to do: each row is now retried alone.
+    const lines: string[] = [];
+    for (let run = 0; run < 8; run++) {
+      const open = await count(db, "webhook_inbox", "processed_at is null and needs_review_at is null");
+      if (open === 0) break;
+      await Bun.sleep(1_100); // the last kill's lease runs out
+      const worker = spawnBun(POISON_WORKER, [fresh.url]);
+      try {
+        await Promise.race([
+          worker.child.exited,
+          waitFor(
+            "the backlog settled",
+            async () => (await count(db, "webhook_inbox", "processed_at is null and needs_review_at is null")) === 0,
+          ),
+        ]);
+      } finally {
+        await stop(worker.child, "SIGTERM");
+      }
+      await worker.stdoutDone;
+      lines.push(...worker.lines.filter((l) => l.startsWith("IN_HANDLER")));
+    }
+    const end = await rows();
+    expect(end.map((r) => [r.event_id, r.attempts, r.processed, r.parked])).toEqual([
+      ["evt_in_batch_a1", 2, true, false],
+      ["evt_in_batch_a2", 2, true, false],
+      ["evt_in_batch_m_poison", 3, false, true],
+      ["evt_in_batch_z1", 2, true, false],
+      ["evt_in_batch_z2", 2, true, false],
+    ]);
+    // The poison ran 3 times in all (attempt 1 in the batch, 2 and 3 alone), never once more.
+    expect(lines.filter((l) => l.includes("poison"))).toEqual(["IN_HANDLER in_batch_m_poison 2", "IN_HANDLER in_batch_m_poison 3"]);
+    expect(await count(db, "ledger_entries")).toBe(4);
   },
   CHILDREN,
 );

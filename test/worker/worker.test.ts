@@ -1,5 +1,5 @@
 // The async worker against real PostgreSQL (seed §6 and the async rows of the §10 test table):
-// claimBatch, processClaim, recordFailure, runWorker, receiveAsync/receiveHybrid and the HTTP modes.
+// claimBatch, processClaim, recordFailures, runWorker, receiveAsync/receiveHybrid and the HTTP modes.
 // One connection (or one pool) per concurrent actor.
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
 import { createApp, type Endpoint } from "../../src/receiver/app.ts";
@@ -8,7 +8,7 @@ import { connect, type Db } from "../../src/db/db.ts";
 import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import type { Handler, HandlerTable } from "../../src/handlers/handler-table.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
-import { processClaim, recordFailure, type ProcessOptions } from "../../src/worker/process-claim.ts";
+import { processClaim, recordFailures, type ProcessOptions } from "../../src/worker/process-claim.ts";
 import { receiveAsync, receiveHybrid, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { runWorker, type WorkerOptions } from "../../src/worker/worker.ts";
 import { closeAll, connections, count, eventBody, freshDatabase, invoice, SECRET, signedRequest, verified } from "../support/helpers.ts";
@@ -117,7 +117,7 @@ async function waitFor(what: string, check: () => Promise<boolean> | boolean, ti
 
 const unprocessed = () => count(db, "webhook_inbox", "processed_at is null");
 
-describe("processClaim() and recordFailure()", () => {
+describe("processClaim() and recordFailures()", () => {
   test("`processClaim()` records a handler failure (attempts 1, class and message, backoff) and a later retry processes it", async () => {
     const eventId = await queuePaid({ customer: "cus_secret_marker" });
     const first = await claimOne();
@@ -146,7 +146,7 @@ describe("processClaim() and recordFailure()", () => {
     expect(await count(db, "ledger_entries")).toBe(1);
   });
 
-  test("`processClaim()` of a worker whose lease expired is skipped, and its stale `recordFailure()` is fenced off by the attempt number", async () => {
+  test("`processClaim()` of a worker whose lease expired is skipped, and its stale `recordFailures()` is fenced off by the attempt number", async () => {
     const [dbA, dbB] = connections(fresh.url, 2) as [Db, Db];
     try {
       const eventId = await queuePaid();
@@ -158,12 +158,12 @@ describe("processClaim() and recordFailure()", () => {
       const leasedToB = await inboxRow(eventId);
 
       // A wakes up and reports a failure with its stale claim: B's lease must stay as it is.
-      expect(await recordFailure(dbA, claimA, "Error: stale worker A", false, { maxAttempts: 10, backoff: BACKOFF })).toBe(false);
+      expect(await recordFailures(dbA, [{ claim: claimA, error: "Error: stale worker A" }], { maxAttempts: 10, backoff: BACKOFF })).toEqual([false]);
       expect(await inboxRow(eventId)).toEqual(leasedToB);
 
       expect(await processClaim(dbB, claimB, processOptions(billingHandlers))).toEqual({ outcome: "processed" });
       expect(await processClaim(dbA, claimA, processOptions(billingHandlers))).toEqual({ outcome: "skipped" });
-      expect(await recordFailure(dbA, claimA, "Error: stale worker A", true, { maxAttempts: 10, backoff: BACKOFF })).toBe(false);
+      expect(await recordFailures(dbA, [{ claim: claimA, error: "Error: stale worker A", permanent: true }], { maxAttempts: 10, backoff: BACKOFF })).toEqual([false]);
 
       expect(await inboxRow(eventId)).toMatchObject({
         attempts: 2,

@@ -38,14 +38,15 @@ export interface Drained {
 }
 
 /**
- * Drains the `expected` rows queued at `url` with `code`'s `runWorker` at `slots` slots (its own pool of
+ * Drains the `expected` rows queued at `url` with `code`'s `runWorker` at `slots` slots and `batch` rows per
+ * transaction (the worker's default when undefined; a tree before batches ignores it) (its own pool of
  * slots + 1 connections, no LISTEN, a 20 ms poll: the backlog is there from the start). Statistics are
  * refreshed first (`analyze`, as autovacuum would for a long-lived table) and a checkpoint taken, through
  * `db` (a pool on the same database), which also reads the WAL position. Done when the worker has logged
  * an outcome for every row (its one line per row): no polling query competes with the drain.
  * @throws Error when a row ends otherwise than `processed` or the worker stops before the last one.
  */
-export async function drainBacklog(code: TreeCode, url: string, db: Db, slots: number, expected: number): Promise<Drained> {
+export async function drainBacklog(code: TreeCode, url: string, db: Db, slots: number, expected: number, batch?: number): Promise<Drained> {
   await db`analyze`;
   const checkpointed = await checkpoint(db);
   const lsn = await walPosition(db);
@@ -61,6 +62,7 @@ export async function drainBacklog(code: TreeCode, url: string, db: Db, slots: n
     tables: code.handlerTables,
     signal: controller.signal,
     concurrency: slots,
+    ...(batch === undefined ? {} : { batch }),
     listen: false,
     pollMs: 20,
     log: (line) => {
