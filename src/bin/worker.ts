@@ -3,14 +3,17 @@ import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import { loopLog, openLoopDatabase, parseLoopArgs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { ConfigError, loadEndpointsWithoutSecrets, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
 import { workerHandlerTables } from "../receiver/endpoints.ts";
-import { runWorker } from "../worker/worker.ts";
+import { DEFAULT_BATCH, runWorker } from "../worker/worker.ts";
+import { MAX_BATCH } from "../worker/process-batch.ts";
 import { checkStripeApiKey, readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
 import { stripeFetcher, type Fetcher } from "../worker/stripe-fetch.ts";
 import { readCatchUpSettings, startBackfillRequests, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
 import { readFailoverSettings, startFailoverWatch, type FailoverSettings } from "../runtime/failover.ts";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
-  --concurrency N     rows processed at once, each in its own transaction (default 4)
+  --concurrency N     slots: transactions at once (default 4)
+  --batch N           rows per slot's transaction, one savepoint each, 1 to 64 (default 32); rows already
+                      tried, thin and refetch rows are each processed alone
   --lease-ms N        lease per claimed row, ms (default 60000)
   --timeout-ms N      bound of each statement of a row's transaction (PostgreSQL statement_timeout), ms, < lease;
                       a thin or refetch row's Stripe API read must end within lease − timeout (default 30000)
@@ -31,9 +34,10 @@ function usageError(message: string): never {
   process.exit(2);
 }
 
-const flags = parseLoopArgs(USAGE, {}, usageError);
+const flags = parseLoopArgs(USAGE, { batch: { type: "string" } }, usageError);
 const problems: string[] = [];
 const settings = readLoopSettings(flags, process.env, "WORKER", problems);
+const batch = readBatch(flags.batch ?? process.env.WORKER_BATCH, problems);
 const waitMs = readDatabaseWaitMs(process.env, problems);
 const apiEndpoints = readApiEndpoints(process.env, problems);
 const api = readFetcher(problems);
@@ -50,6 +54,15 @@ try {
   problems.push(...err.problems);
 }
 if (problems[0]) usageError(problems.join("\n"));
+
+/** `--batch` (WORKER_BATCH): a whole number from 1 to MAX_BATCH, default DEFAULT_BATCH. Appends a problem naming both otherwise. */
+function readBatch(raw: string | boolean | undefined, problems: string[]): number {
+  if (raw === undefined) return DEFAULT_BATCH;
+  const n = Number(raw);
+  if (/^\d+$/.test(String(raw)) && n >= 1 && n <= MAX_BATCH) return n;
+  problems.push(`--batch (WORKER_BATCH) must be a whole number from 1 to ${MAX_BATCH}, got "${String(raw)}"`);
+  return DEFAULT_BATCH;
+}
 
 /**
  * The worker's Stripe API reader: required when a thin or refetch endpoint is configured, built whenever
@@ -132,6 +145,7 @@ await runWorker({
   tables: workerHandlerTables(apiEndpoints.thin.size > 0),
   signal: controller.signal,
   concurrency: settings.concurrency,
+  batch,
   leaseMs: settings["lease-ms"],
   timeoutMs: settings["timeout-ms"],
   maxAttempts: settings["max-attempts"],

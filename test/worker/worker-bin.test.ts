@@ -13,11 +13,17 @@ import { tcpGate } from "../runtimes/tcp-gate.ts";
 
 const ROOT = join(import.meta.dir, "..", "..");
 
-test("`bun run worker` lists every settings problem at once (attempts, lease vs timeout, concurrency), naming each variable, and exits 2", async () => {
+test("`bun run worker` lists every settings problem at once (attempts, lease vs timeout, concurrency, batch), naming each variable, and exits 2", async () => {
   const child = Bun.spawn([process.execPath, join(ROOT, "src", "bin", "worker.ts"), "--max-attempts", "0"], {
     cwd: ROOT,
     // No DATABASE_URL needed: settings are checked before any database is opened.
-    env: { PATH: process.env.PATH ?? "", WORKER_LEASE_MS: "1000", WORKER_TIMEOUT_MS: "5000", WORKER_CONCURRENCY: "two" },
+    env: {
+      PATH: process.env.PATH ?? "",
+      WORKER_LEASE_MS: "1000",
+      WORKER_TIMEOUT_MS: "5000",
+      WORKER_CONCURRENCY: "two",
+      WORKER_BATCH: "65",
+    },
     stdin: "ignore",
     stdout: "pipe",
     stderr: "pipe",
@@ -28,6 +34,7 @@ test("`bun run worker` lists every settings problem at once (attempts, lease vs 
   expect(stderr).toContain('--max-attempts (WORKER_MAX_ATTEMPTS) must be a whole number ≥ 1, got "0"');
   expect(stderr).toContain("--timeout-ms (5000) must be shorter than --lease-ms (1000)");
   expect(stderr).toContain('--concurrency (WORKER_CONCURRENCY) must be a whole number ≥ 1, got "two"');
+  expect(stderr).toContain('--batch (WORKER_BATCH) must be a whole number from 1 to 64, got "65"');
 }, 30_000);
 
 const tracked = new Set<Subprocess>();

@@ -158,12 +158,19 @@ describe("processClaim() and recordFailures()", () => {
       const leasedToB = await inboxRow(eventId);
 
       // A wakes up and reports a failure with its stale claim: B's lease must stay as it is.
-      expect(await recordFailures(dbA, [{ claim: claimA, error: "Error: stale worker A" }], { maxAttempts: 10, backoff: BACKOFF })).toEqual([false]);
+      expect(await recordFailures(dbA, [{ claim: claimA, error: "Error: stale worker A" }], { maxAttempts: 10, backoff: BACKOFF })).toEqual(
+        [false],
+      );
       expect(await inboxRow(eventId)).toEqual(leasedToB);
 
       expect(await processClaim(dbB, claimB, processOptions(billingHandlers))).toEqual({ outcome: "processed" });
       expect(await processClaim(dbA, claimA, processOptions(billingHandlers))).toEqual({ outcome: "skipped" });
-      expect(await recordFailures(dbA, [{ claim: claimA, error: "Error: stale worker A", permanent: true }], { maxAttempts: 10, backoff: BACKOFF })).toEqual([false]);
+      expect(
+        await recordFailures(dbA, [{ claim: claimA, error: "Error: stale worker A", permanent: true }], {
+          maxAttempts: 10,
+          backoff: BACKOFF,
+        }),
+      ).toEqual([false]);
 
       expect(await inboxRow(eventId)).toMatchObject({
         attempts: 2,
