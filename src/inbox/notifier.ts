@@ -12,12 +12,12 @@ export interface Notifier {
 }
 
 const notifiers = new WeakMap<Db, Map<string, Notifier>>();
-const MIN_INTERVAL_MS = 20;
+const MIN_INTERVAL_MS = 100;
 
 /**
  * The pool's notifier for `channel` (default {@link INBOX_CHANNEL}): `wake()` sends
  * `select pg_notify(channel, '')` in its own statement, at most one in flight and at most one per
- * 20 ms; wakes that arrive meanwhile are folded into one more NOTIFY after it.
+ * 100 ms (River's limit per queue); wakes that arrive meanwhile are folded into one more NOTIFY after it.
  *
  * Why not `pg_notify` inside the inserting transaction: PostgreSQL serializes every committing
  * transaction that has notified on a database-wide lock held through its commit (async.c,

@@ -1,6 +1,14 @@
 import { describeError } from "../errors.ts";
 import type { ResolvedLoopOptions } from "./loop-options.ts";
 import { createWakeUp } from "./wake-up.ts";
+import { sleep as pause } from "../db/sleep.ts";
+
+/**
+ * Shortest time, ms, from one claim to the next that a NOTIFY (not a full claim, not work left due)
+ * starts: every receiver's NOTIFY wakes every worker process, and without it most of their claims
+ * would find nothing (the herd). River sends at most one notification per queue per 100 ms for the same reason.
+ */
+export const NOTIFY_CLAIM_GAP_MS = 100;
 
 /** What {@link runClaimLoop} runs: the loop's settings, the channel that wakes it, and how it claims and works. */
 export interface ClaimLoop<T> extends Pick<ResolvedLoopOptions, "db" | "signal" | "concurrency" | "pollMs" | "listen" | "log"> {
@@ -30,7 +38,7 @@ export interface ClaimLoop<T> extends Pick<ResolvedLoopOptions, "db" | "signal" 
  * `work` on each at once, so a unit is claimed only when a slot can start it. It claims again at once
  * after a claim that took all it could (`filled`: more may be due) or a unit whose work left more due;
  * otherwise it waits for a NOTIFY or `pollMs`, so a finished unit alone never costs a claim that finds
- * nothing. A failed claim is logged `{ <label>: "claim_failed" }` at level warn and retried after
+ * nothing, and claims on NOTIFYs at most once per {@link NOTIFY_CLAIM_GAP_MS}. A failed claim is logged `{ <label>: "claim_failed" }` at level warn and retried after
  * `pollMs` (at most 1 s); it never ends the loop. Resolves after `signal` aborts and the work in flight finished.
  */
 export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
@@ -47,6 +55,8 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
 
   const inFlight = new Set<Promise<unknown>>();
   let more = true; // the last claim took all it could
+  let due = false; // a unit's work left more due at once
+  let lastClaimAt = 0;
   while (!signal.aborted) {
     const free = concurrency - inFlight.size;
     if (free === 0) {
@@ -55,13 +65,18 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
       await Promise.race(inFlight);
       continue;
     }
-    if (!more) {
-      await sleep(pollMs); // at once when a nudge came since the last claim
+    if (!more && !due) {
+      await sleep(pollMs); // at once when a NOTIFY came since the last claim
+      // NOTIFYs from every sender reach every loop: claim on them at most once per NOTIFY_CLAIM_GAP_MS.
+      const gap = lastClaimAt + NOTIFY_CLAIM_GAP_MS - Date.now();
+      if (!due && gap > 0) await pause(gap, signal);
       if (signal.aborted) break;
     }
+    due = false;
     claiming();
     let units: T[];
     const claimedAt = Date.now();
+    lastClaimAt = claimedAt;
     try {
       units = await loop.claim(free);
     } catch (err) {
@@ -74,7 +89,7 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
       const p: Promise<unknown> = loop.work(unit, claimedAt).then(
         (again) => {
           inFlight.delete(p);
-          if (again) nudge();
+          if (again) (due = true), nudge();
         },
         () => inFlight.delete(p),
       );

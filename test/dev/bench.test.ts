@@ -276,8 +276,13 @@ test.skipIf(!!pgbenchMissing)(
         "receive async ÷ naive peer @16": true,
         "receive async ÷ pgbench insert @16": true,
         "worker drain @4": true,
+        "naive worker drain @4": true,
+        "worker drain ÷ naive worker @4": true,
         "graphile-worker drain @4": true,
         "graphile-worker drain (batched: local queue + batched completion) @4": true,
+        "receive async alone (e2e) @16": true,
+        "end to end async, processed @16": true,
+        "end to end ÷ receive alone @16": true,
         "duplicate storm": true,
       });
       expect({ requests: results["duplicate storm"]?.requests, ledger: results["duplicate storm"]?.ledger_rows }).toEqual({
@@ -308,7 +313,7 @@ test("`bun run bench --only bogus` is a usage error (exit 2, naming the sections
     expect(bad.stdout).toBe("");
   }
   expect(run(["--only", "bogus"]).stderr).toStartWith(
-    'bench: --only takes ceiling, sync, async, drain, duplicates, otel, layout; unknown: "bogus"',
+    'bench: --only takes ceiling, sync, async, drain, e2e, duplicates, otel, layout; unknown: "bogus"',
   );
   expect(existsSync(out)).toBe(false);
   const help = run(["--help"]);

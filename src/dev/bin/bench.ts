@@ -27,8 +27,9 @@ import { graphileDrain } from "../bench/graphile-peer.ts";
 import { naiveDrain, prefillNaiveBacklog } from "../bench/naive-worker.ts";
 import { ensurePgbench, runPgbench } from "../bench/pgbench.ts";
 import { hasWrk, wrkLoad } from "../bench/wrk.ts";
+import { clockTicks, postgresCpuTicks, procStat } from "../chaos/cpu.ts";
 
-const SECTIONS = ["ceiling", "sync", "async", "drain", "duplicates", "otel", "layout"];
+const SECTIONS = ["ceiling", "sync", "async", "drain", "e2e", "duplicates", "otel", "layout"];
 const USAGE = `Usage: bun run bench [--quick] [--runs N] [--seconds N] [--backlog N] [--only SECTIONS] [--levels LIST] [--before-ref REF] [--out DIR]
   measures the receiver and the worker against pgbench on a throwaway PostgreSQL and writes
   DIR/latest.json and DIR/latest.md (default bench-results/)
@@ -42,7 +43,8 @@ const USAGE = `Usage: bun run bench [--quick] [--runs N] [--seconds N] [--backlo
                    migrations 0001–0026), run from a git archive of REF on its own migrations, alternating
                    with this tree's (0001–0027): receive sync and async at --levels (default 16,64 here),
                    events/s, p99 and WAL bytes per event, and a worker drain of --backlog events at 4 slots
-  --levels LIST    client counts of the receive sections, comma-separated (default 1,4,16,64)
+  --levels LIST    client counts of the receive sections, comma-separated (default 1,4,16,64; e2e: 16,64)
+  --e2e-seconds N  seconds of sustained sending in the e2e section (default 60)
   --out DIR        where to write the results (default bench-results/)`;
 
 /** Prints `problem` and the usage to stderr and exits 2 (before any database exists). */
@@ -63,6 +65,7 @@ const { values: o } = (() => {
         levels: { type: "string" },
         out: { type: "string" },
         "before-ref": { type: "string" },
+        "e2e-seconds": { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
     });
@@ -83,6 +86,7 @@ function count(name: string, value: string | undefined, fallback: number): numbe
 const runs = count("runs", o.runs, o.quick ? 1 : 3);
 const seconds = count("seconds", o.seconds, o.quick ? 2 : 5);
 const backlog = count("backlog", o.backlog, o.quick ? 5_000 : 10_000);
+const e2eSeconds = count("e2e-seconds", o["e2e-seconds"], o.quick ? seconds : 60);
 const levels = o.levels !== undefined ? o.levels.split(",").map((v) => count("levels", v, 1)) : o.quick ? [16] : [1, 4, 16, 64];
 // `otel` (OpenTelemetry's no-op cost, docs/observability.md) and `layout` (receive and drain before and after
 // sql/0027's storage, docs/scale.md) run only when named: each is a check of one change, not of the product's speed.
@@ -572,7 +576,8 @@ try {
       row("naive worker drain (seed §6: claim, then apply)", w, stat(naive), "events/s", `backlog ${backlog}, two transactions per event`);
       say(`naive worker drain @${w}: ${JSON.stringify(stat(naive))}`);
       const ours = stat(rates).median / stat(naive).median;
-      results[`worker drain ÷ naive @${w}`] = ours;
+      results[`worker drain ÷ naive worker @${w}`] = { median: ours, min: ours, max: ours };
+      ratioRow("worker drain ÷ naive worker (medians)", w, { median: ours, min: ours, max: ours });
       say(`worker drain ÷ naive worker @${w}: ${ours.toFixed(2)}×`);
       // The peer: graphile-worker doing the same billing statement per job, plain and with its batching.
       const work = await capturedHandlerStatement(url);
@@ -585,6 +590,109 @@ try {
         row(name, w, stat(peer), "jobs/s", `backlog ${backlog}, same billing statement per job`);
         say(`${name} @${w}: ${JSON.stringify(stat(peer))}`);
       }
+    }
+  }
+
+  // End to end (async mode): `serve` and one `bun run worker` (its defaults) together under a sustained
+  // sender for --e2e-seconds, against `serve` alone under the same sender in the same turn. The worker
+  // keeps up when the backlog stays bounded: processed per second over the window ÷ received per
+  // second alone. CPU per event of each process (from /proc, clock ticks) and WAL bytes per event.
+  if (sections.has("e2e")) {
+    const postmaster = dataDir ? Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]) : undefined;
+    const msPerTick = 1000 / clockTicks();
+    const pgTicks = () => (postmaster === undefined ? Number.NaN : postgresCpuTicks(postmaster));
+    const ownTicks = (pid: number) => procStat(pid)?.own ?? Number.NaN;
+    const open = async () => (await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null`)[0]?.n ?? 0;
+    const settled = async () => (await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is not null`)[0]?.n ?? 0;
+    /** Runs `fn` with a `bun run worker` (its default settings, LISTEN on) up and started; stops it with SIGTERM. */
+    async function withWorker<T>(fn: (pid: number) => Promise<T>): Promise<T> {
+      const child = spawn(process.execPath, [bin("worker")], { env: { ...process.env, DATABASE_URL: url }, stdio: ["ignore", "pipe", "inherit"] });
+      children.add(child);
+      child.once("exit", () => children.delete(child));
+      await new Promise<void>((resolve, reject) => {
+        child.stdout?.on("data", (chunk: Buffer) => chunk.includes('"worker":"started"') && resolve()); // and drained, unread
+        child.once("exit", (code) => reject(new Error(`e2e: the worker exited with ${code} before it started`)));
+      });
+      try {
+        return await fn(child.pid ?? 0);
+      } finally {
+        child.kill("SIGTERM");
+        await new Promise((r) => child.once("exit", r));
+      }
+    }
+    const perEvent = (ticks: number, events: number) => (events > 0 ? (ticks * msPerTick) / events : Number.NaN);
+    for (const c of o.levels !== undefined ? levels : o.quick ? [16] : [16, 64]) {
+      const serveEnv = { INBOX_MODE: "async", DB_POOL_MAX: String(Math.min(c, 64)) };
+      const warm = (base: string, tag: string) =>
+        load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: 1000, kind: "unique", run: `warm${tag}${c}${Date.now()}` });
+      await reset();
+      const alone = await withServe(serveEnv, async (base, pid) => {
+        await warm(base, "e2ealone");
+        await reset();
+        const [serve0, pg0, lsn] = [ownTicks(pid), pgTicks(), await walPosition(db)];
+        const l = await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: e2eSeconds * 1000, kind: "unique", run: `e2ea${c}${Date.now()}` });
+        const events = l.statuses["200"] ?? 0;
+        return {
+          rps: l.rps,
+          serve_cpu_ms_per_event: perEvent(ownTicks(pid) - serve0, events),
+          postgres_cpu_ms_per_event: perEvent(pgTicks() - pg0, events),
+          wal_bytes_per_event: (await walBytesSince(db, lsn)) / Math.max(1, events),
+        };
+      });
+      await reset();
+      const together = await withWorker((workerPid) =>
+        withServe(serveEnv, async (base, pid) => {
+          await warm(base, "e2e");
+          for (let i = 0; i < 300 && (await open()) > 0; i++) await Bun.sleep(100); // the warm-up drained
+          await reset();
+          const [serve0, worker0, pg0, lsn] = [ownTicks(pid), ownTicks(workerPid), pgTicks(), await walPosition(db)];
+          const t0 = performance.now();
+          const samples: { s: number; backlog: number }[] = [];
+          let sampling = true;
+          const sampler = (async () => {
+            while (sampling) {
+              await Bun.sleep(Math.min(5_000, (e2eSeconds * 1000) / 4));
+              if (sampling) samples.push({ s: Math.round((performance.now() - t0) / 1000), backlog: await open() });
+            }
+          })();
+          const l = await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: e2eSeconds * 1000, kind: "unique", run: `e2e${c}${Date.now()}` });
+          sampling = false;
+          await sampler;
+          const seconds = (performance.now() - t0) / 1000;
+          const [processed, backlogAtEnd] = [await settled(), await open()];
+          const [serveTicks, workerTicks, pgUsed] = [ownTicks(pid) - serve0, ownTicks(workerPid) - worker0, pgTicks() - pg0];
+          const wal = await walBytesSince(db, lsn);
+          const drainStart = performance.now();
+          for (let i = 0; i < 1200 && (await open()) > 0; i++) await Bun.sleep(100);
+          const events = l.statuses["200"] ?? 0;
+          return {
+            received_rps: l.rps,
+            processed_rps: processed / seconds,
+            backlog_at_end: backlogAtEnd,
+            backlog: samples,
+            drain_after_s: (performance.now() - drainStart) / 1000,
+            serve_cpu_ms_per_event: perEvent(serveTicks, events),
+            worker_cpu_ms_per_event: perEvent(workerTicks, processed),
+            postgres_cpu_ms_per_event: perEvent(pgUsed, events),
+            wal_bytes_per_event: wal / Math.max(1, events),
+          };
+        }),
+      );
+      const ratio = together.processed_rps / alone.rps;
+      results[`receive async alone (e2e) @${c}`] = { median: alone.rps, ...alone };
+      results[`end to end async, processed @${c}`] = { median: together.processed_rps, ...together };
+      results[`end to end ÷ receive alone @${c}`] = { median: ratio, min: ratio, max: ratio };
+      const cpu = (x: number) => (Number.isNaN(x) ? "n/a" : x.toFixed(3));
+      row("receive async alone (e2e)", c, stat([alone.rps]), "events/s", `${e2eSeconds} s; CPU ms/event: serve ${cpu(alone.serve_cpu_ms_per_event)}, PostgreSQL ${cpu(alone.postgres_cpu_ms_per_event)}; WAL ${alone.wal_bytes_per_event.toFixed(0)} B/event`);
+      row(
+        "end to end async: serve + worker, processed",
+        c,
+        stat([together.processed_rps]),
+        "events/s",
+        `received ${together.received_rps.toFixed(0)}/s; backlog ${together.backlog.map((b) => `${b.s}s:${b.backlog}`).join(" ")}, ${together.backlog_at_end} at the end, drained ${together.drain_after_s.toFixed(1)} s later; CPU ms/event: serve ${cpu(together.serve_cpu_ms_per_event)}, worker ${cpu(together.worker_cpu_ms_per_event)}, PostgreSQL ${cpu(together.postgres_cpu_ms_per_event)}; WAL ${together.wal_bytes_per_event.toFixed(0)} B/event`,
+      );
+      ratioRow("end to end processed ÷ receive async alone", c, { median: ratio, min: ratio, max: ratio });
+      say(`e2e @${c}: alone ${JSON.stringify(alone)}; together ${JSON.stringify(together)}; ratio ${ratio.toFixed(2)}`);
     }
   }
 
