@@ -184,7 +184,13 @@ export async function startReplicatedPair(bin: PostgresBinaries, options: { sync
     ];
     appendFileSync(
       join(primary, "postgresql.conf"),
-      [...common, `port = ${primaryPort}`, `synchronous_standby_names = '${options.synchronous ? "standby1" : ""}'`, "synchronous_commit = on", ""].join("\n"),
+      [
+        ...common,
+        `port = ${primaryPort}`,
+        `synchronous_standby_names = '${options.synchronous ? "standby1" : ""}'`,
+        "synchronous_commit = on",
+        "",
+      ].join("\n"),
     );
     cpSync(primary, standby, { recursive: true, preserveTimestamps: true });
     if (runAs().uid !== undefined) execFileSync("chown", ["-R", "postgres:postgres", standby]);

