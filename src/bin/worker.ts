@@ -15,7 +15,7 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --batch N           rows per slot's transaction, one savepoint each, 1 to 64 (default 32); rows already
                       tried, thin and refetch rows are each processed alone
   --lease-ms N        lease per claimed row, ms (default 60000)
-  --timeout-ms N      bound of each statement of a row's transaction (PostgreSQL statement_timeout), ms, < lease;
+  --timeout-ms N      bound of a slot's transaction (PostgreSQL statement_timeout; a batch's events share it), ms, < lease;
                       a thin or refetch row's Stripe API read must end within lease − timeout (default 30000)
   --max-attempts N    attempts before needs-review (default 10)
   --poll-ms N         poll interval when no NOTIFY arrives, ms (default 5000)
@@ -120,6 +120,7 @@ log({
   pooler,
   listen,
   ...settings,
+  batch,
   "stripe-api": api ? "configured" : "none (thin rows are left to a worker that has it)",
 });
 // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.

@@ -38,10 +38,18 @@ export interface ClaimOptions {
   limit: number;
   /**
    * Rows already tried (`attempts > 0`: a failure, or a worker that died holding them) to claim at most,
-   * oldest first; default `limit`. The worker takes one per slot, so a retried row is never in a
-   * batch (worker/process-batch.ts): an event that kills its worker takes only itself to the attempt limit.
+   * oldest first; default `limit`. The worker takes one at a time, and none while one is in flight, so
+   * a retried row is never in a batch and never runs beside another (worker/process-batch.ts): an
+   * event that kills its worker takes only itself to the attempt limit.
    */
   retried?: number;
+  /**
+   * Rows never tried that need a Stripe API read first (Fetcher `scope`: every row of `providers`, and
+   * rows at `endpoints` as `provider/endpoint`), at most `limit` of them, oldest first; default none
+   * singled out. The worker takes one per free slot, so the API reads a claim starts stay what its
+   * slots and the rate limit can finish within their leases.
+   */
+  reads?: { providers: readonly string[]; endpoints: readonly string[]; limit: number };
   /** Lease, ms: the row is invisible to other workers until then (its `available_at`). */
   leaseMs: number;
   /** Attempt limit; a due row that already used them is parked as needs-review instead. */
@@ -60,12 +68,14 @@ export interface ClaimOptions {
  * picks unprocessed, unparked rows with `available_at <= now()` oldest first with
  * `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"), counts the attempt and
  * pushes `available_at` out by the lease before any work is done, so a process that dies mid-work
- * has still used up an attempt. Of rows already tried, at most `retried` are claimed. A picked row that has used all attempts (its last worker died
+ * has still used up an attempt. Of rows already tried at most `retried` are claimed, and of rows that
+ * need an API read at most `reads.limit`. A picked row that has used all attempts (its last worker died
  * without reporting) is parked as needs-review in the same statement rather than claimed. Only rows of
  * `providers` are picked: a worker never takes a row it cannot process.
  */
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
   const leaseEndsAt = Date.now() + options.leaseMs;
+  const reads = options.reads ?? { providers: [], endpoints: [], limit: 0 };
   type Row = Omit<Claim, "attempt" | "leaseEndsAt" | "refusal"> & { claimed: boolean; attempts: number; typeChanged: boolean | null };
   const rows = await db<Row[]>`
     with picked as (
@@ -78,12 +88,19 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
        order by available_at
        limit ${options.limit}
          for update skip locked
+    ), kinds as (
+      select p.*, p.provider = any(${reads.providers as string[]}::text[])
+                  or p.provider || '/' || p.endpoint = any(${reads.endpoints as string[]}::text[]) as reads
+        from picked p
     ), chosen as (
-      -- Rows never tried, rows to park, and at most options.retried rows already tried (the others stay
-      -- due: their locks end with this statement).
-      select provider, endpoint, event_id, attempts from picked where attempts = 0 or attempts >= ${options.maxAttempts}
+      -- Rows to park, rows never tried (of those that need an API read at most reads.limit), and at most
+      -- options.retried rows already tried; the others stay due (their locks end with this statement).
+      select provider, endpoint, event_id, attempts from kinds
+       where attempts >= ${options.maxAttempts} or (attempts = 0 and not reads)
       union all
-      (select provider, endpoint, event_id, attempts from picked
+      (select provider, endpoint, event_id, attempts from kinds where attempts = 0 and reads order by available_at limit ${reads.limit})
+      union all
+      (select provider, endpoint, event_id, attempts from kinds
         where attempts > 0 and attempts < ${options.maxAttempts}
         order by available_at
         limit ${options.retried ?? options.limit})

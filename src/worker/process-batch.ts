@@ -21,18 +21,24 @@ export const MAX_BATCH = 64;
 
 /**
  * Groups the rows of one claim into at most `free` units, one per slot:
- * - rows already tried (attempt > 1; claimBatch takes at most one per free slot) go one to a unit,
- *   where {@link processClaims} processes it alone after the unit's batch;
+ * - rows `alone` says are processed alone (default: rows already tried, attempt > 1; the worker adds
+ *   rows that need an API read; claimBatch takes few of them) go one to a unit, where
+ *   {@link processClaims} processes them alone after the unit's batch;
  * - rows never tried are sorted by their business object (account, then the stored event's object id,
  *   stable: one object's events stay in claim order) and cut into contiguous runs of at most `batch`,
  *   a cut moved past an object's events where the run has room, so one object's events are mostly in
  *   one unit, applied one after the other, and units lock objects in the same order.
  * Returns no empty unit.
  */
-export function chunkClaims(claims: readonly Claim[], free: number, batch: number): Claim[][] {
-  const retried = claims.filter((c) => c.attempt > 1);
+export function chunkClaims(
+  claims: readonly Claim[],
+  free: number,
+  batch: number,
+  alone: (claim: Claim) => boolean = (c) => c.attempt > 1,
+): Claim[][] {
+  const retried = claims.filter(alone);
   const fresh = claims
-    .filter((c) => c.attempt <= 1)
+    .filter((c) => !alone(c))
     .map((claim) => ({ claim, key: objectKey(claim) }))
     .sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
   const n = fresh.length;
@@ -71,8 +77,8 @@ function objectKey(claim: Claim): string {
  *    at the limit or at once when permanent), and rows the batch's `timeoutMs` did not reach are
  *    released (attempt given back, due at once). Their attempts were counted by the claim, committed
  *    before this work (seed §6).
- * 2. Then the other rows, each alone in its own transaction and all at once (as many slots as rows, like
- *    the worker's slots before batches; the fetcher's rate limit bounds the API reads), with
+ * 2. Then the other rows (claimBatch takes few: at most one already tried per worker, one that needs an
+ *    API read per free slot), each alone in its own transaction, at once, with
  *    {@link processClaim}: a row already tried (never in a batch, so an event whose handler kills the
  *    worker takes only itself towards the attempt limit), a thin or refetch row (its API read outside
  *    any transaction, ending within its lease), a row that cannot be read or has no table. One with

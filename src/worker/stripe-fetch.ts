@@ -23,6 +23,12 @@ export interface Fetcher {
   /** True when the row must be read from the API before it is applied: every thin row, classic rows of refetch endpoints. */
   needsFetch(claim: Pick<Claim, "provider" | "endpoint">): boolean;
   /**
+   * The rows {@link needsFetch} is true for, as the claim's SQL can select them: every row of
+   * `providers`, and rows at `endpoints` (`provider/endpoint`). The worker claims at most one such row
+   * per free slot (each is read and applied alone). Undefined: every row may need a read.
+   */
+  scope?: { providers: readonly string[]; endpoints: readonly string[] };
+  /**
    * Reads what `claim` points to, rate limited, retrying 429/409/5xx/connection errors with backoff.
    * `handles` says which thin types the row's table applies (a health notification's object is read
    * only when one applies its impact's type; default: every type).
@@ -122,6 +128,7 @@ export function stripeFetcher(options: FetcherOptions): Fetcher {
     describeFailure: (err) => (options.apiBase ? describeStripeFailure(err, options.apiBase) : undefined),
     needsFetch: (claim) =>
       claim.provider === "stripe-thin" || (claim.provider === "stripe" && options.refetchEndpoints.has(claim.endpoint)),
+    scope: { providers: ["stripe-thin"], endpoints: [...options.refetchEndpoints].map((e) => `stripe/${e}`) },
     async resolve(claim, handles = () => true) {
       if (claim.provider === "stripe-thin") {
         const stored = readThinNotification(claim.payload);

@@ -29,7 +29,7 @@ export interface WorkerOptions extends LoopOptions {
   batch?: number;
 }
 
-/** Rows per slot's transaction unless told otherwise (docs/performance.md: the drain against batch sizes). */
+/** Rows per slot's transaction unless told otherwise (docs/performance.md, "Batch size"). */
 export const DEFAULT_BATCH = 32;
 
 /**
@@ -77,8 +77,10 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
         message: `worker ${result.outcome}`,
       });
     }
-    // Released rows are due again now: claim them without waiting for the poll.
-    return results.some((r) => r.outcome === "released");
+    // Released rows are due again now, and after a retried row the next may be claimed: claim without waiting.
+    const retriedDone = unit.filter((c) => c.attempt > 1).length;
+    retriedInFlight -= retriedDone;
+    return retriedDone > 0 || results.some((r) => r.outcome === "released");
   };
   const parked = (rows: { eventId: string; endpoint: string; eventType: string; attempts: number }[]) => {
     for (const r of rows)
@@ -93,16 +95,22 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
   };
 
   let full = false; // what the last claim said: see filled
+  let retriedInFlight = 0; // rows already tried being processed: at most one at a time (claim.ts `retried`)
+  const reads = options.fetcher ? { ...(options.fetcher.scope ?? { providers, endpoints: [] }), limit: 0 } : undefined;
+  const alone = (c: Claim) => c.attempt > 1 || options.fetcher?.needsFetch(c) === true;
   await runClaimLoop({
     ...resolved,
     label: "worker",
     channel: NOTIFY_CHANNEL,
     claim: async (free) => {
       let parkedNow = 0;
+      const retried = retriedInFlight > 0 ? 0 : 1;
+      const readLimit = free;
       const rows = await settleWithin(
         claimBatch(db, {
           limit: free * batch,
-          retried: free,
+          retried,
+          ...(reads ? { reads: { ...reads, limit: readLimit } } : {}),
           leaseMs,
           maxAttempts,
           providers,
@@ -111,9 +119,15 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
         timeoutMs + STUCK_SLACK_MS,
         "The worker's claim",
       );
-      // More may be due when the claim took its limit, or as many retried rows as it may take.
-      full = rows.length + parkedNow === free * batch || rows.filter((c) => c.attempt > 1).length === free;
-      return chunkClaims(rows, free, batch);
+      // More may be due when the claim took its limit, or as many retried or API-read rows as it may take.
+      const retriedNow = rows.filter((c) => c.attempt > 1).length;
+      const readsNow = rows.filter((c) => c.attempt <= 1 && alone(c)).length;
+      retriedInFlight += retriedNow;
+      full =
+        rows.length + parkedNow === free * batch ||
+        (retried > 0 && retriedNow === retried) ||
+        (reads !== undefined && readsNow === readLimit);
+      return chunkClaims(rows, free, batch, alone);
     },
     filled: () => full,
     work,

@@ -180,6 +180,39 @@ test(
 );
 
 test(
+  "an event that SIGKILLs its worker at 4 slots × batches of 8 takes only itself to the attempt limit: the 30 rows killed with it are retried one at a time, never beside it",
+  async () => {
+    const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };
+    const ids = Array.from({ length: 31 }, (_, i) => (i === 17 ? "in_slots_poison" : `in_slots_${String(i).padStart(2, "0")}`));
+    for (const id of ids) {
+      const body = eventBody(`evt_${id}`, "invoice.paid", invoice({ id, amount_paid: 2000, status: "paid" }));
+      expect(await receiveAsync(db, target, verified(body))).toBe("queued");
+    }
+    const open = () => count(db, "webhook_inbox", "processed_at is null and needs_review_at is null");
+    let kills = 0;
+    for (let run = 0; run < 10 && (await open()) > 0; run++) {
+      if (run > 0) await Bun.sleep(1_100); // the last kill's leases run out
+      const worker = spawnBun(POISON_WORKER, [fresh.url, "4", "8"]);
+      try {
+        await Promise.race([worker.child.exited, waitFor("the backlog settled", async () => (await open()) === 0)]);
+      } finally {
+        await stop(worker.child, "SIGTERM");
+      }
+      await worker.stdoutDone;
+      if (worker.child.signalCode === "SIGKILL") kills++;
+    }
+    expect(kills).toBe(3); // the poison's three attempts, each a crash
+    const parked = await db<
+      { event_id: string; attempts: number }[]
+    >`select event_id, attempts from webhook_inbox where needs_review_at is not null`;
+    expect([...parked]).toEqual([{ event_id: "evt_in_slots_poison", attempts: 3 }]);
+    expect(await count(db, "webhook_inbox", "processed_at is not null and attempts <= 2")).toBe(30);
+    expect(await count(db, "ledger_entries")).toBe(30);
+  },
+  CHILDREN,
+);
+
+test(
   "`runWorker()` with its only slot busy still finishes its rows after a NOTIFY arrives",
   async () => {
     const target = { provider: "stripe", endpoint: "billing", handlers: billingHandlers };

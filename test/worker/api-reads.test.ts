@@ -172,10 +172,7 @@ test("`processClaim()` parks a row whose API read Stripe refuses with 401, its l
     port: 0,
     hostname: "127.0.0.1",
     fetch: () =>
-      Response.json(
-        { error: { type: "invalid_request_error", message: "Invalid API Key provided: sk_test_****WXYZ" } },
-        { status: 401 },
-      ),
+      Response.json({ error: { type: "invalid_request_error", message: "Invalid API Key provided: sk_test_****WXYZ" } }, { status: 401 }),
   });
   try {
     const apiBase = new URL(`http://127.0.0.1:${stub.port}`);
@@ -186,7 +183,13 @@ test("`processClaim()` parks a row whose API read Stripe refuses with 401, its l
       apiBase,
     });
     const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 3 });
-    const result = await processClaim(db, claim!, { tables, fetcher, timeoutMs: 5_000, maxAttempts: 3, backoff: { baseMs: 1_000, capMs: 16_000 } });
+    const result = await processClaim(db, claim!, {
+      tables,
+      fetcher,
+      timeoutMs: 5_000,
+      maxAttempts: 3,
+      backoff: { baseMs: 1_000, capMs: 16_000 },
+    });
     expect(result.outcome).toBe("needs_review");
     const [row] = await db<{ last_error: string }[]>`select last_error from webhook_inbox`;
     expect(row!.last_error).toContain("401");

@@ -12,10 +12,11 @@ import { receiveAsync, receiveSync, type ReceiveTarget } from "../../src/receive
 import { checkStorm, passed } from "../../src/dev/chaos/check.ts";
 import { generateStorm } from "../../src/dev/chaos/model.ts";
 import { mulberry32, shuffleInPlace } from "../../src/dev/random.ts";
-import type { Claim } from "../../src/worker/claim.ts";
+import { claimBatch, type Claim } from "../../src/worker/claim.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
 import { chunkClaims } from "../../src/worker/process-batch.ts";
 import { runWorker, type WorkerOptions } from "../../src/worker/worker.ts";
-import { closeAll, count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
+import { closeAll, count, eventBody, freshDatabase, inboxRowFor, invoice, verified } from "../support/helpers.ts";
 import { deliverAll } from "../support/delivery.ts";
 
 const fresh = await freshDatabase();
@@ -126,6 +127,7 @@ describe("a batch", () => {
         },
       );
       // The batch held a's commit for the lock wait, but no longer than its bound (plus polling slack).
+      aCommittedAt ||= Date.now(); // a and the rest settled between two polls: a committed no later than now
       expect(aCommittedAt - started).toBeGreaterThanOrEqual(timeoutMs * 0.8);
       expect(aCommittedAt - started).toBeLessThan(timeoutMs + 2_000);
       expect(await row(ids[0]!)).toMatchObject({ attempts: 1, processed: true });
@@ -144,6 +146,30 @@ describe("a batch", () => {
       await locker.end();
     }
   }, 30_000);
+});
+
+test("`claimBatch()` takes every due row never tried, but at most `reads.limit` of those that need an API read and `retried` of those already tried", async () => {
+  const rows = [
+    ...Array.from({ length: 6 }, (_, i) => inboxRowFor({ provider: "stripe-thin", endpoint: "thin", eventId: `evt_read_${i}` })),
+    ...Array.from({ length: 3 }, (_, i) => inboxRowFor({ provider: "stripe", endpoint: "refetch", eventId: `evt_refetch_${i}` })),
+    ...Array.from({ length: 4 }, (_, i) => inboxRowFor({ provider: "stripe", endpoint: "billing", eventId: `evt_plain_${i}` })),
+    ...Array.from({ length: 3 }, (_, i) => inboxRowFor({ provider: "stripe", endpoint: "billing", eventId: `evt_tried_${i}` })),
+  ];
+  await insertInbox(db, rows);
+  await db`update webhook_inbox set attempts = 1 where event_id like 'evt_tried_%'`;
+  const claimed = await claimBatch(db, {
+    limit: 100,
+    leaseMs: 60_000,
+    maxAttempts: 10,
+    retried: 1,
+    reads: { providers: ["stripe-thin"], endpoints: ["stripe/refetch"], limit: 2 },
+  });
+  const kind = (c: Claim) => c.eventId.replace(/_\d+$/, "").replace("evt_refetch", "evt_read");
+  const counts = Object.fromEntries(["evt_plain", "evt_read", "evt_tried"].map((k) => [k, claimed.filter((c) => kind(c) === k).length]));
+  expect(counts).toEqual({ evt_plain: 4, evt_read: 2, evt_tried: 1 });
+  // What was not taken is still due, its attempts untouched: 7 rows that need a read, 2 already tried.
+  expect(await count(db, "webhook_inbox", "attempts = 0 and available_at <= now()")).toBe(7);
+  expect(await count(db, "webhook_inbox", "attempts = 1 and available_at <= now()")).toBe(2);
 });
 
 describe("chunkClaims()", () => {

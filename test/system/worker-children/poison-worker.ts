@@ -1,5 +1,5 @@
-// Child for test/system/worker-crash.test.ts: runs runWorker (one slot, batches of the default size, max 3
-// attempts, 1 s lease) on the database at argv[2] with the billing invoice.paid handler, except that the
+// Child for test/system/worker-crash.test.ts: runs runWorker (argv[3] slots, default 1; batches of argv[4]
+// rows, default the worker's; max 3 attempts, 1 s lease) on the database at argv[2] with the billing invoice.paid handler, except that the
 // event of an invoice whose id contains "poison" SIGKILLs this process from inside its handler (a real
 // crash mid-batch, as an out-of-memory kill would). Prints `IN_HANDLER <invoice id> <attempt>` before
 // each handler runs, and every worker log line as JSON. Exits by itself (status 3) after 30 s.
@@ -42,7 +42,8 @@ await runWorker({
   db,
   tables: { stripe: poisoned },
   signal: new AbortController().signal,
-  concurrency: 1,
+  concurrency: Number(process.argv[3] ?? 1),
+  ...(process.argv[4] ? { batch: Number(process.argv[4]) } : {}),
   leaseMs: 1_000,
   timeoutMs: 500,
   maxAttempts: 3,
