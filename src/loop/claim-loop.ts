@@ -16,13 +16,11 @@ export interface ClaimLoop<T> extends Pick<ResolvedLoopOptions, "db" | "signal" 
   label: string;
   /** LISTEN/NOTIFY channel whose notifications wake the loop. */
   channel: string;
-  /** Claims at most `free` units of work (each leased to this loop), one per free slot. */
-  claim(free: number): Promise<T[]>;
   /**
-   * Whether a claim that returned `units` for `free` slots took all it could (more may be due, so the
-   * loop claims again without waiting). Default: one unit per free slot.
+   * Claims at most `free` units of work (each leased to this loop), one per free slot; `more`: the claim
+   * took all it could, so more may be due and the loop claims again without waiting.
    */
-  filled?(units: readonly T[], free: number): boolean;
+  claim(free: number): Promise<{ units: T[]; more: boolean }>;
   /**
    * Works on one claimed unit in its slot; `claimedAt` is when its claim started, ms since the epoch.
    * Resolves true when it left work due at once (the loop then claims again without waiting for a
@@ -36,14 +34,13 @@ export interface ClaimLoop<T> extends Pick<ResolvedLoopOptions, "db" | "signal" 
  * is off; a LISTEN that fails is logged `{ <label>: "listen_failed" }` and the loop polls), then while
  * `signal` is not aborted claims as many units as slots are free (one claim statement) and starts
  * `work` on each at once, so a unit is claimed only when a slot can start it. It claims again at once
- * after a claim that took all it could (`filled`: more may be due) or a unit whose work left more due;
+ * after a claim that took all it could (`more`) or a unit whose work left more due;
  * otherwise it waits for a NOTIFY or `pollMs`, so a finished unit alone never costs a claim that finds
  * nothing, and claims on NOTIFYs at most once per {@link NOTIFY_CLAIM_GAP_MS}. A failed claim is logged `{ <label>: "claim_failed" }` at level warn and retried after
  * `pollMs` (at most 1 s); it never ends the loop. Resolves after `signal` aborts and the work in flight finished.
  */
 export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
   const { db, signal, concurrency, pollMs, log, label } = loop;
-  const filled = loop.filled ?? ((units, free) => units.length === free);
   // A NOTIFY, work that left more due, or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);
   const listener = !loop.listen
@@ -78,7 +75,7 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
     const claimedAt = Date.now();
     lastClaimAt = claimedAt;
     try {
-      units = await loop.claim(free);
+      ({ units, more } = await loop.claim(free));
     } catch (err) {
       log({ [label]: "claim_failed", error: describeError(err), level: "warn" });
       await sleep(Math.min(pollMs, 1_000));
@@ -89,13 +86,12 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
       const p: Promise<unknown> = loop.work(unit, claimedAt).then(
         (again) => {
           inFlight.delete(p);
-          if (again) (due = true), nudge();
+          if (again) ((due = true), nudge());
         },
         () => inFlight.delete(p),
       );
       inFlight.add(p);
     }
-    more = filled(units, free);
   }
   await Promise.all(inFlight);
   await listener?.unlisten().catch(() => {});

@@ -72,8 +72,14 @@ export async function runDispatcher(options: DispatcherOptions): Promise<void> {
     ...resolved,
     label: "dispatcher",
     channel: OUTBOX_CHANNEL,
-    claim: (limit) =>
-      settleWithin(claimOutboxBatch(db, { limit, leaseMs, maxAttempts, ordered }), timeoutMs + STUCK_SLACK_MS, "The dispatcher's claim"),
+    claim: async (free) => {
+      const units = await settleWithin(
+        claimOutboxBatch(db, { limit: free, leaseMs, maxAttempts, ordered }),
+        timeoutMs + STUCK_SLACK_MS,
+        "The dispatcher's claim",
+      );
+      return { units, more: units.length === free };
+    },
     work,
   });
 }

@@ -128,7 +128,10 @@ function batchInput(claim: Claim, options: ProcessOptions): ApplyInput | undefin
 async function applyBatch(db: Db, batch: { claim: Claim; input: ApplyInput }[], options: ProcessOptions): Promise<Map<Claim, ClaimResult>> {
   const t = options.telemetry;
   const spans = t
-    ? batch.map(({ claim }) => t.tracer.startSpan(claimSpanSpec(t, claim).name, claimSpanSpec(t, claim), t.api.ROOT_CONTEXT))
+    ? batch.map(({ claim }) => {
+        const spec = claimSpanSpec(t, claim);
+        return t.tracer.startSpan(spec.name, spec, t.api.ROOT_CONTEXT);
+      })
     : [];
   const inputs = batch.map(({ input }, i) => ({ ...input, traceparent: traceparentOf(t, spans[i]) }));
   let parked: boolean[] = [];
@@ -146,9 +149,14 @@ async function applyBatch(db: Db, batch: { claim: Claim; input: ApplyInput }[], 
     let r = 0; // index into the records, which follow the outcomes that have one
     for (const [i, o] of outcomes.entries()) {
       const claim = batch[i]!.claim;
-      if ("applied" in o) results.set(claim, { outcome: o.applied === "duplicate" ? "skipped" : (o.applied as "processed" | "ignored") });
-      else if ("notStarted" in o) (r++, results.set(claim, { outcome: "released" }));
-      else results.set(claim, { outcome: parked[r++] ? "needs_review" : "failed", error: describeError(o.error) });
+      if ("applied" in o) {
+        results.set(claim, { outcome: o.applied === "duplicate" ? "skipped" : (o.applied as "processed" | "ignored") });
+      } else if ("notStarted" in o) {
+        r++;
+        results.set(claim, { outcome: "released" });
+      } else {
+        results.set(claim, { outcome: parked[r++] ? "needs_review" : "failed", error: describeError(o.error) });
+      }
     }
   } catch (err) {
     for (const { claim } of batch) results.set(claim, { outcome: "failed", error: describeError(err) });

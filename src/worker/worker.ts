@@ -94,9 +94,8 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
       });
   };
 
-  let full = false; // what the last claim said: see filled
   let retriedInFlight = 0; // rows already tried being processed: at most one at a time (claim.ts `retried`)
-  const reads = options.fetcher ? { ...(options.fetcher.scope ?? { providers, endpoints: [] }), limit: 0 } : undefined;
+  const scope = options.fetcher && (options.fetcher.scope ?? { providers, endpoints: [] });
   const alone = (c: Claim) => c.attempt > 1 || options.fetcher?.needsFetch(c) === true;
   await runClaimLoop({
     ...resolved,
@@ -105,12 +104,11 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     claim: async (free) => {
       let parkedNow = 0;
       const retried = retriedInFlight > 0 ? 0 : 1;
-      const readLimit = free;
       const rows = await settleWithin(
         claimBatch(db, {
           limit: free * batch,
           retried,
-          ...(reads ? { reads: { ...reads, limit: readLimit } } : {}),
+          ...(scope ? { reads: { ...scope, limit: free } } : {}),
           leaseMs,
           maxAttempts,
           providers,
@@ -119,17 +117,15 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
         timeoutMs + STUCK_SLACK_MS,
         "The worker's claim",
       );
-      // More may be due when the claim took its limit, or as many retried or API-read rows as it may take.
       const retriedNow = rows.filter((c) => c.attempt > 1).length;
-      const readsNow = rows.filter((c) => c.attempt <= 1 && alone(c)).length;
       retriedInFlight += retriedNow;
-      full =
+      // More may be due when the claim took its limit, or as many retried or API-read rows as it may take.
+      const more =
         rows.length + parkedNow === free * batch ||
         (retried > 0 && retriedNow === retried) ||
-        (reads !== undefined && readsNow === readLimit);
-      return chunkClaims(rows, free, batch, alone);
+        (scope !== undefined && rows.filter((c) => c.attempt <= 1 && alone(c)).length === free);
+      return { units: chunkClaims(rows, free, batch, alone), more };
     },
-    filled: () => full,
     work,
   });
 }
