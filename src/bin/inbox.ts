@@ -20,7 +20,7 @@ import { resolveReviewed } from "../ops/resolve.ts";
 import { inboxStatus } from "../ops/status.ts";
 import { describeError } from "../errors.ts";
 import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
-import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { loadAppMigrations, loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
   status                                  backlog per endpoint and of the outbox; arrivals per type over the last hour
@@ -396,7 +396,7 @@ async function run(db: Db): Promise<number> {
       return 0;
     }
     case "migrate": {
-      const applied = await migrate(db, loadMigrations());
+      const applied = await migrate(db, loadMigrations(), loadAppMigrations());
       print(opts.json ? { applied } : applied.length ? `Applied ${applied.join(", ")}` : "Nothing to apply: the schema is current");
       return 0;
     }

@@ -3,10 +3,11 @@
 import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
 import { migrate } from "../db/migrate.ts";
 import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
-import { loadMigrations } from "../runtime/migrations-fs.ts";
+import { loadAppMigrations, loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run migrate
-  applies the pending sql/ migrations to DATABASE_URL (or the embedded server); takes no arguments`;
+  applies the pending migrations to DATABASE_URL (or the embedded server): the package's sql/,
+  then the app's own folder when its configuration names one; takes no arguments`;
 
 const args = process.argv.slice(2);
 if (args.length === 1 && (args[0] === "--help" || args[0] === "-h")) {
@@ -20,7 +21,7 @@ if (args.length) {
 
 const { db } = await openCommandDatabase(process.env, "webhook-inbox migrate", 1);
 try {
-  const applied = await migrate(db, loadMigrations());
+  const applied = await migrate(db, loadMigrations(), loadAppMigrations());
   console.log(applied.length ? `Applied ${applied.join(", ")}` : "Nothing to apply: the schema is current");
 } catch (err) {
   console.error(isConnectFailure(err) ? cannotConnectMessage(err) : err instanceof Error ? err.message : err);

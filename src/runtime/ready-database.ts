@@ -1,12 +1,12 @@
 // Edge file: the database of a long-running command (serve, worker, dispatch) at start: opened,
 // waited for, migrated; a stop during start-up releases it; a failure ends the process with one line.
 import { isDatabaseUnavailable, type Db, type Pooler } from "../db/db.ts";
-import { migrate } from "../db/migrate.ts";
+import { readMigrateOnStart, schemaAtStart } from "../db/migrate.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 import { databaseTls } from "./database-tls.ts";
 import { waitForDatabase } from "../db/wait-for-database.ts";
 import { openDatabase, type DatabaseHandle } from "./database.ts";
-import { loadMigrations } from "./migrations-fs.ts";
+import { loadAppMigrations, loadMigrations } from "./migrations-fs.ts";
 import { ensurePartitions } from "../inbox/partitions.ts";
 
 /** How long a failed start waits for a stop signal that may be on its way, ms (see openReadyDatabase). */
@@ -44,7 +44,8 @@ const MIGRATE_TRIES = 3;
  * Opens the database ({@link openDatabase}: `DATABASE_URL`, or the embedded server, started here when
  * not running), connects, waits until it answers ({@link waitForDatabase}: one line on stderr per failed
  * attempt, up to `waitMs`), refuses a transaction pooler `DATABASE_POOLER` does not declare (see
- * pooler-check.ts), then applies pending migrations (waiting again and retrying, up to three
+ * pooler-check.ts), then applies pending migrations, the package's and then the app's (or, with
+ * `MIGRATE_ON_START=false`, only checks that none is pending: src/db/migrate.ts schemaAtStart; waiting again and retrying, up to three
  * attempts, when the connection is lost during them), and creates the payload partitions ahead
  * (ensurePartitions). Resolves null when `signal` was aborted
  * meanwhile, once its pool is closed (an embedded server it started keeps running: see openDatabase).
@@ -69,13 +70,15 @@ export async function openReadyDatabase(options: ReadyDatabaseOptions): Promise<
       if (problem !== undefined) throw new Error(problem);
     }
     const migrations = loadMigrations();
+    const app = loadAppMigrations();
+    const migrateOnStart = readMigrateOnStart(options.env);
     // A connection lost during the migrations (a server another command is still starting or
     // restarting) is waited for again, like at start: the migrations commit as one transaction, so a
     // retry applies only what is still pending.
     let applied: string[] = [];
     for (let attempt = 1; ; attempt++) {
       try {
-        applied = await migrate(db, migrations);
+        applied = await schemaAtStart(db, migrations, app, migrateOnStart);
         break;
       } catch (err) {
         if (!isDatabaseUnavailable(err) || attempt >= MIGRATE_TRIES || signal.aborted) throw err;

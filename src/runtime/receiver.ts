@@ -6,7 +6,7 @@ import type { LogFn } from "../log.ts";
 import { createBodyBudget } from "../receiver/body-budget.ts";
 import { ConfigError, loadConfig, PRODUCTION_NEEDS_DATABASE_URL, type Config } from "../config.ts";
 import { connect, type DatabaseTls, type Db } from "../db/db.ts";
-import { migrate, type Migration } from "../db/migrate.ts";
+import { schemaAtStart, type Migration } from "../db/migrate.ts";
 import { ensurePartitions } from "../inbox/partitions.ts";
 import { hiddenPoolerProblem } from "../db/pooler-check.ts";
 import { waitForDatabase } from "../db/wait-for-database.ts";
@@ -114,7 +114,8 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
  * Brings the receiver's database to ready for the Node and Deno entry files: waits until it answers
  * ({@link waitForDatabase}, up to `config.databaseWaitMs`, one `log` line per failed attempt), refuses
  * a transaction pooler `DATABASE_POOLER` does not declare (before the migrations, the first
- * transaction), then applies pending `migrations` and creates the payload partitions ahead
+ * transaction), then applies pending `migrations` and `schema.app` (the app's own; or with
+ * `schema.migrateOnStart` false only checks that none is pending: db/migrate.ts schemaAtStart) and creates the payload partitions ahead
  * (ensurePartitions, sql/0027). Returns the names it applied.
  * @throws Error naming DATABASE_POOLER behind an undeclared pooler; the wait's error past its limit or
  *   on `signal`; the migration's error.
@@ -126,11 +127,12 @@ export async function prepareReceiverDatabase(
   signal: AbortSignal,
   log: (line: string) => void,
   tls?: DatabaseTls,
+  schema: { app?: readonly Migration[]; migrateOnStart?: boolean } = {},
 ): Promise<string[]> {
   await waitForDatabase(db, { limitMs: config.databaseWaitMs, signal, log });
   const poolerProblem = await hiddenPoolerProblem(config.databaseUrl, config.databasePooler, tls);
   if (poolerProblem !== undefined) throw new Error(poolerProblem);
-  const applied = await migrate(db, migrations);
+  const applied = await schemaAtStart(db, migrations, schema.app ?? [], schema.migrateOnStart ?? true);
   await ensurePartitions(db);
   return applied;
 }

@@ -3,7 +3,8 @@
 import type { DatabaseTls } from "../db/db.ts";
 import { createStartingApp } from "../receiver/starting-app.ts";
 import { databaseTls } from "./database-tls.ts";
-import { loadMigrations } from "./migrations-fs.ts";
+import { loadAppMigrations, loadMigrations } from "./migrations-fs.ts";
+import { readMigrateOnStart } from "../db/migrate.ts";
 import { connectProbes, connectReceiver, loadServerConfig, prepareReceiverDatabase, receiverApp, type ServerConfig } from "./receiver.ts";
 import { startBanner } from "./start-banner.ts";
 import { loadTelemetry } from "./telemetry.ts";
@@ -59,7 +60,8 @@ export async function serveReceiver(runtime: ReceiverRuntime): Promise<void> {
   });
   try {
     const migrations = loadMigrations();
-    const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line), tls);
+    const schema = { app: loadAppMigrations(), migrateOnStart: readMigrateOnStart(runtime.env) };
+    const applied = await prepareReceiverDatabase(db, config, migrations, stopping.signal, (line) => console.error(line), tls, schema);
     starting.ready(receiverApp(config, db, { schemaVersion: migrations.length, probeDb, telemetry: await loadTelemetry(runtime.env) }));
     const base = await server.base;
     console.log(
