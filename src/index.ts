@@ -1,10 +1,12 @@
-// The importable core of webhook-inbox (package.json `exports` "."): what a team's own Bun app (or a
-// Node app through a bundler) needs to receive, apply and work off webhooks in its own process. Web
+// The importable core of webhook-inbox (package.json `exports` "."): what a team's own Bun or Node.js app needs to receive, apply and work off webhooks in its own process. Web
 // APIs only; loading the sql/ migrations from disk is the separate "webhook-inbox/migrations" entry.
 export { createApp, type App, type AppDeps, type Endpoint } from "./receiver/app.ts";
 export {
   handlersFor,
   handlerTables,
+  shippedHandlerTables,
+  useHandlerTables,
+  type HandlerTables,
   migratingHandlersFor,
   providerEndpoints,
   stripeEndpoints,
@@ -37,5 +39,7 @@ export { changeOnce, changeOnceTable } from "./handlers/change-once.ts";
 export { insertOutbox, type OutboxFact } from "./handlers/insert-outbox.ts";
 export { connect, type ConnectOptions, type Db, type Tx } from "./db/db.ts";
 export { assertPatchedPostgres } from "./db/patched-postgres.ts";
-export { migrate, type Migration } from "./db/migrate.ts";
+export { migrate, schemaStatus, type Migration, type SchemaStatus } from "./db/migrate.ts";
+export { appHandlerTables, AppConfigError, defineConfig, type AppConfig } from "./app-config.ts";
+export { PACKAGE_VERSION } from "./version.ts";
 export { AppError, type ErrorCode } from "./errors.ts";

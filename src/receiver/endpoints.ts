@@ -14,12 +14,10 @@ import { changeOnceTable } from "../handlers/change-once.ts";
 import { thinHandlerTable } from "../handlers/stripe-thin.ts";
 
 /**
- * The handler table each registered provider's rows feed, one line per provider that has handlers
- * (every Stripe endpoint feeds the Stripe handlers: billing and money going out). The one place a
- * table is chosen: the receiver ({@link stripeEndpoints}), the worker and replay ({@link handlersFor})
- * all read it here. A provider without a line has its rows parked by the worker.
+ * The handler tables this package ships, by inbox provider (every Stripe endpoint feeds the Stripe
+ * handlers: billing and money going out). A provider without a line has its rows parked by the worker.
  */
-export const handlerTables = {
+export const shippedHandlerTables = {
   stripe: stripeHandlers,
   github: gitHubHandlers,
   shopify: shopifyHandlers,
@@ -27,8 +25,31 @@ export const handlerTables = {
   adyen: adyenHandlers,
 } as const satisfies Readonly<Partial<Record<ProviderName, HandlerTable>>>;
 
+/** Handler tables by inbox provider: `stripe` always present (empty when an app replaced it with none). */
+export type HandlerTables = { readonly stripe: HandlerTable } & Readonly<Record<string, HandlerTable>>;
+
+/**
+ * The handler tables this process runs, by inbox provider: {@link shippedHandlerTables} unless the
+ * app's configuration changed them at start ({@link useHandlerTables}). The one place a table is
+ * chosen: the receiver ({@link stripeEndpoints}), the worker and replay ({@link handlersFor}) all read
+ * it here (an ES module live binding: importers see the table set at start).
+ */
+export let handlerTables: HandlerTables = shippedHandlerTables;
+
 /** The Stripe table with every handler claiming its change (handlers/change-once.ts). */
-const stripeChangeOnce = changeOnceTable(handlerTables.stripe);
+let stripeChangeOnce = changeOnceTable(handlerTables.stripe);
+
+/**
+ * Sets the handler tables of this process (by inbox provider, e.g. `{ stripe, github }`), in place of
+ * the shipped ones, and the tables derived from the Stripe one (change-once, thin). Called once at start
+ * by the `webhook-inbox` command with the app's configuration (src/app-config.ts `appHandlerTables`),
+ * before any endpoint, worker or replay reads them. Each table is one built by `handlerTable()`.
+ */
+export function useHandlerTables(tables: Readonly<Record<string, HandlerTable>>): void {
+  handlerTables = Object.freeze({ ...tables, stripe: tables.stripe ?? Object.freeze({}) });
+  stripeChangeOnce = changeOnceTable(handlerTables.stripe);
+  thinHandlers = thinHandlerTable(handlerTables.stripe);
+}
 
 /**
  * Wires configured Stripe endpoints to the Stripe provider and its handler table (invoices and money
@@ -103,7 +124,7 @@ export function providerEndpoints(settings: readonly ProviderEndpointSettings[],
  * records the types it has as work for the worker (others `ignored`); the worker reads each
  * notification's object from the API and runs these handlers on it.
  */
-export const thinHandlers: HandlerTable = thinHandlerTable(handlerTables.stripe);
+export let thinHandlers: HandlerTable = thinHandlerTable(handlerTables.stripe);
 
 /**
  * The handler tables a worker claims rows for, by inbox provider: every table of {@link handlerTables}
@@ -124,6 +145,5 @@ export function migratingHandlersFor(provider: string): HandlerTable | undefined
 
 /** The handler table for rows of `provider` (an inbox row's `provider`), for the worker and replay; undefined when none is registered. */
 export function handlersFor(provider: string): HandlerTable | undefined {
-  const tables: Readonly<Partial<Record<ProviderName, HandlerTable>>> = handlerTables;
-  return Object.hasOwn(tables, provider) ? tables[provider as ProviderName] : undefined;
+  return Object.hasOwn(handlerTables, provider) ? handlerTables[provider] : undefined;
 }

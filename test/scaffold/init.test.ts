@@ -1,0 +1,70 @@
+// `webhook-inbox init` and the contract suite it scaffolds, run as an app runs them: the scaffold is
+// written by the command into a folder of its own, then its `bun test` runs in that folder (its
+// "webhook-inbox" imports resolve to this checkout's src through tsconfig.json paths), on scratch
+// databases of the suite's server. The packed tarball in an app outside the repository is
+// `bun run test:package` (.ci/run).
+import { afterAll, expect, test } from "bun:test";
+import { spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = fileURLToPath(new URL("../../", import.meta.url));
+const CLI = join(ROOT, "src", "bin", "webhook-inbox.ts");
+const dirs: string[] = [];
+afterAll(() => dirs.forEach((d) => rmSync(d, { recursive: true, force: true })));
+
+function scaffold(): string {
+  const dir = join(ROOT, "test", `.scaffold-${process.pid}-${dirs.length}`);
+  dirs.push(dir);
+  mkdirSync(dir, { recursive: true });
+  const r = spawnSync(process.execPath, [CLI, "init"], { cwd: dir, encoding: "utf8" });
+  expect({ status: r.status, stderr: r.stderr }).toEqual({ status: 0, stderr: "" });
+  return dir;
+}
+
+/** The scaffold's own `bun test`, in its folder, on the suite's PostgreSQL server. */
+function appTest(dir: string) {
+  return spawnSync(process.execPath, ["test"], {
+    cwd: dir,
+    encoding: "utf8",
+    timeout: 180_000,
+    env: { ...process.env, DATABASE_URL: process.env.TEST_ADMIN_URL },
+  });
+}
+
+test("`webhook-inbox init` writes the configuration, handler, migration, fixture and contract test, with package.json scripts, and never overwrites", () => {
+  const dir = scaffold();
+  for (const f of ["webhook-inbox.config.ts", "handlers/customers.ts", "migrations/0001_customers.sql", "fixtures/customer.created.json", "test/contract.test.ts"])
+    expect(existsSync(join(dir, f))).toBe(true);
+  const pkg = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+  expect(pkg.type).toBe("module");
+  expect(pkg.scripts.serve).toBe("webhook-inbox serve");
+  expect(readFileSync(join(dir, ".gitignore"), "utf8")).toContain(".data/");
+  const handler = join(dir, "handlers", "customers.ts");
+  writeFileSync(handler, "// the app's own edit\n");
+  const again = spawnSync(process.execPath, [CLI, "init"], { cwd: dir, encoding: "utf8" });
+  expect(again.status).toBe(1);
+  expect(again.stderr).toContain("webhook-inbox.config.ts, handlers/customers.ts");
+  expect(readFileSync(handler, "utf8")).toBe("// the app's own edit\n");
+});
+
+test("the scaffold's contract test passes in sync, async and hybrid mode, its customers row written once each", () => {
+  const r = appTest(scaffold());
+  const out = `${r.stdout}\n${r.stderr}`;
+  expect(out).toContain("webhook-inbox contract, sync mode");
+  expect(out).toContain("webhook-inbox contract, hybrid mode");
+  expect(out).toMatch(/\b3 pass\b/);
+  expect({ status: r.status, fail: /\b0 fail\b/.test(out) }).toEqual({ status: 0, fail: true });
+});
+
+test("the contract suite fails an app whose handler leaves the wrong end state (its email upper-cased), in every mode", () => {
+  const dir = scaffold();
+  const handler = join(dir, "handlers", "customers.ts");
+  writeFileSync(handler, readFileSync(handler, "utf8").replace("(customer.email as string | null) ?? null", "String(customer.email).toUpperCase()"));
+  const r = appTest(dir);
+  const out = `${r.stdout}\n${r.stderr}`;
+  expect(r.status).toBe(1);
+  expect(out).toContain("ADA@EXAMPLE.COM");
+  expect(out).toMatch(/\b3 fail\b/);
+});
