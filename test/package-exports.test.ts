@@ -61,16 +61,28 @@ test("`assertPatchedPostgres()` throws for an unpatched postgres.js, naming the 
   expect(() => assertPatchedPostgres({ default: Postgres })).toThrow("unpatched");
 });
 
-test("`bun pm pack` packs src, sql, patches, docs and README.md (whose links lead into docs/), and never .data, test or bench-results", () => {
+test("`bun pm pack` builds and packs dist (JavaScript, declarations, the vendored postgres.js), sql, docs, README.md and CHANGELOG.md, and never src, .data, test or bench-results", () => {
   const packed = Bun.spawnSync(["bun", "pm", "pack", "--dry-run"], { cwd: `${import.meta.dir}/..`, stdout: "pipe", stderr: "pipe" });
   const files = `${packed.stdout.toString()}${packed.stderr.toString()}`
     .split("\n")
     .map((line) => /^packed \S+ (.+)$/.exec(line.trim())?.[1])
     .filter((file): file is string => file !== undefined);
-  expect(files).toContain("src/index.ts");
-  expect(files).toContain("sql/0001_inbox.sql");
-  expect(files).toContain("patches/postgres@3.4.9.patch");
-  expect(files).toContain("README.md");
-  expect(files).toContain("docs/troubleshooting.md");
-  expect(files.filter((file) => /^(\.data|test|bench-results|node_modules)\//.test(file) || file === "bun.lock")).toEqual([]);
+  for (const file of [
+    "dist/index.js",
+    "dist/bin/webhook-inbox.js",
+    "dist/testing/contract-suite.js",
+    "dist/types/index.d.ts",
+    "dist/vendor/postgres/README.md",
+    "dist/vendor/postgres/index.d.ts",
+    "dist/vendor/postgres/postgres@3.4.9.patch",
+    "sql/0001_inbox.sql",
+    "README.md",
+    "CHANGELOG.md",
+    "docs/troubleshooting.md",
+  ])
+    expect(files).toContain(file);
+  expect(files.filter((file) => /^(src|\.data|test|bench-results|node_modules|patches)\//.test(file) || file === "bun.lock")).toEqual([]);
+  // The bundle carries the patched postgres.js, so an installed app needs no patch step.
+  const chunks = files.filter((f) => f.startsWith("dist/chunks/")).map((f) => Bun.file(`${import.meta.dir}/../${f}`).text());
+  return Promise.all(chunks).then((texts) => expect(texts.some((t) => t.includes("COMMIT_ROLLED_BACK"))).toBe(true));
 });

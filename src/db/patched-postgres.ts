@@ -16,11 +16,12 @@ const patched = new WeakSet<object>();
  * Throws unless `factory` (default: the postgres.js this package imports) carries
  * patches/postgres@3.4.9.patch, found by the marker text in its source (Function.prototype.toString,
  * ECMAScript: the source text of a function defined in source). Package managers apply
- * `patchedDependencies` only to the root project, so an app that installs webhook-inbox gets an
- * unpatched postgres.js unless its own package.json carries the same entry; without it a COMMIT that
+ * `patchedDependencies` only to the root project, so the built package (dist/, what an app installs)
+ * bundles the patched copy (src/dev/bin/build-package.ts) and this always holds there; from source it
+ * holds when the repository's `patchedDependencies` was applied. Without the patch a COMMIT that
  * PostgreSQL answered with ROLLBACK would be taken as saved. Called by connect(), createApp() and
  * runWorker(); costs one string search per process.
- * @throws Error naming the fix: copy the patch and add the `patchedDependencies` entry, then reinstall.
+ * @throws Error naming the fix: the `patchedDependencies` entry, then reinstall.
  */
 export function assertPatchedPostgres(factory: unknown = postgres): void {
   if (typeof factory === "function" && patched.has(factory)) return;
@@ -29,9 +30,9 @@ export function assertPatchedPostgres(factory: unknown = postgres): void {
     return;
   }
   throw new Error(
-    "webhook-inbox needs postgres.js 3.4.9 with patches/postgres@3.4.9.patch, and the postgres.js loaded here is unpatched " +
-      "(package managers apply patchedDependencies only to the root project). Copy node_modules/webhook-inbox/patches/postgres@3.4.9.patch " +
-      'into your project\'s patches/, add "patchedDependencies": { "postgres@3.4.9": "patches/postgres@3.4.9.patch" } to your package.json, ' +
-      "and run `bun install` again. Without it a COMMIT that PostgreSQL answered with ROLLBACK is taken as saved.",
+    "webhook-inbox needs postgres.js 3.4.9 with patches/postgres@3.4.9.patch, and the postgres.js loaded here is unpatched. " +
+      "The installed package (dist/) bundles the patched copy; this happens when webhook-inbox's source (src/) runs against a " +
+      'node_modules/postgres that is not patched: in the repository, keep "patchedDependencies": { "postgres@3.4.9": "patches/postgres@3.4.9.patch" } ' +
+      "in package.json and run `bun install` again. Without it a COMMIT that PostgreSQL answered with ROLLBACK is taken as saved.",
   );
 }

@@ -14,7 +14,10 @@ const stripe = new Stripe("sk_unused_for_webhook_verification");
 const subtleCrypto = cachingKeys(Stripe.createSubtleCryptoProvider());
 
 /** The key-less stripe-node client and the caching SubtleCrypto provider the Stripe verifiers share (stripe-thin.ts). */
-export const stripeVerification = { client: stripe, crypto: subtleCrypto } as const;
+export const stripeVerification: { readonly client: Stripe; readonly crypto: ReturnType<typeof Stripe.createSubtleCryptoProvider> } = {
+  client: stripe,
+  crypto: subtleCrypto,
+};
 
 /**
  * Stripe's SubtleCrypto provider with the imported HMAC key cached per secret: `importKey` cost about
