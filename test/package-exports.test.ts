@@ -49,6 +49,14 @@ test("`webhook-inbox` exports the handler helpers, the worker, the providers and
   expect(loadMigrations().length).toBeGreaterThan(9);
 });
 
+test("`PACKAGE_VERSION` (webhook-inbox version) is package.json's version, semver, with its CHANGELOG.md entry", async () => {
+  const { PACKAGE_VERSION } = await import("webhook-inbox");
+  const pkg = await Bun.file(`${import.meta.dir}/../package.json`).json();
+  expect(PACKAGE_VERSION).toBe(pkg.version);
+  expect(PACKAGE_VERSION).toMatch(/^\d+\.\d+\.\d+$/);
+  expect(await Bun.file(`${import.meta.dir}/../CHANGELOG.md`).text()).toContain(`## ${PACKAGE_VERSION} — `);
+});
+
 test("`assertPatchedPostgres()` passes for the postgres.js this package loads (patched by patchedDependencies)", () => {
   expect(() => assertPatchedPostgres()).not.toThrow();
 });

@@ -16,8 +16,17 @@ export const SQL_DIR = join(PACKAGE_ROOT, "sql");
 
 function findPackageRoot(from: string): string {
   for (let dir = from; ; dir = dirname(dir)) {
-    if (existsSync(join(dir, "sql", "0001_inbox.sql"))) return dir;
+    if (readable(join(dir, "sql", "0001_inbox.sql"))) return dir;
     if (dirname(dir) === dir) throw new Error(`Cannot find webhook-inbox's sql/ folder above ${from}`);
+  }
+}
+
+/** Whether `file` exists; false where the runtime refuses to look (Deno allows reading only `sql/`). */
+function readable(file: string): boolean {
+  try {
+    return existsSync(file);
+  } catch {
+    return false;
   }
 }
 

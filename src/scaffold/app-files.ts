@@ -96,8 +96,7 @@ const FIXTURE = `{
 const CONTRACT_TEST = `// The package's contract suite against this app's configuration: every fixture delivered shuffled with
 // duplicates in sync, async and hybrid mode to a throwaway PostgreSQL (embedded, or DATABASE_URL's server),
 // then the same end state checked in each.
-import { expect } from "bun:test";
-import { contractSuite } from "webhook-inbox/testing";
+import { contractSuite, expect } from "webhook-inbox/testing";
 
 contractSuite({
   config: new URL("../webhook-inbox.config.ts", import.meta.url),

@@ -2,6 +2,9 @@
 // "webhook-inbox/testing", that an app runs against its own configuration: its handlers, its
 // migrations, its fixtures, on a real PostgreSQL, in every mode.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
+
+/** bun:test's `expect`, for an app's `check` (the scaffold's contract test imports both from here). */
+export { expect };
 import { readFileSync } from "node:fs";
 import { fileURLToPath } from "node:url";
 import postgres from "postgres";
