@@ -5,7 +5,7 @@ import { connect, type Db } from "../../src/db/db.ts";
 import type { InboxKey, InboxRow } from "../../src/inbox/inbox.ts";
 import { signStripePayload, stripeSubject } from "../../src/providers/stripe.ts";
 import { withDatabase } from "../../src/dev/scratch-database.ts";
-import { TEMPLATE_DB } from "../setup.ts";
+import { TEMPLATE_DB } from "../../src/dev/test-cluster.ts";
 import { stripeEventBody } from "../../src/dev/stripe-event.ts";
 
 /** A test signing secret (never a real one). */
