@@ -63,7 +63,10 @@ test("a pool survives backends terminated mid-statement and idle in transaction,
       }),
     );
     await waitFor(
-      async () => (await admin`select 1 from pg_stat_activity where query like '%pg_sleep(5)%' and pid <> pg_backend_pid()`).length > 0,
+      async () =>
+        (
+          await admin`select 1 from pg_stat_activity where datname = current_database() and query like '%pg_sleep(5)%' and pid <> pg_backend_pid()`
+        ).length > 0,
     );
     expect(await terminate("query like '%pg_sleep(5)%'")).toBe(1);
     expect(isDatabaseUnavailable(await busy)).toBe(true);
@@ -142,7 +145,10 @@ test("`sql.begin()` rejects the statements its callback queued behind a busy con
         answered = (await Promise.all(statements)).length;
       }),
     );
-    await waitFor(async () => (await admin`select 1 from pg_stat_activity where query like 'select pg_sleep($1)%'`).length > 0);
+    await waitFor(
+      async () =>
+        (await admin`select 1 from pg_stat_activity where datname = current_database() and query like 'select pg_sleep($1)%'`).length > 0,
+    );
     expect(await terminate("query like 'select pg_sleep($1)%'")).toBe(1);
     expect(isDatabaseUnavailable(await dead)).toBe(true);
     await waitFor(async () => answered === 4, 2_000);

@@ -19,7 +19,7 @@ test("`detectTransactionPooler()` answers false when the check cannot finish in 
     "the check's connections to end",
     async () => {
       const [row] = await fresh.db<{ n: number }[]>`
-      select count(*)::int as n from pg_stat_activity where application_name = 'webhook-inbox pooler check'
+      select count(*)::int as n from pg_stat_activity where datname = current_database() and application_name = 'webhook-inbox pooler check'
     `;
       return row?.n === 0;
     },

@@ -37,7 +37,7 @@ test("`receiveSync()` chosen as a deadlock's victim tries again and the event is
       // Wait until the webhook's handler waits on a lock (it holds the key, wants the invoice).
       for (let i = 0; i < 200; i++) {
         const [w] =
-          await db`select count(*)::int as n from pg_stat_activity where wait_event_type = 'Lock' and query like '%into invoices%'`;
+          await db`select count(*)::int as n from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%into invoices%'`;
         if (w!.n > 0) break;
         await Bun.sleep(25);
       }

@@ -284,7 +284,9 @@ describe("reconcile invoices", () => {
       });
       await isLocked;
       const waiting = (app: string) => async () =>
-        (await db`select 1 from pg_stat_activity where application_name = ${app} and wait_event_type = 'Lock'`).length === 1;
+        (
+          await db`select 1 from pg_stat_activity where datname = current_database() and application_name = ${app} and wait_event_type = 'Lock'`
+        ).length === 1;
       const webhook = () => receiveSync(hook, BILLING, verified(eventBody("evt_late_paid", "invoice.paid", object)));
       const repair = () => reconcile(["--repair", "--json"], { app: "reconcile-race" });
       try {

@@ -185,8 +185,9 @@ test("`reconcile events` killed (SIGKILL) in the middle of a page and run again 
   await waitUntil(
     "the backfill waiting on the held key",
     async () =>
-      (await db`select 1 from pg_stat_activity where application_name = 'webhook-inbox reconcile' and wait_event_type = 'Lock'`).length ===
-      1,
+      (
+        await db`select 1 from pg_stat_activity where datname = current_database() and application_name = 'webhook-inbox reconcile' and wait_event_type = 'Lock'`
+      ).length === 1,
     { timeoutMs: 30_000 },
   );
   const [cp] = await db`select cursor_event_id from event_backfill_checkpoints`;
@@ -198,7 +199,9 @@ test("`reconcile events` killed (SIGKILL) in the middle of a page and run again 
   await blocker!.end();
   await waitUntil(
     "the killed run's backend to end",
-    async () => (await db`select 1 from pg_stat_activity where application_name = 'webhook-inbox reconcile'`).length === 0,
+    async () =>
+      (await db`select 1 from pg_stat_activity where datname = current_database() and application_name = 'webhook-inbox reconcile'`)
+        .length === 0,
     { timeoutMs: 30_000 },
   );
   // The killed page left nothing; the pages before it are recorded.

@@ -23,6 +23,9 @@ function scaffold(): string {
   return dir;
 }
 
+/** A test that runs the scaffold's own `bun test` (a process, its own server connections): 1 s alone, more beside other files. */
+const APP_TEST_MS = 120_000;
+
 /** The scaffold's own `bun test`, in its folder, on the suite's PostgreSQL server. */
 function appTest(dir: string) {
   return spawnSync(process.execPath, ["test"], {
@@ -35,7 +38,13 @@ function appTest(dir: string) {
 
 test("`webhook-inbox init` writes the configuration, handler, migration, fixture and contract test, with package.json scripts, and never overwrites", () => {
   const dir = scaffold();
-  for (const f of ["webhook-inbox.config.ts", "handlers/customers.ts", "migrations/0001_customers.sql", "fixtures/customer.created.json", "test/contract.test.ts"])
+  for (const f of [
+    "webhook-inbox.config.ts",
+    "handlers/customers.ts",
+    "migrations/0001_customers.sql",
+    "fixtures/customer.created.json",
+    "test/contract.test.ts",
+  ])
     expect(existsSync(join(dir, f))).toBe(true);
   const pkg = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
   expect(pkg.type).toBe("module");
@@ -47,24 +56,35 @@ test("`webhook-inbox init` writes the configuration, handler, migration, fixture
   expect(again.status).toBe(1);
   expect(again.stderr).toContain("webhook-inbox.config.ts, handlers/customers.ts");
   expect(readFileSync(handler, "utf8")).toBe("// the app's own edit\n");
-});
+}, 30_000);
 
-test("the scaffold's contract test passes in sync, async and hybrid mode, its customers row written once each", () => {
-  const r = appTest(scaffold());
-  const out = `${r.stdout}\n${r.stderr}`;
-  expect(out).toContain("webhook-inbox contract, sync mode");
-  expect(out).toContain("webhook-inbox contract, hybrid mode");
-  expect(out).toMatch(/\b3 pass\b/);
-  expect({ status: r.status, fail: /\b0 fail\b/.test(out) }).toEqual({ status: 0, fail: true });
-});
+test(
+  "the scaffold's contract test passes in sync, async and hybrid mode, its customers row written once each",
+  () => {
+    const r = appTest(scaffold());
+    const out = `${r.stdout}\n${r.stderr}`;
+    expect(out).toContain("webhook-inbox contract, sync mode");
+    expect(out).toContain("webhook-inbox contract, hybrid mode");
+    expect(out).toMatch(/\b3 pass\b/);
+    expect({ status: r.status, fail: /\b0 fail\b/.test(out) }).toEqual({ status: 0, fail: true });
+  },
+  APP_TEST_MS,
+);
 
-test("the contract suite fails an app whose handler leaves the wrong end state (its email upper-cased), in every mode", () => {
-  const dir = scaffold();
-  const handler = join(dir, "handlers", "customers.ts");
-  writeFileSync(handler, readFileSync(handler, "utf8").replace("(customer.email as string | null) ?? null", "String(customer.email).toUpperCase()"));
-  const r = appTest(dir);
-  const out = `${r.stdout}\n${r.stderr}`;
-  expect(r.status).toBe(1);
-  expect(out).toContain("ADA@EXAMPLE.COM");
-  expect(out).toMatch(/\b3 fail\b/);
-});
+test(
+  "the contract suite fails an app whose handler leaves the wrong end state (its email upper-cased), in every mode",
+  () => {
+    const dir = scaffold();
+    const handler = join(dir, "handlers", "customers.ts");
+    writeFileSync(
+      handler,
+      readFileSync(handler, "utf8").replace("(customer.email as string | null) ?? null", "String(customer.email).toUpperCase()"),
+    );
+    const r = appTest(dir);
+    const out = `${r.stdout}\n${r.stderr}`;
+    expect(r.status).toBe(1);
+    expect(out).toContain("ADA@EXAMPLE.COM");
+    expect(out).toMatch(/\b3 fail\b/);
+  },
+  APP_TEST_MS,
+);

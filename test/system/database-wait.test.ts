@@ -257,10 +257,12 @@ test("`bun run serve` whose connection is lost during the migrations waits for t
     await waitUntil(
       "serve's migration to wait on the lock",
       async () =>
-        (await holder`select 1 from pg_stat_activity where wait_event_type = 'Lock' and query like '%pg_advisory_xact_lock%'`).length > 0,
+        (
+          await holder`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%pg_advisory_xact_lock%'`
+        ).length > 0,
       { timeoutMs: 30_000, intervalMs: 20 },
     );
-    await holder`select pg_terminate_backend(pid) from pg_stat_activity where wait_event_type = 'Lock' and query like '%pg_advisory_xact_lock%'`;
+    await holder`select pg_terminate_backend(pid) from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock' and query like '%pg_advisory_xact_lock%'`;
     await serve.seen("stderr", /lost the database during migrations/);
     await holder`select pg_advisory_unlock(hashtext('webhook-inbox:migrate'))`;
     await serve.seen("stdout", /webhook-inbox listening on/);

@@ -27,7 +27,9 @@ const BIN_SERVE = join(import.meta.dir, "children", "bin-serve.ts");
 
 /** The receiver's backends (`application_name` of `bun run serve`) waiting on a lock now. */
 const waiters = () =>
-  db<{ pid: number }[]>`select pid from pg_stat_activity where application_name = 'webhook-inbox serve' and wait_event_type = 'Lock'`;
+  db<
+    { pid: number }[]
+  >`select pid from pg_stat_activity where datname = current_database() and application_name = 'webhook-inbox serve' and wait_event_type = 'Lock'`;
 
 /**
  * Starts the real `serve` with `STATEMENT_TIMEOUT_MS`, locks the invoice, posts a payment for it, waits

@@ -166,7 +166,11 @@ test("Ctrl-C to `bun run serve` on the embedded database finishes an in-flight d
     });
     while (!locked) await Bun.sleep(10);
     const paid = post("evt_signals_paid", "invoice.paid", "paid");
-    for (let waited = 0; (await observer`select 1 from pg_stat_activity where wait_event_type = 'Lock'`).length === 0; waited += 10) {
+    for (
+      let waited = 0;
+      (await observer`select 1 from pg_stat_activity where datname = current_database() and wait_event_type = 'Lock'`).length === 0;
+      waited += 10
+    ) {
       if (waited > 10_000) throw new Error("the delivery never waited on the invoice lock");
       await Bun.sleep(10);
     }

@@ -343,13 +343,15 @@ test(
       const waiting = () =>
         db<
           { pid: number }[]
-        >`select pid from pg_stat_activity where application_name = 'webhook-inbox worker' and wait_event_type = 'Lock'`;
+        >`select pid from pg_stat_activity where datname = current_database() and application_name = 'webhook-inbox worker' and wait_event_type = 'Lock'`;
       await waitFor("the worker waiting on the invoice lock", async () => (await waiting()).length > 0);
       await stop(worker.child, "SIGKILL");
       // The lock is still held: only a server-side bound can end the dead worker's waiting statement.
       await waitFor(
         "no backend of the killed worker left",
-        async () => (await db`select 1 from pg_stat_activity where application_name = 'webhook-inbox worker'`).length === 0,
+        async () =>
+          (await db`select 1 from pg_stat_activity where datname = current_database() and application_name = 'webhook-inbox worker'`)
+            .length === 0,
         8_000,
       );
       const [still] = await db<{ state: string }[]>`select state from pg_stat_activity where pid = ${lockerPid ?? -1}`;
