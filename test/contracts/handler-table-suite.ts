@@ -14,6 +14,7 @@ import type { VerifiedEvent, WebhookProvider } from "../../src/providers/provide
 import { receiveAsync, receiveHybrid, receiveSync, type Outcome, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { claimBatch, type Claim } from "../../src/worker/claim.ts";
 import { processClaim, type ProcessOptions } from "../../src/worker/process-claim.ts";
+import { snapshotTables as snapshot, userTables } from "../../src/testing/table-snapshot.ts";
 import { freshDatabase } from "../support/helpers.ts";
 
 /** What {@link handlerTableSuite} checks one fixture set with. */
@@ -198,27 +199,4 @@ class ModeRunner {
 async function emptyTables(db: Db): Promise<void> {
   const tables = await userTables(db);
   await db.unsafe(`truncate ${tables.map((t) => `"${t}"`).join(", ")} restart identity cascade`);
-}
-
-/** Every row of every business table (all tables but the inbox and the migration log), whole, in a stable order. */
-async function snapshot(db: Db): Promise<Record<string, string[]>> {
-  const tables = (await userTables(db)).filter((t) => t !== "webhook_inbox");
-  const result: Record<string, string[]> = {};
-  for (const table of tables) {
-    const rows = await db.unsafe<{ row: string }[]>(`select to_jsonb(t)::text as row from "${table}" t order by 1`);
-    result[table] = rows.map((r) => r.row);
-  }
-  return result;
-}
-
-async function userTables(db: Db): Promise<string[]> {
-  const rows = await db<{ name: string }[]>`
-    select table_name as name
-      from information_schema.tables
-     where table_schema = current_schema()
-       and table_type = 'BASE TABLE'
-       and table_name <> 'schema_migrations'
-     order by 1
-  `;
-  return rows.map((r) => r.name);
 }

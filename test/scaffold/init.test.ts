@@ -65,7 +65,7 @@ test(
     const out = `${r.stdout}\n${r.stderr}`;
     expect(out).toContain("webhook-inbox contract, sync mode");
     expect(out).toContain("webhook-inbox contract, hybrid mode");
-    expect(out).toMatch(/\b3 pass\b/);
+    expect(out).toMatch(/\b4 pass\b/);
     expect({ status: r.status, fail: /\b0 fail\b/.test(out) }).toEqual({ status: 0, fail: true });
   },
   APP_TEST_MS,
@@ -85,6 +85,43 @@ test(
     expect(r.status).toBe(1);
     expect(out).toContain("ADA@EXAMPLE.COM");
     expect(out).toMatch(/\b3 fail\b/);
+  },
+  APP_TEST_MS,
+);
+
+test(
+  "the contract suite fails an app whose handler books again when an event is replayed (an append-only insert), in every mode",
+  () => {
+    const dir = scaffold();
+    const migration = join(dir, "migrations", "0001_customers.sql");
+    writeFileSync(
+      migration,
+      readFileSync(migration, "utf8").replace("primary key (account, id)", "seq bigint generated always as identity primary key"),
+    );
+    const handler = join(dir, "handlers", "customers.ts");
+    writeFileSync(handler, readFileSync(handler, "utf8").replace("on conflict (account, id) do nothing", ""));
+    const r = appTest(dir);
+    const out = `${r.stdout}\n${r.stderr}`;
+    expect(r.status).toBe(1);
+    // Delivered three times (duplicates, concurrent) the row is written once: the inbox key holds. The replay adds a second.
+    expect(out).toMatch(/\b3 fail\b/);
+    expect(out).toContain("webhook-inbox contract, sync mode");
+    expect(out).toMatch(/customers/);
+  },
+  APP_TEST_MS,
+);
+
+test(
+  "the contract suite fails an app whose table names an event type no fixture has (a misspelt type never runs)",
+  () => {
+    const dir = scaffold();
+    const handler = join(dir, "handlers", "customers.ts");
+    writeFileSync(handler, readFileSync(handler, "utf8").replace("handlerTable({", 'handlerTable({\n  "customer.delted": async () => {},'));
+    const r = appTest(dir);
+    const out = `${r.stdout}\n${r.stderr}`;
+    expect(r.status).toBe(1);
+    expect(out).toContain("customer.delted");
+    expect(out).toMatch(/\b1 fail\b/);
   },
   APP_TEST_MS,
 );
