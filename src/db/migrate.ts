@@ -115,13 +115,23 @@ export async function migrate(db: Db, migrations: readonly Migration[], app: rea
           if (prefix)
             throw new Error(`Cannot migrate: the database has app migration ${row.name}, which is not in the app's migrations folder`);
           const last = applied[applied.length - 1] ?? row;
-          throw new Error(`Cannot migrate: ${aheadMessage({ database: last.version, databaseName: last.name, code: files.length, state: "ahead" })}`);
+          throw new Error(
+            `Cannot migrate: ${aheadMessage({ database: last.version, databaseName: last.name, code: files.length, state: "ahead" })}`,
+          );
         }
+        if (file.name !== row.name)
+          throw new Error(
+            `Cannot migrate: ${prefix}${row.name} was applied as number ${row.version}, and that number is now ${prefix}${file.name}; put the file back under its name`,
+          );
         if (sum[row.version - 1] !== row.checksum)
           throw new Error(`Cannot migrate: ${prefix}${file.name} changed after it was applied; add a new migration instead`);
       }
       for (const m of files.slice(applied.length)) {
-        await tx.unsafe(m.sql);
+        await tx.unsafe(m.sql).catch((err: unknown) => {
+          // The file's name first: PostgreSQL's message alone ("syntax error at or near …") does not say which file.
+          if (err instanceof Error) err.message = `${prefix}${m.name}: ${err.message}`;
+          throw err;
+        });
         await tx`
           insert into ${tx(table)} (version, name, checksum)
           values (${m.version}, ${m.name}, ${sum[m.version - 1] ?? ""})
@@ -133,10 +143,12 @@ export async function migrate(db: Db, migrations: readonly Migration[], app: rea
   });
 }
 
-/** `migrations` sorted by version; throws on a gap (versions run 1, 2, 3, …). */
+/** `migrations` sorted by version; throws on two files of one number, and on a gap (versions run 1, 2, 3, …). */
 function ordered(migrations: readonly Migration[], where: string): Migration[] {
   const files = [...migrations].sort((a, b) => a.version - b.version);
   files.forEach((m, i) => {
+    const previous = files[i - 1];
+    if (previous?.version === m.version) throw new Error(`Cannot migrate: ${previous.name} and ${m.name} have the same number (${where})`);
     if (m.version !== i + 1) throw new Error(`Cannot migrate: expected migration ${i + 1}, found ${m.name} (gap in ${where} numbering)`);
   });
   return files;
@@ -173,10 +185,15 @@ export async function schemaAtStart(
     const [table] = await db<{ present: boolean }[]>`select to_regclass('app_schema_migrations') is not null as present`;
     const [row] = table?.present ? await db<{ n: number }[]>`select count(*)::int as n from app_schema_migrations` : [{ n: 0 }];
     const applied = row?.n ?? 0;
-    if (applied !== app.length)
+    if (applied < app.length)
       throw new Error(
         `the database has ${applied} of the app's migrations and the app has ${app.length}, and MIGRATE_ON_START=false: ` +
           "run `webhook-inbox migrate` (docs/upgrading.md)",
+      );
+    if (applied > app.length)
+      throw new Error(
+        `the database has ${applied} of the app's migrations and the app has only ${app.length}: the database is newer than ` +
+          "this app's code (a release that added migrations ran against it); run that release, or newer (docs/upgrading.md)",
       );
   }
   return [];

@@ -31,12 +31,14 @@ function readable(file: string): boolean {
 }
 
 /**
- * Loads every `NNNN_name.sql` in `dir`, sorted by number.
- * @throws Error naming a `.sql` file whose name does not start with four digits and an underscore.
+ * Loads every `NNNN_name.sql` in `dir`, sorted by number. Other files (a README) are left alone, but a
+ * file that looks meant as a migration and would be skipped is refused.
+ * @throws Error naming a file that ends in `.sql` (any case) or starts with four digits and an
+ *   underscore but is not named `NNNN_name.sql` (lowercase, digits and underscores).
  */
 export function loadMigrations(dir: string = SQL_DIR): Migration[] {
   return readdirSync(dir)
-    .filter((name) => name.endsWith(".sql"))
+    .filter((name) => /\.sql$/i.test(name) || /^\d{4}_/.test(name))
     .sort()
     .map((name) => {
       const match = /^(\d{4})_[a-z0-9_]+\.sql$/.exec(name);

@@ -3,10 +3,10 @@
 // environment, secrets refused, app migrations applied after the package's and tracked apart.
 import { afterAll, expect, test } from "bun:test";
 import { spawnSync } from "node:child_process";
-import { mkdirSync, rmSync, writeFileSync } from "node:fs";
+import { mkdirSync, readdirSync, readFileSync, rmSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { appHandlerTables, AppConfigError, defineConfig } from "../../src/app-config.ts";
+import { appHandlerTables, AppConfigError, defineConfig, isKnownSetting, SETTING_NAMES } from "../../src/app-config.ts";
 import { handlerTable, HandlerTableError } from "../../src/handlers/handler-table.ts";
 import { handlersFor, shippedHandlerTables, useHandlerTables } from "../../src/receiver/endpoints.ts";
 import { applyAppConfig, loadAppConfig } from "../../src/runtime/app-config-file.ts";
@@ -35,6 +35,47 @@ test("`defineConfig()` refuses an unknown field, a secret or badly named setting
   expect(() => defineConfig({ migrations: "/abs/path" })).toThrow("relative to the configuration file");
   expect(() => defineConfig({ handlers: { stripe: { "customer.created": "nope" } as never } })).toThrow(HandlerTableError);
   expect(defineConfig({ settings: { INBOX_MODE: "async" } }).settings).toEqual({ INBOX_MODE: "async" });
+});
+
+test("`defineConfig()` refuses a misspelt provider and a misspelt setting, a secret by its value, and names every setting problem at once", () => {
+  // A provider no endpoint has would leave the app's handlers unused: every event of it recorded ignored.
+  expect(() => defineConfig({ handlers: { Stripe: customers } as never })).toThrow('handlers.Stripe: no inbox provider is called "Stripe"');
+  expect(() => defineConfig({ handlers: { "stripe-thin": customers } as never })).toThrow("no inbox provider");
+  expect(() => defineConfig({ settings: { INBOX_MODEE: "async" } })).toThrow("settings.INBOX_MODEE is not a setting webhook-inbox reads");
+  expect(() => defineConfig({ settings: { STRIPE_SIGNING_KEY: "whsec_abc" } })).toThrow("settings.STRIPE_SIGNING_KEY is a secret");
+  expect(() => defineConfig({ settings: { OUTBOX_SINK_URL: "https://u:pw@sink.example/hook" } })).toThrow("is a secret");
+  let message = "";
+  try {
+    defineConfig({ settings: { INBOX_MODEE: "async", ADMIN_TOKEN: "t", METRICS_TOKEN: "m", PORT: "3000" } });
+  } catch (err) {
+    message = (err as Error).message;
+  }
+  expect(
+    message
+      .split("\n")
+      .slice(1)
+      .map((l) => l.trim()),
+  ).toEqual([
+    "settings.INBOX_MODEE is not a setting webhook-inbox reads (docs/configuration.md lists them)",
+    "settings.ADMIN_TOKEN is a secret; set it in the environment, not in the configuration file",
+    "settings.METRICS_TOKEN is a secret; set it in the environment, not in the configuration file",
+  ]);
+  for (const name of ["INBOX_MODE_OPS_EU", "WORKER_CONCURRENCY", "OUTBOX_LEASE_MS", "OTEL_SERVICE_NAME", "STRIPE_MODE"])
+    expect({ name, known: isKnownSetting(name) }).toEqual({ name, known: true });
+});
+
+test("every setting `defineConfig()` knows is documented, and every variable docs/configuration.md lists is known or a secret", () => {
+  const docs = readdirSync(join(ROOT, "docs"))
+    .filter((f) => f.endsWith(".md"))
+    .map((f) => readFileSync(join(ROOT, "docs", f), "utf8"))
+    .join("\n");
+  expect([...SETTING_NAMES].filter((name) => !docs.includes(`\`${name}\``))).toEqual([]);
+  const table = readFileSync(join(ROOT, "docs", "configuration.md"), "utf8");
+  const listed = [...table.matchAll(/^\| (.+?) \|/gm)].flatMap((m) =>
+    [...m[1]!.matchAll(/`([A-Z][A-Z0-9_]+)(_<NAME>)?`/g)].map((v) => (v[2] ? `${v[1]}_X` : v[1]!)),
+  );
+  expect(listed.length).toBeGreaterThan(30);
+  expect(listed.filter((name) => !isKnownSetting(name) && !/SECRET|TOKEN|PASSWORD|API_KEY|^DATABASE_URL$/.test(name))).toEqual([]);
 });
 
 test("`appHandlerTables()` adds the app's table to the shipped one, refuses an event type both define, and with replaceHandlers runs only the app's", () => {
@@ -91,7 +132,10 @@ test("`webhook-inbox migrate --config` applies the package's migrations and then
   const [pkg] = await fresh.db<{ n: number }[]>`select count(*)::int as n from schema_migrations`;
   expect(pkg?.n).toBe(loadMigrations().length);
   const bad = cli("migrate", "--config", join(dir, "nope.ts"));
-  expect({ status: bad.status, stderr: bad.stderr.trim() }).toEqual({ status: 1, stderr: `webhook-inbox: no configuration file at ${join(dir, "nope.ts")} (--config)` });
+  expect({ status: bad.status, stderr: bad.stderr.trim() }).toEqual({
+    status: 1,
+    stderr: `webhook-inbox: no configuration file at ${join(dir, "nope.ts")} (--config)`,
+  });
 });
 
 test("with MIGRATE_ON_START=false a start refuses a database behind the code (run migrate) and one ahead of it (both versions named), and passes a current one", async () => {
@@ -104,10 +148,22 @@ test("with MIGRATE_ON_START=false a start refuses a database behind the code (ru
   );
   expect(await schemaAtStart(fresh.db, all, [], true)).toEqual(all.slice(20).map((m) => m.name));
   expect(await schemaAtStart(fresh.db, all, [], false)).toEqual([]);
-  await expect(schemaAtStart(fresh.db, all.slice(0, 27), [], false)).rejects.toThrow(
-    /the database's schema is at migration 0028_outbox_message_unique\.sql, newer than this code's \(27 migrations\)/,
+  const older = all.slice(0, -1);
+  await expect(schemaAtStart(fresh.db, older, [], false)).rejects.toThrow(
+    `the database's schema is at migration ${all.at(-1)!.name}, newer than this code's (${older.length} migrations)`,
   );
-  await expect(schemaAtStart(fresh.db, all.slice(0, 27), [], true)).rejects.toThrow(/newer than this code's \(27 migrations\)/);
-  const app = [{ version: 1, name: "0001_customers.sql", sql: "create table customers (id text primary key)" }];
-  await expect(schemaAtStart(fresh.db, all, app, false)).rejects.toThrow("the database has 0 of the app's migrations and the app has 1");
+  await expect(schemaAtStart(fresh.db, older, [], true)).rejects.toThrow(`newer than this code's (${older.length} migrations)`);
+  const app = [
+    { version: 1, name: "0001_customers.sql", sql: "create table customers (id text primary key)" },
+    { version: 2, name: "0002_customer_email.sql", sql: "alter table customers add column email text" },
+  ];
+  await expect(schemaAtStart(fresh.db, all, app, false)).rejects.toThrow("the database has 0 of the app's migrations and the app has 2");
+  await migrate(fresh.db, all, app);
+  // The app's code is older than its database (a migration file gone): migrate cannot help, and the message says so.
+  await expect(schemaAtStart(fresh.db, all, app.slice(0, 1), false)).rejects.toThrow(
+    "the database has 2 of the app's migrations and the app has only 1: the database is newer than this app's code",
+  );
+  await expect(schemaAtStart(fresh.db, all, app.slice(0, 1), true)).rejects.toThrow(
+    "0002_customer_email.sql, which is not in the app's migrations folder",
+  );
 });
