@@ -5,7 +5,15 @@ import postgres from "postgres";
 import { existsSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DATA_DIR } from "../runtime/database.ts";
-import { devDatabaseOf, devDatabaseUrl, runningPostmaster, startDevDatabase, stopDevDatabase, withStartLock, type DevDatabase } from "../runtime/dev-database.ts";
+import {
+  devDatabaseOf,
+  devDatabaseUrl,
+  runningPostmaster,
+  startDevDatabase,
+  stopDevDatabase,
+  withStartLock,
+  type DevDatabase,
+} from "../runtime/dev-database.ts";
 
 const USAGE = `Usage: bun run db:<command>   (or bun src/bin/db.ts <command>)
   db:status  whether the embedded PostgreSQL runs, its port, and a psql line to paste
@@ -55,7 +63,9 @@ async function run(command: string | undefined, env: Record<string, string | und
   switch (command) {
     case "status":
       if (postmaster === undefined) {
-        console.log(`embedded PostgreSQL: not running (data in ${dev.dir}${existsSync(join(dev.dir, "PG_VERSION")) ? "" : ", not created yet"}); bun run db:start or any command starts it`);
+        console.log(
+          `embedded PostgreSQL: not running (data in ${dev.dir}${existsSync(join(dev.dir, "PG_VERSION")) ? "" : ", not created yet"}); bun run db:start or any command starts it`,
+        );
         return 3;
       }
       console.log(runningLines(dev, postmaster.pid, postmaster.port).join("\n"));
@@ -71,7 +81,9 @@ async function run(command: string | undefined, env: Record<string, string | und
       return 0;
     }
     case "stop":
-      console.log((await stopDevDatabase(dev.dir)) ? `embedded PostgreSQL stopped (data kept in ${dev.dir})` : "embedded PostgreSQL: not running");
+      console.log(
+        (await stopDevDatabase(dev.dir)) ? `embedded PostgreSQL stopped (data kept in ${dev.dir})` : "embedded PostgreSQL: not running",
+      );
       return 0;
     default: {
       // reset: only a data directory that is a cluster (or empty) is deleted; anything else is refused.
@@ -98,8 +110,18 @@ async function run(command: string | undefined, env: Record<string, string | und
   }
 }
 
+const [command, ...flags] = process.argv.slice(2);
+if (command === "-h" || flags.some((f) => f === "--help" || f === "-h")) {
+  console.log(USAGE); // before anything is started, stopped or deleted
+  process.exit(0);
+}
+const unknown = flags.filter((f) => !(command === "reset" && f === "--force"));
+if (unknown.length > 0) {
+  console.error(`db ${command ?? ""} does not take ${unknown.map((f) => `"${f}"`).join(" ")}\n${USAGE}`);
+  process.exit(2);
+}
 try {
-  process.exitCode = await run(process.argv[2], process.env);
+  process.exitCode = await run(command, process.env);
 } catch (err) {
   console.error(err instanceof Error ? err.message : String(err));
   process.exitCode = 1;

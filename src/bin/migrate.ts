@@ -4,20 +4,13 @@ import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts
 import { migrate } from "../db/migrate.ts";
 import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
 import { loadAppMigrations, loadMigrations } from "../runtime/migrations-fs.ts";
+import { takeNoArguments } from "../runtime/command-args.ts";
 
 const USAGE = `Usage: bun run migrate
   applies the pending migrations to DATABASE_URL (or the embedded server): the package's sql/,
   then the app's own folder when its configuration names one; takes no arguments`;
 
-const args = process.argv.slice(2);
-if (args.length === 1 && (args[0] === "--help" || args[0] === "-h")) {
-  console.log(USAGE);
-  process.exit(0);
-}
-if (args.length) {
-  console.error(`migrate takes no arguments, got ${args.map((a) => `"${a}"`).join(" ")}\n\n${USAGE}`);
-  process.exit(2);
-}
+takeNoArguments("migrate", USAGE, process.argv.slice(2));
 
 const { db } = await openCommandDatabase(process.env, "webhook-inbox migrate", 1);
 try {

@@ -9,10 +9,13 @@ import { openReadyDatabase } from "../runtime/ready-database.ts";
 import { connectProbes, connectReceiver, receiverApp } from "../runtime/receiver.ts";
 import { databaseTls } from "../runtime/database-tls.ts";
 import { startBanner } from "../runtime/start-banner.ts";
+import { SERVE_USAGE, takeNoArguments } from "../runtime/command-args.ts";
 import { onStopSignals } from "../runtime/signals.ts";
 import { createStartingApp } from "../receiver/starting-app.ts";
 import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
 import { readFailoverSettings, startFailoverWatch, type FailoverSettings } from "../runtime/failover.ts";
+
+takeNoArguments("serve", SERVE_USAGE, process.argv.slice(2));
 
 const env = process.env;
 

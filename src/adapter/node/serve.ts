@@ -4,6 +4,9 @@ import { createServer } from "node:http";
 import { createRequestListener } from "@remix-run/node-fetch-server";
 import { serveReceiver } from "../../runtime/serve-receiver.ts";
 import { onStopSignals } from "../../runtime/signals.ts";
+import { SERVE_USAGE, takeNoArguments } from "../../runtime/command-args.ts";
+
+takeNoArguments("serve", SERVE_USAGE, process.argv.slice(2));
 
 await serveReceiver({
   name: "Node.js",
