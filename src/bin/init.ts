@@ -8,7 +8,8 @@ import { appScaffold, SCAFFOLD_GITIGNORE, SCAFFOLD_SCRIPTS } from "../scaffold/a
  * Runs `init` with its arguments (`[DIR]`, default the current folder) and returns the exit code: 0
  * written, 1 a scaffold file already exists (nothing written; the message names each), 2 usage.
  * package.json is created when absent (type module), else given the scaffold's scripts where it has
- * none of that name; .gitignore gets `node_modules/` and `.data/` where missing.
+ * none of that name (npm init's placeholder `test` script counts as none); .gitignore gets
+ * `node_modules/` and `.data/` where missing.
  */
 export async function runInit(args: readonly string[]): Promise<number> {
   if (args.length > 1 || args[0]?.startsWith("-")) {
@@ -31,8 +32,12 @@ export async function runInit(args: readonly string[]): Promise<number> {
     writeFileSync(join(dir, f.path), f.text);
   }
   const pkgFile = join(dir, "package.json");
-  const pkg = existsSync(pkgFile) ? (JSON.parse(readFileSync(pkgFile, "utf8")) as Record<string, unknown>) : { name: "webhook-app", private: true, type: "module" };
+  const pkg = existsSync(pkgFile)
+    ? (JSON.parse(readFileSync(pkgFile, "utf8")) as Record<string, unknown>)
+    : { name: "webhook-app", private: true, type: "module" };
   const scripts = { ...(pkg.scripts as Record<string, string> | undefined) };
+  // npm init's placeholder test script ("Error: no test specified", exit 1) is no test of the app's: the scaffold's replaces it.
+  if (/^echo "Error: no test specified" && exit 1$/.test(scripts.test ?? "")) delete scripts.test;
   for (const [name, line] of Object.entries(SCAFFOLD_SCRIPTS)) scripts[name] ??= line;
   pkg.scripts = scripts;
   pkg.type ??= "module";

@@ -18,17 +18,21 @@ export interface LoadedAppConfig {
 
 /**
  * Loads the app's configuration: `path` (relative to `cwd`) when given, else the first of
- * {@link CONFIG_FILES} in `cwd`; none found gives the shipped configuration (`{}`). The module's
+ * {@link CONFIG_FILES} in `cwd` (under Node.js, which cannot import TypeScript, `.mjs` and `.js` first); none found gives the shipped configuration (`{}`). The module's
  * default export is checked with `defineConfig`.
  * @throws AppConfigError when `path` does not exist, the module has no default export, Node.js 20 is
  *   asked to load a `.ts` file (it cannot: use `.mjs`), or the configuration is refused by defineConfig;
  *   the module's own error when importing it fails.
  */
 export async function loadAppConfig(path: string | undefined, cwd: string = process.cwd()): Promise<LoadedAppConfig> {
-  const file = path !== undefined ? resolve(cwd, path) : CONFIG_FILES.map((name) => join(cwd, name)).find((f) => existsSync(f));
+  // A runtime that cannot import TypeScript (Node.js 20) looks for the JavaScript configuration first.
+  const names = typescriptRuns()
+    ? CONFIG_FILES
+    : [...CONFIG_FILES.filter((n) => !n.endsWith(".ts")), ...CONFIG_FILES.filter((n) => n.endsWith(".ts"))];
+  const file = path !== undefined ? resolve(cwd, path) : names.map((name) => join(cwd, name)).find((f) => existsSync(f));
   if (file === undefined) return { file, config: {} };
   if (!existsSync(file)) throw new AppConfigError(`webhook-inbox: no configuration file at ${file} (--config)`);
-  if (file.endsWith(".ts") && typeof (globalThis as { Bun?: unknown }).Bun === "undefined" && !("Deno" in globalThis))
+  if (file.endsWith(".ts") && !typescriptRuns())
     throw new AppConfigError(
       `webhook-inbox: ${file} is TypeScript, which Node.js ${process.version} cannot import; run the command with Bun, or write the configuration as webhook-inbox.config.mjs`,
     );
@@ -58,4 +62,9 @@ export function applyAppConfig(loaded: LoadedAppConfig, env: Record<string, stri
     useAppMigrations(existsSync(dir) ? dir : undefined);
   }
   for (const [name, value] of Object.entries(config.settings ?? {})) if (env[name] === undefined || env[name] === "") env[name] = value;
+}
+
+/** Whether this runtime imports TypeScript modules (Bun, Deno), unlike Node.js 20. */
+function typescriptRuns(): boolean {
+  return typeof (globalThis as { Bun?: unknown }).Bun !== "undefined" || "Deno" in globalThis;
 }

@@ -31,7 +31,7 @@ test("`bun run bench --only duplicates` with DATABASE_URL leaves that database's
       env: { ...process.env, DATABASE_URL: fresh.url },
       stdout: "pipe",
       stderr: "pipe",
-      timeout: 100_000,
+      timeout: 200_000,
     });
     const [stdout, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
     expect({ code, stderr: code === 0 ? "" : stderr.slice(-2000) }).toEqual({ code: 0, stderr: "" });
@@ -46,7 +46,7 @@ test("`bun run bench --only duplicates` with DATABASE_URL leaves that database's
   } finally {
     await rm(out, { recursive: true, force: true });
   }
-}, 120_000);
+}, 220_000);
 
 // The before side is the parent of the commit that added sql/0027_inbox_state_apart.sql, read from git
 // history: a shallow clone or an exported tree has none, and the test is one named skip there.
@@ -85,7 +85,7 @@ if (!layoutHistory)
           env: { ...process.env, DATABASE_URL: fresh.url },
           stdout: "pipe",
           stderr: "pipe",
-          timeout: 150_000,
+          timeout: 300_000,
         },
       );
       const [stdout, stderr, code] = await Promise.all([
@@ -98,7 +98,9 @@ if (!layoutHistory)
         /layout: before \(\w+, one table partitioned by creation time\): 26 migrations, the last 0026_inbox_partitions\.sql/,
       );
       const ours = loadMigrations();
-      expect(stdout).toContain(`layout: after (this tree, state apart from payloads): ${ours.length} migrations, the last ${ours.at(-1)?.name}`);
+      expect(stdout).toContain(
+        `layout: after (this tree, state apart from payloads): ${ours.length} migrations, the last ${ours.at(-1)?.name}`,
+      );
       // Each side was served and drained by its own tree: neither database was migrated by the other's code.
       expect(stdout).toMatch(/layout: before \(\w+, one table partitioned by creation time\): still 26 migrations after the runs/);
       expect(stdout).toContain(`layout: after (this tree, state apart from payloads): still ${ours.length} migrations after the runs`);
@@ -140,7 +142,7 @@ if (!layoutHistory)
       await rm(out, { recursive: true, force: true });
     }
   },
-  180_000,
+  330_000,
 );
 
 test("`bun run bench` that fails mid-run (PGBENCH_BIN runs nothing) exits 1 naming the cause and still drops its scratch database", async () => {
@@ -250,7 +252,7 @@ test.skipIf(!!pgbenchMissing)(
         env: { ...process.env, DATABASE_URL: own.url, PGBENCH_BIN: pgbench },
         stdout: "pipe",
         stderr: "pipe",
-        timeout: 100_000,
+        timeout: 240_000,
       });
       const [, stderr, code] = await Promise.all([new Response(child.stdout).text(), new Response(child.stderr).text(), child.exited]);
       expect({ code, stderr: code === 0 ? "" : stderr.slice(-2000) }).toEqual({ code: 0, stderr: "" });
@@ -295,7 +297,7 @@ test.skipIf(!!pgbenchMissing)(
       await own.drop();
     }
   },
-  120_000,
+  260_000,
 );
 
 test("`bun run bench --only bogus` is a usage error (exit 2, naming the sections) before anything starts or is written; --help prints the usage", async () => {

@@ -28,7 +28,10 @@ test("`receiveSync()` chosen as a deadlock's victim tries again and the event is
     let webhookOutcome: Promise<string> | undefined;
     // The other transaction: creates the invoice (holding its row), lets the webhook take the
     // finalized event's key and wait on that row, then wants the same key: a lock cycle. Its own
-    // deadlock_timeout is long, so the webhook's check (1 s) finds the cycle and rolls the webhook back.
+    // deadlock_timeout is long, so the webhook's check finds the cycle and rolls the webhook back. The
+    // webhook's check runs once, deadlock_timeout after its wait began: 3 s (not the default 1 s), so
+    // the cycle is closed by then even when a loaded machine is slow to send the other's insert.
+    await webhook!`set deadlock_timeout = '3s'`;
     await other!.begin(async (tx) => {
       await tx`set local deadlock_timeout = '20s'`;
       expect((await insertInbox(tx, [inboxRow(keyOf(created), created, "processed")])).size).toBe(1);

@@ -134,11 +134,13 @@ let serverUrl: string;
 let dropScratch = async () => {};
 const cleanups: (() => Promise<void> | void)[] = []; // the layout section's scratch databases and code copy
 const children = new Set<ChildProcess>();
+/** The Bun load generators running now (bunLoad). */
+const loads = new Set<{ kill(signal?: number | NodeJS.Signals): void }>();
 onStopSignals(
   (signal) => {
     console.error(`bench: ${signal}: stopping; dropping the scratch database`);
     void (async () => {
-      for (const child of children) child.kill("SIGKILL");
+      for (const child of [...children, ...loads]) child.kill("SIGKILL");
       for (const cleanup of cleanups) await Promise.resolve(cleanup()).catch(() => {});
       await dropScratch().catch(() => {});
       await embedded?.stop().catch(() => {});
@@ -275,11 +277,12 @@ try {
       stderr: "pipe",
       stdin: "ignore",
     });
+    loads.add(child); // a stop signal kills it too: it would go on sending with nobody to stop it
     const [stdout, stderr, status] = await Promise.all([
       new Response(child.stdout).text(),
       new Response(child.stderr).text(),
       child.exited,
-    ]);
+    ]).finally(() => loads.delete(child));
     if (status !== 0) throw new Error(`load generator failed: ${stderr.slice(-1000)}`);
     return JSON.parse(stdout.trim().split("\n").pop() ?? "{}") as Load;
   }
