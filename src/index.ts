@@ -23,6 +23,7 @@ export {
   type HandlerTable,
 } from "./handlers/handler-table.ts";
 export { applyEvent, type Applied, type ApplyInput, type Hold } from "./inbox/apply-event.ts";
+export { eventCreatedAt } from "./handlers/event-created.ts";
 export { billingHandlers } from "./handlers/billing.ts";
 export { stripeHandlers } from "./handlers/stripe-money.ts";
 export { runWorker, type WorkerOptions } from "./worker/worker.ts";

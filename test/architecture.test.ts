@@ -45,8 +45,8 @@ export const ALLOWED: Readonly<Record<string, readonly string[]>> = {
   runtime: BELOW_ENTRIES,
   // The package's importable core (package.json `exports` "."): Web APIs only, like the receiver.
   index: ["receiver", "worker", "handlers", "providers", "inbox", "loop", "db", "config", "errors", "log", "telemetry", "retry", "app-config", "version"],
-  // An app's configuration (webhook-inbox.config.ts): types and checks over handler tables.
-  "app-config": ["handlers", "inbox", "errors"],
+  // An app's configuration (webhook-inbox.config.ts): types and checks over handler tables and the providers they are for.
+  "app-config": ["handlers", "providers", "inbox", "errors"],
   // The package version, a leaf; the files `webhook-inbox init` writes, text only.
   version: [],
   scaffold: [],

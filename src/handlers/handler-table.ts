@@ -4,6 +4,9 @@ import type { Handler, HandlerTable } from "../inbox/apply-event.ts";
 /** The handler contract, defined with the one function that runs handlers (inbox/apply-event.ts). */
 export type { Handler, HandlerContext, HandlerTable } from "../inbox/apply-event.ts";
 
+/** The sender's creation time of the event a handler applies, for keeping the newest of `*.updated` events. */
+export { eventCreatedAt } from "./event-created.ts";
+
 /** Handlers throw it for a failure no retry can fix; defined with the other shared errors. */
 export { PermanentError };
 

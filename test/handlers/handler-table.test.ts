@@ -3,7 +3,7 @@
 // duplicate, a step PostgreSQL never evaluated, two steps writing one table) are impossible by
 // construction; what a table can get wrong is refused when it is built.
 import { afterAll, beforeEach, describe, expect, test } from "bun:test";
-import { handlerTable, HandlerTableError, type Handler, type HandlerTable } from "../../src/handlers/handler-table.ts";
+import { eventCreatedAt, handlerTable, HandlerTableError, type Handler, type HandlerTable } from "../../src/handlers/handler-table.ts";
 import { receiveSync, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { closeAll, connections, count, eventBody, freshDatabase, verified } from "../support/helpers.ts";
 import { receiveAsync } from "../../src/receiver/receive.ts";
@@ -176,4 +176,26 @@ describe("a plain handler in the inbox transaction", () => {
     expect(await receiveSync(db, target(withFragment), happened("evt_plain_fragment"))).toBe("processed");
     expect(await db`select note from marks`).toEqual([{ note: "fragment + unsafe" }] as never);
   });
+});
+
+test("`eventCreatedAt()` gives a handler its event's created time, in sync mode and from the worker's claim", async () => {
+  const seen: (number | undefined)[] = [];
+  const table = handlerTable({
+    "thing.happened": async (tx, _object, context) => void seen.push((await eventCreatedAt(tx, context))?.getTime()),
+  });
+  expect(await receiveSync(db, target(table), happened("evt_created_sync"))).toBe("processed");
+  expect(await receiveAsync(db, target(table), happened("evt_created_async"))).toBe("queued");
+  const [claim] = await claimBatch(db, { limit: 1, leaseMs: 60_000, maxAttempts: 10 });
+  expect(
+    (
+      await processClaim(db, claim!, {
+        tables: { stripe: table },
+        timeoutMs: 5_000,
+        maxAttempts: 3,
+        backoff: { baseMs: 1_000, capMs: 1_000 },
+      })
+    ).outcome,
+  ).toBe("processed");
+  // stripeEventBody's created: 1764461520 (Unix seconds)
+  expect(seen).toEqual([1_764_461_520_000, 1_764_461_520_000]);
 });
