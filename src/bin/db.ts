@@ -5,6 +5,7 @@ import postgres from "postgres";
 import { existsSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DATA_DIR } from "../runtime/database.ts";
+import { commandLine } from "../runtime/command-name.ts";
 import {
   devDatabaseOf,
   devDatabaseUrl,
@@ -15,12 +16,12 @@ import {
   type DevDatabase,
 } from "../runtime/dev-database.ts";
 
-const USAGE = `Usage: bun run db:<command>   (or bun src/bin/db.ts <command>)
-  db:status  whether the embedded PostgreSQL runs, its port, and a psql line to paste
-  db:start   start it (any command that needs it starts it too)
-  db:stop    stop it (fast shutdown: open transactions roll back)
-  db:reset   stop it and delete its data directory: every inbox row, ledger entry and outbox message in it
-             (refused while other commands are connected; --force resets anyway: restart them after)
+const USAGE = `Usage: ${commandLine("db:<command>")}
+  status  whether the embedded PostgreSQL runs, its port, and a psql line to paste
+  start   start it (any command that needs it starts it too)
+  stop    stop it (fast shutdown: open transactions roll back)
+  reset   stop it and delete its data directory: every inbox row, ledger entry and outbox message in it
+          (refused while other commands are connected; --force resets anyway: restart them after)
 Settings: EMBEDDED_PG_DIR (default .data/postgres), EMBEDDED_PG_PORT (default 54329).`;
 
 /** The lines `db:status` prints for a server running on `dev.dir` at `port` with `pid`. */
@@ -31,7 +32,7 @@ function runningLines(dev: DevDatabase, pid: number, port: number): string[] {
     `  psql '${url}'`,
     `  DATABASE_URL=${url}   (what the commands use when DATABASE_URL is unset)`,
     `  log: ${dev.logFile}`,
-    `  bun run db:stop stops it`,
+    `  ${commandLine("db:stop")} stops it`,
     ...(port !== dev.port ? [`  it runs on ${port}, not EMBEDDED_PG_PORT ${dev.port}: give the commands EMBEDDED_PG_PORT=${port}`] : []),
   ];
 }
@@ -64,7 +65,7 @@ async function run(command: string | undefined, env: Record<string, string | und
     case "status":
       if (postmaster === undefined) {
         console.log(
-          `embedded PostgreSQL: not running (data in ${dev.dir}${existsSync(join(dev.dir, "PG_VERSION")) ? "" : ", not created yet"}); bun run db:start or any command starts it`,
+          `embedded PostgreSQL: not running (data in ${dev.dir}${existsSync(join(dev.dir, "PG_VERSION")) ? "" : ", not created yet"}); ${commandLine("db:start")} or any command starts it`,
         );
         return 3;
       }
@@ -96,7 +97,7 @@ async function run(command: string | undefined, env: Record<string, string | und
       const others = postmaster === undefined ? 0 : await otherConnections(devDatabaseUrl(postmaster.port));
       if (others > 0 && !process.argv.includes("--force")) {
         console.error(
-          `Cannot reset: ${others} other connection(s) to the embedded PostgreSQL (a running serve, worker, dispatch or psql?): stop them first, or run bun run db:reset --force and restart them after`,
+          `Cannot reset: ${others} other connection(s) to the embedded PostgreSQL (a running serve, worker, dispatch or psql?): stop them first, or run ${commandLine("db:reset")} --force and restart them after`,
         );
         return 1;
       }

@@ -10,6 +10,7 @@ import { connectProbes, connectReceiver, receiverApp } from "../runtime/receiver
 import { databaseTls } from "../runtime/database-tls.ts";
 import { startBanner } from "../runtime/start-banner.ts";
 import { SERVE_USAGE, takeNoArguments } from "../runtime/command-args.ts";
+import { commandLine } from "../runtime/command-name.ts";
 import { onStopSignals } from "../runtime/signals.ts";
 import { createStartingApp } from "../receiver/starting-app.ts";
 import { readCatchUpSettings, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
@@ -102,7 +103,7 @@ if (ready) {
   for (const line of startBanner(config, base)) console.log(line);
   if (database.embedded) {
     console.log(
-      `  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"}, kept running after serve (bun run db:status, db:stop; not for production: set DATABASE_URL)`,
+      `  development database: embedded PostgreSQL in ${env.EMBEDDED_PG_DIR ?? ".data/postgres"}, kept running after serve (${commandLine("db:status")}, ${commandLine("db:stop")}; not for production: set DATABASE_URL)`,
     );
   }
   // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
@@ -111,7 +112,9 @@ if (ready) {
   // A primary that changed (failover) is noticed and what it may have lost is backfilled (docs/failover.md).
   failoverWatch = startFailoverWatch(env, failoverSettings, catchUpSettings, db, stopping.signal, log);
   if (config.endpoints[0]?.source === "generated") {
-    console.log("  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (bun run deliver reads it)");
+    console.log(
+      `  no STRIPE_WEBHOOK_SECRET set: using the development secret in .data/dev-webhook-secret (${commandLine("deliver")} reads it)`,
+    );
   }
 }
 

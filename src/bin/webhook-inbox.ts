@@ -6,6 +6,7 @@
 // Exit codes: those of the command run; 2 usage error; 1 a configuration that cannot be used.
 import { applyAppConfig, loadAppConfig } from "../runtime/app-config-file.ts";
 import { PACKAGE_VERSION } from "../version.ts";
+import { useCliCommandNames } from "../runtime/command-name.ts";
 
 const USAGE = `Usage: webhook-inbox <command> [arguments] [--config FILE]
   init [DIR]         scaffold an app in DIR (default: this folder): configuration, a customer.created
@@ -78,8 +79,10 @@ try {
   console.error(err instanceof Error ? err.message : String(err));
   process.exit(1);
 }
-// The command reads its own arguments from process.argv.slice(2), as under `bun run`.
+// The command reads its own arguments from process.argv.slice(2), as under `bun run`, and names the
+// other commands as this one runs them (`webhook-inbox db stop`, not the repository's `bun run db:stop`).
 process.argv = [runtime, script, ...commandArgs];
+useCliCommandNames();
 await load();
 
 function usage(problem: string): never {

@@ -5,6 +5,7 @@ import { databaseUrlProblem, nodeEnvProblem, PRODUCTION_NEEDS_DATABASE_URL, read
 import type { Pooler } from "../db/db.ts";
 import { PACKAGE_ROOT } from "./migrations-fs.ts";
 import { devDatabaseOf, runningPostmaster, startDevDatabase, withStartLock } from "./dev-database.ts";
+import { commandLine } from "./command-name.ts";
 
 /**
  * The development `.data/` folder (embedded cluster, dev secret), gitignored: the repository's own in a
@@ -66,7 +67,7 @@ export async function openDatabase(
       if (running !== undefined) return handle;
       await startDevDatabase(dev, options.signal);
       console.error(
-        `Started the embedded PostgreSQL on 127.0.0.1:${dev.port} (data in ${dev.dir}); it keeps running for other commands: bun run db:stop stops it, bun run db:status shows it`,
+        `Started the embedded PostgreSQL on 127.0.0.1:${dev.port} (data in ${dev.dir}); it keeps running for other commands: ${commandLine("db:stop")} stops it, ${commandLine("db:status")} shows it`,
       );
       return handle;
     },

@@ -129,7 +129,11 @@ export async function temporaryDataDir(prefix = "webhook-inbox-pg-"): Promise<st
 
 /** The one line naming a taken `port` and the variable that changes it. */
 export function portTakenMessage(port: number): string {
-  return `Cannot start embedded PostgreSQL: port ${port} on 127.0.0.1 is already in use by another program (set EMBEDDED_PG_PORT to a free port)`;
+  return (
+    `Cannot start embedded PostgreSQL: port ${port} on 127.0.0.1 is already in use by another program, perhaps the ` +
+    "development database of another checkout or app (its data folder differs; stop it there with its db stop), " +
+    "or set EMBEDDED_PG_PORT to a free port"
+  );
 }
 
 /** True when a TCP listener can bind 127.0.0.1:`port` now (it is closed again at once). */
