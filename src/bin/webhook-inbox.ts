@@ -74,7 +74,19 @@ const load = commands[command];
 if (!load) usage(`unknown command "${command}"`);
 
 try {
-  applyAppConfig(await loadAppConfig(configPath), process.env);
+  const loaded = await loadAppConfig(configPath);
+  applyAppConfig(loaded, process.env);
+  // A long-running command says which configuration and handlers it runs (a table under the wrong event
+  // type is then visible at start, not only as events recorded ignored).
+  if (loaded.file !== undefined && ["serve", "worker", "dispatch"].includes(command)) {
+    const tables = Object.entries(loaded.config.handlers ?? {}).map(
+      ([provider, table]) => `${provider}: ${Object.keys(table ?? {}).join(", ")}`,
+    );
+    console.log(
+      `webhook-inbox ${PACKAGE_VERSION}: configuration ${loaded.file}; the app's handlers ${tables.join("; ") || "none"}` +
+        (loaded.config.replaceHandlers ? " (replacing the shipped ones)" : " (beside the shipped ones)"),
+    );
+  }
 } catch (err) {
   console.error(err instanceof Error ? err.message : String(err));
   process.exit(1);
