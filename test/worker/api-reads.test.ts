@@ -70,9 +70,12 @@ function stubFetcher(delayMs: number, failure?: unknown): Fetcher & { reads: str
   };
 }
 
-test("`runWorker()` ×2 with API reads of 250 ms, a 1 s lease and 2 attempts processes 16 thin rows each read once, none parked (review R8)", async () => {
+// The times are doubled from the review's (250 ms reads, a 1 s lease): beside other test files on two cores a
+// row's own statements took long enough to let a 1 s lease run out. The ratio is what the test is about: a
+// worker that claimed all 16 reads at once would start the last ones 2 s (four reads) after their claim.
+test("`runWorker()` ×2 with API reads of 500 ms, a 2 s lease and 2 attempts processes 16 thin rows each read once, none parked (review R8)", async () => {
   await thinRows(16);
-  const fetcher = stubFetcher(250);
+  const fetcher = stubFetcher(500);
   const workers = [0, 1].map(() => {
     const pool = connect(fresh.url, { max: 5 });
     pools.push(pool);
@@ -83,8 +86,8 @@ test("`runWorker()` ×2 with API reads of 250 ms, a 1 s lease and 2 attempts pro
       fetcher,
       signal: controller.signal,
       concurrency: 4,
-      leaseMs: 1_000,
-      timeoutMs: 300,
+      leaseMs: 2_000,
+      timeoutMs: 600,
       maxAttempts: 2,
       pollMs: 20,
       listen: false,
