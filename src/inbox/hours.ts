@@ -9,6 +9,14 @@ const HOUR_MS = 3_600_000;
 /** Hours kept in webhook_inbox_hours; older rows are deleted by the next fill. */
 export const KEPT_HOURS = 32 * 24;
 
+/**
+ * How long after an hour ends it may be computed and kept, ms. A row's received_at is its transaction's
+ * start, so a delivery that began at 10:59:59 may commit after 11:00; every transaction that records a
+ * row is bounded far below this (a delivery by STATEMENT_TIMEOUT_MS, 10 s by default; a repair by 30 s),
+ * so a kept hour never misses one. Until then the hour is read live.
+ */
+export const SETTLE_MS = 10 * 60_000;
+
 /** One endpoint's arrivals in one hour, as the charts need them. Times in ms since the epoch. */
 export interface InboxHour {
   provider: string;
@@ -50,8 +58,10 @@ export interface InboxHours {
   hours: InboxHour[];
   /** Every unsettled row, by endpoint and hour of arrival, read live. */
   open: OpenHour[];
-  /** Start of the current hour (ms): its row is live. */
+  /** Start of the current hour (ms). */
   currentHour: number;
+  /** Start of the hours read live (ms): the current hour, and the one before during its first {@link SETTLE_MS}. */
+  liveFrom: number;
   /** The database's now() at the read (ms). */
   now: number;
   /** Closed hours of the window not computed yet (their rows are missing from `hours`), newest first. */
@@ -115,7 +125,8 @@ function hourAggregate(db: Db | Tx, from: Date, to: Date) {
 }
 
 /**
- * Computes and keeps closed hours of the last `days` days (default 30): first the hours whose rows
+ * Computes and keeps closed hours of the last `days` days (default 30), each once it ended
+ * {@link SETTLE_MS} ago: first the hours whose rows
  * settled since they were computed (fewer unsettled now than then: rows are never received into a past
  * hour, so nothing else changes a closed hour but retention), then the hours never computed, newest
  * first, at most `maxHours` in all; each contiguous run in one transaction (its old rows deleted, the new
@@ -128,8 +139,10 @@ export async function fillInboxHours(db: Db, options: { maxHours: number; days?:
   const timeout = String(options.statementTimeoutMs ?? 10_000);
   const { current, chosen } = await db.begin(async (tx) => {
     await tx`select set_config('statement_timeout', ${timeout}, true)`;
-    const [bounds] = await tx<{ current: Date }[]>`select date_trunc('hour', now(), 'UTC') as current`;
-    const current = bounds!.current.getTime();
+    const [bounds] = await tx<
+      { current: Date }[]
+    >`select date_trunc('hour', now() - ${SETTLE_MS} * interval '1 millisecond', 'UTC') as current`;
+    const current = bounds!.current.getTime(); // the first hour not closed long enough to keep
     const stale = await tx<{ hour: Date }[]>`
       select distinct h.hour
         from webhook_inbox_hours h
@@ -186,7 +199,7 @@ export async function fillInboxHours(db: Db, options: { maxHours: number; days?:
   return chosen.length;
 }
 
-/** Closed hours of the last `days` days with no filled mark, newest first (ms). */
+/** Hours of the last `days` days before `current` (ms, an hour's start) with no filled mark, newest first (ms). */
 async function missingHours(db: Db | Tx, current: number, days: number): Promise<number[]> {
   const rows = await db<{ hour: Date }[]>`
     select g.hour
@@ -210,15 +223,20 @@ function contiguousRuns(hours: readonly number[]): number[][] {
 
 /**
  * The last `days` days (default 30) per endpoint and hour: computed closed hours from
- * webhook_inbox_hours and the current hour aggregated live (settled rows' figures, arrivals), and every
+ * webhook_inbox_hours and the hours since `liveFrom` aggregated live (settled rows' figures, arrivals), and every
  * unsettled row of any age live from the open rows' index (its state now: waiting, parked, failed once),
  * so backlog and needs-review are never stale. Hours not computed yet are listed in `missing`. Reads a
  * handful of rows per endpoint and hour, the current hour's rows and the unsettled ones: never the
  * window's rows.
  */
 export async function readInboxHours(db: Db | Tx, days = 30): Promise<InboxHours> {
-  const [bounds] = await db<{ current: Date; now: Date }[]>`select date_trunc('hour', now(), 'UTC') as current, now()`;
+  const [bounds] = await db<{ current: Date; liveFrom: Date; now: Date }[]>`
+    select date_trunc('hour', now(), 'UTC') as current,
+           date_trunc('hour', now() - ${SETTLE_MS} * interval '1 millisecond', 'UTC') as "liveFrom",
+           now()
+  `;
   const current = bounds!.current.getTime();
+  const liveFrom = bounds!.liveFrom.getTime();
   const from = new Date(current - days * 24 * HOUR_MS);
   const kept = await db<HourRow[]>`
     select provider, endpoint, hour, received, open, failed, resolved, latency_p95_ms as "latencyP95Ms",
@@ -226,9 +244,9 @@ export async function readInboxHours(db: Db | Tx, days = 30): Promise<InboxHours
            max_gap_ms as "maxGapMs", settled_later as "settledLater"
       from webhook_inbox_hours
      where hour >= ${from}
-       and hour < ${bounds!.current}
+       and hour < ${bounds!.liveFrom}
   `;
-  const live = (await hourAggregate(db, bounds!.current, new Date(bounds!.now.getTime() + 1))) as unknown as HourRow[];
+  const live = (await hourAggregate(db, bounds!.liveFrom, new Date(bounds!.now.getTime() + 1))) as unknown as HourRow[];
   const open = await db<{ provider: string; endpoint: string; hour: Date; waiting: number; parked: number; failed: number }[]>`
     select provider, endpoint, date_trunc('hour', received_at, 'UTC') as hour,
            count(*) filter (where needs_review_at is null)::int as waiting,
@@ -256,8 +274,9 @@ export async function readInboxHours(db: Db | Tx, days = 30): Promise<InboxHours
     hours,
     open: open.map((o) => ({ ...o, hour: o.hour.getTime() })),
     currentHour: current,
+    liveFrom,
     now: bounds!.now.getTime(),
-    missing: await missingHours(db, current, days),
+    missing: await missingHours(db, liveFrom, days),
   };
 }
 

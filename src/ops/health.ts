@@ -32,6 +32,8 @@ export interface EndpointHealth {
   days: DayHealth[];
   /** The newest arrival (ms), null when none in the window. */
   lastReceived: number | null;
+  /** Time since it by the database's clock, ms; null when none. */
+  silenceMs: number | null;
   /** The longest silence between two arrivals over the last 7 days, ms; null: not known. */
   longestGapMs: number | null;
 }
@@ -39,8 +41,8 @@ export interface EndpointHealth {
 /**
  * The last `days` days (default 30, today included) of every endpoint that received anything in them or
  * has unsettled rows: first computes up to `fillHours` closed hours the rollup lacks or that changed
- * (inbox/hours.ts `fillInboxHours`, default 48: a first page load after an upgrade computes the newest
- * two days, later loads go on), then reads the rollup. `endpoints` (configured ones) are listed even when
+ * (inbox/hours.ts `fillInboxHours`, default 24: a first page load after an upgrade computes the newest
+ * day, later loads and every /metrics scrape go on), then reads the rollup. `endpoints` (configured ones) are listed even when
  * empty.
  */
 export async function readHealth(
@@ -49,7 +51,7 @@ export async function readHealth(
   options: { days?: number; fillHours?: number } = {},
 ): Promise<{ endpoints: EndpointHealth[]; missingHours: number }> {
   const days = options.days ?? 30;
-  await fillInboxHours(db, { maxHours: options.fillHours ?? 48, days });
+  await fillInboxHours(db, { maxHours: options.fillHours ?? 24, days });
   const hours = await readInboxHours(db, days);
   return { endpoints: endpointHealth(hours, days, endpoints), missingHours: hours.missing.length };
 }
@@ -116,6 +118,12 @@ export function endpointHealth(
       if (d) d.backlogPeak = Math.max(d.backlogPeak, backlog);
     }
     const gap = gaps.get(key);
-    return { ...k, days: out, lastReceived: gap?.lastReceived ?? null, longestGapMs: gap?.longestGapMs ?? null };
+    return {
+      ...k,
+      days: out,
+      lastReceived: gap?.lastReceived ?? null,
+      silenceMs: gap?.silenceMs ?? null,
+      longestGapMs: gap?.longestGapMs ?? null,
+    };
   });
 }

@@ -3,7 +3,7 @@
 // and latency; an hour computed again once its unsettled rows settle; the fill's bound; the longest
 // silence between arrivals.
 import { afterAll, beforeEach, expect, test } from "bun:test";
-import { arrivalGaps, fillInboxHours, readInboxHours } from "../../src/inbox/hours.ts";
+import { arrivalGaps, fillInboxHours, readInboxHours, SETTLE_MS } from "../../src/inbox/hours.ts";
 import { endpointHealth, readHealth, type DayHealth } from "../../src/ops/health.ts";
 import { freshDatabase } from "../support/helpers.ts";
 
@@ -39,15 +39,22 @@ function random(seed: number): () => number {
   };
 }
 
-/** The database's now(), away from the end of an hour (the test reads the current hour live twice). */
+/**
+ * The database's now(), 20 s or more away from an hour's end and from the moment the hour before may be
+ * kept (SETTLE_MS into the hour): a test reads and fills twice and expects the same hours each time.
+ */
 async function dbNow(): Promise<number> {
   for (;;) {
     const [row] = await db<{ now: Date }[]>`select now()`;
     const now = row!.now.getTime();
-    if (now % HOUR < HOUR - 20_000) return now;
-    await Bun.sleep(HOUR - (now % HOUR) + 100);
+    const into = now % HOUR;
+    if (into < HOUR - 20_000 && (into < SETTLE_MS - 20_000 || into > SETTLE_MS)) return now;
+    await Bun.sleep(21_000);
   }
 }
+
+/** The start of the hours read live at `now`: the first hour not kept yet. */
+const liveFrom = (now: number) => Math.floor((now - SETTLE_MS) / HOUR) * HOUR;
 
 /** `n` rows over the last `spanMs` before `now`, of every kind: quick, late, retried, ignored, resolved, parked, waiting. */
 function makeRows(now: number, n: number, spanMs: number, seed: number): Row[] {
@@ -223,8 +230,8 @@ test("`fillInboxHours()` computes at most maxHours per call, newest first; the d
   await insert(makeRows(now, 200, 2 * DAY, 3));
   expect(await fillInboxHours(db, { maxHours: 10, days: 2 })).toBe(10);
   const hours = await readInboxHours(db, 2);
-  const closed = Math.floor(now / HOUR) * HOUR;
-  // The 10 newest closed hours are computed; the rest are missing, newest first.
+  const closed = liveFrom(now);
+  // The 10 newest hours that may be kept are computed; the rest are missing, newest first.
   expect(hours.missing[0]).toBe(closed - 11 * HOUR);
   expect(hours.missing.length).toBe(2 * 24 - 10);
   const health = endpointHealth(hours, 2);
