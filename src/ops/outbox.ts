@@ -7,6 +7,8 @@ export interface OutboxSummary {
   aggregateType: string;
   aggregateId: string;
   eventType: string;
+  /** The connected account the message is about (`acct_…`), `""` for the platform's own (sql/0021). */
+  account: string;
   /** `pending`: waiting for a dispatcher (maybe backing off); `needs_review`: parked for an operator. */
   state: "pending" | "needs_review";
   /** Delivery attempts so far, counted at claim time (0005). */
@@ -37,7 +39,7 @@ export async function listOutbox(db: Db, filter: OutboxFilter = {}, limit = 50):
     needsReviewAt: Date | null;
   };
   const rows = await db<Row[]>`
-    select id::text as id, aggregate_type as "aggregateType", aggregate_id as "aggregateId", event_type as "eventType",
+    select id::text as id, aggregate_type as "aggregateType", aggregate_id as "aggregateId", event_type as "eventType", account,
            case when needs_review_at is null then 'pending' else 'needs_review' end as state, attempts,
            created_at as "createdAt", available_at as "availableAt", needs_review_at as "needsReviewAt", last_error as "lastError"
       from outbox
@@ -53,4 +55,32 @@ export async function listOutbox(db: Db, filter: OutboxFilter = {}, limit = 50):
     availableAt: r.availableAt.toISOString(),
     needsReviewAt: r.needsReviewAt?.toISOString() ?? null,
   }));
+}
+
+/** Unpublished outbox messages of one type (`event_type`, e.g. InvoicePaymentBooked). Age in seconds. */
+export interface OutboxTypeBacklog {
+  eventType: string;
+  pending: number;
+  needsReview: number;
+  /** Seconds since the oldest unpublished message of the type was written. */
+  oldestAgeSec: number;
+}
+
+/**
+ * The unpublished outbox by message type, most waiting first: what the sinks still owe (a handler sink
+ * routes by type). Reads the unpublished rows only (the partial index of 0021), so its cost follows the
+ * backlog, not the table.
+ */
+export async function outboxByType(db: Db): Promise<OutboxTypeBacklog[]> {
+  const rows = await db<OutboxTypeBacklog[]>`
+    select event_type as "eventType",
+           count(*) filter (where needs_review_at is null)::int as pending,
+           count(*) filter (where needs_review_at is not null)::int as "needsReview",
+           extract(epoch from now() - min(created_at))::float8 as "oldestAgeSec"
+      from outbox
+     where published_at is null
+     group by event_type
+     order by count(*) desc, event_type
+  `;
+  return [...rows];
 }
