@@ -5,7 +5,15 @@ import postgres from "postgres";
 import { existsSync, readdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { DATA_DIR } from "../runtime/database.ts";
-import { devDatabaseOf, devDatabaseUrl, runningPostmaster, startDevDatabase, stopDevDatabase, withStartLock, type DevDatabase } from "../runtime/dev-database.ts";
+import {
+  devDatabaseOf,
+  devDatabaseUrl,
+  runningPostmaster,
+  startDevDatabase,
+  stopDevDatabase,
+  withStartLock,
+  type DevDatabase,
+} from "../runtime/dev-database.ts";
 
 const USAGE = `Usage: bun run db:<command>   (or bun src/bin/db.ts <command>)
   db:status  whether the embedded PostgreSQL runs, its port, and a psql line to paste
@@ -24,7 +32,9 @@ function runningLines(dev: DevDatabase, pid: number, port: number): string[] {
     `  DATABASE_URL=${url}   (what the commands use when DATABASE_URL is unset)`,
     `  log: ${dev.logFile}`,
     `  bun run db:stop stops it`,
-    ...(port !== dev.port ? [`  it runs on ${port}, not EMBEDDED_PG_PORT ${dev.port}: give the commands EMBEDDED_PG_PORT=${port}`] : []),
+    ...(port !== dev.port && process.env.EMBEDDED_PG_PORT !== undefined
+      ? [`  it runs on ${port}, not EMBEDDED_PG_PORT ${dev.port}: leave EMBEDDED_PG_PORT unset (the commands find it) or set it to ${port}`]
+      : []),
   ];
 }
 
@@ -55,7 +65,9 @@ async function run(command: string | undefined, env: Record<string, string | und
   switch (command) {
     case "status":
       if (postmaster === undefined) {
-        console.log(`embedded PostgreSQL: not running (data in ${dev.dir}${existsSync(join(dev.dir, "PG_VERSION")) ? "" : ", not created yet"}); bun run db:start or any command starts it`);
+        console.log(
+          `embedded PostgreSQL: not running (data in ${dev.dir}${existsSync(join(dev.dir, "PG_VERSION")) ? "" : ", not created yet"}); bun run db:start or any command starts it`,
+        );
         return 3;
       }
       console.log(runningLines(dev, postmaster.pid, postmaster.port).join("\n"));
@@ -71,7 +83,9 @@ async function run(command: string | undefined, env: Record<string, string | und
       return 0;
     }
     case "stop":
-      console.log((await stopDevDatabase(dev.dir)) ? `embedded PostgreSQL stopped (data kept in ${dev.dir})` : "embedded PostgreSQL: not running");
+      console.log(
+        (await stopDevDatabase(dev.dir)) ? `embedded PostgreSQL stopped (data kept in ${dev.dir})` : "embedded PostgreSQL: not running",
+      );
       return 0;
     default: {
       // reset: only a data directory that is a cluster (or empty) is deleted; anything else is refused.
