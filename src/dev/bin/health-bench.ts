@@ -204,7 +204,9 @@ try {
     `${counted.toFixed(0)} transactions/s (${((counted / alone) * 100).toFixed(0)} %)`,
   ]);
   await db.end({ timeout: 5 });
-  const load = loadavg().map((l) => l.toFixed(1)).join(", ");
+  const load = loadavg()
+    .map((l) => l.toFixed(1))
+    .join(", ");
   console.log(`\n| ${rows.toLocaleString("en")} state rows, 30 days (load average at the end ${load}) | median (each run) |\n|---|---|`);
   for (const [what, figure] of results) console.log(`| ${what} | ${figure} |`);
 } catch (err) {
