@@ -45,13 +45,13 @@ export interface ClaimLoop<T> extends Pick<
  * nothing, and claims on NOTIFYs at most once per {@link NOTIFY_CLAIM_GAP_MS}. A failed claim is logged `{ <label>: "claim_failed" }` at level warn and retried after
  * `pollMs` (at most 1 s); it never ends the loop. With `heartbeat` settings the loop beats its row
  * (loop/heartbeat.ts: one upsert per interval carrying the claims counted in memory) from start until
- * the work in flight finished, then marks it stopped. Resolves after `signal` aborts and the work in flight finished.
+ * `signal` aborts, then marks it stopped. Resolves after `signal` aborts and the work in flight finished.
  */
 export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
   const { db, signal, concurrency, pollMs, log, label } = loop;
   // A NOTIFY, work that left more due, or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);
-  const heartbeat = loop.heartbeat && startHeartbeat(db, label, loop.heartbeat, log);
+  const heartbeat = loop.heartbeat && startHeartbeat(db, label, loop.heartbeat, log, signal);
   const listener = !loop.listen
     ? undefined
     : await db.listen(loop.channel, nudge).catch((err) => {
@@ -105,5 +105,5 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
   }
   await Promise.all(inFlight);
   await listener?.unlisten().catch(() => {});
-  await heartbeat?.stop();
+  await heartbeat?.stopped();
 }

@@ -8,6 +8,9 @@ import type { LogFn } from "../log.ts";
 /** Beat interval unless told otherwise, ms. */
 export const DEFAULT_BEAT_MS = 10_000;
 
+/** Longest a stop waits for its last beat (the one that marks the row stopped), ms. */
+export const STOP_BEAT_MS = 1_000;
+
 /** A row whose last beat is older than this many of its intervals belongs to a process that died. */
 export const DEAD_AFTER_BEATS = 3;
 
@@ -25,8 +28,11 @@ export interface HeartbeatSettings {
 export interface Heartbeat {
   /** A claim took `rows` rows (or messages) now; no database write: the next beat carries it. */
   claimed(rows: number): void;
-  /** Stops beating and marks the row stopped (bounded: a database that does not answer is given up). */
-  stop(): Promise<void>;
+  /**
+   * Resolves once the last beat, the one marking the row stopped, is written (sent when the loop's
+   * signal aborted), or {@link STOP_BEAT_MS} after that signal, whichever comes first.
+   */
+  stopped(): Promise<void>;
 }
 
 /**
@@ -35,12 +41,20 @@ export interface Heartbeat {
  * last claim that took work converted to the database's clock (its age on this host subtracted from
  * `now()`), so a host's clock never makes a live process look dead. The same statement deletes rows
  * silent for a day. A failed beat is logged `{ <kind>: "heartbeat_failed" }` at warn and never ends the
- * loop. Readers call a row dead after {@link DEAD_AFTER_BEATS} intervals without a beat.
+ * loop. When `signal` aborts (the loop stops claiming) the beats end and one last beat marks the row
+ * stopped at once, while the loop finishes its work in flight: a stop whose database no longer answers
+ * is then not held up by it (the row reads dead three intervals later instead). Readers call a row dead
+ * after {@link DEAD_AFTER_BEATS} intervals without a beat.
  */
-export function startHeartbeat(db: Db, kind: "worker" | "dispatcher", settings: HeartbeatSettings, log: LogFn): Heartbeat {
+export function startHeartbeat(
+  db: Db,
+  kind: "worker" | "dispatcher",
+  settings: HeartbeatSettings,
+  log: LogFn,
+  signal: AbortSignal,
+): Heartbeat {
   const id = crypto.randomUUID();
   const everyMs = settings.everyMs ?? DEFAULT_BEAT_MS;
-  const stop = new AbortController();
   let claimed = 0;
   let lastClaimMs: number | undefined;
   let failing = false;
@@ -75,11 +89,17 @@ export function startHeartbeat(db: Db, kind: "worker" | "dispatcher", settings: 
   };
 
   const running = (async () => {
-    while (!stop.signal.aborted) {
+    while (!signal.aborted) {
       await beat(false);
-      await sleep(everyMs, stop.signal);
+      await sleep(everyMs, signal);
     }
   })();
+  // The last beat, bounded from the moment of the stop (not from when the loop's work in flight ends).
+  const last = new Promise<void>((resolve) => {
+    const finish = () => void Promise.race([running.then(() => beat(true)), sleep(STOP_BEAT_MS)]).then(resolve);
+    if (signal.aborted) finish();
+    else signal.addEventListener("abort", finish, { once: true });
+  });
 
   return {
     claimed(rows) {
@@ -87,11 +107,7 @@ export function startHeartbeat(db: Db, kind: "worker" | "dispatcher", settings: 
       claimed += rows;
       lastClaimMs = Date.now();
     },
-    async stop() {
-      stop.abort();
-      await running;
-      await beat(true);
-    },
+    stopped: () => last,
   };
 }
 

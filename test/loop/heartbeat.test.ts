@@ -147,9 +147,11 @@ test("a beat deletes rows silent for a day; a row silent for 3 of its intervals 
            ('dead', 'dispatcher', 'lost-host', 2, 10000, now() - interval '1 hour', now() - interval '31 seconds'),
            ('late', 'worker', 'slow-host', 3, 10000, now() - interval '1 hour', now() - interval '29 seconds')
   `;
-  const heartbeat = startHeartbeat(db, "worker", { host: "here", pid: 4, everyMs: 60_000 }, () => {});
+  const stop = new AbortController();
+  const heartbeat = startHeartbeat(db, "worker", { host: "here", pid: 4, everyMs: 60_000 }, () => {}, stop.signal);
   await waitUntil("the new row", async () => (await readHeartbeats(db)).some((p) => p.pid === 4));
-  await heartbeat.stop();
+  stop.abort();
+  await heartbeat.stopped();
   const rows = await readHeartbeats(db);
   expect(rows.map((p) => [p.host, p.state])).toEqual([
     ["slow-host", "alive"],

@@ -146,6 +146,11 @@ test("`bun run worker` whose database stops answering mid-query gives up on the 
       tracked,
     );
     await waitForLine(worker, '{"worker":"started"', 30_000);
+    // Its first heartbeat written (read past the gate): a beat racing the claim for a connection would
+    // make the claim open a new one, which the frozen gate refuses, instead of sending it on an open one.
+    await waitUntil("the worker's heartbeat row", async () => (await database.db`select 1 from loop_heartbeats`).length === 1, {
+      timeoutMs: 15_000,
+    });
     gate.freeze(); // the next claim is sent and never answered
     await Bun.sleep(300);
     const signalledAt = Date.now();
