@@ -3,8 +3,7 @@
 import type { Db } from "../db/db.ts";
 import type { OutboxBacklog } from "../inbox/backlog.ts";
 import type { LoopProcess } from "../loop/heartbeat.ts";
-import { listOutbox, type OutboxTypeBacklog } from "../ops/outbox.ts";
-import { requeueOutbox } from "../outbox/requeue.ts";
+import { listOutbox, requeueOutbox, type OutboxTypeBacklog } from "../ops/outbox.ts";
 import type { ActionResult } from "./actions.ts";
 import { age } from "./charts.ts";
 import type { CsrfFields } from "./event-page.ts";

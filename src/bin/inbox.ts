@@ -8,10 +8,9 @@ import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { handlersFor } from "../receiver/endpoints.ts";
 import { migrate } from "../db/migrate.ts";
-import { requeueOutbox } from "../outbox/requeue.ts";
 import { pageEvents, showEvent, type EventSummary } from "../ops/events.ts";
 import { parseDuration, type RowFilter } from "../ops/filter.ts";
-import { listOutbox } from "../ops/outbox.ts";
+import { listOutbox, requeueOutbox } from "../ops/outbox.ts";
 import { printable, printableJson, printableRow } from "../ops/printable.ts";
 import { purge } from "../ops/purge.ts";
 import { replayEvent } from "../ops/replay.ts";
