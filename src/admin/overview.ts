@@ -7,7 +7,7 @@ import { readHealth, type EndpointHealth } from "../ops/health.ts";
 import { outboxByType } from "../ops/outbox.ts";
 import { inboxStatus, type InboxStatus } from "../ops/status.ts";
 import { age, countOf, dayCharts, duration, minuteChart, OUTCOMES } from "./charts.ts";
-import { html, type Html } from "./html.ts";
+import { html, Html } from "./html.ts";
 import { outboxSection } from "./outbox-page.ts";
 import { processesSection } from "./processes.ts";
 
@@ -142,5 +142,5 @@ function endpointTiles(v: EndpointView, status: InboxStatus, deliveries: Deliver
         <b>${waiting.requests}</b>backfill request(s) unfinished, oldest ${age(waiting.oldestAgeSec)}: <code>${waiting.command}</code>
       </div>`,
   ];
-  return tiles.filter((t): t is Html => t instanceof Object);
+  return tiles.filter((t): t is Html => t instanceof Html);
 }
