@@ -11,7 +11,8 @@ import { eventBody } from "./event-page.ts";
 import { eventsBody } from "./events-page.ts";
 import { readFilter } from "./filters.ts";
 import { html } from "./html.ts";
-import { overviewBody, type DeliveryCounts } from "./overview.ts";
+import { outboxBody, requeueOutboxAction } from "./outbox-page.ts";
+import { overviewBody, type DeliveryCounts, type OverviewEndpoint } from "./overview.ts";
 import { page, plain, SECURITY_HEADERS, unauthorized } from "./page.ts";
 import { ADMIN_CSS } from "./style.ts";
 
@@ -22,8 +23,8 @@ export interface AdminDeps {
   token: string;
   /** `ADMIN_READONLY`: show everything, refuse every action (403) and show none. */
   readonly?: boolean;
-  /** The configured endpoints and their handler tables (for the overview and replay). */
-  endpoints: readonly { provider: string; name: string; handlers: HandlerTable }[];
+  /** The configured endpoints, their modes and handler tables (for the overview and replay). */
+  endpoints: readonly (OverviewEndpoint & { handlers: HandlerTable })[];
   /** The receiver's delivery counters, for the duplicate rate; absent where it has none (workerd). */
   deliveryCounts?: DeliveryCounts;
   /** Clock, ms since the epoch. Default `Date.now`. */
@@ -38,13 +39,17 @@ export interface Admin {
 }
 
 const ROW_ACTION = /^\/admin\/events\/([^/]+)\/(requeue|resolve|replay)$/;
+/** An outbox id: a bigint ≥ 1 (checked against its range before any SQL). */
+const OUTBOX_REQUEUE = /^\/admin\/outbox\/([1-9]\d{0,18})\/requeue$/;
 const EVENT = /^\/admin\/events\/([^/]+)$/;
 
 /**
  * Builds the operator's page. Every request must carry the admin token (HTTP Basic with any user
  * name, or `Authorization: Bearer`), else 401 with the Basic challenge and nothing more. `GET /admin`
  * is the overview, `/admin/events` the filtered list, `/admin/events/<id>` one event (`?payload=1`
- * adds its payload), `/admin/bulk?action=requeue|resolve&<filter>` a bulk action's confirmation.
+ * adds its payload), `/admin/bulk?action=requeue|resolve&<filter>` a bulk action's confirmation,
+ * `/admin/outbox` the unpublished outbox messages (`?state=needs_review`: the parked ones), and
+ * `POST /admin/outbox/<id>/requeue` puts a parked message back to the dispatchers.
  * POSTs (row actions, `/admin/bulk`) are refused 403 when read-only, from another site
  * ({@link sameOrigin}), or, for a browser's Basic credential, without a valid CSRF token from one of
  * the page's forms; then 400, naming the fields and writing nothing, when a form field the action
@@ -69,6 +74,11 @@ export function createAdmin(deps: AdminDeps): Admin {
     if (path === "/admin" || path === "/admin/") return show("Overview", await overviewBody(deps.db, deps.endpoints, deps.deliveryCounts));
     if (path === "/admin/admin.css")
       return new Response(ADMIN_CSS, { headers: { "content-type": "text/css; charset=utf-8", ...SECURITY_HEADERS } });
+    if (path === "/admin/outbox")
+      return show(
+        url.searchParams.get("state") === "needs_review" ? "Outbox: needs review" : "Outbox",
+        await outboxBody(deps.db, url.searchParams, readonly, csrf),
+      );
     if (path === "/admin/events") {
       const filter = readFilter(url.searchParams, now());
       try {
@@ -122,6 +132,13 @@ export function createAdmin(deps: AdminDeps): Admin {
       const result = await runRowAction(deps.db, action, row, field("note"), handlersFor);
       log({ admin: action, provider: row.provider, endpoint: row.endpoint, event_id: row.eventId, status: result.status });
       return show(`${action[0]?.toUpperCase()}${action.slice(1)} ${row.eventId}`, result.body, result.status);
+    }
+    const outboxRequeue = OUTBOX_REQUEUE.exec(url.pathname);
+    if (outboxRequeue && BigInt(outboxRequeue[1]!) <= 9_223_372_036_854_775_807n) {
+      const id = outboxRequeue[1]!;
+      const result = await requeueOutboxAction(deps.db, id);
+      log({ admin: "outbox_requeue", outbox_id: id, status: result.status });
+      return show(`Requeue outbox message ${id}`, result.body, result.status);
     }
     if (url.pathname === "/admin/bulk") {
       const params = new URLSearchParams([...form.entries()].filter((e): e is [string, string] => typeof e[1] === "string"));

@@ -61,7 +61,7 @@ export interface BulkForm {
 /**
  * Reads the form fields of a bulk apply (`POST /admin/bulk`), as the confirmation's form sends them:
  * `action` (`requeue` or `resolve`); the filter fields of {@link readFilter} (`state`, `type`,
- * `endpoint`, `since`, `attempts`, `id`; never `text`), a relative `since` counted back from `nowMs`
+ * `endpoint`, `since`, `attempts`, `id`, `account`; never `text`), a relative `since` counted back from `nowMs`
  * (ms since the epoch); `count` (a whole number) and `digest` (32 lowercase hex digits) from
  * {@link confirmBody}; `note` (non-blank) for `resolve`. Returns the form, or `problems` (operator
  * messages, each naming its field) when any field is missing or invalid; never throws.

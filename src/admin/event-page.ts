@@ -58,6 +58,10 @@ export async function eventBody(db: Db, eventId: string, withPayload: boolean, r
             <td class="event-type">${r.eventType}</td>
           </tr>
           <tr>
+            <th>account</th>
+            <td class="account">${r.account || "platform (no connected account)"}</td>
+          </tr>
+          <tr>
             <th>attempts</th>
             <td>${r.attempts}</td>
           </tr>
@@ -102,8 +106,17 @@ export async function eventBody(db: Db, eventId: string, withPayload: boolean, r
     <h2>What it changed</h2>
     ${table(
       "Invoices",
-      ["id", "customer", "status", "currency", "amount due", "amount paid", "updated"],
-      effects.invoices.map((i) => [i.id, i.customerId, i.status, i.currency, i.amountDue, i.amountPaid, i.updatedAt]),
+      ["id", "account", "customer", "status", "currency", "amount due", "amount paid", "updated"],
+      effects.invoices.map((i) => [
+        i.id,
+        i.account || "platform",
+        i.customerId,
+        i.status,
+        i.currency,
+        i.amountDue,
+        i.amountPaid,
+        i.updatedAt,
+      ]),
     )}
     ${table(
       "Ledger entries",

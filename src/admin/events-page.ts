@@ -74,6 +74,7 @@ function rowsTable(rows: readonly EventSummary[]): Html {
         <th>endpoint</th>
         <th>event</th>
         <th>type</th>
+        <th>account</th>
         <th>state</th>
         <th>attempts</th>
         <th>last error</th>
@@ -87,6 +88,7 @@ function rowsTable(rows: readonly EventSummary[]): Html {
             <td>${r.endpoint}</td>
             <td><a href="${eventHref(r.eventId)}">${r.eventId}</a></td>
             <td>${r.eventType}</td>
+            <td class="account">${r.account || "platform"}</td>
             <td>${r.state}</td>
             <td class="n">${r.attempts}</td>
             <td>${clip(r.lastError ?? "", 140)}</td>
@@ -117,6 +119,7 @@ function filterForm(raw: URLSearchParams): Html {
     <label>since<input name="since" value="${v("since")}" placeholder="2h or ISO" size="12" /></label>
     <label>attempts ≥<input name="attempts" value="${v("attempts")}" size="4" /></label>
     <label>event id<input name="id" value="${v("id")}" placeholder="evt_…" /></label>
+    <label>account<input name="account" value="${v("account")}" placeholder="acct_… or platform" size="14" /></label>
     <label>payload contains<input name="text" value="${v("text")}" placeholder="cus_…" /></label>
     <button type="submit">Filter</button>
   </form>`;

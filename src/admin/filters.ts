@@ -13,13 +13,14 @@ export interface AdminFilter {
 
 /**
  * Reads `state`, `type`, `endpoint`, `since` (a duration such as `2h`, counted back from `nowMs`,
- * or an ISO time), `attempts` (at least, a whole number), `id` and `text` from `params`; empty fields
- * are unset. Problems are returned, not thrown.
+ * or an ISO time), `attempts` (at least, a whole number), `id`, `account` (`acct_…`, or `platform` for
+ * the platform's own events) and `text` from `params`; empty fields are unset. Problems are returned,
+ * not thrown.
  */
 export function readFilter(params: URLSearchParams, nowMs: number): AdminFilter {
   const problems: string[] = [];
   const get = (name: string): string | undefined => params.get(name)?.trim() || undefined;
-  const rows: RowFilter = { eventType: get("type"), endpoint: get("endpoint"), eventId: get("id") };
+  const rows: RowFilter = { eventType: get("type"), endpoint: get("endpoint"), eventId: get("id"), account: accountFilter(get("account")) };
   const state = get("state");
   if (state !== undefined) {
     if ((STATES as readonly string[]).includes(state)) rows.state = state as RowState;
@@ -65,6 +66,7 @@ export function filterFields(filter: Pick<AdminFilter, "rows" | "text">): [strin
     ["since", f.since?.toISOString()],
     ["attempts", f.minAttempts?.toString()],
     ["id", f.eventId],
+    ["account", f.account === undefined ? undefined : f.account === "" ? PLATFORM : f.account],
     ["text", filter.text],
   ];
   return fields.filter((e): e is [string, string] => e[1] !== undefined);
@@ -74,4 +76,12 @@ export function filterFields(filter: Pick<AdminFilter, "rows" | "text">): [strin
 export function describeFilter(filter: Pick<AdminFilter, "rows" | "text">): string {
   const parts = filterFields(filter).map(([k, v]) => (k === "attempts" ? `attempts ≥ ${v}` : `${k} ${v}`));
   return parts.length ? parts.join(", ") : "every row";
+}
+
+/** What the account filter takes for the platform's own events (account `""`): no Stripe account id is this word. */
+export const PLATFORM = "platform";
+
+/** An account filter as typed (`acct_…`, or {@link PLATFORM}) as the row filter takes it. */
+export function accountFilter(value: string | undefined): string | undefined {
+  return value === undefined ? undefined : value === PLATFORM ? "" : value;
 }

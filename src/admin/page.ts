@@ -32,7 +32,7 @@ export function page(title: string, body: Html, options: { status?: number; read
         <header>
           <nav>
             <strong>webhook-inbox</strong> <a href="/admin">Overview</a> <a href="/admin/events">Events</a>
-            <a href="/admin/events?state=needs_review">Needs review</a>${
+            <a href="/admin/events?state=needs_review">Needs review</a> <a href="/admin/outbox">Outbox</a>${
               options.readonly ? html` <span class="badge">read-only</span>` : false
             }
           </nav>

@@ -17,4 +17,10 @@ form.filters{display:flex;flex-wrap:wrap;gap:.5rem;align-items:end;background:#f
 form.filters label{display:flex;flex-direction:column;font-size:.85rem}form.inline{display:inline-block;margin:.2rem .4rem .2rem 0}
 pre{background:#fff;border:1px solid #ddd;padding:.6rem;overflow:auto;max-height:40rem}
 .error{color:#b3261e}.note{color:#555}.ok{color:#2e7d32}button{cursor:pointer}
+h2 .mode{font-weight:400;font-size:.85rem;color:#555;margin-left:.5rem}
+.days{display:flex;flex-wrap:wrap;gap:.8rem;margin-top:.5rem}.day-chart{margin:0}.day-chart figcaption{font-size:.8rem;color:#555}
+.day-chart svg{display:block;background:#fff}rect.received{fill:#1565c0}rect.failed{fill:#ef6c00}rect.backlog{fill:#f9a825}
+rect.latency{fill:#6a1b9a}rect.partial{fill-opacity:.35}
+table.processes tr.alive .state{color:#2e7d32;font-weight:600}table.processes tr.dead .state{color:#b3261e;font-weight:600}
+table.processes tr.stopped{color:#777}
 `;

@@ -33,7 +33,9 @@ function runningLines(dev: DevDatabase, pid: number, port: number): string[] {
     `  DATABASE_URL=${url}   (what the commands use when DATABASE_URL is unset)`,
     `  log: ${dev.logFile}`,
     `  ${commandLine("db:stop")} stops it`,
-    ...(port !== dev.port ? [`  it runs on ${port}, not EMBEDDED_PG_PORT ${dev.port}: give the commands EMBEDDED_PG_PORT=${port}`] : []),
+    ...(port !== dev.port && process.env.EMBEDDED_PG_PORT !== undefined
+      ? [`  it runs on ${port}, not EMBEDDED_PG_PORT ${dev.port}: leave EMBEDDED_PG_PORT unset (the commands find it) or set it to ${port}`]
+      : []),
   ];
 }
 

@@ -6,6 +6,7 @@ import { runDispatcher } from "../outbox/dispatcher.ts";
 import { httpSink } from "../outbox/http-sink.ts";
 import { readDatabaseWaitMs } from "../config.ts";
 import { poolerFromEnv } from "../runtime/database.ts";
+import { hostname } from "node:os";
 
 const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBOX_<NAME> from the environment)
   OUTBOX_SINK_URL     (required) where messages are POSTed, http(s)
@@ -17,6 +18,7 @@ const USAGE = `Usage: bun run dispatch [options]   (each option also reads OUTBO
   --poll-ms N         poll interval when no NOTIFY arrives, ms (default 5000)
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
+  --heartbeat-ms N    how often its heartbeat row is written, ms; 3 missed beats read as dead (default 10000)
   --ordered           one row at a time per aggregate, in id order (OUTBOX_ORDERED=true)
   --no-listen         do not LISTEN (behind a transaction pooler); poll only
   DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)`;
@@ -76,6 +78,12 @@ await runDispatcher({
   listen: !flags["no-listen"] && pooler !== "transaction", // LISTEN does not survive a transaction pooler
   telemetry,
   log,
+  heartbeat: {
+    host: hostname(),
+    pid: process.pid,
+    everyMs: settings["heartbeat-ms"],
+    detail: `sink ${new URL(sinkUrl as string).origin}, ${settings.concurrency} slot(s)`,
+  },
 });
 await db.end({ timeout: 5 });
 log({ dispatcher: "stopped" });

@@ -8,10 +8,9 @@ import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
 import { handlersFor } from "../receiver/endpoints.ts";
 import { migrate } from "../db/migrate.ts";
-import { requeueOutbox } from "../outbox/requeue.ts";
 import { pageEvents, showEvent, type EventSummary } from "../ops/events.ts";
 import { parseDuration, type RowFilter } from "../ops/filter.ts";
-import { listOutbox } from "../ops/outbox.ts";
+import { listOutbox, requeueOutbox } from "../ops/outbox.ts";
 import { printable, printableJson, printableRow } from "../ops/printable.ts";
 import { purge } from "../ops/purge.ts";
 import { replayEvent } from "../ops/replay.ts";
@@ -23,15 +22,18 @@ import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
 import { loadAppMigrations, loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
-  status                                  backlog per endpoint and of the outbox; arrivals per type over the last hour
-  list [--needs-review | --unprocessed] [--type T] [--endpoint E] [--since 2h|ISO] [--attempts N] [--text T] [--limit N]
+  An event is named by --id evt_… in every command (show and replay also take it as their one argument).
+  --account acct_… narrows list, requeue and resolve to a connected account's events (platform: the platform's own).
+  status                                  backlog per endpoint and of the outbox; arrivals per type over the last hour;
+                                          the workers and dispatchers and whether each is alive
+  list [--needs-review | --unprocessed] [--type T] [--endpoint E] [--account A] [--since 2h|ISO] [--attempts N] [--text T] [--limit N]
                                           --text: payloads containing T, among the 10 000 newest rows matching the rest
-  show <event_id> [--payload]             every row of an event as a table: state, attempts, last error (payload on request)
-  requeue [--id evt_…] [--type T] [--endpoint E] [--error TEXT] [--attempts N] [--dry-run]
+  show --id evt_… [--payload]             every row of an event as a table: account, state, attempts, last error (payload on request)
+  requeue [--id evt_…] [--type T] [--endpoint E] [--account A] [--error TEXT] [--attempts N] [--dry-run]
                                           needs-review rows back to the queue, attempts reset
-  resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] --note TEXT [--dry-run]
+  resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] [--account A] --note TEXT [--dry-run]
                                           close needs-review rows settled by hand (no handler runs)
-  replay <event_id> [--endpoint E]        run a processed event through its handler again (idempotent)
+  replay --id evt_… [--endpoint E]        run a processed event through its handler again (idempotent)
   purge [--older-than D] [--payloads-older-than 31d] [--force] [--dry-run] [--batch N]
                                           delete settled rows' keys past each provider's window (default: 31 d, Paddle
                                           and Standard Webhooks 91 d) and payloads past 31 d, by weekly partition;
@@ -57,6 +59,7 @@ const {
         unprocessed: { type: "boolean", default: false },
         type: { type: "string" },
         endpoint: { type: "string" },
+        account: { type: "string" },
         provider: { type: "string", default: "stripe" },
         since: { type: "string" },
         limit: { type: "string", default: "50" },
@@ -87,14 +90,15 @@ const [command, ...args] = positionals;
  * arguments. Anything else is a usage error rather than silently ignored: `requeue evt_X` without
  * --id would otherwise match every needs-review row.
  */
-const FILTER = ["type", "endpoint", "since", "id", "error", "attempts"];
+const FILTER = ["type", "endpoint", "account", "since", "id", "error", "attempts"];
 const ACCEPTS: Record<string, { options: string[]; positionals: [min: number, max: number] }> = {
   status: { options: [], positionals: [0, 0] },
   list: { options: [...FILTER, "needs-review", "unprocessed", "text", "limit"], positionals: [0, 0] },
-  show: { options: ["payload"], positionals: [1, 1] },
+  // --id, as everywhere; the event id as the one argument still works (the form before --id was everywhere).
+  show: { options: ["id", "payload"], positionals: [0, 1] },
   requeue: { options: [...FILTER, "dry-run"], positionals: [0, 0] },
   resolve: { options: [...FILTER, "note", "dry-run"], positionals: [0, 0] },
-  replay: { options: ["endpoint", "provider"], positionals: [1, 1] },
+  replay: { options: ["id", "endpoint", "provider"], positionals: [0, 1] },
   purge: { options: ["older-than", "payloads-older-than", "force", "dry-run", "batch"], positionals: [0, 0] },
   outbox: { options: ["needs-review", "limit"], positionals: [0, 0] },
   "outbox-requeue": { options: ["dry-run"], positionals: [1, Number.POSITIVE_INFINITY] },
@@ -109,10 +113,14 @@ function usageProblem(): string | undefined {
   const foreign = [...new Set(given.filter((name) => !accepts.options.includes(name)))];
   if (foreign.length) return `${command} does not take ${foreign.map((n) => `--${n}`).join(", ")}`;
   const [min, max] = accepts.positionals;
+  if (command === "show" || command === "replay") {
+    if (opts.id !== undefined && args.length > 0) return `${command} takes the event id once: --id ${opts.id} or "${args[0]}", not both`;
+    if (opts.id === undefined && args.length === 0) return `${command} needs the event: --id evt_…`;
+  }
   if (args.length < min || args.length > max) {
     if (max === 0)
       return `${command} takes no arguments, got ${args.map((a) => `"${a}"`).join(" ")}${/^evt_/.test(args[0] ?? "") ? ` (an event id goes in --id ${args[0]})` : ""}`;
-    return `${command} takes ${min === max ? `exactly ${min}` : `at least ${min}`} argument(s), got ${args.length}`;
+    return `${command} takes ${min === max ? `exactly ${min}` : min === 0 ? `at most ${max}` : `at least ${min}`} argument(s), got ${args.length}`;
   }
   return undefined;
 }
@@ -174,6 +182,7 @@ function filter(): RowFilter {
     endpoint: opts.endpoint,
     since,
     eventId: opts.id,
+    account: opts.account === undefined ? undefined : opts.account === "platform" ? "" : opts.account,
     error: opts.error,
     minAttempts: opts.attempts === undefined ? undefined : wholeNumber("attempts", opts.attempts, 0),
   };
@@ -245,6 +254,20 @@ async function run(db: Db): Promise<number> {
         s,
         s.backfillRequests.map(({ command, oldestAgeSec, ...r }) => ({ ...r, oldest_age_s: Math.round(oldestAgeSec), command })),
       );
+      console.log("workers and dispatchers of the last day (dead: 3 heartbeats missed; stopped: stopped cleanly)");
+      print(
+        s,
+        s.processes.map((p) => ({
+          kind: p.kind,
+          state: p.state,
+          host: p.host,
+          pid: p.pid,
+          serves: p.detail,
+          beat_age_s: Math.round(p.beatAgeSec),
+          last_claim_age_s: p.lastClaimAgeSec === null ? "" : Math.round(p.lastClaimAgeSec),
+          claimed: p.claimed,
+        })),
+      );
       return 0;
     }
     case "list": {
@@ -256,9 +279,10 @@ async function run(db: Db): Promise<number> {
       return 0;
     }
     case "show": {
-      const rows = await showEvent(db, args[0] as string, opts.payload); // ACCEPTS: exactly one
+      const eventId = eventIdOf(); // usageProblem: --id or the one argument
+      const rows = await showEvent(db, eventId, opts.payload);
       if (rows.length === 0) {
-        console.error(`No inbox row for ${args[0]}`);
+        console.error(`No inbox row for ${printable(eventId)}`);
         return 1;
       }
       print(
@@ -313,7 +337,7 @@ async function run(db: Db): Promise<number> {
       return 0;
     }
     case "replay": {
-      const eventId = args[0] as string; // ACCEPTS: exactly one
+      const eventId = eventIdOf(); // usageProblem: --id or the one argument
       const rows = await showEvent(db, eventId);
       const candidates = rows.filter((r) => r.provider === opts.provider && (!opts.endpoint || r.endpoint === opts.endpoint));
       const [row] = candidates;
@@ -405,9 +429,22 @@ async function run(db: Db): Promise<number> {
   }
 }
 
+/** The event `show` and `replay` name: `--id`, or their one argument. */
+function eventIdOf(): string {
+  return opts.id ?? (args[0] as string);
+}
+
 /** The columns `list` and `show` begin with. */
 function eventColumns(r: EventSummary) {
-  return { event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, state: r.state, attempts: r.attempts, received_at: r.receivedAt };
+  return {
+    event_id: r.eventId,
+    endpoint: r.endpoint,
+    account: r.account || "platform",
+    type: r.eventType,
+    state: r.state,
+    attempts: r.attempts,
+    received_at: r.receivedAt,
+  };
 }
 
 /**

@@ -9,6 +9,7 @@ import { checkStripeApiKey, readStripeApiSettings, stripeApiClient } from "../st
 import { stripeFetcher, type Fetcher } from "../worker/stripe-fetch.ts";
 import { readCatchUpSettings, startBackfillRequests, startCatchUp, type CatchUpSettings } from "../runtime/catch-up.ts";
 import { readFailoverSettings, startFailoverWatch, type FailoverSettings } from "../runtime/failover.ts";
+import { hostname } from "node:os";
 
 const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_<NAME> from the environment)
   --concurrency N     slots: transactions at once (default 4)
@@ -21,6 +22,7 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --poll-ms N         poll interval when no NOTIFY arrives, ms (default 5000)
   --backoff-base-ms N first retry delay, ms, doubling (default 1000)
   --backoff-cap-ms N  longest retry delay, ms (default 600000)
+  --heartbeat-ms N    how often its heartbeat row is written, ms; 3 missed beats read as dead (default 10000)
   --no-listen         do not LISTEN; poll only (implied by DATABASE_POOLER=transaction)
   DATABASE_WAIT_MS    how long to wait at start for the database to answer, ms (default 60000; 0 tries once)
   STRIPE_API_KEY, STRIPE_API_BASE   the Stripe API thin endpoints and refetch endpoints are read from
@@ -156,6 +158,12 @@ await runWorker({
   ...(api ? { fetcher: api.fetcher } : {}),
   telemetry,
   log,
+  heartbeat: {
+    host: hostname(),
+    pid: process.pid,
+    everyMs: settings["heartbeat-ms"],
+    detail: `${settings.concurrency} slot(s), batch ${batch}`,
+  },
 });
 await catchUp;
 await backfillRequests;

@@ -116,3 +116,27 @@ export async function readBackfillAges(db: Db | Tx): Promise<BackfillAges> {
     })),
   };
 }
+
+/** The latest object reconciliation of one kind (sql/0029 reconcile_runs), its accounts summed. */
+export interface ReconcileDrift {
+  /** `invoices`, `refunds` or `disputes`. */
+  kind: string;
+  /** Objects that drifted in the latest run of each account. */
+  drifted: number;
+  /** Of those, objects a --repair applied. */
+  repaired: number;
+  /** Seconds since the oldest of the accounts' latest runs finished. */
+  ageSec: number;
+}
+
+/** The latest reconciliation per kind (a row per kind that has run), for `/metrics` and `inbox status`. */
+export async function readReconcileDrift(db: Db | Tx): Promise<ReconcileDrift[]> {
+  const rows = await db<ReconcileDrift[]>`
+    select kind, sum(drifted)::int as drifted, sum(repaired)::int as repaired,
+           extract(epoch from now() - min(finished_at))::float8 as "ageSec"
+      from reconcile_runs
+     group by kind
+     order by kind
+  `;
+  return [...rows];
+}

@@ -2,6 +2,7 @@ import { describeError } from "../errors.ts";
 import type { ResolvedLoopOptions } from "./loop-options.ts";
 import { createWakeUp } from "./wake-up.ts";
 import { sleep as pause } from "../db/sleep.ts";
+import { startHeartbeat } from "./heartbeat.ts";
 
 /**
  * Shortest time, ms, from one claim to the next that a NOTIFY (not a full claim, not work left due)
@@ -11,9 +12,12 @@ import { sleep as pause } from "../db/sleep.ts";
 export const NOTIFY_CLAIM_GAP_MS = 100;
 
 /** What {@link runClaimLoop} runs: the loop's settings, the channel that wakes it, and how it claims and works. */
-export interface ClaimLoop<T> extends Pick<ResolvedLoopOptions, "db" | "signal" | "concurrency" | "pollMs" | "listen" | "log"> {
-  /** First field of the loop's own log lines, e.g. `{ worker: "claim_failed" }`. */
-  label: string;
+export interface ClaimLoop<T> extends Pick<
+  ResolvedLoopOptions,
+  "db" | "signal" | "concurrency" | "pollMs" | "listen" | "log" | "heartbeat"
+> {
+  /** First field of the loop's own log lines, e.g. `{ worker: "claim_failed" }`, and its heartbeat row's kind. */
+  label: "worker" | "dispatcher";
   /** LISTEN/NOTIFY channel whose notifications wake the loop. */
   channel: string;
   /**
@@ -27,6 +31,8 @@ export interface ClaimLoop<T> extends Pick<ResolvedLoopOptions, "db" | "signal" 
    * NOTIFY or the poll). Must not reject.
    */
   work(unit: T, claimedAt: number): Promise<boolean | void>;
+  /** How many rows a unit holds, for the heartbeat's count of claimed rows; default 1. */
+  size?(unit: T): number;
 }
 
 /**
@@ -37,12 +43,15 @@ export interface ClaimLoop<T> extends Pick<ResolvedLoopOptions, "db" | "signal" 
  * after a claim that took all it could (`more`) or a unit whose work left more due;
  * otherwise it waits for a NOTIFY or `pollMs`, so a finished unit alone never costs a claim that finds
  * nothing, and claims on NOTIFYs at most once per {@link NOTIFY_CLAIM_GAP_MS}. A failed claim is logged `{ <label>: "claim_failed" }` at level warn and retried after
- * `pollMs` (at most 1 s); it never ends the loop. Resolves after `signal` aborts and the work in flight finished.
+ * `pollMs` (at most 1 s); it never ends the loop. With `heartbeat` settings the loop beats its row
+ * (loop/heartbeat.ts: one upsert per interval carrying the claims counted in memory) from start until
+ * `signal` aborts, then marks it stopped. Resolves after `signal` aborts and the work in flight finished.
  */
 export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
   const { db, signal, concurrency, pollMs, log, label } = loop;
   // A NOTIFY, work that left more due, or abort wakes the loop; one arriving while it claims is not lost.
   const { nudge, claiming, sleep } = createWakeUp(signal);
+  const heartbeat = loop.heartbeat && startHeartbeat(db, label, loop.heartbeat, log, signal);
   const listener = !loop.listen
     ? undefined
     : await db.listen(loop.channel, nudge).catch((err) => {
@@ -76,6 +85,7 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
     lastClaimAt = claimedAt;
     try {
       ({ units, more } = await loop.claim(free));
+      heartbeat?.claimed(units.reduce((n, u) => n + (loop.size?.(u) ?? 1), 0));
     } catch (err) {
       log({ [label]: "claim_failed", error: describeError(err), level: "warn" });
       await sleep(Math.min(pollMs, 1_000));
@@ -95,4 +105,5 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
   }
   await Promise.all(inFlight);
   await listener?.unlisten().catch(() => {});
+  await heartbeat?.stopped();
 }

@@ -1,6 +1,7 @@
 import { jsonLines, type LogFn } from "../log.ts";
 import type { Db } from "../db/db.ts";
 import type { Backoff } from "../inbox/inbox.ts";
+import type { HeartbeatSettings } from "./heartbeat.ts";
 
 /** Settings shared by the claim loops (inbox worker, outbox dispatcher); times in ms. */
 export interface LoopOptions {
@@ -23,10 +24,18 @@ export interface LoopOptions {
   listen?: boolean;
   /** One JSON line per row; default stdout. */
   log?: LogFn;
+  /**
+   * The loop's heartbeat row (loop/heartbeat.ts): its host and pid (the entry file's), what it serves,
+   * the interval. Default: none (the commands `worker` and `dispatch` always beat).
+   */
+  heartbeat?: HeartbeatSettings;
 }
 
 /** {@link LoopOptions} with every default filled in. */
-export type ResolvedLoopOptions = Required<Omit<LoopOptions, "listen">> & { listen: boolean };
+export type ResolvedLoopOptions = Required<Omit<LoopOptions, "listen" | "heartbeat">> & {
+  listen: boolean;
+  heartbeat: HeartbeatSettings | undefined;
+};
 
 /**
  * Fills the defaults of a claim loop's settings.
@@ -44,6 +53,7 @@ export function resolveLoopOptions(options: LoopOptions, loop: string): Resolved
     backoff: options.backoff ?? { baseMs: 1_000, capMs: 600_000 },
     listen: options.listen !== false,
     log: options.log ?? jsonLines(),
+    heartbeat: options.heartbeat,
   };
   if (resolved.timeoutMs >= resolved.leaseMs) {
     throw new Error(`${loop} timeout (${resolved.timeoutMs} ms) must be shorter than the lease (${resolved.leaseMs} ms)`);

@@ -7,6 +7,8 @@ export interface EventSummary {
   endpoint: string;
   eventId: string;
   eventType: string;
+  /** The connected account the event belongs to (`acct_…`), `""` for the platform's own (sql/0021). */
+  account: string;
   state: RowState;
   attempts: number;
   receivedAt: string;
@@ -22,6 +24,7 @@ interface Row {
   endpoint: string;
   event_id: string;
   event_type: string;
+  account: string;
   state: RowState;
   attempts: number;
   received_at: Date;
@@ -38,6 +41,7 @@ function summarize(r: Row): EventSummary {
     endpoint: r.endpoint,
     eventId: r.event_id,
     eventType: r.event_type,
+    account: r.account,
     state: r.state,
     attempts: r.attempts,
     receivedAt: r.received_at.toISOString(),
@@ -135,7 +139,7 @@ async function readPage(db: Db | Tx, filter: RowFilter, options: PageOptions): P
   const scan = options.text === undefined ? limit + 1 : (options.scanRows ?? TEXT_SCAN_ROWS);
   const rows = await db<(Row & { key: string; hit: boolean })[]>`
     with scanned as (
-      select provider, endpoint, event_id, event_type, state, attempts, received_at, available_at,
+      select provider, endpoint, event_id, event_type, account, state, attempts, received_at, available_at,
              processed_at, needs_review_at, last_error,
              (extract(epoch from received_at) * 1000000)::bigint::text as key
         from webhook_inbox_state
@@ -197,7 +201,7 @@ export async function showEvent(
   withPayload = false,
 ): Promise<(EventSummary & { resolutionNote: string | null; payload?: unknown; rawBody?: string })[]> {
   const rows = await db<(Row & { resolution_note: string | null; payload: unknown; raw_body: string | null })[]>`
-    select s.provider, s.endpoint, s.event_id, s.event_type, s.state, s.attempts, s.received_at, s.available_at,
+    select s.provider, s.endpoint, s.event_id, s.event_type, s.account, s.state, s.attempts, s.received_at, s.available_at,
            s.processed_at, s.needs_review_at, s.last_error, s.resolution_note,
            p.received_at is null as payload_dropped,
            case when ${withPayload} then p.payload end as payload,

@@ -13,6 +13,8 @@ export interface RowFilter {
   eventType?: string;
   endpoint?: string;
   provider?: string;
+  /** The connected account (`acct_…`); `""` names the platform's own events (sql/0021). */
+  account?: string;
   /** Received at or after this time. */
   since?: Date;
   /** Substring of `last_error` (case-insensitive). */
@@ -34,6 +36,7 @@ export function whereRows(db: Db | Tx, f: RowFilter) {
     ${f.eventType ? db`and event_type = ${f.eventType}` : none}
     ${f.endpoint ? db`and endpoint = ${f.endpoint}` : none}
     ${f.provider ? db`and provider = ${f.provider}` : none}
+    ${f.account !== undefined ? db`and account = ${f.account}` : none}
     ${f.since ? db`and received_at >= ${f.since}` : none}
     ${f.error ? db`and last_error ilike ${containing(f.error)}` : none}
     ${f.minAttempts !== undefined ? db`and attempts >= ${f.minAttempts}` : none}

@@ -1,4 +1,5 @@
 import type { Db } from "../db/db.ts";
+import { readHeartbeats, type LoopProcess } from "../loop/heartbeat.ts";
 import { readBackfillAges, readBacklog, readOutboxBacklog, type BackfillAges, type Backlog, type OutboxBacklog } from "../inbox/backlog.ts";
 
 /** Arrivals of one event type at one endpoint within the status window. */
@@ -28,11 +29,14 @@ export interface InboxStatus {
   backfill: BackfillAges["checkpoints"];
   /** Backfill requests no run has finished, per endpoint: a failover's or a Stripe health notification's (docs/failover.md). */
   backfillRequests: BackfillAges["requests"];
+  /** Workers and dispatchers of the last day, from their heartbeats: alive, dead or stopped (loop/heartbeat.ts). */
+  processes: LoopProcess[];
 }
 
 /**
- * The inbox and outbox backlogs, event backfill's checkpoints and unfinished requests, plus arrivals per
- * endpoint and event type over the last `windowSec` seconds (default 3600).
+ * The inbox and outbox backlogs, event backfill's checkpoints and unfinished requests, the workers' and
+ * dispatchers' heartbeats, plus arrivals per endpoint and event type over the last `windowSec` seconds
+ * (default 3600).
  */
 export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus> {
   const arrivals = await db<Arrivals[]>`
@@ -57,5 +61,6 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
     backfillRequests: backfill.requests,
     windowSec,
     arrivals: [...arrivals],
+    processes: await readHeartbeats(db),
   };
 }

@@ -1,4 +1,6 @@
-import type { BackfillAges, Backlog, OutboxBacklog } from "../inbox/backlog.ts";
+import type { BackfillAges, Backlog, OutboxBacklog, ReconcileDrift } from "../inbox/backlog.ts";
+import type { ArrivalGap } from "../inbox/hours.ts";
+import type { LoopProcess } from "../loop/heartbeat.ts";
 
 /** Label pair of the backlog of endpoints that are not configured (see `render`). */
 const UNCONFIGURED = { provider: "_unconfigured", endpoint: "_unconfigured" };
@@ -23,6 +25,12 @@ export interface BacklogSnapshot {
   outbox: OutboxBacklog;
   /** Event backfill checkpoints and unfinished requests (absent: not read). */
   backfill?: BackfillAges;
+  /** Workers' and dispatchers' heartbeat rows (absent: not read). */
+  processes?: LoopProcess[];
+  /** Per endpoint, the newest arrival and the longest silence of the last 7 days (absent: not read). */
+  arrivals?: ArrivalGap[];
+  /** The latest object reconciliation per kind (absent: not read). */
+  reconcile?: ReconcileDrift[];
 }
 
 /** One counter of {@link Metrics.deliveryCounts}. */
@@ -166,11 +174,41 @@ export function createMetrics(): Metrics {
       single("webhook_backfill_requests_unfinished", "Event backfill requests no run has finished (docs/failover.md).", unfinished);
       const oldest = Math.max(0, ...requests.map((r) => r.oldestAgeSec));
       single("webhook_backfill_request_oldest_age_seconds", "Age of the oldest unfinished backfill request, seconds; 0: none.", oldest);
+      renderHealth(out, backlog, endpoints);
     }
     return `${out.join("\n")}\n`;
   }
 
   return { observe, render, deliveryCounts: () => [...byOutcome.values()].map((c) => ({ ...c })) };
+}
+
+/**
+ * The health gauges (sql/0029): live workers and dispatchers by kind (both kinds always, 0 when none),
+ * per configured endpoint the seconds since its newest arrival and its longest silence over 7 days (only
+ * where known), and per reconciled kind the drift its latest run found, repaired, and that run's age.
+ */
+function renderHealth(out: string[], snapshot: BacklogSnapshot, endpoints: readonly { provider: string; endpoint: string }[]): void {
+  const family = (name: string, help: string) => out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`);
+  family("webhook_processes_alive", "Workers and dispatchers whose heartbeat is recent (3 missed beats: dead).");
+  for (const kind of ["worker", "dispatcher"])
+    out.push(
+      `webhook_processes_alive{kind="${kind}"} ${(snapshot.processes ?? []).filter((p) => p.kind === kind && p.state === "alive").length}`,
+    );
+  const arrivals = (snapshot.arrivals ?? []).filter((a) => endpoints.some((e) => e.provider === a.provider && e.endpoint === a.endpoint));
+  family("webhook_inbox_last_received_age_seconds", "Seconds since the endpoint's newest event arrived (within the last 30 days).");
+  for (const a of arrivals)
+    out.push(`webhook_inbox_last_received_age_seconds{${labels({ provider: a.provider, endpoint: a.endpoint })}} ${a.silenceMs / 1000}`);
+  family("webhook_inbox_longest_gap_seconds", "The longest time between two arrivals at the endpoint over the last 7 days, seconds.");
+  for (const a of arrivals)
+    if (a.longestGapMs !== null)
+      out.push(`webhook_inbox_longest_gap_seconds{${labels({ provider: a.provider, endpoint: a.endpoint })}} ${a.longestGapMs / 1000}`);
+  const runs = snapshot.reconcile ?? [];
+  family("webhook_reconcile_drifted", "Objects the latest reconciliation of the kind found drifted (every account's latest run).");
+  for (const r of runs) out.push(`webhook_reconcile_drifted{${labels({ kind: r.kind })}} ${r.drifted}`);
+  family("webhook_reconcile_repaired", "Of those, objects its --repair applied.");
+  for (const r of runs) out.push(`webhook_reconcile_repaired{${labels({ kind: r.kind })}} ${r.repaired}`);
+  family("webhook_reconcile_last_run_age_seconds", "Seconds since the latest reconciliation of the kind finished (its oldest account's).");
+  for (const r of runs) out.push(`webhook_reconcile_last_run_age_seconds{${labels({ kind: r.kind })}} ${r.ageSec}`);
 }
 
 function labels(values: Record<string, string>): string {

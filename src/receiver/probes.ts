@@ -3,7 +3,9 @@ import { within } from "../db/sleep.ts";
 import { AppError, errorResponse } from "../errors.ts";
 import { sameText } from "../providers/hmac.ts";
 import type { Metrics } from "./metrics.ts";
-import { readBackfillAges, readBacklog, readOutboxBacklog } from "../inbox/backlog.ts";
+import { readBackfillAges, readBacklog, readOutboxBacklog, readReconcileDrift } from "../inbox/backlog.ts";
+import { arrivalGaps, fillInboxHours, readInboxHours } from "../inbox/hours.ts";
+import { readHeartbeats } from "../loop/heartbeat.ts";
 
 /** Dependencies of {@link createProbes}. */
 export interface ProbeDeps {
@@ -20,6 +22,13 @@ export interface ProbeDeps {
 /** Retry-After for 503s, seconds. */
 export const RETRY_AFTER_SEC = "5";
 const PROBE_TIMEOUT_MS = 2_000;
+/**
+ * Closed hours of the hourly rollup a scrape computes at most: one hour's rows take ms to tens of ms
+ * (docs/scale.md, "Health over 30 days"); newest first, so it keeps up, at one an hour, and a scrape every
+ * 15 s computes 30 days in three hours after an upgrade. Bounded on the server by FILL_TIMEOUT_MS.
+ */
+const FILL_HOURS_PER_SCRAPE = 1;
+const FILL_TIMEOUT_MS = 500;
 
 /**
  * The operational routes: `healthz` (liveness: the process answers; never touches the database, so a
@@ -56,10 +65,24 @@ export function createProbes(deps: ProbeDeps) {
     }
     // A server-side bound just under the client's: a read blocked on a lock (a migration, VACUUM FULL)
     // is cancelled by PostgreSQL and frees the probe connection, so /readyz does not queue behind it.
-    const read = deps.db.begin(async (tx) => {
-      await tx`select set_config('statement_timeout', ${String(PROBE_TIMEOUT_MS - 250)}, true)`;
-      return { inbox: await readBacklog(tx), outbox: await readOutboxBacklog(tx), backfill: await readBackfillAges(tx) };
-    });
+    // First, a few closed hours of the hourly rollup (inbox/hours.ts) are computed, newest first, so the
+    // silence gauges stay current however rarely the operator's page is opened; a failure there only
+    // leaves them as they were.
+    const read = fillInboxHours(deps.db, { maxHours: FILL_HOURS_PER_SCRAPE, statementTimeoutMs: FILL_TIMEOUT_MS })
+      .catch(() => 0)
+      .then(() =>
+        deps.db.begin(async (tx) => {
+          await tx`select set_config('statement_timeout', ${String(PROBE_TIMEOUT_MS - 250)}, true)`;
+          return {
+            inbox: await readBacklog(tx),
+            outbox: await readOutboxBacklog(tx),
+            backfill: await readBackfillAges(tx),
+            processes: await readHeartbeats(tx),
+            arrivals: arrivalGaps(await readInboxHours(tx, 7)),
+            reconcile: await readReconcileDrift(tx),
+          };
+        }),
+      );
     const backlog = await bounded(read).catch(() => null);
     return new Response(deps.metrics.render(backlog, deps.endpoints), {
       headers: { "content-type": "text/plain; version=0.0.4; charset=utf-8" },

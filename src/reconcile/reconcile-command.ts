@@ -11,6 +11,7 @@ import type { ObjectDrift, ObjectKind, StripeObject } from "./object-kind.ts";
 import { parseReconcileArgs, UsageError, type ReconcileArgs } from "./reconcile-args.ts";
 import { accountLabel, accountsOf, readAccountChoice, type AccountChoice } from "./connected-accounts.ts";
 import { plannedRepair, repairObject, resolveCleared, type RepairResult, type RepairTarget } from "./repair-object.ts";
+import { recordReconcileRun } from "./record-run.ts";
 
 /** The usage text of `reconcile <kind.name>`. */
 export function reconcileUsage(kind: ObjectKind): string {
@@ -159,9 +160,11 @@ async function reconcile(
   };
   report.accounts = await accountsOf(choice, stripe, retry);
   // Each account on its own: its objects (read as it) against its rows, repaired under it.
-  for (const account of report.accounts)
+  for (const account of report.accounts) {
+    const run = { checked: 0, drift: [] as ReportedDrift[] };
     for await (const page of pages(stripe, kind, opts.since, io.pageSize ?? 100, retry, account)) {
       report.checked += page.length;
+      run.checked += page.length;
       const byId = new Map(page.map((o) => [o.id, o]));
       const drifted = await kind.findDrift(db, page, account);
       if (opts.repair && !opts.dryRun) {
@@ -174,9 +177,13 @@ async function reconcile(
         if (opts.repair && opts.dryRun) reported.repair = plannedRepair(target, kind, d, object, account);
         else if (opts.repair) reported.repair = await repairObject(db, target, kind, d, object, account, io.telemetry);
         report.drift.push(reported);
+        run.drift.push(reported);
         report.byClass[d.drift] = (report.byClass[d.drift] ?? 0) + 1;
       }
     }
+    // A dry run writes nothing, not even its run.
+    if (!opts.dryRun) await recordReconcileRun(db, { kind: kind.name, account, since: opts.since, checked: run.checked, drift: run.drift });
+  }
   report.drifted = report.drift.length;
   return report;
 }

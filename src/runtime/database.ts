@@ -4,7 +4,7 @@ import { join, sep } from "node:path";
 import { databaseUrlProblem, nodeEnvProblem, PRODUCTION_NEEDS_DATABASE_URL, readPooler } from "../config.ts";
 import type { Pooler } from "../db/db.ts";
 import { PACKAGE_ROOT } from "./migrations-fs.ts";
-import { devDatabaseOf, runningPostmaster, startDevDatabase, withStartLock } from "./dev-database.ts";
+import { devDatabaseOf, devDatabaseUrl, runningPostmaster, startDevDatabase, withStartLock } from "./dev-database.ts";
 import { commandLine } from "./command-name.ts";
 
 /**
@@ -25,13 +25,14 @@ export interface DatabaseHandle {
 
 /**
  * `DATABASE_URL` when set; otherwise the embedded development PostgreSQL 18 kept in `.data/postgres`
- * (`EMBEDDED_PG_DIR`), on 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329): used when it runs, started
- * when it does not (one line on stderr says so, and how to stop it). It keeps running after the
+ * (`EMBEDDED_PG_DIR`): used where it runs (the port its postmaster.pid names), started on
+ * 127.0.0.1:`EMBEDDED_PG_PORT` (default 54329) when it does not (one line on stderr says so, and how
+ * to stop it). It keeps running after the
  * command exits, for every other command of the checkout, until `bun run db:stop` (dev-database.ts).
  * Two commands started at once take turns (see `withStartLock`). `options.signal` is a stop requested
  * during start-up.
  * @throws Error when `DATABASE_URL` cannot be read (the message never quotes it), `EMBEDDED_PG_PORT` is
- *   not a port number or differs from the port the running server uses (naming that port), the
+ *   not a port number, or is set and differs from the port the running server uses (naming that port), the
  *   embedded server cannot start, `NODE_ENV` is not production, development or test, or
  *   `NODE_ENV=production` comes without `DATABASE_URL`; `options.signal.reason` when stopped meanwhile.
  */
@@ -59,12 +60,14 @@ export async function openDatabase(
     dev.dir,
     async () => {
       const running = runningPostmaster(dev.dir);
-      if (running !== undefined && running.port !== dev.port) {
+      // The server of this data directory is found where it runs: its port is in its postmaster.pid, so a
+      // command needs EMBEDDED_PG_PORT only to start it. One given another port is a conflict, said so.
+      if (running !== undefined && running.port !== dev.port && env.EMBEDDED_PG_PORT !== undefined) {
         throw new Error(
-          `The embedded PostgreSQL in ${dev.dir} runs on port ${running.port}, not ${dev.port}: run this command with EMBEDDED_PG_PORT=${running.port}`,
+          `The embedded PostgreSQL in ${dev.dir} runs on port ${running.port}, not ${dev.port} (EMBEDDED_PG_PORT): leave EMBEDDED_PG_PORT unset or set it to ${running.port}`,
         );
       }
-      if (running !== undefined) return handle;
+      if (running !== undefined) return { url: devDatabaseUrl(running.port), embedded: true };
       await startDevDatabase(dev, options.signal);
       console.error(
         `Started the embedded PostgreSQL on 127.0.0.1:${dev.port} (data in ${dev.dir}); it keeps running for other commands: ${commandLine("db:stop")} stops it, ${commandLine("db:status")} shows it`,

@@ -16,6 +16,7 @@ export const LOOP_FLAGS = [
   "poll-ms",
   "backoff-base-ms",
   "backoff-cap-ms",
+  "heartbeat-ms",
 ] as const;
 /** The claim-loop settings by flag name (ms or counts, as each flag says), read from flags and env. */
 export type LoopSettings = Record<(typeof LOOP_FLAGS)[number], number>;
@@ -28,6 +29,7 @@ const DEFAULTS: LoopSettings = {
   "poll-ms": 5_000,
   "backoff-base-ms": 1_000,
   "backoff-cap-ms": 600_000,
+  "heartbeat-ms": 10_000,
 };
 
 /**

@@ -87,7 +87,25 @@ export function receiverApp(config: Config, db: Db, options: ReceiverOptions = {
           db,
           token: config.adminToken,
           readonly: config.adminReadonly,
-          endpoints: endpoints.map((e) => ({ provider: e.provider.name, name: e.name, handlers: e.handlers })),
+          endpoints: endpoints.map((e) => {
+            const stripe = e.route === "stripe";
+            const refetch = stripe && config.endpoints.some((s) => s.name === e.name && s.refetch === true);
+            return {
+              provider: e.provider.name,
+              name: e.name,
+              handlers: e.handlers,
+              mode: e.mode ?? "sync",
+              // Stripe's endpoints carry a mode (livemode); other providers have none, so no "other mode" there.
+              ...(stripe
+                ? { stripeMode: e.livemode === undefined ? ("both" as const) : e.livemode ? ("live" as const) : ("test" as const) }
+                : {}),
+              traits: [
+                ...(e.provider.name === "stripe-thin" ? ["thin"] : []),
+                ...(refetch ? ["refetch"] : []),
+                ...(e.connect ? ["connect"] : []),
+              ],
+            };
+          }),
           deliveryCounts: metrics.deliveryCounts,
           log: options.log,
         });

@@ -127,5 +127,6 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
       return { units: chunkClaims(rows, free, batch, alone), more };
     },
     work,
+    size: (unit) => unit.length,
   });
 }

@@ -3,6 +3,7 @@
 import { loadConfig } from "../../src/config.ts";
 import type { Db } from "../../src/db/db.ts";
 import { insertInbox } from "../../src/inbox/inbox.ts";
+import { fillInboxHours } from "../../src/inbox/hours.ts";
 import { handlerTables } from "../../src/receiver/endpoints.ts";
 import { receiverApp } from "../../src/runtime/receiver.ts";
 import { runWorker } from "../../src/worker/worker.ts";
@@ -22,14 +23,15 @@ export interface AdminServer {
   stop(): Promise<void>;
 }
 
-/** Starts a receiver with `ADMIN_TOKEN` set (and `ADMIN_READONLY=true` when `readonly`). */
-export async function startAdminServer(options: { readonly?: boolean } = {}): Promise<AdminServer> {
+/** Starts a receiver with `ADMIN_TOKEN` set (and `ADMIN_READONLY=true` when `readonly`), and any other settings in `env`. */
+export async function startAdminServer(options: { readonly?: boolean; env?: Record<string, string> } = {}): Promise<AdminServer> {
   const database = await freshDatabase();
   const config = loadConfig({
     DATABASE_URL: database.url,
     STRIPE_WEBHOOK_SECRET: SECRET,
     ADMIN_TOKEN,
     ADMIN_READONLY: options.readonly ? "true" : "false",
+    ...options.env,
   });
   const app = receiverApp(config, database.db, { log: () => {} });
   const server = Bun.serve({ port: 0, hostname: "127.0.0.1", fetch: (request) => app.fetch(request) });
@@ -135,5 +137,48 @@ export async function seedLastHour(db: Db, perMinute = 6): Promise<void> {
     insert into webhook_inbox_payloads (provider, endpoint, event_id, received_at, payload)
     select provider, endpoint, event_id, received_at, '{"id": "seed"}'::jsonb
       from r
+  `;
+}
+
+/**
+ * Thirty days of rows for the overview's day charts at `endpoint` (default billing): on each day before
+ * today `200 + 40 × (day % 7)` rows (ids `evt_day_<endpoint>_<day>_<n>`), one every 3 minutes from 00:30
+ * UTC, applied within 2 s; every 4th day 10 of them retried, every 5th day one parked; on day 20 (9 days
+ * ago) every row applied 5 hours late (a worker down all morning). Then the hourly rollup computed for all
+ * of them, as the scrapes and page loads since would have (each computes only a few hours).
+ */
+export async function seedThirtyDays(db: Db, endpoint = "billing", provider = "stripe"): Promise<void> {
+  await db`
+    with r as (
+      select ${provider}::text as provider, ${endpoint}::text as endpoint, 'evt_day_' || ${endpoint} || '_' || d || '_' || n as event_id, d, n,
+             date_trunc('day', now(), 'UTC') - (29 - d) * interval '1 day' + interval '30 minutes' + n * interval '3 minutes' as received_at,
+             n % 37 = 4 and d % 5 = 0 and n < 40 as parked,
+             n % 20 = 3 and d % 4 = 0 as retried
+        from generate_series(0, 28) as d, generate_series(1, 200 + 40 * (d % 7)) as n
+    )
+    insert into webhook_inbox (provider, endpoint, event_id, event_type, received_at, available_at, attempts, processed_at, outcome,
+                               needs_review_at, last_error)
+    select provider, endpoint, event_id, 'invoice.paid', received_at, received_at,
+           case when parked then 10 when retried then 3 else 1 end,
+           case when parked then null
+                when d = 20 then received_at + interval '5 hours'
+                else received_at + (n % 50) * interval '40 milliseconds' end,
+           case when parked then null else 'processed' end,
+           case when parked then received_at + interval '1 minute' end,
+           case when parked then 'Error: seeded failure' end
+      from r
+  `;
+  // Rows were put into past hours, which no delivery does (received_at is its transaction's start): page
+  // loads before this may have kept those hours without them, so every hour is computed again.
+  await db`delete from webhook_inbox_hours_filled`;
+  await fillInboxHours(db, { maxHours: 31 * 24 });
+}
+
+/** A heartbeat row as a worker or dispatcher writes it (loop/heartbeat.ts), its last beat `beatAgoSec` ago. */
+export async function heartbeatRow(db: Db, kind: "worker" | "dispatcher", host: string, beatAgoSec: number, detail = ""): Promise<void> {
+  await db`
+    insert into loop_heartbeats (id, kind, host, pid, detail, beat_every_ms, started_at, beat_at, last_claim_at, claimed)
+    values (${`${kind}-${host}`}, ${kind}, ${host}, 4242, ${detail}, 10000, now() - interval '1 hour', now() - ${beatAgoSec} * interval '1 second',
+            now() - ${beatAgoSec + 5} * interval '1 second', 17)
   `;
 }

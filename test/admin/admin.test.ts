@@ -2,13 +2,26 @@
 // headers, CSRF, read-only, escaping, the bulk confirmation's exactness.
 import { afterAll, beforeAll, describe, expect, test } from "bun:test";
 import { eventBody, invoice, lifecycle } from "../support/helpers.ts";
-import { ADMIN_TOKEN, basic, deliverLifecycle, parkRow, startAdminServer, stateOf, type AdminServer } from "./admin-server.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
+import { inboxRowFor } from "../support/helpers.ts";
+import {
+  ADMIN_TOKEN,
+  basic,
+  deliverLifecycle,
+  heartbeatRow,
+  parkRow,
+  seedThirtyDays,
+  startAdminServer,
+  stateOf,
+  type AdminServer,
+} from "./admin-server.ts";
 
 let server: AdminServer;
 let readonlyServer: AdminServer;
 
 beforeAll(async () => {
-  server = await startAdminServer();
+  // A GitHub endpoint beside Stripe's billing: a provider without modes.
+  server = await startAdminServer({ env: { WEBHOOK_ENDPOINTS: "github/repos", WEBHOOK_SECRET_GITHUB_REPOS: "github-secret-0123456789" } });
   readonlyServer = await startAdminServer({ readonly: true });
   await deliverLifecycle(server);
 });
@@ -294,5 +307,107 @@ describe("createAdmin()", () => {
     expect(text).not.toContain("<pre>");
     const withPayload = await (await get("/admin/events/evt_1SkB1cLgUG5tbmjc0paidxx?payload=1")).text();
     expect(withPayload).toContain("<pre>");
+  });
+
+  test("`createAdmin()` overview names each endpoint's mode, and shows the other-mode tile only where Stripe's modes exist", async () => {
+    const text = await (await get("/admin")).text();
+    expect(text).toMatch(/stripe \/ billing <span class="mode">sync · live and test<\/span>/);
+    expect(text).toMatch(/github \/ repos <span class="mode">sync<\/span>/);
+    const sections = text.split('<section class="endpoint">');
+    const billing = sections.find((x) => x.includes("stripe / billing"))!;
+    const github = sections.find((x) => x.includes("github / repos"))!;
+    expect(billing).toContain("ignored (other mode)");
+    expect(github).not.toContain("ignored (other mode)");
+  });
+
+  test("`createAdmin()` overview lists workers and dispatchers from their heartbeats, alive, dead or stopped, and warns when work waits for a kind none of which is alive", async () => {
+    await server.db`delete from loop_heartbeats`;
+    try {
+      // The lifecycle left its InvoicePaymentBooked messages pending, and no dispatcher runs.
+      const before = await (await get("/admin")).text();
+      expect(before).toContain("No worker or dispatcher has run in the last day.");
+      expect(before).toMatch(/No dispatcher is alive: \d+ outbox message\(s\) wait for one/);
+      await heartbeatRow(server.db, "worker", "worker-host", 2, "4 slot(s), batch 32");
+      await heartbeatRow(server.db, "dispatcher", "lost-host", 120, "sink https://sink.example, 4 slot(s)");
+      const text = await (await get("/admin")).text();
+      expect(text).toMatch(/<tr class="alive">\s*<td>worker<\/td>\s*<td class="state">alive<\/td>\s*<td>worker-host<\/td>/);
+      expect(text).toMatch(/<tr class="dead">\s*<td>dispatcher<\/td>\s*<td class="state">dead<\/td>\s*<td>lost-host<\/td>/);
+      expect(text).toContain("sink https://sink.example, 4 slot(s)");
+      expect(text).toMatch(/No dispatcher is alive/);
+      expect(text).toContain("Sinks of the live dispatchers: none (no dispatcher is alive)");
+    } finally {
+      await server.db`delete from loop_heartbeats`;
+    }
+  });
+
+  test("`createAdmin()` overview draws 30 days per endpoint: five charts of 30 bars, each titled with its day and figure", async () => {
+    await seedThirtyDays(server.db, "repos", "github");
+    const text = await (await get("/admin")).text();
+    const github = text.split('<section class="endpoint">').find((x) => x.includes("github / repos"))!;
+    for (const chart of ["received", "failed", "needs_review", "backlog", "latency"]) {
+      const figure = github.split(`<figure class="day-chart series-${chart}">`)[1]!.split("</figure>")[0]!;
+      expect(figure.match(/<rect\b/g)?.length).toBe(30);
+    }
+    const day = (back: number) => new Date(Date.now() - back * 86_400_000).toISOString().slice(0, 10);
+    // Day 20 of the seed (9 days ago): 440 rows, one every 3 minutes, each applied 5 hours late (but the one parked):
+    // at an hour's end the 100 of the 5 hours before wait, with the parked rows of days 0, 5, 10, 15 and 20.
+    expect(github).toContain(`<title>${day(9)}: 440 received</title>`);
+    expect(github).toContain(`<title>${day(9)}: p95 5.0 h (worst hour), max 5.0 h</title>`);
+    expect(github).toContain(`<title>${day(9)}: at most 105 unsettled at an hour&#39;s end</title>`);
+    // Day 25 (4 days ago): one parked; day 24 (5 days ago): 320 rows, every 20th retried.
+    expect(github).toContain(`<title>${day(4)}: 1 needed review</title>`);
+    expect(github).toContain(`<title>${day(5)}: 16 failed at least once</title>`);
+    expect(github).toContain(`<title>${day(0)}: 0 received</title>`);
+  });
+
+  test("`createAdmin()` outbox page lists unpublished messages with their account; a parked one is requeued by its button, once", async () => {
+    await server.db`
+      insert into outbox (aggregate_type, aggregate_id, event_type, payload, account, needs_review_at, last_error, attempts)
+      values ('invoice', 'in_outbox_parked', 'InvoicePaymentBooked', '{"event_id": "evt_outbox_parked"}', 'acct_1Q', now(), 'HTTP 500 from the sink', 10)
+    `;
+    const [parked] = await server.db<{ id: string }[]>`select id::text as id from outbox where aggregate_id = 'in_outbox_parked'`;
+    const list = await (await get("/admin/outbox?state=needs_review")).text();
+    expect(list).toMatch(
+      new RegExp(
+        `<td class="n">${parked!.id}</td>\\s*<td>InvoicePaymentBooked</td>\\s*<td>invoice in_outbox_parked</td>\\s*<td>acct_1Q</td>`,
+      ),
+    );
+    expect(list).toContain("HTTP 500 from the sink");
+    expect(list).toContain(`action="/admin/outbox/${parked!.id}/requeue"`);
+    const all = await (await get("/admin/outbox")).text();
+    expect(all.match(/<tr class="pending">/g)?.length).toBeGreaterThan(0);
+    const fields = await csrfOf("/admin/outbox?state=needs_review");
+    const first = await post(`/admin/outbox/${parked!.id}/requeue`, fields);
+    expect(first.status).toBe(200);
+    expect(await first.text()).toContain(`Requeued outbox message ${parked!.id}`);
+    const [after] = await server.db<{ needs_review_at: Date | null; attempts: number }[]>`
+      select needs_review_at, attempts from outbox where id = ${parked!.id}
+    `;
+    expect(after).toEqual({ needs_review_at: null, attempts: 0 });
+    expect((await post(`/admin/outbox/${parked!.id}/requeue`, fields)).status).toBe(409);
+    expect((await post(`/admin/outbox/99999999999999999999/requeue`, fields)).status).toBe(404);
+    const readonly = await post(`/admin/outbox/${parked!.id}/requeue`, fields, {}, readonlyServer);
+    expect(readonly.status).toBe(403);
+  });
+
+  test("`createAdmin()` events show each event's account and filter by it (platform: the platform's own); the event page names it", async () => {
+    for (const [id, account] of [
+      ["evt_acct_a", "acct_1A"],
+      ["evt_acct_b", "acct_1B"],
+    ] as const)
+      await insertInbox(server.db, [
+        inboxRowFor(
+          { provider: "stripe", endpoint: "billing", eventId: id },
+          { type: "invoice.accounted", payload: eventBody(id, "invoice.accounted", invoice()), account, settled: "ignored" },
+        ),
+      ]);
+    const a = await (await get("/admin/events?type=invoice.accounted&account=acct_1A")).text();
+    expect(a).toContain("evt_acct_a");
+    expect(a).not.toContain("evt_acct_b");
+    expect(a).toMatch(/<td class="account">acct_1A<\/td>/);
+    const platform = await (await get("/admin/events?account=platform&id=evt_1SkB1cLgUG5tbmjc0paidxx")).text();
+    expect(platform).toMatch(/<td class="account">platform<\/td>/);
+    expect(await (await get("/admin/events?account=platform&type=invoice.accounted")).text()).toContain("No rows match.");
+    expect(await (await get("/admin/events/evt_acct_b")).text()).toMatch(/<th>account<\/th>\s*<td class="account">acct_1B<\/td>/);
   });
 });

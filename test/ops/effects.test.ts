@@ -5,7 +5,8 @@ import { activityPerMinute } from "../../src/ops/activity.ts";
 import { eventEffects } from "../../src/ops/effects.ts";
 import { recordIgnoredMode, receiveSync } from "../../src/receiver/receive.ts";
 import { handlersFor } from "../../src/receiver/endpoints.ts";
-import { eventBody, freshDatabase, invoice, lifecycle, verified } from "../support/helpers.ts";
+import { insertInbox } from "../../src/inbox/inbox.ts";
+import { eventBody, freshDatabase, inboxRowFor, invoice, lifecycle, verified } from "../support/helpers.ts";
 
 let database: Awaited<ReturnType<typeof freshDatabase>>;
 let db: Db;
@@ -34,6 +35,21 @@ test("`eventEffects()` names the invoice of an event that booked nothing, and no
   expect(created.ledgerEntries).toEqual([]);
   expect(created.invoices).toHaveLength(1);
   expect(await eventEffects(db, "evt_unknown")).toEqual({ invoices: [], ledgerEntries: [], outbox: [] });
+});
+
+test("`eventEffects()` of a connected account's event names its account's invoice only, not another account's of the same id", async () => {
+  // One invoice id under two connected accounts (fresh-user trial N4): two invoices.
+  await db`
+    insert into invoices (account, id, customer_id, status, currency, amount_due, amount_paid)
+    values ('acct_1Z', 'in_conn_same', 'cus_z', 'paid', 'usd', 2000, 2000), ('acct_1Y', 'in_conn_same', 'cus_y', 'paid', 'usd', 7777, 7777)
+  `;
+  const body = eventBody("evt_conn_z", "invoice.paid", invoice({ id: "in_conn_same", customer: "cus_z" }));
+  const key = { provider: "stripe", endpoint: "connect", eventId: "evt_conn_z" };
+  await insertInbox(db, [inboxRowFor(key, { type: "invoice.paid", payload: body, account: "acct_1Z", settled: "processed" })]);
+  const effects = await eventEffects(db, "evt_conn_z");
+  expect(effects.invoices.map((i) => [i.account, i.id, i.customerId, i.amountPaid])).toEqual([
+    ["acct_1Z", "in_conn_same", "cus_z", "2000"],
+  ]);
 });
 
 test("`activityPerMinute()` counts this hour's rows per minute by state, events of the other mode (`ignored_mode`) included", async () => {

@@ -278,7 +278,9 @@ describe("inbox CLI", () => {
         [["requeue", "evt_cli_x", "--dry-run"], 'requeue takes no arguments, got "evt_cli_x" (an event id goes in --id evt_cli_x)'],
         [["requeue", "--limit", "1"], "requeue does not take --limit"],
         [["resolve", "--unprocessed", "--id", "evt_cli_x", "--note", "n"], "resolve does not take --unprocessed"],
-        [["show"], "show takes exactly 1 argument(s), got 0"],
+        [["show"], "show needs the event: --id evt_…"],
+        [["replay", "evt_cli_x", "--id", "evt_cli_x"], 'replay takes the event id once: --id evt_cli_x or "evt_cli_x", not both'],
+        [["show", "evt_cli_x", "evt_cli_y"], "show takes at most 1 argument(s), got 2"],
       ] as [string[], string][]) {
         const run = await inbox(args);
         expect({ args, code: run.code, stderr: run.stderr.split("\n")[0] }).toEqual({ args, code: 2, stderr: message });
@@ -316,9 +318,9 @@ describe("inbox CLI", () => {
       // Without --json: a table of the rows, then each payload whole (the invoice inside data.object, not "[Object ...]").
       const table = await inbox(["show", e.eventId]);
       expect(table.code).toBe(0);
-      expect(table.stdout).toMatch(/│ +│ event_id +│ endpoint +│ type +│ state +│/);
-      expect(table.stdout).toMatch(/│ billing +│ invoice\.paid +│ processed +│/);
-      expect(table.stdout).toMatch(/│ payments +│ invoice\.paid +│ unprocessed +│/);
+      expect(table.stdout).toMatch(/│ +│ event_id +│ endpoint +│ account +│ type +│ state +│/);
+      expect(table.stdout).toMatch(/│ billing +│ platform +│ invoice\.paid +│ processed +│/);
+      expect(table.stdout).toMatch(/│ payments +│ platform +│ invoice\.paid +│ unprocessed +│/);
       expect(table.stdout).not.toContain("cus_payload_marker");
       const text = await inbox(["show", e.eventId, "--payload"]);
       expect(text.stdout).toMatch(/│ +│ event_id +│/);
@@ -426,6 +428,60 @@ describe("inbox CLI", () => {
       expect(unknown.code).toBe(1);
       expect(unknown.stderr).toContain("Cannot replay evt_cli_unknown: no inbox row");
       expect(await count(db, "ledger_entries")).toBe(1);
+    },
+    WAITS,
+  );
+
+  test(
+    "every command names an event by --id (show and replay also by their one argument); --account narrows list, requeue and resolve to a connected account",
+    async () => {
+      const paid = await processed();
+      expect(await inboxJson<EventSummary[]>(["show", "--id", paid.eventId])).toEqual(
+        await inboxJson<EventSummary[]>(["show", paid.eventId]),
+      );
+      expect(await inboxJson<ReplayResult>(["replay", "--id", paid.eventId])).toMatchObject({ handled: true, inserted: 0 });
+      // Three parked rows: two of acct_1A, one of the platform.
+      const parked: string[] = [];
+      for (const account of ["acct_1A", "acct_1A", ""]) {
+        const e = event();
+        const key = { provider: "stripe", endpoint: "billing", eventId: e.eventId };
+        const failed = { error: "Error: boom", parked: true, backoff: BACKOFF };
+        const row = { key, type: "invoice.paid", payload: e.body, rawBody: null, replaced: null, source: "webhook" as const };
+        await insertInbox(db, [{ ...row, createdAtSec: null, account, livemode: false, settled: null, failed, traceparent: null }]);
+        parked.push(e.eventId);
+      }
+      const [first, second, own] = parked as [string, string, string];
+      const listed = await inboxJson<EventSummary[]>(["list", "--needs-review", "--account", "acct_1A"]);
+      expect(listed.map((r) => [r.eventId, r.account]).sort()).toEqual([
+        [first, "acct_1A"],
+        [second, "acct_1A"],
+      ]);
+      expect((await inboxJson<EventSummary[]>(["list", "--needs-review", "--account", "platform"])).map((r) => r.eventId)).toEqual([own]);
+      const table = await inbox(["list", "--needs-review"]);
+      expect(table.stdout).toMatch(/│ billing +│ acct_1A +│ invoice\.paid +│ needs_review +│/);
+      const requeued = await inboxJson<RequeueResult>(["requeue", "--account", "acct_1A"]);
+      expect(requeued.rows.map((r) => r.eventId).sort()).toEqual([first, second].sort());
+      expect((await inboxJson<EventSummary[]>(["list", "--needs-review"])).map((r) => r.eventId)).toEqual([own]);
+      const resolved = await inboxJson<{ rows: { eventId: string }[] }>([
+        "resolve",
+        "--account",
+        "acct_1A",
+        "--type",
+        "invoice.paid",
+        "--note",
+        "n",
+      ]);
+      expect(resolved.rows).toEqual([]); // acct_1A has no needs-review row left
+      const closed = await inboxJson<{ rows: { eventId: string }[] }>([
+        "resolve",
+        "--account",
+        "platform",
+        "--type",
+        "invoice.paid",
+        "--note",
+        "refunded by hand",
+      ]);
+      expect(closed.rows.map((r) => r.eventId)).toEqual([own]);
     },
     WAITS,
   );
@@ -578,6 +634,7 @@ describe("inbox CLI", () => {
           backfillRequests: [],
           windowSec: 3_600,
           arrivals: [],
+          processes: [],
         });
       } finally {
         await behind.drop();

@@ -255,6 +255,7 @@ describe("listEvents()", () => {
     const list = await listEvents(db, {});
     expect(ids(list)).toEqual(ids(s.newestFirst));
     const summaryKeys = [
+      "account",
       "attempts",
       "availableAt",
       "endpoint",

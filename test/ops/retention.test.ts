@@ -12,7 +12,8 @@ import { paddleProvider } from "../../src/providers/paddle.ts";
 import { stripeApiEvent } from "../../src/providers/stripe.ts";
 import { createApp } from "../../src/receiver/app.ts";
 import { receiveAsync, receiveSync } from "../../src/receiver/receive.ts";
-import { backdateInbox, count, eventBody, FIXTURES_DIR, freshDatabase, inboxRowsOf } from "../support/helpers.ts";
+import { stripeHandlers } from "../../src/handlers/stripe-money.ts";
+import { backdateInbox, count, eventBody, FIXTURES_DIR, freshDatabase, inboxRowsOf, readFixtures, verified } from "../support/helpers.ts";
 import { workOff } from "../support/work.ts";
 import { fakeWith, runBackfill } from "../reconcile/backfill-support.ts";
 
@@ -69,6 +70,22 @@ test("`purge()` measures a key's age from its arrival (received_at), not from th
   expect(await purge(db, {})).toMatchObject({ deleted: 0 });
   await backdateInbox(db, "evt_by_received", 32 * DAY_MS);
   expect(await purge(db, {})).toMatchObject({ deleted: 1 });
+});
+
+test("the README walkthrough's fixtures (events dated a year before), delivered now, lose nothing to the default purge: keys and payloads stay 31 days from delivery", async () => {
+  const target = { provider: "stripe", endpoint: "billing", handlers: stripeHandlers };
+  const fixtures = [...readFixtures("stripe/invoice-lifecycle"), ...readFixtures("stripe/money-out")];
+  const created = fixtures.map((f) => (JSON.parse(f.body) as { created: number }).created);
+  expect(Math.max(...created)).toBeLessThan(NOW_SEC - 300 * 86_400); // the walkthrough's events are old
+  for (const f of fixtures) await receiveSync(db, target, verified(f.body));
+  const rows = await count(db, "webhook_inbox");
+  expect(rows).toBe(fixtures.length);
+  const dry = await purge(db, { dryRun: true });
+  expect(dry).toMatchObject({ deleted: 0, payloadsDropped: 0, partitionsDropped: [] });
+  expect(await purge(db, {})).toMatchObject({ deleted: 0, payloadsDropped: 0 });
+  expect(await count(db, "webhook_inbox_payloads")).toBe(rows);
+  // Delivered again, each is still a duplicate: nothing is applied twice.
+  for (const f of fixtures) expect(await receiveSync(db, target, verified(f.body))).toBe("duplicate");
 });
 
 /** Paddle's 02-transaction.completed fixture, signed as Paddle signs it, posted to a sync Paddle endpoint. */

@@ -10,7 +10,7 @@ import { claimOutboxBatch, type OutboxClaimOptions, type OutboxMessage } from ".
 import { markPublished, recordDeliveryFailure, type SendFn } from "../../src/outbox/deliver-claimed.ts";
 import { OUTBOX_CHANNEL, runDispatcher, type DispatcherOptions } from "../../src/outbox/dispatcher.ts";
 import { handlerSink } from "../../src/outbox/handler-sink.ts";
-import { requeueOutbox } from "../../src/outbox/requeue.ts";
+import { requeueOutbox } from "../../src/ops/outbox.ts";
 import { receiveSync } from "../../src/receiver/receive.ts";
 import { closeAll, connections, count, eventBody, freshDatabase, invoice, verified } from "../support/helpers.ts";
 import { waitUntil } from "../support/wait-until.ts";

@@ -9,6 +9,7 @@ import { stripeEndpoints } from "../../src/receiver/endpoints.ts";
 import { billingHandlers } from "../../src/handlers/billing.ts";
 import { receiveAsync, type ReceiveTarget } from "../../src/receiver/receive.ts";
 import { insertInbox } from "../../src/inbox/inbox.ts";
+import { fillInboxHours } from "../../src/inbox/hours.ts";
 import {
   backdateInbox,
   closeAll,
@@ -28,7 +29,8 @@ const fresh = await freshDatabase();
 const db = fresh.db;
 afterAll(() => fresh.drop());
 beforeEach(async () => {
-  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices`;
+  await db`truncate webhook_inbox, webhook_inbox_payloads, outbox, ledger_entries, invoices, loop_heartbeats, reconcile_runs,
+                    webhook_inbox_hours, webhook_inbox_hours_filled`;
 });
 
 const BASE = "http://receiver.test";
@@ -150,6 +152,12 @@ describe("GET /metrics", () => {
       webhook_outbox_pending: "GAUGE",
       webhook_outbox_oldest_pending_age_seconds: "GAUGE",
       webhook_outbox_needs_review: "GAUGE",
+      webhook_processes_alive: "GAUGE",
+      webhook_inbox_last_received_age_seconds: "GAUGE",
+      webhook_inbox_longest_gap_seconds: "GAUGE",
+      webhook_reconcile_drifted: "GAUGE",
+      webhook_reconcile_repaired: "GAUGE",
+      webhook_reconcile_last_run_age_seconds: "GAUGE",
     });
     for (const f of families) expect(f.help.length).toBeGreaterThan(0);
     for (const f of families.filter((x) => x.type !== "HISTOGRAM")) {
@@ -423,6 +431,58 @@ describe("GET /metrics", () => {
       await closeAll([locker, probes]);
     }
   }, 30_000);
+
+  test("health gauges: live workers and dispatchers by kind, each endpoint's silence and longest gap of 7 days, the latest reconciliation's drift", async () => {
+    await db`
+      insert into loop_heartbeats (id, kind, host, pid, beat_every_ms, beat_at, stopped_at)
+      values ('w1', 'worker', 'a', 1, 10000, now(), null),
+             ('w2', 'worker', 'b', 2, 10000, now() - interval '5 minutes', null),
+             ('d1', 'dispatcher', 'c', 3, 10000, now(), now())
+    `;
+    await db`
+      insert into reconcile_runs (kind, account, since, checked, drifted, repaired)
+      values ('invoices', '', now() - interval '30 days', 40, 3, 2), ('invoices', 'acct_1', now() - interval '30 days', 5, 1, 0),
+             ('refunds', '', now() - interval '30 days', 9, 0, 0)
+    `;
+    // billing: an event every 10 minutes for 3 days, the last 2 hours ago; payments: never; an unconfigured endpoint: an hour ago.
+    await db`
+      insert into webhook_inbox (provider, endpoint, event_id, event_type, received_at, processed_at, outcome)
+      select 'stripe', 'billing', 'evt_gap_' || n, 'invoice.paid', t, t, 'processed'
+        from generate_series(0, 431) n, lateral (select now() - interval '2 hours' - n * interval '10 minutes' as t) x
+      union all
+      select 'stripe', 'elsewhere', 'evt_gap_other', 'invoice.paid', now() - interval '1 hour', now(), 'processed'
+    `;
+    const app = makeApp();
+    // Each scrape computes one closed hour of the rollup, newest first.
+    const filled = async () => (await db<{ n: number }[]>`select count(*)::int as n from webhook_inbox_hours_filled`)[0]!.n;
+    await scrape(app);
+    expect(await filled()).toBe(1);
+    await scrape(app);
+    expect(await filled()).toBe(2);
+    await fillInboxHours(db, { maxHours: 1000 }); // what the operator's page and earlier scrapes did
+    const { families } = await scrape(app);
+    expect(samples(families, "webhook_processes_alive")).toEqual([
+      { labels: { kind: "worker" }, value: 1 },
+      { labels: { kind: "dispatcher" }, value: 0 },
+    ]);
+    const silence = samples(families, "webhook_inbox_last_received_age_seconds");
+    expect(silence.map((s) => s.labels)).toEqual([{ provider: "stripe", endpoint: "billing" }]);
+    expect(silence[0]!.value).toBeGreaterThanOrEqual(7200);
+    expect(silence[0]!.value).toBeLessThan(7200 + 60);
+    expect(samples(families, "webhook_inbox_longest_gap_seconds")).toEqual([
+      { labels: { provider: "stripe", endpoint: "billing" }, value: 600 },
+    ]);
+    // What WebhookProviderSilent compares: this silence is longer than any gap of the week.
+    expect(silence[0]!.value).toBeGreaterThan(
+      valueOf(families, "webhook_inbox_longest_gap_seconds", { provider: "stripe", endpoint: "billing" }),
+    );
+    expect(samples(families, "webhook_reconcile_drifted")).toEqual([
+      { labels: { kind: "invoices" }, value: 4 },
+      { labels: { kind: "refunds" }, value: 0 },
+    ]);
+    expect(valueOf(families, "webhook_reconcile_repaired", { kind: "invoices" })).toBe(2);
+    expect(valueOf(families, "webhook_reconcile_last_run_age_seconds", { kind: "refunds" })).toBeLessThan(60);
+  });
 
   test("with an unreachable database `/metrics` still answers 200 with `webhook_inbox_backlog_up 0` and no backlog gauges", async () => {
     const down = connect("postgres://postgres:postgres@127.0.0.1:1/x", { connectTimeoutSec: 1 });

@@ -29,7 +29,7 @@ afterAll(async () => {
   await fresh.drop();
 });
 beforeEach(async () => {
-  await db`truncate webhook_inbox, outbox, ledger_entries, invoices`;
+  await db`truncate webhook_inbox, outbox, ledger_entries, invoices, reconcile_runs`;
   store.objects.clear();
   store.requests.length = 0;
   store.faults.length = 0;
@@ -106,6 +106,13 @@ async function everyClass() {
   inStripe("in_old", { status: "paid", amount_paid: 2000 }, 40 * 86_400);
 }
 
+/** The runs recorded for /metrics (sql/0029 reconcile_runs): kind, account, checked, drifted, repaired. */
+async function runs() {
+  return db<{ kind: string; account: string; checked: number; drifted: number; repaired: number }[]>`
+    select kind, account, checked, drifted, repaired from reconcile_runs order by kind, account
+  `;
+}
+
 const CLASSES: Record<string, DriftClass> = {
   in_missing: "missing_locally",
   in_behind: "status_behind",
@@ -120,7 +127,7 @@ const CLASSES: Record<string, DriftClass> = {
 const REPAIRABLE = ["in_missing", "in_behind", "in_paymiss"];
 
 describe("reconcile invoices", () => {
-  test("`reconcileInvoicesCommand()` finds each drift class, prints it in --json, writes nothing and exits 1", async () => {
+  test("`reconcileInvoicesCommand()` finds each drift class, prints it in --json, writes nothing but its run (for /metrics) and exits 1", async () => {
     await everyClass();
     const before = await snapshot();
     const run = await reconcile(["--json"]);
@@ -129,6 +136,10 @@ describe("reconcile invoices", () => {
     expect(report.checked).toBe(10); // in_old is outside the 30-day window
     expect(Object.fromEntries(report.drift.map((d) => [d.id, d.drift]))).toEqual(CLASSES);
     expect(Object.values(report.byClass).every((n) => n === 1)).toBe(true);
+    // The run is kept for /metrics (alert WebhookReconcileDrift), its drift by class.
+    expect([...(await runs())]).toEqual([{ kind: "invoices", account: "", checked: 10, drifted: 9, repaired: 0 }]);
+    const [byClass] = await db<{ by_class: Record<string, number> }[]>`select by_class from reconcile_runs`;
+    expect(byClass?.by_class).toEqual(Object.fromEntries(Object.values(CLASSES).map((c) => [c, 1])));
     expect(
       report.drift
         .filter((d) => d.repairable)
@@ -157,6 +168,7 @@ describe("reconcile invoices", () => {
     expect(repairs.in_missing).toEqual({ key: "reconcile:in_missing:paid:2000", outcome: "would_repair" });
     expect(repairs.in_void).toEqual({ key: "reconcile:in_void:void:0:booked_but_void", outcome: "would_park" });
     expect(await snapshot()).toEqual(before);
+    expect([...(await runs())]).toEqual([]); // a dry run writes nothing, not even its run
   });
 
   test("`reconcileInvoicesCommand()` --repair repairs each repairable class once, parks the rest, and a second run writes nothing", async () => {
@@ -165,6 +177,7 @@ describe("reconcile invoices", () => {
     expect(first.code).toBe(1);
     const outcomes = Object.fromEntries(first.json().drift.map((d) => [d.id, d.repair?.outcome]));
     for (const id of Object.keys(CLASSES)) expect(outcomes[id]).toBe(REPAIRABLE.includes(id) ? "repaired" : "needs_review");
+    expect([...(await runs())]).toEqual([{ kind: "invoices", account: "", checked: 10, drifted: 9, repaired: 3 }]);
 
     const after = await snapshot();
     expect(after.invoices.filter((i) => REPAIRABLE.includes(i.id))).toEqual([
@@ -219,6 +232,7 @@ describe("reconcile invoices", () => {
     );
     expect(left.every((d) => d.repair?.outcome === "duplicate")).toBe(true);
     expect(await snapshot()).toEqual(after);
+    expect([...(await runs())]).toEqual([{ kind: "invoices", account: "", checked: 10, drifted: 6, repaired: 0 }]);
   });
 
   test("`reconcileInvoicesCommand()` exits 0 and prints no drift when every invoice matches", async () => {
@@ -231,6 +245,7 @@ describe("reconcile invoices", () => {
     expect(run.text).toContain("Checked 2 Stripe invoices");
     expect(run.text).toContain("no drift");
     expect((await snapshot()).inbox.length).toBe(0);
+    expect([...(await runs())]).toEqual([{ kind: "invoices", account: "", checked: 2, drifted: 0, repaired: 0 }]);
   });
 
   test("`reconcileInvoicesCommand()` --repair resolves the invoice's needs-review rows it settles, with a note naming the repair", async () => {

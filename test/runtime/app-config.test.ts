@@ -126,7 +126,7 @@ test("`webhook-inbox migrate --config` applies the package's migrations and then
     });
   const first = cli("migrate", "--config", join(dir, "webhook-inbox.config.ts"));
   expect(first.stderr).toBe("");
-  expect(first.stdout).toContain("0028_outbox_message_unique.sql, app/0001_customers.sql");
+  expect(first.stdout).toContain(`${loadMigrations().at(-1)!.name}, app/0001_customers.sql`);
   expect(cli("--config", join(dir, "webhook-inbox.config.ts"), "migrate").stdout.trim()).toBe("Nothing to apply: the schema is current");
   expect(await fresh.db`select version, name from app_schema_migrations`).toEqual([{ version: 1, name: "0001_customers.sql" }] as never);
   const [pkg] = await fresh.db<{ n: number }[]>`select count(*)::int as n from schema_migrations`;

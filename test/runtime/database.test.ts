@@ -67,7 +67,7 @@ test("`openDatabase()` called twice at once on a new data directory starts one s
   }
 }, 120_000);
 
-test("`openDatabase()` with another EMBEDDED_PG_PORT than the running embedded server's names the port to use, and starts nothing", async () => {
+test("`openDatabase()` with another EMBEDDED_PG_PORT than the running embedded server's names the port to use and starts nothing; without one it uses the running server's", async () => {
   const dir = await temporaryDataDir("webhook-inbox-other-port-");
   const port = await freePort();
   const first = await openDatabase({ EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(port) });
@@ -76,10 +76,14 @@ test("`openDatabase()` with another EMBEDDED_PG_PORT than the running embedded s
     const error = await openDatabase({ EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(other) }).catch((err: unknown) => err as Error);
     expect(error).toBeInstanceOf(Error);
     expect((error as Error).message).toStartWith(`The embedded PostgreSQL in ${dir} runs on port ${port}, not ${other}`);
-    expect((error as Error).message).toEndWith(`run this command with EMBEDDED_PG_PORT=${port}`);
+    expect((error as Error).message).toEndWith(`leave EMBEDDED_PG_PORT unset or set it to ${port}`);
     // The first server still answers: nothing was started or stopped on the directory.
     const again = await openDatabase({ EMBEDDED_PG_DIR: dir, EMBEDDED_PG_PORT: String(port) });
     expect(again.url).toBe(first.url);
+    // Without EMBEDDED_PG_PORT the running server is found on its own port, not the default 54329.
+    const found = await openDatabase({ EMBEDDED_PG_DIR: dir });
+    expect(found).toEqual({ url: first.url, embedded: true });
+    expect(first.url).toContain(`127.0.0.1:${port}/`);
   } finally {
     await stopDevDatabase(dir);
     await rm(dirname(dir), { recursive: true, force: true });

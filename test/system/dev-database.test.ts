@@ -87,6 +87,32 @@ test("a worker that started the database and then stopped, and a serve SIGKILLed
   expect(await next.child.exited).toBe(0);
 }, 120_000);
 
+test("commands after the first find the running server's port without EMBEDDED_PG_PORT: `inbox migrate` and `inbox status` on a server started on another port than 54329", async () => {
+  const { dir, env } = await newCheckout();
+  const db = spawnBun(["src/bin/db.ts", "start"], env, tracked);
+  expect(await db.child.exited).toBe(0);
+  const { EMBEDDED_PG_PORT: port, ...withoutPort } = env;
+  expect(runningPostmaster(dir)?.port).toBe(Number(port));
+  const inbox = async (...args: string[]) => {
+    const run = spawnBun(["src/bin/inbox.ts", ...args], withoutPort, tracked);
+    const code = await run.child.exited;
+    await run.stdoutDone;
+    return { code, out: run.lines.join("\n"), err: await run.stderr };
+  };
+  const migrated = await inbox("migrate");
+  expect({ code: migrated.code, err: migrated.err }).toEqual({ code: 0, err: "" });
+  expect(migrated.out).toContain("Applied 0001_inbox.sql");
+  const status = await inbox("status", "--json");
+  expect(status.code).toBe(0);
+  expect(JSON.parse(status.out)).toMatchObject({ backlog: [], processes: [] });
+  // One given another port is still refused, naming the one to use.
+  const other = spawnBun(["src/bin/inbox.ts", "status"], { ...env, EMBEDDED_PG_PORT: String(Number(port) + 1) }, tracked);
+  expect(await other.child.exited).toBe(1);
+  expect(await other.stderr).toContain(
+    `runs on port ${port}, not ${Number(port) + 1} (EMBEDDED_PG_PORT): leave EMBEDDED_PG_PORT unset or set it to ${port}`,
+  );
+}, 120_000);
+
 test("`db:status`, `db:start`, `db:stop` and `db:reset` report, start, stop and delete the development database", async () => {
   const { dir, env } = await newCheckout();
   const db = async (command: string, ...args: string[]) => {

@@ -146,6 +146,20 @@ test("`bun run worker` whose database stops answering mid-query gives up on the 
       tracked,
     );
     await waitForLine(worker, '{"worker":"started"', 30_000);
+    // Its claims running on a connection already open (seen past the gate): the worker's first claim and
+    // its first heartbeat start together and one of them opens a second connection; frozen during that
+    // connect, a claim would fail as a connect timeout instead of being sent and never answered.
+    await waitUntil(
+      "the worker claiming on an open connection",
+      async () =>
+        (
+          await database.db`
+            select 1 from pg_stat_activity
+             where application_name = 'webhook-inbox worker' and query like '%with picked as%'
+          `
+        ).length > 0,
+      { timeoutMs: 15_000 },
+    );
     gate.freeze(); // the next claim is sent and never answered
     await Bun.sleep(300);
     const signalledAt = Date.now();
