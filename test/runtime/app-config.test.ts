@@ -64,6 +64,18 @@ test("`defineConfig()` refuses a misspelt provider and a misspelt setting, a sec
     expect({ name, known: isKnownSetting(name) }).toEqual({ name, known: true });
 });
 
+test("every variable the product reads (`env.NAME` in src/ outside src/dev) is a setting `defineConfig()` knows, or a secret", () => {
+  const files = (dir: string): string[] =>
+    readdirSync(join(ROOT, dir), { withFileTypes: true }).flatMap((e) =>
+      e.isDirectory() ? (e.name === "dev" ? [] : files(join(dir, e.name))) : e.name.endsWith(".ts") ? [join(dir, e.name)] : [],
+    );
+  const read = new Set(
+    files("src").flatMap((f) => [...readFileSync(join(ROOT, f), "utf8").matchAll(/\benv\??\.([A-Z][A-Z0-9_]+)/g)].map((m) => m[1]!)),
+  );
+  expect(read.size).toBeGreaterThan(20);
+  expect([...read].filter((name) => !isKnownSetting(name) && !/SECRET|TOKEN|PASSWORD|API_KEY|^DATABASE_URL$/.test(name))).toEqual([]);
+});
+
 test("every setting `defineConfig()` knows is documented, and every variable docs/configuration.md lists is known or a secret", () => {
   const docs = readdirSync(join(ROOT, "docs"))
     .filter((f) => f.endsWith(".md"))
