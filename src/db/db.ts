@@ -26,6 +26,8 @@ export const SQLSTATE = {
   tooManyConnections: "53300",
   untranslatableCharacter: "22P05",
   undefinedTable: "42P01",
+  /** "cannot execute … in a read-only transaction": the server is a standby (or about to stop being one). */
+  readOnlyTransaction: "25006",
   /** "prepared statement … does not exist": a statement cached on another server connection (transaction pooler). */
   invalidSqlStatementName: "26000",
 } as const;
@@ -223,12 +225,21 @@ export function sqlState(err: unknown): string | undefined {
 
 /**
  * True when the error means the database could not be reached or dropped the connection
- * (network errors from postgres.js, server shutdown, too many connections). Such failures are
+ * (network errors from postgres.js, server shutdown, too many connections), or the server reached is
+ * not a primary (25006, a write refused by a standby: behind HAProxy, Patroni's `GET /primary` answers
+ * 200 from the moment a node takes the leader key, a moment before its PostgreSQL finishes promoting),
+ * or a call was given up (QUERY_STUCK, COMMIT_UNCONFIRMED, COMMIT_NOT_REPLICATED). Such failures are
  * transient: the right answer is 503 and a retry, never a 4xx.
  */
 export function isDatabaseUnavailable(err: unknown): boolean {
   const state = sqlState(err);
-  if (state) return (state.startsWith("08") && !isStartupRefusal(err)) || state.startsWith("57P") || state === SQLSTATE.tooManyConnections;
+  if (state)
+    return (
+      (state.startsWith("08") && !isStartupRefusal(err)) ||
+      state.startsWith("57P") ||
+      state === SQLSTATE.tooManyConnections ||
+      state === SQLSTATE.readOnlyTransaction
+    );
   const code = (err as { code?: unknown } | null)?.code;
   return (
     typeof code === "string" &&
