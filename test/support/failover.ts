@@ -51,16 +51,20 @@ export async function deliver(url: string, body: string, secret: string, timeout
  */
 export function startSink() {
   const ids: string[] = [];
+  /** The first body seen for each id (for a failure message about an id the outbox does not hold). */
+  const bodies = new Map<string, string>();
   const server = Bun.serve({
     hostname: "127.0.0.1",
     port: 0,
     async fetch(request) {
-      await request.arrayBuffer();
-      ids.push(request.headers.get("webhook-id") ?? "(none)");
+      const body = await request.text();
+      const id = request.headers.get("webhook-id") ?? "(none)";
+      ids.push(id);
+      if (!bodies.has(id)) bodies.set(id, body.slice(0, 400));
       return new Response(null, { status: 204 });
     },
   });
-  return { ids, url: `http://127.0.0.1:${server.port}/hooks`, stop: () => server.stop(true) };
+  return { ids, bodies, url: `http://127.0.0.1:${server.port}/hooks`, stop: () => server.stop(true) };
 }
 
 /**
@@ -82,14 +86,17 @@ export async function sinkReport(db: Db, sinkIds: readonly string[]) {
 
 /**
  * What the answers of deliveries around a fault at `faultAt` (ms since the epoch) say: `recoverMs`, from the
- * fault to the first 2xx of a delivery sent after it (undefined: none yet); the 503s answered after the
- * fault; and every other failure after it (another status, or no answer).
+ * fault to the first 2xx of a delivery sent after the first failed answer that followed it (0: no delivery
+ * failed; undefined: none succeeded since; a commit in flight when the fault struck may still be answered
+ * 2xx a moment after it, so the first 2xx after the fault alone would say nothing); the 503s answered
+ * after the fault; and every other failure after it (another status, or no answer).
  */
 export function recovery(answers: readonly Answer[], faultAt: number) {
   const after = answers.filter((a) => a.at > faultAt);
-  const firstOk = Math.min(...answers.filter((a) => a.sentAt > faultAt && acknowledged(a)).map((a) => a.at));
+  const firstFailure = Math.min(...after.filter((a) => !acknowledged(a)).map((a) => a.at));
+  const firstOk = Math.min(...answers.filter((a) => a.sentAt > firstFailure && acknowledged(a)).map((a) => a.at));
   return {
-    recoverMs: Number.isFinite(firstOk) ? firstOk - faultAt : undefined,
+    recoverMs: !Number.isFinite(firstFailure) ? 0 : Number.isFinite(firstOk) ? firstOk - faultAt : undefined,
     status503: after.filter((a) => a.status === 503).length,
     other: after
       .filter((a) => !acknowledged(a) && a.status !== 503)
