@@ -60,6 +60,14 @@ const ENDPOINTS = [
 ] as const;
 /** Invoice lifecycles per endpoint and fault (about six events each, every event sent 1–3 times). */
 const INVOICES = 4;
+/**
+ * The file's own bounds, ms: a fault whose test has not ended by FAULT_MS fails, and none starts once
+ * FILE_BUDGET_MS have passed since the file loaded, so the whole file ends within about ten minutes
+ * (CI's bound) however a fault goes; a healthy run takes about 2.5.
+ */
+const FAULT_MS = 150_000;
+const FILE_BUDGET_MS = 7.5 * 60_000;
+const FILE_STARTED = Date.now();
 /** How long the paused primary stays paused after another node took over, ms. */
 const FROZEN_AFTER_TAKEOVER_MS = 8_000;
 /** A child outlives the whole file only if the test process dies first: then it exits by itself. */
@@ -92,7 +100,7 @@ let seed = 36_000;
 beforeAll(async () => {
   if (why) return;
   const started = Date.now();
-  cluster = await startPatroniCluster(tools!, { timeoutMs: 180_000 });
+  cluster = await startPatroniCluster(tools!, { timeoutMs: 120_000 });
   cleanups.push(() => cluster.destroy());
   const admin = connect(cluster.hostsUrl("postgres"), { max: 1 });
   for (const name of ["hosts", "haproxy"] as const) await admin.unsafe(`create database inbox_${name}`);
@@ -111,7 +119,7 @@ beforeAll(async () => {
     legs.push(leg);
   }
   console.log(`patroni: cluster and both legs up in ${Date.now() - started} ms (${tools!.pgBin}; dcs ${JSON.stringify(PATRONI_DCS)})`);
-}, 240_000);
+}, 150_000);
 
 /** The environment of a leg's processes: four endpoints, short bounds, the event catch-up on against its fake Stripe API. */
 function legEnv(leg: Leg): Record<string, string | undefined> {
@@ -176,7 +184,9 @@ interface Outcome {
  * outcome and records its figures under `label`.
  */
 async function underLoad(label: string, sync: boolean, inject: () => Promise<void>): Promise<Record<string, Outcome>> {
-  await cluster.waitHealthy({ sync, timeoutMs: 120_000 });
+  if (Date.now() - FILE_STARTED > FILE_BUDGET_MS)
+    throw new Error(`patroni failover test: ${Math.round(FILE_BUDGET_MS / 60_000)} minutes have passed, no time for another fault`);
+  await cluster.waitHealthy({ sync, timeoutMs: 60_000 });
   const runs = legs.map((leg) =>
     ENDPOINTS.map((endpoint) => {
       const storm: Storm = generateStorm({ invoices: INVOICES, seed: seed++ });
@@ -195,7 +205,7 @@ async function underLoad(label: string, sync: boolean, inject: () => Promise<voi
       senders: 2,
       seed: seed++,
       ratePerSec: 4,
-      deadlineMs: 150_000,
+      deadlineMs: 90_000,
       requestTimeoutMs: 30_000,
       onAnswer: (a) => answers.get(run.leg.name)!.push(a),
     });
@@ -267,7 +277,7 @@ async function drained(leg: Leg): Promise<void> {
                (select count(*)::int from outbox where published_at is null) as unpublished`.catch(() => [{ open: -1, unpublished: -1 }]);
       return row?.open === 0 && row.unpublished === 0;
     },
-    { timeoutMs: 90_000, intervalMs: 250 },
+    { timeoutMs: 60_000, intervalMs: 250 },
   );
 }
 
@@ -358,7 +368,7 @@ maybe(
     expectAllApplied(outcomes);
     for (const o of Object.values(outcomes)) expect({ leg: o.leg, lost: o.lost }).toEqual({ leg: o.leg, lost: [] });
   },
-  240_000,
+  FAULT_MS,
 );
 
 maybe(
@@ -377,7 +387,7 @@ maybe(
     expectAllApplied(outcomes);
     for (const o of Object.values(outcomes)) expect({ leg: o.leg, lost: o.lost }).toEqual({ leg: o.leg, lost: [] });
   },
-  240_000,
+  FAULT_MS,
 );
 
 maybe(
@@ -387,7 +397,7 @@ maybe(
     expectAllApplied(outcomes);
     for (const o of Object.values(outcomes)) expect({ leg: o.leg, lost: o.lost }).toEqual({ leg: o.leg, lost: [] });
   },
-  240_000,
+  FAULT_MS,
 );
 
 maybe(
@@ -403,7 +413,7 @@ maybe(
     expectAllApplied(outcomes);
     for (const o of Object.values(outcomes)) expect({ leg: o.leg, lost: o.lost }).toEqual({ leg: o.leg, lost: [] });
   },
-  240_000,
+  FAULT_MS,
 );
 
 maybe(
@@ -418,7 +428,7 @@ maybe(
       await Bun.sleep(8_000);
       down.to = Date.now();
       for (const r of replicas) cluster.start(r);
-      await cluster.waitHealthy({ sync: true, timeoutMs: 120_000 });
+      await cluster.waitHealthy({ sync: true, timeoutMs: 60_000 });
     });
     expectAllApplied(outcomes);
     for (const o of Object.values(outcomes)) {
@@ -429,7 +439,7 @@ maybe(
       expect({ leg: o.leg, acknowledged: during.filter(acknowledged).map((a) => a.eventId) }).toEqual({ leg: o.leg, acknowledged: [] });
     }
   },
-  240_000,
+  FAULT_MS,
 );
 
 maybe(
@@ -468,7 +478,7 @@ maybe(
       expect({ leg: o.leg, acknowledged: during.filter(acknowledged).map((a) => a.eventId) }).toEqual({ leg: o.leg, acknowledged: [] });
     }
   },
-  240_000,
+  FAULT_MS,
 );
 
 maybe(
@@ -503,7 +513,7 @@ maybe(
     // Among them the connected account's, recovered by the backfill run as that account (Stripe-Account).
     expect(Object.values(outcomes).reduce((n, o) => n + (o.lostAt.connect ?? 0), 0)).toBeGreaterThan(0);
   },
-  240_000,
+  FAULT_MS,
 );
 
 maybe("figures", () => {
