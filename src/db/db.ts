@@ -188,8 +188,8 @@ export function isSyncRepCancel(notice: { routine?: unknown; severity?: unknown 
 /**
  * `code` of the error {@link refuseUnreplicated} throws: a commit made while `work` ran stopped waiting for
  * the synchronous standby; it is saved on the primary only and may be gone after a failover. Transient:
- * the receiver answers 503, and a retry that finds the row waits for the standby (see inbox.ts
- * `waitForStandby`) before it answers `duplicate`.
+ * the receiver answers 503, and a retry that finds the row waits for the standby (inbox.ts
+ * `lockRecorded`) before it answers `duplicate`.
  */
 export const COMMIT_NOT_REPLICATED = "COMMIT_NOT_REPLICATED";
 
@@ -284,15 +284,10 @@ export const STUCK_SLACK_MS = 5_000;
  * with the pool until the driver closes it.
  */
 export function settleWithin<T>(promise: PromiseLike<T>, ms: number, what: string): Promise<T> {
-  const stuck = () =>
-    Object.assign(
-      new Error(
-        `${what} had no answer from PostgreSQL within ${Math.round(ms)} ms: its connection is lost, or its commit waits for a synchronous standby`,
-      ),
-      {
-        code: "QUERY_STUCK",
-      },
-    );
+  const stuck = () => {
+    const message = `${what} had no answer from PostgreSQL within ${Math.round(ms)} ms: its connection is lost, or its commit waits for a synchronous standby`;
+    return Object.assign(new Error(message), { code: "QUERY_STUCK" });
+  };
   return within(Promise.resolve(promise), ms, stuck);
 }
 

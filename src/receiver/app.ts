@@ -147,8 +147,9 @@ export interface App {
  * slot stayed busy past the queue timeout, and 500 when processing failed (both rolled back: the
  * provider retries). A signed event that no retry can apply (a PermanentError or a data error) is
  * recorded as needs-review and answered 200 `needs_review`, visible to operators. Nothing is
- * acknowledged before its transaction committed, and every piece of a delivery's database work holds
- * one of the `maxInFlight` slots while it runs (a group of async deliveries holds one).
+ * acknowledged before its transaction committed, nor when a commit of the pool stopped waiting for its
+ * synchronous standby meanwhile (db.ts `refuseUnreplicated`: 503), and every piece of a delivery's
+ * database work holds one of the `maxInFlight` slots while it runs (a group of async deliveries holds one).
  * @throws Error when the postgres.js loaded is not the patched one ({@link assertPatchedPostgres}).
  */
 export function createApp(deps: AppDeps): App {
