@@ -15,6 +15,7 @@ import { execFile, spawn, type ChildProcess } from "node:child_process";
 import {
   chmodSync,
   closeSync,
+  cpSync,
   existsSync,
   mkdirSync,
   mkdtempSync,
@@ -337,7 +338,15 @@ export async function startPatroniCluster(tools: PatroniTools, options: { timeou
     for (const n of nodes) for (const pid of pidsOf(n.name)) kill(pid, "SIGKILL");
     for (const child of processes.values()) if (child.pid !== undefined && child.exitCode === null) kill(child.pid, "SIGKILL");
     for (const relay of relays.values()) relay.close();
-    if (process.env.PATRONI_DEBUG_COPY) Bun.spawnSync(["cp", "-r", dir, process.env.PATRONI_DEBUG_COPY]);
+    // PATRONI_DEBUG_COPY=<dir>: keep a copy of every log (docs/testing.md) before the directory goes.
+    const copy = process.env.PATRONI_DEBUG_COPY;
+    if (copy) {
+      try {
+        cpSync(dir, copy, { recursive: true, filter: (path) => !/\.s\.PGSQL\.\d+$/.test(path) }); // not the sockets
+      } catch {
+        // a copy for debugging: the cleanup below goes on without it
+      }
+    }
     rmSync(dir, { recursive: true, force: true });
   };
 
