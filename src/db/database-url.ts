@@ -66,7 +66,7 @@ export function sslModeProblem(mode: string | null | undefined): string | undefi
 /**
  * `target_session_attrs=read-write` is refused: postgres.js 3.4.9 trusts the `default_transaction_read_only`
  * a PostgreSQL 14+ server reports at login, which is `off` on a hot standby too, so after a failover it
- * may stay on the standby and every write fails (500s, SQLSTATE 25006). `primary` checks
+ * may stay on the standby and every write fails (503s, SQLSTATE 25006). `primary` checks
  * `pg_is_in_recovery()` and works (docs/failover.md; postgres.js README, "Multi-host connections").
  */
 function targetSessionProblem(value: string | null): string | undefined {

@@ -26,6 +26,8 @@ export const SQLSTATE = {
   tooManyConnections: "53300",
   untranslatableCharacter: "22P05",
   undefinedTable: "42P01",
+  /** "cannot execute … in a read-only transaction": the server is a standby (or about to stop being one). */
+  readOnlyTransaction: "25006",
   /** "prepared statement … does not exist": a statement cached on another server connection (transaction pooler). */
   invalidSqlStatementName: "26000",
 } as const;
@@ -147,7 +149,8 @@ function sslOption(tls: DatabaseTls, host: string | undefined): postgres.Options
 export function connect(url: string, options: ConnectOptions = {}): Db {
   assertPatchedPostgres();
   const target = postgresTarget(url, options.tls);
-  return postgres(target.url, {
+  const cancelled = { waits: 0 };
+  const db = postgres(target.url, {
     ...target.tls,
     max: options.max ?? 10,
     connect_timeout: options.connectTimeoutSec ?? 5,
@@ -155,9 +158,63 @@ export function connect(url: string, options: ConnectOptions = {}): Db {
     max_lifetime: 60 * 30,
     prepare: options.pooler === "transaction" ? false : (options.prepare ?? true),
     backoff: (attempt: number) => Math.min(0.05 * 2 ** attempt, 1),
-    onnotice: () => {},
+    onnotice: (notice) => void (isSyncRepCancel(notice) && cancelled.waits++),
     connection: { application_name: options.applicationName ?? "webhook-inbox" },
   });
+  syncRepCancels.set(db, cancelled);
+  return db;
+}
+
+/**
+ * Per pool made by {@link connect}: how many times PostgreSQL warned one of its connections that a commit
+ * stopped waiting for the synchronous standby. The warning arrives on the connection before the answer to
+ * the statement that committed, so a count read after that answer includes it.
+ */
+const syncRepCancels = new WeakMap<Db, { waits: number }>();
+
+/**
+ * True for the WARNING PostgreSQL sends when a commit's wait for its synchronous standby ends without the
+ * standby's confirmation: "canceling wait for synchronous replication due to user request" (a cancel:
+ * `pg_cancel_backend`, a pooler's query timeout) or "… and terminating connection due to administrator
+ * command". The commit stays, locally only and visible to others, and the statement still answers
+ * success; the warning is the only sign. Recognised by the routine that raises it (`SyncRepWaitForLSN`,
+ * the notice's `R` field, not translated by `lc_messages`): PostgreSQL manual, "Synchronous Replication"
+ * and 55.8 "Error and Notice Message Fields".
+ */
+export function isSyncRepCancel(notice: { routine?: unknown; severity?: unknown }): boolean {
+  return notice.routine === "SyncRepWaitForLSN" && notice.severity === "WARNING";
+}
+
+/**
+ * `code` of the error {@link refuseUnreplicated} throws: a commit made while `work` ran stopped waiting for
+ * the synchronous standby; it is saved on the primary only and may be gone after a failover. Transient:
+ * the receiver answers 503, and a retry that finds the row waits for the standby (inbox.ts
+ * `lockRecorded`) before it answers `duplicate`.
+ */
+export const COMMIT_NOT_REPLICATED = "COMMIT_NOT_REPLICATED";
+
+/**
+ * Runs `work` (a delivery's database work on `db`) and passes on its result, unless PostgreSQL warned a
+ * connection of `db` meanwhile that a commit stopped waiting for the synchronous standby
+ * ({@link isSyncRepCancel}): then it throws an Error whose code is {@link COMMIT_NOT_REPLICATED}, so what
+ * committed without the standby is never acknowledged. Conservative: the warning names no transaction, so
+ * every delivery running on the pool at that moment fails (each is a 503 the provider retries). A pool
+ * not made by {@link connect} is never refused.
+ * @throws whatever `work` throws; Error `COMMIT_NOT_REPLICATED` as above.
+ */
+export async function refuseUnreplicated<T>(db: Db, work: () => Promise<T>): Promise<T> {
+  const counter = syncRepCancels.get(db);
+  const before = counter?.waits ?? 0;
+  const result = await work();
+  if (counter && counter.waits !== before)
+    throw Object.assign(
+      new Error(
+        "PostgreSQL stopped waiting for the synchronous standby to confirm a commit (canceled: a pg_cancel_backend or a pooler's query timeout): " +
+          "it is saved on the primary only, so it is not acknowledged",
+      ),
+      { code: COMMIT_NOT_REPLICATED },
+    );
+  return result;
 }
 
 /** The SQLSTATE of a PostgreSQL error, or undefined for anything else. */
@@ -168,12 +225,21 @@ export function sqlState(err: unknown): string | undefined {
 
 /**
  * True when the error means the database could not be reached or dropped the connection
- * (network errors from postgres.js, server shutdown, too many connections). Such failures are
+ * (network errors from postgres.js, server shutdown, too many connections), or the server reached is
+ * not a primary (25006, a write refused by a standby: behind HAProxy, Patroni's `GET /primary` answers
+ * 200 from the moment a node takes the leader key, a moment before its PostgreSQL finishes promoting),
+ * or a call was given up (QUERY_STUCK, COMMIT_UNCONFIRMED, COMMIT_NOT_REPLICATED). Such failures are
  * transient: the right answer is 503 and a retry, never a 4xx.
  */
 export function isDatabaseUnavailable(err: unknown): boolean {
   const state = sqlState(err);
-  if (state) return (state.startsWith("08") && !isStartupRefusal(err)) || state.startsWith("57P") || state === SQLSTATE.tooManyConnections;
+  if (state)
+    return (
+      (state.startsWith("08") && !isStartupRefusal(err)) ||
+      state.startsWith("57P") ||
+      state === SQLSTATE.tooManyConnections ||
+      state === SQLSTATE.readOnlyTransaction
+    );
   const code = (err as { code?: unknown } | null)?.code;
   return (
     typeof code === "string" &&
@@ -183,6 +249,8 @@ export function isDatabaseUnavailable(err: unknown): boolean {
       "CONNECTION_DESTROYED",
       "CONNECT_TIMEOUT",
       "QUERY_STUCK",
+      COMMIT_UNCONFIRMED,
+      COMMIT_NOT_REPLICATED,
       "ECONNREFUSED",
       "ECONNRESET",
       "EPIPE",
@@ -216,11 +284,79 @@ export const STUCK_SLACK_MS = 5_000;
  * with the pool until the driver closes it.
  */
 export function settleWithin<T>(promise: PromiseLike<T>, ms: number, what: string): Promise<T> {
-  const stuck = () =>
-    Object.assign(new Error(`${what} had no answer from PostgreSQL within ${Math.round(ms)} ms: its connection is lost`), {
-      code: "QUERY_STUCK",
-    });
+  const stuck = () => {
+    const message = `${what} had no answer from PostgreSQL within ${Math.round(ms)} ms: its connection is lost, or its commit waits for a synchronous standby`;
+    return Object.assign(new Error(message), { code: "QUERY_STUCK" });
+  };
   return within(Promise.resolve(promise), ms, stuck);
+}
+
+/**
+ * `code` of the error {@link beginWithin} throws when it stops waiting for the answer to a COMMIT: the
+ * transaction may still commit (or not). Transient, counted as the database unavailable: the receiver
+ * answers 503, a worker's row is claimed again after its lease.
+ */
+export const COMMIT_UNCONFIRMED = "COMMIT_UNCONFIRMED";
+
+/**
+ * Shortest wait for a transaction's connection (and BEGIN) and for the answer to its COMMIT, ms, however
+ * short its bound: a bound of a few ms is for its statements (PostgreSQL stops them), not for these.
+ */
+export const MIN_WAIT_MS = 1_000;
+
+/**
+ * `db.begin(work)` bounded at both ends the server cannot bound, each ending in a rejection while the
+ * transaction commits nothing or may still commit, never in a cancel:
+ * - its start: a transaction that has no connection (its BEGIN answered) by `deadline` (ms since the
+ *   epoch), or {@link MIN_WAIT_MS} from now when that is later, is given up then (every connection of the
+ *   pool busy, say each waiting for a COMMIT), with an Error whose code is `QUERY_STUCK`; when a connection
+ *   frees later it runs nothing of `work` and rolls back, so work queued behind stuck connections never
+ *   runs late;
+ * - its COMMIT: the caller stops waiting for the answer at `deadline`, or {@link MIN_WAIT_MS} after the
+ *   COMMIT went out when that is later, with an Error whose code is {@link COMMIT_UNCONFIRMED}. The
+ *   statements before it are bounded on the server ({@link boundTransaction}); the COMMIT is not:
+ *   `statement_timeout` does not cover its wait for a synchronous standby, which lasts as long as no
+ *   standby confirms (PostgreSQL manual, "Synchronous Replication": "The response may never occur if the
+ *   last, or only, standby should crash"). It is never cancelled: a cancelled wait keeps the commit on the
+ *   primary only, visible and unreplicated (Patroni documentation, "Replication modes", the note under
+ *   "Synchronous mode"). It completes or not on its own; what it commits is what the inbox key meets on
+ *   the retry (a duplicate).
+ * `what` names the transaction in the messages.
+ * @throws whatever `db.begin` throws; Error `QUERY_STUCK` or `COMMIT_UNCONFIRMED` as above.
+ */
+export function beginWithin<T>(db: Db, deadline: number, what: string, work: (tx: Tx) => Promise<T>): Promise<T> {
+  let gaveUp = false;
+  let commitTimer: ReturnType<typeof setTimeout> | undefined;
+  return new Promise<T>((resolve, reject) => {
+    const fail = (code: string, message: string) => reject(Object.assign(new Error(message), { code }));
+    const startMs = Math.max(deadline - Date.now(), MIN_WAIT_MS);
+    const startTimer = setTimeout(() => {
+      gaveUp = true;
+      fail(
+        "QUERY_STUCK",
+        `${what} got no connection within ${Math.round(startMs)} ms (every connection of the pool is busy): nothing was done`,
+      );
+    }, startMs);
+    db.begin(async (tx) => {
+      clearTimeout(startTimer);
+      if (gaveUp) throw new Error(`${what} got its connection after its caller gave up: nothing was done`);
+      const result = await work(tx);
+      const ms = Math.max(deadline - Date.now(), MIN_WAIT_MS);
+      commitTimer = setTimeout(
+        () =>
+          fail(
+            COMMIT_UNCONFIRMED,
+            `${what} had no answer to its COMMIT within ${Math.round(ms)} ms (is a synchronous standby missing? synchronous_standby_names): ` +
+              "not acknowledged; if it commits later, the retry is a duplicate",
+          ),
+        ms,
+      );
+      return result as T;
+    }).then(
+      (result) => (clearTimeout(startTimer), clearTimeout(commitTimer), resolve(result as T)),
+      (err: unknown) => (clearTimeout(startTimer), clearTimeout(commitTimer), reject(err)),
+    );
+  });
 }
 
 /** True for an 08P01 startup refusal from a pooler that retrying cannot fix (see STARTUP_REFUSALS). */

@@ -13,11 +13,13 @@ import { createServer, connect as tcpConnect, type Socket } from "node:net";
 import { freePort } from "../runtime/embedded-postgres.ts";
 
 /**
- * A loopback relay the standby streams through: `partition()` drops, from then on, every byte the primary
- * sends (the connection stays open, as in a network partition), so commits acknowledged afterwards exist
- * on the primary only. Replies from the standby still pass.
+ * A loopback relay on a free port the standby streams through: `partition()` drops, from then on, every
+ * byte the primary sends (the connection stays open, as in a network partition), so commits acknowledged
+ * afterwards exist on the primary only. Replies from the standby still pass. `heal()` ends the partition
+ * and closes the connections it spoiled (their clients connect again). Also the Patroni cluster's
+ * (patroni-cluster.ts).
  */
-async function replicationRelay(primaryPort: number) {
+export async function replicationRelay(primaryPort: number) {
   const port = await freePort();
   const sockets = new Set<Socket>();
   let partitioned = false;
@@ -35,6 +37,10 @@ async function replicationRelay(primaryPort: number) {
   return {
     port,
     partition: () => void (partitioned = true),
+    heal: () => {
+      partitioned = false;
+      for (const sock of sockets) sock.destroy();
+    },
     close: () => {
       for (const sock of sockets) sock.destroy();
       server.close();
@@ -92,11 +98,21 @@ export interface ReplicatedPair {
   restartPrimary(): Promise<void>;
   /** From now on the standby receives nothing more from the primary (see replicationRelay). */
   partition(): void;
+  /**
+   * Fast shutdown of the standby (`pg_ctl stop -m fast`): under synchronous replication the primary's
+   * commits then wait until {@link startStandby} (PostgreSQL manual, "Synchronous Replication").
+   */
+  stopStandby(): Promise<void>;
+  /** Starts the stopped standby again; it streams again and confirms the waiting commits. */
+  startStandby(): Promise<void>;
+  /** The primary's server log file (with `logWarnings`, its WARNING lines too). */
+  primaryLog: string;
   /** Stops every process the pair started (by pid) and removes its directories. */
   destroy(): void;
 }
 
-function runAs(): { uid?: number; gid?: number } {
+/** The uid and gid of the OS user `postgres` when this process is root (root cannot run PostgreSQL), else nothing. */
+export function runAs(): { uid?: number; gid?: number } {
   if (userInfo().uid !== 0) return {};
   const id = (flag: string) => Number(execFileSync("id", [flag, "postgres"], { encoding: "utf8" }).trim());
   return { uid: id("-u"), gid: id("-g") };
@@ -117,7 +133,8 @@ function run(bin: PostgresBinaries, program: string, args: string[]): void {
   if (r.status !== 0) throw new Error(`${program} ${args.join(" ")} failed (${r.status ?? r.signal}): ${r.stderr || r.stdout}`);
 }
 
-function pidOf(dataDir: string): number | undefined {
+/** The postmaster's pid from `dataDir`'s postmaster.pid, or undefined. */
+export function pidOf(dataDir: string): number | undefined {
   try {
     const pid = Number(readFileSync(join(dataDir, "postmaster.pid"), "utf8").split("\n")[0]);
     return pid > 0 ? pid : undefined;
@@ -127,7 +144,7 @@ function pidOf(dataDir: string): number | undefined {
 }
 
 /** The pids whose parent is `pid` (Linux /proc). */
-function childrenOf(pid: number): number[] {
+export function childrenOf(pid: number): number[] {
   const out: number[] = [];
   for (const name of readdirSync("/proc")) {
     if (!/^\d+$/.test(name)) continue;
@@ -141,7 +158,8 @@ function childrenOf(pid: number): number[] {
   return out;
 }
 
-function kill(pid: number, signal: NodeJS.Signals): void {
+/** Sends `signal` to `pid`; a process already gone is no error. */
+export function kill(pid: number, signal: NodeJS.Signals): void {
   try {
     process.kill(pid, signal);
   } catch {
@@ -155,8 +173,13 @@ function kill(pid: number, signal: NodeJS.Signals): void {
  * flush before a commit returns (`synchronous_standby_names = 'standby1'`, `synchronous_commit = on`:
  * PostgreSQL manual, "Synchronous Replication"); else replication is asynchronous (the default).
  * The promoted standby has no synchronous standby of its own (its commits would wait forever).
+ * `logWarnings`: both servers log WARNING and worse (default FATAL only), e.g. a commit's wait for the
+ * synchronous standby being cancelled.
  */
-export async function startReplicatedPair(bin: PostgresBinaries, options: { synchronous: boolean }): Promise<ReplicatedPair> {
+export async function startReplicatedPair(
+  bin: PostgresBinaries,
+  options: { synchronous: boolean; logWarnings?: boolean },
+): Promise<ReplicatedPair> {
   const parent = mkdtempSync(join(tmpdir(), "webhook-inbox-failover-"));
   chmodSync(parent, 0o777);
   const primary = join(parent, "primary");
@@ -180,7 +203,7 @@ export async function startReplicatedPair(bin: PostgresBinaries, options: { sync
       "fsync = off",
       "max_connections = 200",
       "wal_keep_size = '256MB'",
-      "log_min_messages = fatal",
+      `log_min_messages = ${options.logWarnings ? "warning" : "fatal"}`,
     ];
     appendFileSync(
       join(primary, "postgresql.conf"),
@@ -244,6 +267,9 @@ export async function startReplicatedPair(bin: PostgresBinaries, options: { sync
       primaryPostmaster = pidOf(primary) ?? primaryPostmaster;
     },
     partition: relay.partition,
+    stopStandby: () => runAsync(bin, "pg_ctl", ["stop", "-D", standby, "-m", "fast", "-w", "-t", "60", "-s"]),
+    startStandby: () => runAsync(bin, "pg_ctl", ["start", "-D", standby, "-l", join(parent, `${standbyPort}.log`), "-w", "-t", "60", "-s"]),
+    primaryLog: join(parent, `${primaryPort}.log`),
     destroy,
   };
 }

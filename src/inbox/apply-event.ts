@@ -1,4 +1,4 @@
-import { boundTransaction, settleWithin, sqlState, SQLSTATE, STUCK_SLACK_MS, type Db, type Tx } from "../db/db.ts";
+import { beginWithin, boundTransaction, settleWithin, sqlState, SQLSTATE, STUCK_SLACK_MS, type Db, type Tx } from "../db/db.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
 import { PermanentError } from "../errors.ts";
 import { retry } from "../retry.ts";
@@ -154,7 +154,7 @@ export async function applyEvents(
   const applied = await settleWithin(
     retry(
       () =>
-        db.begin(async (tx) => {
+        beginWithin(db, deadline, "The inbox transaction", async (tx) => {
           await boundTransaction(tx, deadline - Date.now(), inputs[0]?.traceparent);
           const out: Applied[] = [];
           for (const [i, input] of inputs.entries()) {
@@ -218,7 +218,7 @@ export async function applyEach(
   const deadline = Date.now() + timeoutMs;
   const spill = { spilled: false };
   const outcomes = await settleWithin(
-    db.begin(async (tx) => {
+    beginWithin(db, deadline, "The batch's transaction", async (tx) => {
       await boundTransaction(tx, timeoutMs);
       const out: EachOutcome[] = [];
       for (const input of inputs) {

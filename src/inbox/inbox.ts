@@ -26,6 +26,25 @@ export function keyIs(sql: Db | Tx, key: InboxKey, alias?: string) {
   return sql`(${column("provider")}, ${column("endpoint")}, ${column("event_id")}) = (${key.provider}::text, ${key.endpoint}::text, ${key.eventId}::text)`;
 }
 
+/**
+ * Locks the inbox rows of `keys` (`for key share`, which blocks no worker's update) so that the statement's
+ * transaction writes WAL: a commit that wrote WAL waits for the synchronous standby, one that wrote nothing
+ * does not (PostgreSQL manual, "Synchronous Replication"). For a delivery found recorded before it is
+ * answered `duplicate`: the row it found may be one whose commit stopped waiting for the standby (a
+ * cancelled wait leaves it committed on the primary only, yet visible), and this commit, later in the WAL,
+ * returns only once the standby has both. Inside a transaction it takes effect at its COMMIT; through the
+ * pool it is its own statement and commit.
+ */
+export async function lockRecorded(sql: Db | Tx, keys: readonly InboxKey[]): Promise<void> {
+  if (keys.length === 0) return;
+  await sql`
+    select 1
+      from webhook_inbox
+     where (provider, endpoint, event_id) in (select * from unnest(${keys.map((k) => k.provider)}::text[], ${keys.map((k) => k.endpoint)}::text[], ${keys.map((k) => k.eventId)}::text[]))
+       for key share
+  `;
+}
+
 /** LISTEN/NOTIFY channel that wakes workers when a row is queued (see notifier.ts). */
 export const NOTIFY_CHANNEL = INBOX_CHANNEL;
 

@@ -2,7 +2,16 @@
 // mode, the limiter's slots, the log line and metrics), and the one place failures become HTTP. One
 // file on purpose: the path of a delivery reads top to bottom here; the modes are in receive.ts.
 import { Router, type IRequest } from "itty-router";
-import { isDatabaseUnavailable, isDataError, isPermanent, sqlState, type Db } from "../db/db.ts";
+import {
+  COMMIT_NOT_REPLICATED,
+  COMMIT_UNCONFIRMED,
+  isDatabaseUnavailable,
+  isDataError,
+  isPermanent,
+  refuseUnreplicated,
+  sqlState,
+  type Db,
+} from "../db/db.ts";
 import { AppError, describeError, errorResponse, PermanentError } from "../errors.ts";
 import { jsonLines, type LogFn } from "../log.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
@@ -138,8 +147,9 @@ export interface App {
  * slot stayed busy past the queue timeout, and 500 when processing failed (both rolled back: the
  * provider retries). A signed event that no retry can apply (a PermanentError or a data error) is
  * recorded as needs-review and answered 200 `needs_review`, visible to operators. Nothing is
- * acknowledged before its transaction committed, and every piece of a delivery's database work holds
- * one of the `maxInFlight` slots while it runs (a group of async deliveries holds one).
+ * acknowledged before its transaction committed, nor when a commit of the pool stopped waiting for its
+ * synchronous standby meanwhile (db.ts `refuseUnreplicated`: 503), and every piece of a delivery's
+ * database work holds one of the `maxInFlight` slots while it runs (a group of async deliveries holds one).
  * @throws Error when the postgres.js loaded is not the patched one ({@link assertPatchedPostgres}).
  */
 export function createApp(deps: AppDeps): App {
@@ -210,7 +220,7 @@ export function createApp(deps: AppDeps): App {
         // A delivery of several events (Adyen): all recorded in one transaction, answered once after its commit.
         const events = await provider.verifyAll(input);
         Object.assign(entry, { event_id: events.map((e) => e.id).join(","), type: [...new Set(events.map((e) => e.type))].join(",") });
-        const outcomes = await receiveBatchIn(endpoint, events);
+        const outcomes = await refuseUnreplicated(deps.db, () => receiveBatchIn(endpoint, events));
         entry.outcomes = outcomes;
         entry.outcome = new Set(outcomes).size === 1 ? outcomes[0] : "mixed";
         response = provider.accepted?.() ?? Response.json({ outcomes, event_ids: events.map((e) => e.id) });
@@ -225,7 +235,7 @@ export function createApp(deps: AppDeps): App {
         };
         const outcome = await inSpan(deps.telemetry, recording, async (span, context) => {
           event.traceparent = traceparentOf(deps.telemetry, span);
-          const result = await receiveIn(endpoint, event, entry, context);
+          const result = await refuseUnreplicated(deps.db, () => receiveIn(endpoint, event, entry, context));
           span?.setAttribute("webhook_inbox.outcome", result);
           return result;
         });
@@ -385,6 +395,12 @@ function toAppError(err: unknown, eventId: unknown): AppError {
     // The event cannot be stored even as raw text: no retry can help, so say so instead of a 5xx loop.
     return new AppError("invalid_event", `Cannot record ${id}: PostgreSQL refuses this event (SQLSTATE ${sqlState(err)})`);
   }
+  const code = (err as { code?: unknown } | null)?.code;
+  if (code === COMMIT_UNCONFIRMED || code === COMMIT_NOT_REPLICATED || code === "QUERY_STUCK")
+    return new AppError(
+      "database_unavailable",
+      `Cannot confirm ${id} was recorded: PostgreSQL did not confirm its commit in time; not acknowledged, retry later (a retry finds it if it was saved)`,
+    );
   if (isDatabaseUnavailable(err))
     return new AppError("database_unavailable", `Cannot record ${id}: database unavailable; nothing was recorded, retry later`);
   return new AppError("processing_failed", `Cannot process ${id}: the transaction was rolled back; nothing was recorded, retry later`);

@@ -87,7 +87,7 @@ export function createGroupCommit(db: Db, options: GroupCommitOptions = {}): Gro
   async function commit(group: Waiting[]): Promise<void> {
     let outcomes: Outcome[];
     try {
-      outcomes = await slot(() => recordQueued(db, group));
+      outcomes = await slot(() => recordQueued(db, group, timeoutMs));
     } catch (err) {
       settled();
       if (!isDataError(err) || group.length === 1) {

@@ -1,8 +1,8 @@
-import { isDatabaseUnavailable, isDataError, isPermanent, settleWithin, STUCK_SLACK_MS, type Db } from "../db/db.ts";
+import { isDatabaseUnavailable, isDataError, isPermanent, settleWithin, STUCK_SLACK_MS, type Db, type Tx } from "../db/db.ts";
 import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent, applyEvents, type Applied, type ApplyInput, type Hold } from "../inbox/apply-event.ts";
-import { inboxRow, insertInbox, keyText, rawOnlyRow, recordUnapplied, type Backoff } from "../inbox/inbox.ts";
+import { inboxRow, insertInbox, keyText, lockRecorded, rawOnlyRow, recordUnapplied, type Backoff, type InboxKey } from "../inbox/inbox.ts";
 import { notifierFor } from "../inbox/notifier.ts";
 import { keepPartitionsAfterSpill } from "../inbox/partitions.ts";
 import type { VerifiedEvent } from "../providers/provider.ts";
@@ -110,8 +110,12 @@ export async function recordFallback(
 ): Promise<Outcome> {
   const parked = isPermanent(err);
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
-  if (!(await recordUnapplied(db, key, event, { error: describeError(err), parked, backoff }))) return "duplicate";
-  return parked ? "needs_review" : "queued";
+  const record = async (): Promise<Outcome> => {
+    if (await recordUnapplied(db, key, event, { error: describeError(err), parked, backoff })) return parked ? "needs_review" : "queued";
+    await lockRecorded(db, [key]);
+    return "duplicate";
+  };
+  return settleWithin(record(), DEFAULT_STATEMENT_TIMEOUT_MS + STUCK_SLACK_MS, "The fallback record");
 }
 
 /**
@@ -128,9 +132,14 @@ export async function recordIgnoredMode(
   event: VerifiedEvent,
 ): Promise<Outcome> {
   const key = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
-  const inserted = await insertInbox(db, [inboxRow(key, event, "ignored_mode")]);
-  keepPartitionsAfterSpill(db, inserted);
-  return inserted.size === 1 ? "ignored_mode" : "duplicate";
+  const record = async (): Promise<Outcome> => {
+    const inserted = await insertInbox(db, [inboxRow(key, event, "ignored_mode")]);
+    keepPartitionsAfterSpill(db, inserted);
+    if (inserted.size === 1) return "ignored_mode";
+    await lockRecorded(db, [key]);
+    return "duplicate";
+  };
+  return settleWithin(record(), DEFAULT_STATEMENT_TIMEOUT_MS + STUCK_SLACK_MS, "The ignored_mode record");
 }
 
 /** Why an endpoint must not apply an event ({@link refusalOf}): its mode, or its account with the reason for `last_error`. */
@@ -172,14 +181,19 @@ export function recordRefusal(db: Db, target: ReceiveTarget, event: VerifiedEven
   return recordFallback(db, target, event, new PermanentError(refusal.reason), backoff);
 }
 
-/** The key, handler table, type, object and account of a received event, for {@link applyEvent}. */
+/**
+ * The key, handler table, type, object and account of a received event, for {@link applyEvent}; a
+ * delivery found recorded locks its row before it is answered `duplicate` (inbox.ts lockRecorded).
+ */
 function applyInput(target: ReceiveTarget, event: VerifiedEvent) {
+  const key: InboxKey = { provider: target.provider, endpoint: target.endpoint, eventId: event.id };
   return {
-    key: { provider: target.provider, endpoint: target.endpoint, eventId: event.id },
+    key,
     handlers: target.handlers,
     type: event.type,
     object: event.subject.object,
     account: event.account ?? "",
+    after: (tx: Tx, applied: Applied) => (applied === "duplicate" ? lockRecorded(tx, [key]) : Promise.resolve()),
   };
 }
 
@@ -202,7 +216,9 @@ export async function receiveBatch(
   if (options.mode === "async") {
     const deliveries = events.map((event) => ({ target, event }));
     // One statement cannot say which row PostgreSQL refused: one transaction can (recordBatch).
-    const queued = await recordQueued(db, deliveries).catch((err: unknown) => (isDataError(err) ? undefined : Promise.reject(err)));
+    const queued = await recordQueued(db, deliveries, options.timeoutMs).catch((err: unknown) =>
+      isDataError(err) ? undefined : Promise.reject(err),
+    );
     if (queued) return queued;
   }
   // In key order, so two batches holding the same keys queue instead of deadlocking.
@@ -291,16 +307,30 @@ export type Delivery = { target: ReceiveTarget; event: VerifiedEvent };
  * wait for each other instead of deadlocking), for a worker (`queued`) or, without a handler,
  * `ignored`; the first delivery of a key gets the insert's result, the others and a key already
  * recorded `duplicate`. Returns the outcomes in the order given, after the commit; workers are woken
- * after it, and the payload partitions kept after a spill.
- * @throws the database error (nothing was recorded).
+ * after it, and the payload partitions kept after a spill. An insert that recorded nothing locks the rows
+ * it found (inbox.ts lockRecorded), so a `duplicate` is answered only once the synchronous standby, if
+ * any, has them. The caller stops waiting after `timeoutMs` + STUCK_SLACK_MS (the statement and its
+ * commit, which no `statement_timeout` covers: a commit waiting for a missing synchronous standby), with
+ * QUERY_STUCK; the statement is not cancelled, and what it records later is what the retry meets.
+ * @throws the database error (nothing was recorded); QUERY_STUCK as above.
  */
-export async function recordQueued(db: Db, deliveries: readonly Delivery[]): Promise<Outcome[]> {
+export async function recordQueued(db: Db, deliveries: readonly Delivery[], timeoutMs = DEFAULT_STATEMENT_TIMEOUT_MS): Promise<Outcome[]> {
   const keyOf = (d: Delivery) => ({ provider: d.target.provider, endpoint: d.target.endpoint, eventId: d.event.id });
   const handled = (d: Delivery) => Object.hasOwn(d.target.handlers, d.event.type);
   const first = new Map<string, Delivery>();
   for (const d of deliveries) if (!first.has(keyText(keyOf(d)))) first.set(keyText(keyOf(d)), d);
   const rows = [...first].sort(([a], [b]) => (a < b ? -1 : 1)).map(([, d]) => inboxRow(keyOf(d), d.event, handled(d) ? null : "ignored"));
-  const inserted = await settleWithin(insertInbox(db, rows), DEFAULT_STATEMENT_TIMEOUT_MS + STUCK_SLACK_MS, "The inbox insert");
+  const record = async () => {
+    const inserted = await insertInbox(db, rows);
+    // Only when the insert wrote nothing: its commit then waited for no standby (inbox.ts lockRecorded).
+    if (inserted.size === 0)
+      await lockRecorded(
+        db,
+        rows.map((r) => r.key),
+      );
+    return inserted;
+  };
+  const inserted = await settleWithin(record(), timeoutMs + STUCK_SLACK_MS, "The inbox insert");
   const outcomes = deliveries.map((d): Outcome => {
     const text = keyText(keyOf(d));
     return first.get(text) !== d || !inserted.has(text) ? "duplicate" : handled(d) ? "queued" : "ignored";

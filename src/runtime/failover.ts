@@ -1,7 +1,7 @@
 // Wiring of the failover watch for `serve` and `worker`: settings from the environment, the check loop,
 // and the backfill of the requests a detected primary change records (docs/failover.md).
 import { ConfigError, loadEndpointsWithoutSecrets } from "../config.ts";
-import type { Db } from "../db/db.ts";
+import { settleWithin, STUCK_SLACK_MS, type Db } from "../db/db.ts";
 import { sleep } from "../db/sleep.ts";
 import type { LogFn } from "../log.ts";
 import { createWakeUp } from "../loop/wake-up.ts";
@@ -30,6 +30,9 @@ export function readFailoverSettings(env: Record<string, string | undefined>): F
   if (problems.length > 0) throw new ConfigError(problems);
   return { checkEveryMs: Number(raw), marginMs };
 }
+
+/** Longest wait for one primary check, ms: a statement's default bound plus the slack of a stuck call. */
+const PRIMARY_CHECK_BOUND_MS = 10_000 + STUCK_SLACK_MS;
 
 /**
  * Starts the failover watch on `db` (off when `settings.checkEveryMs` is 0): every `checkEveryMs` ms it
@@ -60,7 +63,8 @@ export function startFailoverWatch(
     let failing = false;
     while (!signal.aborted) {
       try {
-        const check = await notePrimary(db, classic, settings.marginMs);
+        // Bounded: a check whose commit waits for a missing synchronous standby must not stop the watch.
+        const check = await settleWithin(notePrimary(db, classic, settings.marginMs), PRIMARY_CHECK_BOUND_MS, "The primary check");
         if (failing) log({ failover_check: "recovered" });
         failing = false;
         if (check.previous) {

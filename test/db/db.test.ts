@@ -191,6 +191,20 @@ test("isDatabaseUnavailable() is true for a refused connection and false for a c
   expect(isDatabaseUnavailable(violation)).toBe(false);
 });
 
+test("isDatabaseUnavailable() is true for a write a read-only server refuses (25006: a standby, or a new primary still promoting)", async () => {
+  const refused = await fresh.db
+    .begin(async (tx) => {
+      await tx`set transaction read only`;
+      await tx`insert into invoices (id, customer_id, status, currency) values ('in_ro', 'cus_ro', 'open', 'usd')`;
+    })
+    .then(
+      () => null,
+      (e: unknown) => e,
+    );
+  expect(sqlState(refused)).toBe(SQLSTATE.readOnlyTransaction);
+  expect(isDatabaseUnavailable(refused)).toBe(true);
+});
+
 // A transaction pooler gives each transaction whichever server connection is free, so a statement
 // postgres.js prepared on one is missing on the next. `deallocate all` inside the transaction makes
 // the same state on a direct connection: every statement this connection cached is gone.

@@ -10,23 +10,19 @@
 // message). Prints the time to recover, the 503s, the lost-then-recovered count and the sink's duplicates.
 import { afterAll, expect, test } from "bun:test";
 import type { Subprocess } from "bun";
-import { join } from "node:path";
 import { connect, type Db } from "../../src/db/db.ts";
 import { migrate } from "../../src/db/migrate.ts";
 import { startFakeStripe, type RunningFakeStripe } from "../../src/dev/fake-stripe/serve.ts";
 import { FakeStripeStore, type StoredObject } from "../../src/dev/fake-stripe/store.ts";
-import { signStripePayload } from "../../src/providers/stripe.ts";
 import { freePort } from "../../src/runtime/embedded-postgres.ts";
 import { loadMigrations } from "../../src/runtime/migrations-fs.ts";
 import { spawnBun, waitForLine } from "../support/bun-child.ts";
 import { eventBody, invoice, SECRET } from "../support/helpers.ts";
 import { findBinaries, startReplicatedPair, type ReplicatedPair } from "../../src/dev/replicated-postgres.ts";
 import { waitUntil } from "../support/wait-until.ts";
+import { acknowledged, BIN, deliver, lostAcknowledged, recovery, sinkReport, startSink, type Answer } from "../support/failover.ts";
 
 const API_KEY = "sk_test_failoverfailover1";
-const BIN_SERVE = join(import.meta.dir, "children", "bin-serve.ts");
-const BIN_WORKER = join(import.meta.dir, "worker-children", "bin-worker.ts");
-const BIN_DISPATCH = join(import.meta.dir, "children", "bin-dispatch.ts");
 const SINK_SECRET = `whsec_${btoa("failover-test-sink-key-0123456789")}`;
 const binaries = await findBinaries();
 const children = new Set<Subprocess>();
@@ -35,18 +31,6 @@ afterAll(async () => {
   for (const child of children) if (child.exitCode === null && child.signalCode === null) process.kill(child.pid, "SIGKILL");
   for (const c of cleanups.reverse()) await c();
 }, 120_000); // six primary/standby pairs to stop: past bun's 5 s hook default on a busy machine
-
-/** One delivery's answer: its HTTP status or "no answer", and when it came (ms since the epoch). */
-interface Answer {
-  eventId: string;
-  sentAt: number;
-  status: number | "no answer";
-  at: number;
-  /** Why there was no answer (the fetch error, and after how long), for the failure message. */
-  reason?: string;
-  /** The receiver's `outcome` for a 2xx (`processed`, `queued`, `duplicate`, …). */
-  outcome?: string;
-}
 
 /** Posts signed `invoice.paid` events with `senders` concurrent senders until `stop()`; each event is first listed by the fake Stripe API. */
 function startLoad(port: number, store: FakeStripeStore, label: string, senders = 3) {
@@ -62,26 +46,9 @@ function startLoad(port: number, store: FakeStripeStore, label: string, senders 
       ) as StoredObject;
       event.created = Math.floor(Date.now() / 1000);
       store.putEvent(event, true); // Stripe creates the event before it delivers it
-      const body = JSON.stringify(event);
-      const sentAt = Date.now();
-      let reason: string | undefined;
-      let outcome: string | undefined;
-      const signature = await signStripePayload(body, SECRET, Math.floor(Date.now() / 1000));
-      const status = await fetch(`http://127.0.0.1:${port}/webhooks/stripe`, {
-        method: "POST",
-        headers: { "content-type": "application/json", "stripe-signature": signature },
-        body,
-        signal: AbortSignal.timeout(4_000),
-      }).then(
-        async (res) => {
-          const text = await res.text();
-          if (res.ok) outcome = (JSON.parse(text) as { outcome?: string }).outcome;
-          return res.status;
-        },
-        (err: unknown) => ((reason = `${String(err)} after ${Date.now() - sentAt} ms`), "no answer" as const),
-      );
-      answers.push({ eventId: event.id, sentAt, status, at: Date.now(), ...(reason ? { reason } : {}), ...(outcome ? { outcome } : {}) });
-      if (status !== 200 && status !== 202) await Bun.sleep(20);
+      const answer = await deliver(`http://127.0.0.1:${port}/webhooks/stripe`, JSON.stringify(event), SECRET, 4_000);
+      answers.push(answer);
+      if (!acknowledged(answer)) await Bun.sleep(20);
     }
   };
   const running = Promise.all(Array.from({ length: senders }, one));
@@ -92,26 +59,6 @@ function startLoad(port: number, store: FakeStripeStore, label: string, senders 
       await running;
     },
   };
-}
-
-const ok = (a: Answer) => a.status === 200 || a.status === 202;
-
-/**
- * A downstream sink on 127.0.0.1 that answers 204 to every POST and records its `webhook-id` header, one
- * entry per delivery (a message delivered twice appears twice).
- */
-function startSink() {
-  const ids: string[] = [];
-  const server = Bun.serve({
-    hostname: "127.0.0.1",
-    port: 0,
-    async fetch(request) {
-      await request.arrayBuffer();
-      ids.push(request.headers.get("webhook-id") ?? "(none)");
-      return new Response(null, { status: 204 });
-    },
-  });
-  return { ids, url: `http://127.0.0.1:${server.port}/hooks`, stop: () => server.stop(true) };
 }
 
 async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean) {
@@ -142,13 +89,13 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
     // Each child outlives a scenario on a loaded machine (each test's timeout is 120 s); afterAll SIGKILLs what is left.
     TEST_CHILD_SELF_EXIT_MS: "115000",
   };
-  const serve = spawnBun([BIN_SERVE], env, children);
+  const serve = spawnBun([BIN.serve], env, children);
   await waitForLine(serve, "webhook-inbox listening on", 20_000);
-  const worker = mode === "sync" ? undefined : spawnBun([BIN_WORKER], env, children);
+  const worker = mode === "sync" ? undefined : spawnBun([BIN.worker], env, children);
   const sink = startSink();
   cleanups.push(() => sink.stop());
   const dispatch = spawnBun(
-    [BIN_DISPATCH, ...(process.env.FAILOVER_DISPATCH_NO_LISTEN ? ["--no-listen"] : [])],
+    [BIN.dispatch, ...(process.env.FAILOVER_DISPATCH_NO_LISTEN ? ["--no-listen"] : [])],
     {
       ...env,
       OUTBOX_SINK_URL: sink.url,
@@ -174,8 +121,7 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
   await Bun.sleep(300);
   await pair.promote();
   // Recovered: the receiver answers 2xx again, without a restart, to a delivery sent after the kill.
-  await waitUntil("a 2xx after the failover", async () => load.answers.some((a) => a.sentAt > killedAt && ok(a)), { timeoutMs: 20_000 });
-  const recoveredAt = Math.min(...load.answers.filter((a) => a.sentAt > killedAt && ok(a)).map((a) => a.at));
+  await waitUntil("a 2xx after the failover", async () => recovery(load.answers, killedAt).recoverMs !== undefined, { timeoutMs: 20_000 });
   await Bun.sleep(500);
   await load.stop();
   const db: Db = connect(pair.urlOf(pair.standbyPort), { max: 2 });
@@ -201,22 +147,13 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
   const rows = await db<
     { event_id: string; source: string; outcome: string | null }[]
   >`select event_id, source, outcome from webhook_inbox`;
-  const byEvent = new Map(rows.map((r) => [r.event_id, r]));
-  const acknowledged = load.answers.filter(ok);
+  const source = new Map(rows.map((r) => [r.event_id, r.source]));
+  const acked = load.answers.filter(acknowledged);
   // Lost: acknowledged as new (not `duplicate`), yet the row that survived is the backfill's. A delivery that
   // reached the new primary after the backfill had recorded its event is answered `duplicate`: not a loss.
-  const recovered = acknowledged.filter((a) => byEvent.get(a.eventId)?.source === "api");
-  const lost = recovered.filter((a) => a.outcome !== "duplicate");
-  const after = load.answers.filter((a) => a.at > killedAt);
-  const result = {
-    recoverMs: recoveredAt - killedAt,
-    status503: after.filter((a) => a.status === 503).length,
-    other: after.filter((a) => !ok(a) && a.status !== 503).map((a) => (a.reason ? `no answer: ${a.reason}` : a.status)),
-    lost: lost.length,
-    backfilledFirst: recovered.length - lost.length,
-    events,
-    acknowledged: acknowledged.length,
-  };
+  const lost = lostAcknowledged(load.answers, source);
+  const backfilledFirst = acked.filter((a) => source.get(a.eventId) === "api").length - lost.length;
+  const result = { ...recovery(load.answers, killedAt), lost: lost.length, backfilledFirst, events, acknowledged: acked.length };
   // Applied exactly once: one inbox row and one ledger entry per event, one outbox message id per invoice.
   expect(rows.length).toBe(events);
   expect(rows.every((r) => r.outcome === "processed")).toBe(true);
@@ -238,21 +175,19 @@ async function scenario(mode: "sync" | "async" | "hybrid", synchronous: boolean)
         `dispatch stdout tail ${JSON.stringify(dispatch.lines.slice(-8))}`,
     );
   });
-  const messageIds = new Set((await db<{ message_id: string }[]>`select message_id from outbox`).map((r) => r.message_id));
-  const seen = new Map<string, number>();
-  for (const id of sink.ids) seen.set(id, (seen.get(id) ?? 0) + 1);
-  const sinkDuplicates = [...seen.values()].filter((n) => n > 1).length;
+  const sinkSaw = await sinkReport(db, sink.ids);
+  const sinkDuplicates = sinkSaw.seenTwice;
   console.log(
     `failover ${synchronous ? "synchronous" : "asynchronous"} replication, ${mode} mode: recovered in ${result.recoverMs} ms, ` +
       `${result.status503} × 503, other non-2xx ${JSON.stringify(result.other)}, ${result.lost} acknowledged event(s) lost then recovered, ` +
       `${result.backfilledFirst} recorded by the backfill before their delivery reached the new primary ` +
-      `(${result.acknowledged} acknowledged of ${events}); sink: ${sink.ids.length} deliveries of ${messageIds.size} messages, ` +
+      `(${result.acknowledged} acknowledged of ${events}); sink: ${sinkSaw.deliveries} deliveries of ${sinkSaw.messages} messages, ` +
       `${sinkDuplicates} seen twice or more`,
   );
   // Every message reached the sink, and the sink saw no message the surviving outbox does not have: one
   // re-created by the recovery came under the id it had before the failover.
-  expect([...messageIds].filter((id) => !seen.has(id))).toEqual([]);
-  expect([...seen.keys()].filter((id) => !messageIds.has(id))).toEqual([]);
+  expect(sinkSaw.missing).toEqual([]);
+  expect(sinkSaw.unknown).toEqual([]);
   // Reconnected without a restart.
   expect(serve.child.exitCode).toBeNull();
   if (worker) expect(worker.child.exitCode).toBeNull();

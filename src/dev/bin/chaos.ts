@@ -14,6 +14,7 @@ import { minimumInvoices } from "../chaos/minimum-invoices.ts";
 import { generateStorm } from "../chaos/model.ts";
 import { sendStorm } from "../chaos/storm.ts";
 import { thinStorm } from "../chaos/thin-storm.ts";
+import { listStorm, stampStorm } from "../chaos/listed-storm.ts";
 import { startFakeStripe } from "../fake-stripe/serve.ts";
 import { FakeStripeStore } from "../fake-stripe/store.ts";
 import { readPooler } from "../../config.ts";
@@ -360,23 +361,10 @@ async function restartDatabase(): Promise<void> {
 
 // 4. The storm.
 const classicStorm = generateStorm({ invoices: num("invoices", 1), poison: num("poison", 0), seed });
-// Stripe created each event once, ten per second in creation order, ending a moment ago (inside the 30
-// days its Events API keeps them; the model's fixed \`created\` is older): the webhook body and the Events
-// API carry that same \`created\`, as Stripe's do, so a backfilled event meets its delivered row's key.
-const firstCreated = Math.floor(Date.now() / 1000) - Math.ceil(classicStorm.events.length / 10) - 1;
-for (const e of classicStorm.events) {
-  const event = JSON.parse(e.body) as Record<string, unknown>;
-  event.created = firstCreated + Math.floor((e.seq ?? 0) / 10);
-  e.body = JSON.stringify(event, null, 2);
-}
+stampStorm(classicStorm.events);
 const storm = thinApi ? thinStorm(classicStorm, thinApi.store) : classicStorm;
 const stripeStore = new FakeStripeStore(API_KEY);
-for (const e of storm.events) {
-  const event = JSON.parse(e.body) as { id: string; object: string; created: number | string };
-  // A thin notification's \`created\` is an ISO 8601 string; the store keeps Unix seconds.
-  const created = typeof event.created === "number" ? event.created : Math.floor(Date.parse(event.created) / 1000);
-  stripeStore.putEvent({ ...event, created });
-}
+listStorm(stripeStore, storm.events);
 const fakeStripe = outage ? startFakeStripe({ store: stripeStore }) : undefined;
 say(
   `chaos: ${o.thin ? "thin endpoint" : `mode ${mode}`}, seed ${seed}, ${storm.events.length} events, ${receivers.length} receivers, ${workers.length} workers, faults ${[...faults].join(",") || "none"}`,

@@ -23,6 +23,24 @@ export interface StormOptions {
   giveUpMs?: number;
   /** Called with the number of events acknowledged so far each time one more event gets its first 2xx. */
   onAcknowledged?: (acknowledged: number) => void;
+  /** Called with every attempt's answer, in the order they come (a failover test measures the outage from them). */
+  onAnswer?: (answer: DeliveryAnswer) => void;
+  /** An attempt with no answer after this long is a failed connection (`network`), ms. Default 10000. */
+  requestTimeoutMs?: number;
+}
+
+/** One HTTP attempt of a delivery and what came back. */
+export interface DeliveryAnswer {
+  eventId: string;
+  /** When it was sent and answered, ms since the epoch. */
+  sentAt: number;
+  at: number;
+  /** The HTTP status, or `network` when no answer came (refused, reset, or past `requestTimeoutMs`). */
+  status: number | "network";
+  /** The receiver's `outcome` for a 2xx (`processed`, `queued`, `duplicate`, …), its `error` code otherwise. */
+  outcome?: string;
+  /** Why there was no answer (the fetch error), for failure messages. */
+  reason?: string;
 }
 
 /** What the senders saw. */
@@ -95,17 +113,26 @@ export async function sendStorm(events: readonly StormEvent[], o: StormOptions):
       const url = `${o.receivers[Math.floor(random() * o.receivers.length)]}${o.path}`;
       stats.requests++;
       let failure: string;
+      const sentAt = Date.now();
       try {
         const signature = await signStripePayload(event.body, o.secret, Math.floor(Date.now() / 1000));
         const response = await fetch(url, {
           method: "POST",
           headers: { "content-type": "application/json; charset=utf-8", "stripe-signature": signature },
           body: event.body,
-          signal: AbortSignal.timeout(10_000),
+          signal: AbortSignal.timeout(o.requestTimeoutMs ?? 10_000),
         });
         const text = await response.text();
+        const reply = (() => {
+          try {
+            return JSON.parse(text) as { outcome?: string; error?: string };
+          } catch {
+            return {};
+          }
+        })();
+        o.onAnswer?.({ eventId: event.id, sentAt, at: Date.now(), status: response.status, outcome: reply.outcome ?? reply.error });
         if (response.ok) {
-          const outcome = (JSON.parse(text) as { outcome?: string }).outcome ?? "2xx";
+          const outcome = reply.outcome ?? "2xx";
           stats.outcomes[outcome] = (stats.outcomes[outcome] ?? 0) + 1;
           if (!stats.acknowledged.has(event.id)) {
             stats.acknowledged.add(event.id);
@@ -114,7 +141,14 @@ export async function sendStorm(events: readonly StormEvent[], o: StormOptions):
           return;
         }
         failure = String(response.status);
-      } catch {
+      } catch (err) {
+        o.onAnswer?.({
+          eventId: event.id,
+          sentAt,
+          at: Date.now(),
+          status: "network",
+          reason: `${String(err)} after ${Date.now() - sentAt} ms`,
+        });
         failure = "network";
       }
       stats.failedAttempts[failure] = (stats.failedAttempts[failure] ?? 0) + 1;
