@@ -218,6 +218,7 @@ async function underLoad(label: string, sync: boolean, inject: () => Promise<voi
   const result: Record<string, Outcome> = {};
   for (const leg of legs) {
     const mine = sent.filter((s) => s.leg === leg);
+    await backfilled(leg);
     await drained(leg);
     const rows = await leg.db<
       { endpoint: string; event_id: string; source: string }[]
@@ -265,6 +266,24 @@ async function underLoad(label: string, sync: boolean, inject: () => Promise<voi
   }
   await checkLegs();
   return result;
+}
+
+/**
+ * Waits until the primary-change backfill of a leg has run: no event backfill request unfinished. A
+ * request is recorded by the first process that sees the new primary and served by the catch-up, on its
+ * own schedule; an acknowledged event the old primary took with it is back only then (and a message the
+ * sink had from the old primary is in the outbox again only then), however soon the senders are done.
+ */
+async function backfilled(leg: Leg): Promise<void> {
+  await waitUntil(
+    `${leg.name}: every event backfill request finished`,
+    async () => {
+      const [row] = await leg.db<{ unfinished: number }[]>`
+        select count(*)::int as unfinished from event_backfill_requests where finished_at is null`.catch(() => [{ unfinished: -1 }]);
+      return row?.unfinished === 0;
+    },
+    { timeoutMs: 60_000, intervalMs: 250 },
+  );
 }
 
 /** Waits until a leg has nothing left to do: every inbox row settled, every outbox message published. */
