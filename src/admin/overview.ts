@@ -23,7 +23,8 @@ export function age(sec: number): string {
  * stacked bar per minute of the last hour (rows received, by their state now), the duplicate rate
  * since the receiver started (from `deliveries`, in memory: "n/a" without them, empty on workerd,
  * where the app lives for one request), unprocessed rows and the oldest one's age, needs-review rows
- * and, once event backfill has run for the endpoint, its checkpoint's age; its unfinished backfill
+ * and, once event backfill has run for the endpoint, its checkpoint's age; its pauses (`inbox pause`:
+ * since when, what they hold back, the command that lifts each); its unfinished backfill
  * requests with the command that finishes them; then the outbox.
  */
 export async function overviewBody(
@@ -48,12 +49,21 @@ export async function overviewBody(
     // A request names an endpoint, not a provider.
     const waiting = status.backfillRequests.find((r) => r.endpoint === k.endpoint);
     // Events of the other mode (test at a live endpoint, or the reverse): recorded, never applied.
+    // A pause names an endpoint (every provider's rows at that name): the whole endpoint, or accounts.
+    const pauses = status.pauses.filter((p) => p.endpoint === k.endpoint);
     const otherMode = status.arrivals
       .filter((a) => a.provider === k.provider && a.endpoint === k.endpoint)
       .reduce((n, a) => n + a.ignoredMode, 0);
     return html`<section class="endpoint">
       <h2>${k.provider} / ${k.endpoint}</h2>
       <div class="tiles">
+        ${pauses.map(
+          (p) =>
+            html`<div class="tile warn paused">
+              <b>paused</b>${p.account === "" ? "every account" : p.account}, ${age(p.ageSec)}, ${p.held} held${p.note ? `: ${p.note}` : ""}
+              (<code>bun run inbox resume --endpoint ${p.endpoint}${p.account === "" ? "" : ` --account ${p.account}`}</code>)
+            </div>`,
+        )}
         <div class="tile"><b>${received}</b>received, last hour</div>
         <div class="tile">
           <b>${counts === undefined ? "n/a" : answered === 0 ? "–" : `${((100 * duplicates) / answered).toFixed(1)} %`}</b>duplicates

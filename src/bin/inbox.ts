@@ -2,7 +2,7 @@
 // Exit codes: 0 ok, 1 failure, 2 usage error. One file on purpose: it is the command line of src/ops/
 // (each command parses its options, calls one operator function and prints), and its usage text, the
 // option table and the checks they share read best side by side.
-import { loadEndpointsWithoutSecrets } from "../config.ts";
+import { commaList, loadEndpointsWithoutSecrets } from "../config.ts";
 import { parseArgs } from "node:util";
 import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
@@ -18,6 +18,20 @@ import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
 import { resolveReviewed } from "../ops/resolve.ts";
 import { inboxStatus } from "../ops/status.ts";
+import { pauseEndpoint, resumeEndpoint, type PauseScope } from "../ops/pause.ts";
+import type { Pause } from "../inbox/pauses.ts";
+import {
+  abandonRebuild,
+  countRebuild,
+  findRebuild,
+  notRebuildable,
+  runRebuild,
+  startRebuild,
+  type RebuildProgress,
+} from "../ops/rebuild.ts";
+import { onStopSignals } from "../runtime/signals.ts";
+import { hostname } from "node:os";
+import { readBacklog } from "../inbox/backlog.ts";
 import { describeError } from "../errors.ts";
 import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
 import { loadAppMigrations, loadMigrations } from "../runtime/migrations-fs.ts";
@@ -32,6 +46,10 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
   resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] --note TEXT [--dry-run]
                                           close needs-review rows settled by hand (no handler runs)
   replay <event_id> [--endpoint E]        run a processed event through its handler again (idempotent)
+  pause --endpoint E [--account acct_…] [--note TEXT]
+                                          hold the endpoint's (or one account's) events: recorded and answered 2xx,
+                                          nothing applied; waits for events being applied to finish first
+  resume --endpoint E [--account acct_…]  lift that pause: the worker applies what was held, oldest first
   purge [--older-than D] [--payloads-older-than 31d] [--force] [--dry-run] [--batch N]
                                           delete settled rows' keys past each provider's window (default: 31 d, Paddle
                                           and Standard Webhooks 91 d) and payloads past 31 d, by weekly partition;
@@ -71,6 +89,7 @@ const {
         "payloads-older-than": { type: "string" },
         force: { type: "boolean", default: false },
         batch: { type: "string", default: "1000" },
+        account: { type: "string" },
         help: { type: "boolean", short: "h", default: false },
       },
     });
@@ -95,6 +114,8 @@ const ACCEPTS: Record<string, { options: string[]; positionals: [min: number, ma
   requeue: { options: [...FILTER, "dry-run"], positionals: [0, 0] },
   resolve: { options: [...FILTER, "note", "dry-run"], positionals: [0, 0] },
   replay: { options: ["endpoint", "provider"], positionals: [1, 1] },
+  pause: { options: ["endpoint", "account", "note"], positionals: [0, 0] },
+  resume: { options: ["endpoint", "account"], positionals: [0, 0] },
   purge: { options: ["older-than", "payloads-older-than", "force", "dry-run", "batch"], positionals: [0, 0] },
   outbox: { options: ["needs-review", "limit"], positionals: [0, 0] },
   "outbox-requeue": { options: ["dry-run"], positionals: [1, Number.POSITIVE_INFINITY] },
@@ -245,95 +266,37 @@ async function run(db: Db): Promise<number> {
         s,
         s.backfillRequests.map(({ command, oldestAgeSec, ...r }) => ({ ...r, oldest_age_s: Math.round(oldestAgeSec), command })),
       );
+      console.log("paused (events recorded and answered 2xx, nothing applied; held rows wait for `bun run inbox resume`)");
+      print(s, s.pauses.map(pauseColumns));
       return 0;
     }
-    case "list": {
-      const rows = (await pageEvents(db, filter(), { limit: wholeNumber("limit", opts.limit), text: opts.text })).rows;
-      print(
-        rows,
-        rows.map((r) => ({ ...eventColumns(r), last_error: r.lastError ?? "" })),
-      );
-      return 0;
-    }
-    case "show": {
-      const rows = await showEvent(db, args[0] as string, opts.payload); // ACCEPTS: exactly one
-      if (rows.length === 0) {
-        console.error(`No inbox row for ${args[0]}`);
-        return 1;
-      }
-      print(
-        rows,
-        rows.map((r) => ({
-          ...eventColumns(r),
-          processed_at: r.processedAt ?? "",
-          needs_review_at: r.needsReviewAt ?? "",
-          last_error: r.lastError ?? "",
-          payload_dropped: r.payloadDropped,
-        })),
-      );
-      if (opts.json || !opts.payload) return 0;
-      for (const r of rows) {
-        // The whole payload as indented JSON (escaped like --json), or the exact raw body jsonb could not
-        // hold, line by line as the sender wrote it (every other control character escaped).
-        console.log(
-          `payload at endpoint ${printable(r.endpoint)}${r.rawBody === undefined ? "" : " (raw body: jsonb could not hold it)"}:`,
-        );
-        console.log(r.rawBody === undefined ? printableJson(r.payload) : r.rawBody.split("\n").map(printable).join("\n"));
-      }
-      return 0;
-    }
-    case "requeue": {
-      const result = await requeue(db, filter(), opts["dry-run"]);
-      if (opts.json) return (print(result), 0);
-      console.log(`${result.dryRun ? "Would requeue" : "Requeued"} ${result.rows.length} needs-review row(s)`);
-      print(
-        result,
-        result.rows.map((r) => ({
-          event_id: r.eventId,
-          endpoint: r.endpoint,
-          type: r.eventType,
-          attempts_before: r.attempts,
-          last_error: r.lastError ?? "",
-        })),
-      );
-      return 0;
-    }
-    case "resolve": {
-      const f = filter();
-      if (!f.eventId && !f.eventType && !f.error)
-        throw new UsageError("resolve needs --id, --type or --error: it never closes every needs-review row at once");
-      if (!opts.note?.trim()) throw new UsageError("resolve needs --note TEXT: what was done about the event (kept on the row)");
-      const result = await resolveReviewed(db, f, opts.note, opts["dry-run"]);
-      if (opts.json) return (print(result), 0);
-      console.log(`${result.dryRun ? "Would resolve" : "Resolved"} ${result.rows.length} needs-review row(s)`);
-      print(
-        result,
-        result.rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, last_error: r.lastError ?? "" })),
-      );
-      return 0;
-    }
-    case "replay": {
-      const eventId = args[0] as string; // ACCEPTS: exactly one
-      const rows = await showEvent(db, eventId);
-      const candidates = rows.filter((r) => r.provider === opts.provider && (!opts.endpoint || r.endpoint === opts.endpoint));
-      const [row] = candidates;
-      if (!row) throw new Error(`Cannot replay ${eventId}: no inbox row${opts.endpoint ? ` at endpoint ${opts.endpoint}` : ""}`);
-      if (candidates.length > 1)
-        throw new UsageError(
-          `${eventId} was received by several endpoints (${candidates.map((r) => r.endpoint).join(", ")}): pass --endpoint`,
-        );
-      const result = await replayEvent(
-        db,
-        { provider: row.provider, endpoint: row.endpoint, eventId },
-        handlersFor(row.provider),
-        configuredLivemode(row.provider, row.endpoint),
-      );
+    case "pause": {
+      const scope = await pauseScope(db, true);
+      const result = await pauseEndpoint(db, scope, opts.note);
       if (opts.json) return (print(result), 0);
       console.log(
-        result.handled
-          ? `Replayed ${printable(eventId)} (${printable(result.eventType)}) at ${printable(`${row.provider}/${row.endpoint}`)}: ${result.inserted} row(s) inserted, ${result.updated} updated, ${result.deleted} deleted`
-          : `Nothing to replay: ${printable(eventId)} (${printable(result.eventType)}) has no handler`,
+        result.paused
+          ? `Paused ${describeScope(result)}: its events are recorded and answered 2xx, nothing is applied until \`bun run inbox resume ${scopeArgs(result)}\``
+          : `${describeScope(result)} was paused already, since ${result.pausedAt}${result.note ? ` ("${printable(result.note)}")` : ""}: nothing changed`,
       );
+      return 0;
+    }
+    case "resume": {
+      const scope = await pauseScope(db, false);
+      const result = await resumeEndpoint(db, scope);
+      if (opts.json) return (print(result), 0);
+      if (!result.resumed) console.log(`${describeScope(result)} was not paused: nothing changed`);
+      else {
+        const waiting = (await readBacklog(db)).filter((b) => b.endpoint === scope.endpoint).reduce((n, b) => n + b.unprocessed, 0);
+        console.log(
+          `Resumed ${describeScope(result)}, paused since ${result.pausedAt}: workers were woken to apply what it held, oldest first ` +
+            `(${waiting} unprocessed row(s) at the endpoint now; an endpoint in sync mode needs \`bun run worker\` running for them)`,
+        );
+      }
+      if (result.remaining.length > 0) {
+        console.log(`Still paused at ${printable(scope.endpoint)}:`);
+        print(result, result.remaining.map(pauseColumns));
+      }
       return 0;
     }
     case "purge": {
@@ -403,6 +366,64 @@ async function run(db: Db): Promise<number> {
     default:
       throw new UsageError(`Unknown command "${command}"`);
   }
+}
+
+/**
+ * The scope of `pause` and `resume` from --endpoint and --account. A pause must name an endpoint this
+ * configuration serves or the inbox holds rows of (a typo would otherwise hold nothing); resume names the
+ * pause to lift, whatever it is.
+ */
+async function pauseScope(db: Db, pausing: boolean): Promise<PauseScope> {
+  const endpoint = opts.endpoint;
+  if (!endpoint) throw new UsageError(`${command} needs --endpoint NAME`);
+  const account = opts.account;
+  if (account !== undefined && !/^acct_[A-Za-z0-9]+$/.test(account))
+    throw new UsageError(
+      `--account must be a connected account's id (acct_…), got "${account}"; without it the whole endpoint is ${command}d`,
+    );
+  if (pausing) {
+    const configured = configuredEndpointNames();
+    const [seen] = configured.includes(endpoint)
+      ? [{ seen: true }]
+      : await db<{ seen: boolean }[]>`
+      select exists (select 1 from webhook_inbox where endpoint = ${endpoint}) as seen
+    `;
+    if (!seen?.seen)
+      throw new UsageError(
+        `No endpoint named "${endpoint}": it is not configured here (${configured.join(", ") || "none"}) and the inbox holds no rows of it`,
+      );
+  }
+  return { endpoint, account };
+}
+
+/** Endpoint names this environment configures: the Stripe ones (billing first) and `WEBHOOK_ENDPOINTS`'s. */
+function configuredEndpointNames(): string[] {
+  let stripe: string[] = [];
+  try {
+    stripe = loadEndpointsWithoutSecrets(process.env).map((e) => e.name);
+  } catch {
+    stripe = ["billing"];
+  }
+  return [...new Set([...stripe, ...commaList(process.env.WEBHOOK_ENDPOINTS).map((entry) => entry.split("/")[1] ?? "")])].filter(Boolean);
+}
+
+function describeScope(scope: { endpoint: string; account: string }): string {
+  return `endpoint ${printable(scope.endpoint)}${scope.account ? ` (account ${printable(scope.account)})` : " (every account)"}`;
+}
+
+function scopeArgs(scope: { endpoint: string; account: string }): string {
+  return `--endpoint ${printable(scope.endpoint)}${scope.account ? ` --account ${printable(scope.account)}` : ""}`;
+}
+
+function pauseColumns(p: Pause) {
+  return {
+    endpoint: p.endpoint,
+    account: p.account || "(every account)",
+    paused_at: p.pausedAt,
+    age_s: Math.round(p.ageSec),
+    held: p.held,
+    note: p.note ?? "",
+  };
 }
 
 /** The columns `list` and `show` begin with. */

@@ -1,5 +1,6 @@
 import type { Db } from "../db/db.ts";
 import { readBackfillAges, readBacklog, readOutboxBacklog, type BackfillAges, type Backlog, type OutboxBacklog } from "../inbox/backlog.ts";
+import { readPauses, type Pause } from "../inbox/pauses.ts";
 
 /** Arrivals of one event type at one endpoint within the status window. */
 export interface Arrivals {
@@ -28,11 +29,13 @@ export interface InboxStatus {
   backfill: BackfillAges["checkpoints"];
   /** Backfill requests no run has finished, per endpoint: a failover's or a Stripe health notification's (docs/failover.md). */
   backfillRequests: BackfillAges["requests"];
+  /** Pauses in force (`inbox pause`), oldest first, with the unprocessed rows each holds back. */
+  pauses: Pause[];
 }
 
 /**
- * The inbox and outbox backlogs, event backfill's checkpoints and unfinished requests, plus arrivals per
- * endpoint and event type over the last `windowSec` seconds (default 3600).
+ * The inbox and outbox backlogs, event backfill's checkpoints and unfinished requests, the pauses in
+ * force, plus arrivals per endpoint and event type over the last `windowSec` seconds (default 3600).
  */
 export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus> {
   const arrivals = await db<Arrivals[]>`
@@ -57,5 +60,6 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
     backfillRequests: backfill.requests,
     windowSec,
     arrivals: [...arrivals],
+    pauses: await readPauses(db),
   };
 }

@@ -4,6 +4,7 @@ import { AppError, errorResponse } from "../errors.ts";
 import { sameText } from "../providers/hmac.ts";
 import type { Metrics } from "./metrics.ts";
 import { readBackfillAges, readBacklog, readOutboxBacklog } from "../inbox/backlog.ts";
+import { readPauses } from "../inbox/pauses.ts";
 
 /** Dependencies of {@link createProbes}. */
 export interface ProbeDeps {
@@ -58,7 +59,12 @@ export function createProbes(deps: ProbeDeps) {
     // is cancelled by PostgreSQL and frees the probe connection, so /readyz does not queue behind it.
     const read = deps.db.begin(async (tx) => {
       await tx`select set_config('statement_timeout', ${String(PROBE_TIMEOUT_MS - 250)}, true)`;
-      return { inbox: await readBacklog(tx), outbox: await readOutboxBacklog(tx), backfill: await readBackfillAges(tx) };
+      return {
+        inbox: await readBacklog(tx),
+        outbox: await readOutboxBacklog(tx),
+        backfill: await readBackfillAges(tx),
+        pauses: await readPauses(tx),
+      };
     });
     const backlog = await bounded(read).catch(() => null);
     return new Response(deps.metrics.render(backlog, deps.endpoints), {

@@ -2,6 +2,7 @@ import { isPermanent, settleWithin, STUCK_SLACK_MS, type Db } from "../db/db.ts"
 import { describeError } from "../errors.ts";
 import { applyEach, type ApplyInput, type EachOutcome } from "../inbox/apply-event.ts";
 import { storedEvent } from "../inbox/stored-event.ts";
+import { EndpointPaused } from "../inbox/pauses.ts";
 import { subjectOf } from "../providers/registry.ts";
 import { traceparentOf } from "../telemetry.ts";
 import type { Claim } from "./claim.ts";
@@ -138,6 +139,7 @@ async function applyBatch(db: Db, batch: { claim: Claim; input: ApplyInput }[], 
   const records = (outcomes: readonly EachOutcome[]): AttemptRecord[] =>
     outcomes.flatMap((o, i): AttemptRecord[] => {
       const claim = batch[i]!.claim;
+      if ("error" in o && o.error instanceof EndpointPaused) return [{ claim, release: true }];
       if ("error" in o) return [{ claim, error: describeError(o.error), permanent: isPermanent(o.error) }];
       return "notStarted" in o ? [{ claim, release: true }] : [];
     });
@@ -154,6 +156,9 @@ async function applyBatch(db: Db, batch: { claim: Claim; input: ApplyInput }[], 
       } else if ("notStarted" in o) {
         r++;
         results.set(claim, { outcome: "released" });
+      } else if (o.error instanceof EndpointPaused) {
+        r++;
+        results.set(claim, { outcome: "held", error: o.error.message });
       } else {
         results.set(claim, { outcome: parked[r++] ? "needs_review" : "failed", error: describeError(o.error) });
       }

@@ -578,6 +578,7 @@ describe("inbox CLI", () => {
           backfillRequests: [],
           windowSec: 3_600,
           arrivals: [],
+          pauses: [],
         });
       } finally {
         await behind.drop();
