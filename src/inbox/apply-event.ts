@@ -116,6 +116,15 @@ export interface ApplyInput {
   after?: (tx: Tx, applied: Applied) => Promise<void>;
 }
 
+/**
+ * Thrown by a `replay` hold (and by ops/replay.ts before it) for a row that cannot be replayed as it is
+ * now: gone, not settled yet (the worker owns it), needs-review, resolved by an operator, recorded
+ * `ignored_mode` while its mode still differs, or its payload dropped by retention. Nothing ran.
+ */
+export class ReplayRefused extends Error {
+  override name = "ReplayRefused";
+}
+
 /** Tries of a transaction PostgreSQL rolled back as a deadlock or serialization failure. */
 export const APPLY_TRIES = 3;
 
@@ -133,7 +142,7 @@ export const APPLY_TRIES = 3;
  * woken for a `processed` event (its handler may have written outbox rows) and workers for a
  * `queued` one (a coalesced NOTIFY sent after the commit: notifier.ts).
  * @throws whatever the handler or the database threw, after the rollback: nothing of the attempt
- *   remains; Error for a `replay` of a row that is not settled, was resolved by an operator, or is gone;
+ *   remains; {@link ReplayRefused} for a `replay` of a row that is not settled, was resolved by an operator, or is gone;
  *   {@link EndpointPaused} for a `claimed` or `replay` row whose endpoint or account is paused.
  */
 export async function applyEvent(db: Db, input: ApplyInput): Promise<Applied> {
@@ -348,16 +357,19 @@ async function holdRow(tx: Tx, input: ApplyInput, handled: boolean, spill: { spi
        for update
   `;
   const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
-  if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
+  if (!row) throw new ReplayRefused(`Cannot replay ${name}: no such inbox row`);
   if (row.paused) throw new EndpointPaused(key.endpoint, account);
-  if (row.parked) throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
-  if (!row.settled) throw new Error(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
+  if (row.parked)
+    throw new ReplayRefused(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
+  if (!row.settled) throw new ReplayRefused(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
   if (row.outcome === "ignored_mode" && !hold.modeFixed)
-    throw new Error(
+    throw new ReplayRefused(
       `Cannot replay ${name}: it was recorded ignored_mode (its livemode is not its endpoint's mode); if the endpoint's STRIPE_MODE was wrong, set it to the event's mode and replay it again`,
     );
   if (row.outcome === "resolved")
-    throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.note}"); running its handler would override that`);
+    throw new ReplayRefused(
+      `Cannot replay ${name}: an operator resolved it by hand ("${row.note}"); running its handler would override that`,
+    );
   return "held";
 }
 
