@@ -41,7 +41,10 @@ export interface ClaimGroup {
 
 /** What a claim saw beyond the rows it took, for the worker's loop ({@link ClaimOptions.onWalk}). */
 export interface ClaimWalk {
-  /** Due rows were left that this worker may take now (a group had more than its share, or the walk stopped at its bound): claim again at once. */
+  /**
+   * Due rows may be left that this worker may take now (a group had more than its share, the walk stopped
+   * at its bound, or it began after a group and so did not see the ones before): claim again at once.
+   */
   more: boolean;
   /** Due rows were left only because their connected account holds `accounts.max` rows of this worker: claim again when some finish. */
   capped: boolean;
@@ -203,7 +206,9 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
        limit ${options.limit}
     ), walked as (
       -- Rows fetched and not taken: left for the next claim, or left because their account is at its bound.
-      select coalesce(bool_or(f.allowance is null or t.taken < f.allowance), false) or (select max(n) from walk) >= ${groups} as more,
+      -- A walk that began after a group and ended before its bound did not see the groups before that one.
+      select coalesce(bool_or(f.allowance is null or t.taken < f.allowance), false) or (select max(n) from walk) >= ${groups}
+               or ${after !== undefined} as more,
              coalesce(bool_or(f.allowance is not null and t.taken >= f.allowance), false)
                or exists (select 1 from open where allowance <= 0) as capped
         from fetched f

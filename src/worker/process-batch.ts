@@ -75,9 +75,9 @@ function objectKey(claim: Claim): string {
  *    provider has a table, in ONE transaction with a savepoint each ({@link applyEach}: each row's
  *    `claimed` hold and handler exactly as applyEvent runs them; one row's failure rolls back that row
  *    only). Failures are recorded in the same transaction ({@link recordFailures}: backoff, needs-review
- *    at the limit or at once when permanent), and rows the batch's `timeoutMs` did not reach are
- *    released (attempt given back, due at once). Their attempts were counted by the claim, committed
- *    before this work (seed §6).
+ *    at the limit or at once when permanent), and rows the batch's `timeoutMs` did not reach, or whose
+ *    endpoint was paused since the claim (`held`), are released (attempt given back, due at once).
+ *    Their attempts were counted by the claim, committed before this work (seed §6).
  * 2. Then the other rows (claimBatch takes few: at most one already tried per worker, one that needs an
  *    API read per free slot), each alone in its own transaction, at once, with
  *    {@link processClaim}: a row already tried (never in a batch, so an event whose handler kills the

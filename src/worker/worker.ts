@@ -83,8 +83,12 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
   let capped = false; // the last claim left rows of an account at its bound: claim again as rows finish
   let after: ClaimGroup | undefined; // where the last claim's walk stopped at its bound
   const work = async (unit: Claim[], claimedAt: number) => {
-    const results = await processClaims(db, unit, processOptions);
-    hold(unit, -1);
+    let results: Awaited<ReturnType<typeof processClaims>>;
+    try {
+      results = await processClaims(db, unit, processOptions);
+    } finally {
+      hold(unit, -1); // however the unit ended, its rows are no longer held here
+    }
     for (const [i, result] of results.entries()) {
       const claim = unit[i]!;
       log({

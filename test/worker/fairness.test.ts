@@ -108,7 +108,11 @@ describe("claimBatch() between accounts", () => {
     expect(first.walk).toEqual({ more: true, capped: false, stoppedAt: { provider: "stripe", endpoint: "billing", account: "acct_25" } });
     const second = await claim({ limit: 16, after: first.walk.stoppedAt! });
     expect(Object.keys(second.accounts).sort()).toEqual(["acct_26", "acct_27", "acct_28", "acct_29"]);
-    expect(second.walk).toEqual({ more: false, capped: false });
+    // It began after a group: the groups before it were not looked at, so the next claim starts over.
+    expect(second.walk).toEqual({ more: true, capped: false });
+    await queue("acct_10", 1);
+    const third = await claim({ limit: 16 });
+    expect(third).toEqual({ accounts: { acct_10: 1 }, walk: { more: false, capped: false } });
   });
 });
 
