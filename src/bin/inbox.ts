@@ -37,7 +37,7 @@ import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
 import { loadAppMigrations, loadMigrations } from "../runtime/migrations-fs.ts";
 
 const USAGE = `Usage: bun run inbox <command> [options]      (--json on any command for machine output)
-  status                                  backlog per endpoint and of the outbox; arrivals per type over the last hour
+  status                                  backlog per endpoint and of the outbox; arrivals per type over the last hour; pauses
   list [--needs-review | --unprocessed] [--type T] [--endpoint E] [--since 2h|ISO] [--attempts N] [--text T] [--limit N]
                                           --text: payloads containing T, among the 10 000 newest rows matching the rest
   show <event_id> [--payload]             every row of an event as a table: state, attempts, last error (payload on request)

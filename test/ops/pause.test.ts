@@ -37,6 +37,7 @@ const BILLING: ReceiveTarget = { provider: "stripe", endpoint: "billing", handle
 const BACKOFF = { baseMs: 60_000, capMs: 600_000 };
 const PROCESS = { tables: { stripe: billingHandlers }, timeoutMs: 5_000, maxAttempts: 10, backoff: BACKOFF };
 const WAITS = 60_000;
+const TOKEN = "pause-test-admin-token-0123456789abcdefghij";
 
 let seq = 0;
 /** A fresh invoice.paid event (its own invoice, 2000 usd), of `account` when given. */
@@ -294,17 +295,31 @@ describe("what shows a pause", () => {
 
     const admin = createAdmin({
       db,
-      token: "t".repeat(16) + "0123456789abcdef",
+      token: TOKEN,
       endpoints: endpoints.map((e) => ({ provider: "stripe", name: e.name, handlers: e.handlers })),
+      log: () => {},
     });
     const page = await (
-      await admin.fetch(
-        new Request("http://receiver.test/admin", { headers: { authorization: `Bearer ${"t".repeat(16)}0123456789abcdef` } }),
-      )
+      await admin.fetch(new Request("http://receiver.test/admin", { headers: { authorization: `Bearer ${TOKEN}` } }))
     ).text();
     expect(page).toContain("month-end close");
     expect(page).toContain("bun run inbox resume --endpoint billing --account acct_noisy");
     expect(page.match(/class="tile warn paused"/g)).toHaveLength(2);
+
+    // The page's replay of a paused endpoint's event is refused with why, like the command's.
+    const settled = paid();
+    await db`delete from endpoint_pauses`;
+    expect(await receiveSync(db, BILLING, settled.event)).toBe("processed");
+    await pauseEndpoint(db, { endpoint: "billing" });
+    const replay = await admin.fetch(
+      new Request(`http://receiver.test/admin/events/${settled.eventId}/replay`, {
+        method: "POST",
+        headers: { authorization: `Bearer ${TOKEN}`, "content-type": "application/x-www-form-urlencoded" },
+        body: new URLSearchParams({ provider: "stripe", endpoint: "billing" }),
+      }),
+    );
+    expect(replay.status).toBe(409);
+    expect(await replay.text()).toContain("Endpoint billing is paused");
   });
 });
 
