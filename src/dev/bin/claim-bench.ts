@@ -1,0 +1,138 @@
+// Entry file: `bun run bench:claim [--runs N] [--before-ref REF]`. The worker's claim statement
+// (src/worker/claim.ts claimBatch) of this tree against an older commit's, each on its own schema in a
+// scratch database: how long one claim of 128 rows takes (4 slots × batches of 32) and what it takes, on
+// backlogs shaped like the cases the fair claim is for. Claims alternate between the two trees; after each
+// the claimed rows are put back (attempts 0, due as before), outside the time measured. On a throwaway
+// embedded PostgreSQL 18, or a scratch database on DATABASE_URL's server. docs/performance.md, "Fair
+// claims between connected accounts", gives the figures.
+import { rmSync } from "node:fs";
+import { dirname, join } from "node:path";
+import { parseArgs } from "node:util";
+import { connect, type Db } from "../../db/db.ts";
+import { migrate } from "../../db/migrate.ts";
+import type { claimBatch as ClaimBatch } from "../../worker/claim.ts";
+import { startEmbeddedPostgres, temporaryDataDir, type EmbeddedServer } from "../../runtime/embedded-postgres.ts";
+import { loadMigrations } from "../../runtime/migrations-fs.ts";
+import { extractBeforeTree } from "../bench/before-tree.ts";
+import { createScratchDatabase, type ScratchDatabase } from "../scratch-database.ts";
+
+const USAGE = `Usage: bun run bench:claim [--runs N] [--before-ref REF]
+  one claim of 128 rows (claimBatch, 4 slots × 32), this tree's against REF's, alternating, on three
+  backlogs: one account's 10,000 rows; one account's 10,000 and nine accounts' one row each; 200 accounts'
+  50 rows each. Prints the median and 95th percentile time of a claim, and what it took
+  --runs N          claims per tree and backlog (default 200)
+  --before-ref REF  the code to compare with (default: the parent of the commit that added the fair claim)`;
+
+const { values: o } = (() => {
+  try {
+    return parseArgs({
+      options: { runs: { type: "string" }, "before-ref": { type: "string" }, help: { type: "boolean", default: false } },
+    });
+  } catch (err) {
+    console.error(`bench:claim: ${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
+    process.exit(2);
+  }
+})();
+if (o.help) {
+  console.log(USAGE);
+  process.exit(0);
+}
+const runs = Number(o.runs ?? 200);
+if (!Number.isInteger(runs) || runs < 1) {
+  console.error(`bench:claim: --runs must be a positive integer, got ${JSON.stringify(o.runs)}\n\n${USAGE}`);
+  process.exit(2);
+}
+const ROOT = join(import.meta.dir, "..", "..", "..");
+const LIMIT = 128;
+
+/** A backlog: `accounts` of `rows` each (queued in that order, one statement per account, so each is its own due time). */
+interface Backlog {
+  name: string;
+  accounts: { account: string; rows: number }[];
+}
+const BACKLOGS: Backlog[] = [
+  { name: "one account, 10,000 rows", accounts: [{ account: "", rows: 10_000 }] },
+  {
+    name: "one account 10,000 rows, nine 1 row each",
+    accounts: [
+      { account: "acct_flood", rows: 10_000 },
+      ...Array.from({ length: 9 }, (_, i) => ({ account: `acct_trickle_${i + 1}`, rows: 1 })),
+    ],
+  },
+  { name: "200 accounts, 50 rows each", accounts: Array.from({ length: 200 }, (_, i) => ({ account: `acct_many_${i}`, rows: 50 })) },
+];
+
+async function fill(db: Db, backlog: Backlog): Promise<void> {
+  await db`truncate webhook_inbox, webhook_inbox_payloads`;
+  for (const [i, { account, rows }] of backlog.accounts.entries()) {
+    await db`
+      with s as (
+        insert into webhook_inbox (provider, endpoint, event_id, event_type, account, received_at, available_at)
+        select 'stripe', 'billing', 'evt_claim_' || ${i}::int || '_' || g, 'invoice.paid', ${account},
+               now() - interval '1 hour' + ${i}::int * interval '1 ms', now() - interval '1 hour' + ${i}::int * interval '1 ms'
+          from generate_series(1, ${rows}::int) g
+        returning provider, endpoint, event_id, received_at
+      )
+      insert into webhook_inbox_payloads (provider, endpoint, event_id, received_at, payload)
+      select provider, endpoint, event_id, received_at, '{"data":{"object":{"id":"in_1"}}}'::jsonb from s
+    `;
+  }
+  await db`vacuum analyze webhook_inbox`;
+}
+
+/** One claim on `db` with `claim`: its time in ms, the rows and accounts it took, then the rows put back. */
+async function claimOnce(db: Db, claim: typeof ClaimBatch) {
+  const t0 = performance.now();
+  const rows = await claim(db, { limit: LIMIT, leaseMs: 60_000, maxAttempts: 10 });
+  const ms = performance.now() - t0;
+  await db`update webhook_inbox set attempts = 0, available_at = received_at where attempts > 0`;
+  return { ms, rows: rows.length, accounts: new Set(rows.map((r) => r.account)).size };
+}
+
+const quantile = (xs: number[], q: number) => [...xs].sort((a, b) => a - b)[Math.min(xs.length - 1, Math.floor(q * xs.length))]!;
+
+let embedded: EmbeddedServer | undefined;
+let dataDir: string | undefined;
+const scratches: ScratchDatabase[] = [];
+const before = extractBeforeTree(ROOT, o["before-ref"], "test/worker/fairness.test.ts");
+try {
+  let serverUrl = process.env.DATABASE_URL;
+  if (!serverUrl) {
+    dataDir = await temporaryDataDir();
+    embedded = await startEmbeddedPostgres({ dir: dataDir, port: 0 });
+    serverUrl = embedded.url;
+  }
+  const trees = [] as { name: string; db: Db; claim: typeof ClaimBatch }[];
+  for (const [name, root] of [
+    [`before (${before.commit})`, before.dir],
+    ["after (this tree)", ROOT],
+  ] as const) {
+    const scratch = await createScratchDatabase(serverUrl, `webhook_inbox_bench_claim_${trees.length}`);
+    scratches.push(scratch);
+    const db = connect(scratch.url, { max: 1, applicationName: "webhook-inbox bench:claim" });
+    await migrate(db, loadMigrations(join(root, "sql")));
+    const { claimBatch } = (await import(join(root, "src", "worker", "claim.ts"))) as { claimBatch: typeof ClaimBatch };
+    trees.push({ name, db, claim: claimBatch });
+  }
+  console.log(`| backlog | code | claim ms, median | p95 | rows taken | accounts in it |`);
+  console.log(`|---|---|---|---|---|---|`);
+  for (const backlog of BACKLOGS) {
+    for (const t of trees) await fill(t.db, backlog);
+    const seen = new Map(trees.map((t) => [t, [] as Awaited<ReturnType<typeof claimOnce>>[]]));
+    for (let r = 0; r < runs; r++)
+      for (const t of r % 2 === 0 ? trees : [...trees].reverse()) seen.get(t)!.push(await claimOnce(t.db, t.claim));
+    for (const t of trees) {
+      const s = seen.get(t)!;
+      const ms = s.map((x) => x.ms);
+      console.log(
+        `| ${backlog.name} | ${t.name} | ${quantile(ms, 0.5).toFixed(2)} | ${quantile(ms, 0.95).toFixed(2)} | ${s[0]!.rows} | ${s[0]!.accounts} |`,
+      );
+    }
+  }
+  for (const t of trees) await t.db.end({ timeout: 5 });
+} finally {
+  for (const s of scratches) await s.drop().catch(() => {});
+  before.remove();
+  await embedded?.stop();
+  if (dataDir) rmSync(dirname(dataDir), { recursive: true, force: true });
+}
