@@ -100,9 +100,10 @@ export interface ClaimOptions {
  * `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"):
  * - Group by group: the claim walks the due index (sql/0029: provider, endpoint, account, due time) from
  *   one (provider, endpoint, account) group to the next, one index probe each (PostgreSQL wiki, "Loose
- *   indexscan"), up to `max(limit, 16)` groups, starting after `after`. A group of a provider the
- *   worker cannot process, or of a paused endpoint (`endpoint_pauses`), is stepped over whole; a group
- *   of a paused account, or of an account at its bound (`accounts`), is passed. Each group offers its
+ *   indexscan"), up to `max(limit ÷ 4, 16)` groups (each step costs about what claiming a few rows
+ *   does: bench:claim), starting after `after`. A group of a provider the worker cannot process, or of
+ *   a paused endpoint (`endpoint_pauses`), is stepped over whole; a group of a paused account, or of an
+ *   account at its bound (`accounts`), is passed. Each group offers its
  *   oldest due rows, at most its share of `limit` (and of what its account may still hold), and the
  *   claim takes them round robin: every account's oldest row first, then every account's second, each
  *   round oldest first. So a connected account with 10,000 rows queued does not stand in front of
@@ -115,7 +116,7 @@ export interface ClaimOptions {
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
   const leaseEndsAt = Date.now() + options.leaseMs;
   const reads = options.reads ?? { providers: [], endpoints: [], limit: 0 };
-  const groups = Math.max(options.limit, 16);
+  const groups = Math.max(Math.ceil(options.limit / 4), 16);
   const after = options.after;
   const held = [...(options.accounts?.held ?? [])].filter(([account]) => account !== "");
   type Row = Omit<Claim, "attempt" | "leaseEndsAt" | "refusal"> & {

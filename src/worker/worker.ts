@@ -135,7 +135,6 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     label: "worker",
     channel: NOTIFY_CHANNEL,
     claim: async (free) => {
-      let parkedNow = 0;
       let more = false;
       const retried = retriedInFlight > 0 ? 0 : 1;
       const rows = await settleWithin(
@@ -148,7 +147,7 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
           providers,
           accounts: { max: accountMax, held },
           after,
-          onParked: (r) => ((parkedNow += r.length), parked(r)),
+          onParked: parked,
           onWalk: (walk) => ((more = walk.more), (capped = walk.capped), (after = walk.stoppedAt)),
         }),
         timeoutMs + STUCK_SLACK_MS,
@@ -157,12 +156,12 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
       const retriedNow = rows.filter((c) => c.attempt > 1).length;
       retriedInFlight += retriedNow;
       hold(rows, 1);
-      // More may be due when the claim took its limit, left due rows it could have taken (its walk says
-      // so), or took as many retried or API-read rows as it may take.
+      // More may be due when the claim's walk left due rows this worker may take (it reads one row past
+      // each group's share, so it knows), or the claim took as many retried or API-read rows as it may.
+      // Not merely because it took `free * batch` rows: an account at its bound would then be claimed
+      // again at once for nothing.
       more ||=
-        rows.length + parkedNow === free * batch ||
-        (retried > 0 && retriedNow === retried) ||
-        (scope !== undefined && rows.filter((c) => c.attempt <= 1 && alone(c)).length === free);
+        (retried > 0 && retriedNow === retried) || (scope !== undefined && rows.filter((c) => c.attempt <= 1 && alone(c)).length === free);
       return { units: chunkClaims(rows, free, batch, alone), more };
     },
     work,

@@ -101,7 +101,7 @@ describe("claimBatch() between accounts", () => {
     expect((await claim()).accounts).toEqual({ acct_a: 2, acct_b: 4 });
   });
 
-  test("`claimBatch()` walks at most `max(limit, 16)` groups and starts the next walk after the last", async () => {
+  test("`claimBatch()` walks at most `max(limit ÷ 4, 16)` groups and starts the next walk after the last", async () => {
     for (let i = 10; i < 30; i++) await queue(`acct_${i}`, 1);
     const first = await claim({ limit: 16 });
     expect(Object.keys(first.accounts).sort()).toEqual(Array.from({ length: 16 }, (_, i) => `acct_${i + 10}`));
