@@ -277,6 +277,95 @@ async function run(db: Db): Promise<number> {
       print(s, s.pauses.map(pauseColumns));
       return 0;
     }
+    case "list": {
+      const rows = (await pageEvents(db, filter(), { limit: wholeNumber("limit", opts.limit), text: opts.text })).rows;
+      print(
+        rows,
+        rows.map((r) => ({ ...eventColumns(r), last_error: r.lastError ?? "" })),
+      );
+      return 0;
+    }
+    case "show": {
+      const rows = await showEvent(db, args[0] as string, opts.payload); // ACCEPTS: exactly one
+      if (rows.length === 0) {
+        console.error(`No inbox row for ${args[0]}`);
+        return 1;
+      }
+      print(
+        rows,
+        rows.map((r) => ({
+          ...eventColumns(r),
+          processed_at: r.processedAt ?? "",
+          needs_review_at: r.needsReviewAt ?? "",
+          last_error: r.lastError ?? "",
+          payload_dropped: r.payloadDropped,
+        })),
+      );
+      if (opts.json || !opts.payload) return 0;
+      for (const r of rows) {
+        // The whole payload as indented JSON (escaped like --json), or the exact raw body jsonb could not
+        // hold, line by line as the sender wrote it (every other control character escaped).
+        console.log(
+          `payload at endpoint ${printable(r.endpoint)}${r.rawBody === undefined ? "" : " (raw body: jsonb could not hold it)"}:`,
+        );
+        console.log(r.rawBody === undefined ? printableJson(r.payload) : r.rawBody.split("\n").map(printable).join("\n"));
+      }
+      return 0;
+    }
+    case "requeue": {
+      const result = await requeue(db, filter(), opts["dry-run"]);
+      if (opts.json) return (print(result), 0);
+      console.log(`${result.dryRun ? "Would requeue" : "Requeued"} ${result.rows.length} needs-review row(s)`);
+      print(
+        result,
+        result.rows.map((r) => ({
+          event_id: r.eventId,
+          endpoint: r.endpoint,
+          type: r.eventType,
+          attempts_before: r.attempts,
+          last_error: r.lastError ?? "",
+        })),
+      );
+      return 0;
+    }
+    case "resolve": {
+      const f = filter();
+      if (!f.eventId && !f.eventType && !f.error)
+        throw new UsageError("resolve needs --id, --type or --error: it never closes every needs-review row at once");
+      if (!opts.note?.trim()) throw new UsageError("resolve needs --note TEXT: what was done about the event (kept on the row)");
+      const result = await resolveReviewed(db, f, opts.note, opts["dry-run"]);
+      if (opts.json) return (print(result), 0);
+      console.log(`${result.dryRun ? "Would resolve" : "Resolved"} ${result.rows.length} needs-review row(s)`);
+      print(
+        result,
+        result.rows.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, last_error: r.lastError ?? "" })),
+      );
+      return 0;
+    }
+    case "replay": {
+      const eventId = args[0] as string; // ACCEPTS: exactly one
+      const rows = await showEvent(db, eventId);
+      const candidates = rows.filter((r) => r.provider === opts.provider && (!opts.endpoint || r.endpoint === opts.endpoint));
+      const [row] = candidates;
+      if (!row) throw new Error(`Cannot replay ${eventId}: no inbox row${opts.endpoint ? ` at endpoint ${opts.endpoint}` : ""}`);
+      if (candidates.length > 1)
+        throw new UsageError(
+          `${eventId} was received by several endpoints (${candidates.map((r) => r.endpoint).join(", ")}): pass --endpoint`,
+        );
+      const result = await replayEvent(
+        db,
+        { provider: row.provider, endpoint: row.endpoint, eventId },
+        handlersFor(row.provider),
+        configuredLivemode(row.provider, row.endpoint),
+      );
+      if (opts.json) return (print(result), 0);
+      console.log(
+        result.handled
+          ? `Replayed ${printable(eventId)} (${printable(result.eventType)}) at ${printable(`${row.provider}/${row.endpoint}`)}: ${result.inserted} row(s) inserted, ${result.updated} updated, ${result.deleted} deleted`
+          : `Nothing to replay: ${printable(eventId)} (${printable(result.eventType)}) has no handler`,
+      );
+      return 0;
+    }
     case "pause": {
       const scope = await pauseScope(db, true);
       const result = await pauseEndpoint(db, scope, opts.note);
