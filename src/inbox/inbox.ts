@@ -138,30 +138,28 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
     r.traceparent,
     r.unlessPaused === true,
   ]);
-  const inserted = await sql<{ provider: string; endpoint: string; event_id: string; spilled: boolean | null; paused: boolean }[]>`
-    with v as (
+  const inserted = await sql<{ provider: string; endpoint: string; event_id: string; spilled: boolean | null; unsettled: boolean }[]>`
+    with r as (
       select provider::text, endpoint::text, event_id::text, event_type::text, payload::text::jsonb as payload, raw_body::text,
              payload_sanitized::text, source::text, to_timestamp(created::float8) as created, outcome::text, last_error::text,
              parked::boolean, base_ms::int, cap_ms::int, account::text, livemode::boolean, traceparent::text, unless_paused::boolean
         from (values ${sql(values as unknown as EscapableArray[])})
-          as v (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, created, outcome, last_error, parked,
+          as r (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, created, outcome, last_error, parked,
                 base_ms, cap_ms, account, livemode, traceparent, unless_paused)
-    ), r as (
-      -- A row to be applied now whose endpoint or account is paused is recorded for a worker instead.
-      select v.*, v.unless_paused and ${pausedWhere(sql, sql`v.endpoint`, sql`v.account`)} as paused
-        from v
     ), state as (
       insert into webhook_inbox (provider, endpoint, event_id, event_type, source, event_created_at, processed_at, outcome, attempts,
                                  last_error, needs_review_at, available_at, account, livemode, traceparent)
       select provider, endpoint, event_id, event_type, source, created,
-             case when outcome is not null and not paused then now() end, case when not paused then outcome end,
+             case when outcome is not null and not h.paused then now() end, case when not h.paused then outcome end,
              case when last_error is not null then 1 else 0 end, last_error,
              case when parked then now() end,
              case when last_error is not null then now() + webhook_inbox_backoff(1, base_ms, cap_ms) else now() end,
              account, livemode, traceparent
         from r
+        -- A row to be applied now whose endpoint or account is paused is recorded for a worker instead.
+        cross join lateral (select r.unless_paused and ${pausedWhere(sql, sql`r.endpoint`, sql`r.account`)} as paused) h
       on conflict (provider, endpoint, event_id) do nothing
-      returning provider, endpoint, event_id, received_at, processed_at
+      returning provider, endpoint, event_id, received_at, processed_at is null as unsettled
     ), payload as (
       insert into webhook_inbox_payloads (provider, endpoint, event_id, received_at, payload, raw_body, payload_sanitized)
       select s.provider, s.endpoint, s.event_id, s.received_at, r.payload, r.raw_body, r.payload_sanitized
@@ -169,15 +167,16 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
         join r using (provider, endpoint, event_id)
       returning provider, endpoint, event_id, tableoid = 'webhook_inbox_payloads_default'::regclass as spilled
     )
-    select s.provider, s.endpoint, s.event_id, p.spilled, r.paused and s.processed_at is null as paused
+    select s.provider, s.endpoint, s.event_id, p.spilled, s.unsettled
       from state s
-      join r using (provider, endpoint, event_id)
       left join payload p using (provider, endpoint, event_id)
   `;
   const keyOf = (row: (typeof inserted)[number]) => keyText({ provider: row.provider, endpoint: row.endpoint, eventId: row.event_id });
   const keys = new InsertedKeys(inserted.map(keyOf));
   keys.spilled = inserted.some((row) => row.spilled === true);
-  for (const row of inserted) if (row.paused) keys.paused.add(keyOf(row));
+  // A row written `unlessPaused` is settled unless a pause held it.
+  const held = new Set(rows.filter((r) => r.unlessPaused).map((r) => keyText(r.key)));
+  for (const row of inserted) if (row.unsettled && held.has(keyOf(row))) keys.paused.add(keyOf(row));
   return keys;
 }
 
