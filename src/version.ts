@@ -1,2 +1,2 @@
 /** This package's version (package.json `version`, semver): printed by `webhook-inbox version` and checked by a test against package.json. */
-export const PACKAGE_VERSION = "0.2.0";
+export const PACKAGE_VERSION = "0.3.0";

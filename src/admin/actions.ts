@@ -2,6 +2,8 @@
 import type { Db } from "../db/db.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { replayEvent } from "../ops/replay.ts";
+import { ReplayRefused } from "../inbox/apply-event.ts";
+import { EndpointPaused } from "../inbox/pauses.ts";
 import { requeue } from "../ops/requeue.ts";
 import { resolveReviewed } from "../ops/resolve.ts";
 import { html, type Html } from "./html.ts";
@@ -84,11 +86,11 @@ export async function runRowAction(
             ${back}`,
         };
       } catch (err) {
-        const message = (err as Error).message;
-        if (message.startsWith("Cannot replay"))
+        // Refused as the row is now (not settled, resolved, its payload gone…), or its endpoint is paused: 409 with why.
+        if (err instanceof ReplayRefused || err instanceof EndpointPaused)
           return {
             status: 409,
-            body: html`<p class="error">${message}</p>
+            body: html`<p class="error">${err.message}</p>
               ${back}`,
           };
         throw err;

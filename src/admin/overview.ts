@@ -114,7 +114,16 @@ function endpointTiles(v: EndpointView, status: InboxStatus, deliveries: Deliver
   const hasModes = v.configured ? v.configured.stripeMode !== undefined : otherMode > 0;
   const h = v.health;
   const silence = h?.silenceMs == null ? undefined : h.silenceMs / 1000;
+  // A pause names an endpoint (every provider's rows at that name): the whole endpoint, or one connected account.
+  const pauses = status.pauses.filter((p) => p.endpoint === endpoint);
   const tiles: (Html | false | undefined)[] = [
+    ...pauses.map(
+      (p) =>
+        html`<div class="tile warn paused">
+          <b>paused</b>${p.account === "" ? "every account" : p.account}, ${age(p.ageSec)}, ${p.held} held${p.note ? `: ${p.note}` : ""}
+          (<code>bun run inbox resume --endpoint ${p.endpoint}${p.account === "" ? "" : ` --account ${p.account}`}</code>)
+        </div>`,
+    ),
     html`<div class="tile"><b>${received}</b>received, last hour</div>`,
     html`<div class="tile">
       <b>${counts === undefined ? "n/a" : answered === 0 ? "–" : `${((100 * duplicates) / answered).toFixed(1)} %`}</b>duplicates

@@ -2,7 +2,7 @@
 // Exit codes: 0 ok, 1 failure, 2 usage error. One file on purpose: it is the command line of src/ops/
 // (each command parses its options, calls one operator function and prints), and its usage text, the
 // option table and the checks they share read best side by side.
-import { loadEndpointsWithoutSecrets } from "../config.ts";
+import { commaList, loadEndpointsWithoutSecrets } from "../config.ts";
 import { parseArgs } from "node:util";
 import { cannotConnectMessage, isConnectFailure } from "../db/connect-failure.ts";
 import { sqlState, SQLSTATE, type Db } from "../db/db.ts";
@@ -17,6 +17,20 @@ import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
 import { resolveReviewed } from "../ops/resolve.ts";
 import { inboxStatus } from "../ops/status.ts";
+import { pauseEndpoint, resumeEndpoint, type PauseScope } from "../ops/pause.ts";
+import type { Pause } from "../inbox/pauses.ts";
+import {
+  abandonRebuild,
+  countRebuild,
+  findRebuild,
+  notRebuildable,
+  runRebuild,
+  startRebuild,
+  type RebuildProgress,
+} from "../ops/rebuild.ts";
+import { onStopSignals } from "../runtime/signals.ts";
+import { hostname } from "node:os";
+import { readBacklog } from "../inbox/backlog.ts";
 import { describeError } from "../errors.ts";
 import { openCommandDatabase } from "../runtime/refuse-hidden-pooler.ts";
 import { loadAppMigrations, loadMigrations } from "../runtime/migrations-fs.ts";
@@ -25,7 +39,7 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
   An event is named by --id evt_… in every command (show and replay also take it as their one argument).
   --account acct_… narrows list, requeue and resolve to a connected account's events (platform: the platform's own).
   status                                  backlog per endpoint and of the outbox; arrivals per type over the last hour;
-                                          the workers and dispatchers and whether each is alive
+                                          the workers and dispatchers and whether each is alive; pauses
   list [--needs-review | --unprocessed] [--type T] [--endpoint E] [--account A] [--since 2h|ISO] [--attempts N] [--text T] [--limit N]
                                           --text: payloads containing T, among the 10 000 newest rows matching the rest
   show --id evt_… [--payload]             every row of an event as a table: account, state, attempts, last error (payload on request)
@@ -34,6 +48,14 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
   resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] [--account A] --note TEXT [--dry-run]
                                           close needs-review rows settled by hand (no handler runs)
   replay --id evt_… [--endpoint E]        run a processed event through its handler again (idempotent)
+  pause --endpoint E [--account acct_…] [--note TEXT]
+                                          hold the endpoint's (or one account's) events: recorded and answered 2xx,
+                                          nothing applied; waits for events being applied to finish first
+  resume --endpoint E [--account acct_…]  lift that pause: the worker applies what was held, oldest first
+  rebuild --since 30d|ISO [--until ISO] [--endpoint E] [--type T] [--account acct_…] [--rate 100] [--dry-run] [--restart]
+                                          run the events received in a window through today's handlers again (each
+                                          booked once: the handlers' business keys), counts first, at --rate events/s;
+                                          Ctrl-C or a crash: the same command continues where it stopped
   purge [--older-than D] [--payloads-older-than 31d] [--force] [--dry-run] [--batch N]
                                           delete settled rows' keys past each provider's window (default: 31 d, Paddle
                                           and Standard Webhooks 91 d) and payloads past 31 d, by weekly partition;
@@ -74,6 +96,9 @@ const {
         "payloads-older-than": { type: "string" },
         force: { type: "boolean", default: false },
         batch: { type: "string", default: "1000" },
+        until: { type: "string" },
+        rate: { type: "string", default: "100" },
+        restart: { type: "boolean", default: false },
         help: { type: "boolean", short: "h", default: false },
       },
     });
@@ -99,6 +124,9 @@ const ACCEPTS: Record<string, { options: string[]; positionals: [min: number, ma
   requeue: { options: [...FILTER, "dry-run"], positionals: [0, 0] },
   resolve: { options: [...FILTER, "note", "dry-run"], positionals: [0, 0] },
   replay: { options: ["id", "endpoint", "provider"], positionals: [0, 1] },
+  pause: { options: ["endpoint", "account", "note"], positionals: [0, 0] },
+  resume: { options: ["endpoint", "account"], positionals: [0, 0] },
+  rebuild: { options: ["since", "until", "endpoint", "type", "account", "rate", "dry-run", "restart"], positionals: [0, 0] },
   purge: { options: ["older-than", "payloads-older-than", "force", "dry-run", "batch"], positionals: [0, 0] },
   outbox: { options: ["needs-review", "limit"], positionals: [0, 0] },
   "outbox-requeue": { options: ["dry-run"], positionals: [1, Number.POSITIVE_INFINITY] },
@@ -163,19 +191,18 @@ function realDate(text: string): boolean {
   return day.getUTCFullYear() === y && day.getUTCMonth() === m - 1 && day.getUTCDate() === d;
 }
 
+/** A time option: a duration back from now (`2h`, `30d`) or an ISO 8601 date or date-time. */
+function timeArg(name: string, raw: string): Date {
+  // An ISO 8601 date or date-time (2026-11-30, 2026-11-30T12:00:00Z); JavaScript's Date would also read "5" as a date.
+  const iso = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/.test(raw) && realDate(raw);
+  const at = /^\d+(ms|s|m|h|d)$/.test(raw) ? new Date(Date.now() - duration(name, raw)) : iso ? new Date(raw) : new Date(Number.NaN);
+  if (Number.isNaN(at.getTime())) throw new UsageError(`--${name} must be a duration (2h) or an ISO time, got "${raw}"`);
+  return at;
+}
+
 function filter(): RowFilter {
   if (opts["needs-review"] && opts.unprocessed) throw new UsageError("Choose one of --needs-review and --unprocessed");
-  let since: Date | undefined;
-  if (opts.since) {
-    // An ISO 8601 date or date-time (2026-11-30, 2026-11-30T12:00:00Z); JavaScript's Date would also read "5" as a date.
-    const iso = /^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?(Z|[+-]\d{2}:?\d{2})?)?$/.test(opts.since) && realDate(opts.since);
-    since = /^\d+(ms|s|m|h|d)$/.test(opts.since)
-      ? new Date(Date.now() - duration("since", opts.since))
-      : iso
-        ? new Date(opts.since)
-        : new Date(Number.NaN);
-    if (Number.isNaN(since.getTime())) throw new UsageError(`--since must be a duration (2h) or an ISO time, got "${opts.since}"`);
-  }
+  const since = opts.since ? timeArg("since", opts.since) : undefined;
   return {
     state: opts["needs-review"] ? "needs_review" : opts.unprocessed ? "unprocessed" : undefined,
     eventType: opts.type,
@@ -268,6 +295,8 @@ async function run(db: Db): Promise<number> {
           claimed: p.claimed,
         })),
       );
+      console.log("paused (events recorded and answered 2xx, nothing applied; held rows wait for `bun run inbox resume`)");
+      print(s, s.pauses.map(pauseColumns));
       return 0;
     }
     case "list": {
@@ -360,6 +389,37 @@ async function run(db: Db): Promise<number> {
       );
       return 0;
     }
+    case "pause": {
+      const scope = await pauseScope(db, true);
+      const result = await pauseEndpoint(db, scope, opts.note);
+      if (opts.json) return (print(result), 0);
+      console.log(
+        result.paused
+          ? `Paused ${describeScope(result)}: its events are recorded and answered 2xx, nothing is applied until \`bun run inbox resume ${scopeArgs(result)}\``
+          : `${describeScope(result)} was paused already, since ${result.pausedAt}${result.note ? ` ("${printable(result.note)}")` : ""}: nothing changed`,
+      );
+      return 0;
+    }
+    case "resume": {
+      const scope = await pauseScope(db, false);
+      const result = await resumeEndpoint(db, scope);
+      if (opts.json) return (print(result), 0);
+      if (!result.resumed) console.log(`${describeScope(result)} was not paused: nothing changed`);
+      else {
+        const waiting = (await readBacklog(db)).filter((b) => b.endpoint === scope.endpoint).reduce((n, b) => n + b.unprocessed, 0);
+        console.log(
+          `Resumed ${describeScope(result)}, paused since ${result.pausedAt}: workers were woken to apply what it held, oldest first ` +
+            `(${waiting} unprocessed row(s) at the endpoint now; an endpoint in sync mode needs \`bun run worker\` running for them)`,
+        );
+      }
+      if (result.remaining.length > 0) {
+        console.log(`Still paused at ${printable(scope.endpoint)}:`);
+        print(result, result.remaining.map(pauseColumns));
+      }
+      return 0;
+    }
+    case "rebuild":
+      return rebuild(db);
     case "purge": {
       const result = await purge(db, {
         olderThanMs: opts["older-than"] ? duration("older-than", opts["older-than"]) : undefined,
@@ -432,6 +492,211 @@ async function run(db: Db): Promise<number> {
 /** The event `show` and `replay` name: `--id`, or their one argument. */
 function eventIdOf(): string {
   return opts.id ?? (args[0] as string);
+}
+
+/**
+ * The scope of `pause` and `resume` from --endpoint and --account. A pause must name an endpoint this
+ * configuration serves or the inbox holds rows of (a typo would otherwise hold nothing); resume names the
+ * pause to lift, whatever it is.
+ */
+async function pauseScope(db: Db, pausing: boolean): Promise<PauseScope> {
+  const endpoint = opts.endpoint;
+  if (!endpoint) throw new UsageError(`${command} needs --endpoint NAME`);
+  const account = opts.account;
+  if (account !== undefined && !/^acct_[A-Za-z0-9]+$/.test(account))
+    throw new UsageError(
+      `--account must be a connected account's id (acct_…), got "${account}"; without it the whole endpoint is ${command}d`,
+    );
+  if (pausing) {
+    const configured = configuredEndpointNames();
+    const [seen] = configured.includes(endpoint)
+      ? [{ seen: true }]
+      : await db<{ seen: boolean }[]>`
+      select exists (select 1 from webhook_inbox where endpoint = ${endpoint}) as seen
+    `;
+    if (!seen?.seen)
+      throw new UsageError(
+        `No endpoint named "${endpoint}": it is not configured here (${configured.join(", ") || "none"}) and the inbox holds no rows of it`,
+      );
+  }
+  return { endpoint, account };
+}
+
+/** Endpoint names this environment configures: the Stripe ones (billing first) and `WEBHOOK_ENDPOINTS`'s. */
+function configuredEndpointNames(): string[] {
+  let stripe: string[] = [];
+  try {
+    stripe = loadEndpointsWithoutSecrets(process.env).map((e) => e.name);
+  } catch {
+    stripe = ["billing"];
+  }
+  return [...new Set([...stripe, ...commaList(process.env.WEBHOOK_ENDPOINTS).map((entry) => entry.split("/")[1] ?? "")])].filter(Boolean);
+}
+
+function describeScope(scope: { endpoint: string; account: string }): string {
+  return `endpoint ${printable(scope.endpoint)}${scope.account ? ` (account ${printable(scope.account)})` : " (every account)"}`;
+}
+
+function scopeArgs(scope: { endpoint: string; account: string }): string {
+  return `--endpoint ${printable(scope.endpoint)}${scope.account ? ` --account ${printable(scope.account)}` : ""}`;
+}
+
+function pauseColumns(p: Pause) {
+  return {
+    endpoint: p.endpoint,
+    account: p.account || "(every account)",
+    paused_at: p.pausedAt,
+    age_s: Math.round(p.ageSec),
+    held: p.held,
+    note: p.note ?? "",
+  };
+}
+
+/**
+ * `inbox rebuild`: the window's counts first (and the rows retention made unrebuildable), then the run
+ * (src/ops/rebuild.ts) with a progress bar on a terminal (plain lines otherwise), resumed when an
+ * unfinished run of the same scope exists. Ctrl-C stops after the current event; a second one exits.
+ * Exit 0 when the run reached the end with no event failing, 1 otherwise.
+ */
+async function rebuild(db: Db): Promise<number> {
+  if (!opts.since)
+    throw new UsageError("rebuild needs --since (a duration such as 30d, or an ISO time): the window of recorded events to run again");
+  if (opts.account !== undefined && !/^acct_[A-Za-z0-9]+$/.test(opts.account))
+    throw new UsageError(`--account must be a connected account's id (acct_…), got "${opts.account}"`);
+  const rate = wholeNumber("rate", opts.rate);
+  const args = {
+    since: opts.since,
+    until: opts.until ?? null,
+    endpoint: opts.endpoint ?? null,
+    type: opts.type ?? null,
+    account: opts.account ?? null,
+  };
+  const fresh = { since: timeArg("since", opts.since), until: opts.until ? timeArg("until", opts.until) : new Date() };
+  if (fresh.until <= fresh.since)
+    throw new UsageError(`--until (${fresh.until.toISOString()}) must be after --since (${fresh.since.toISOString()})`);
+  const tables = (provider: string) => handlersFor(provider);
+  if (opts.restart && !opts["dry-run"]) {
+    const left = await abandonRebuild(db, args);
+    if (left && !opts.json) console.log(`Gave up rebuild ${left.id} (started ${left.startedAt}) at ${left.done} of ${left.total}`);
+  }
+  let run = await findRebuild(db, args);
+  const window = {
+    since: run?.since ?? fresh.since,
+    until: run?.until ?? fresh.until,
+    endpoint: opts.endpoint,
+    eventType: opts.type,
+    account: opts.account,
+  };
+  const counts = await countRebuild(db, window, tables);
+  const lost = await notRebuildable(db, window, opts.json ? 1_000 : 20);
+  const head = { window: { since: window.since.toISOString(), until: window.until.toISOString() }, counts, notRebuildable: lost };
+  if (!opts.json) {
+    console.log(
+      `Events received from ${head.window.since} until ${head.window.until}${run ? ` (rebuild ${run.id}, started ${run.startedAt}: ${run.done} of ${run.total} done)` : ""}:`,
+    );
+    print(head, [
+      { rows: "in the window", count: counts.rows },
+      { rows: "to run through today's handlers", count: counts.toRun },
+      { rows: "no handler applies them now (passed)", count: counts.noHandler },
+      { rows: "not rebuildable: payload dropped by retention", count: counts.payloadDropped },
+      ...Object.entries(counts.leftAlone).map(([state, n]) => ({ rows: `left alone: ${state}`, count: n })),
+    ]);
+    if (lost.length > 0) {
+      console.log(
+        `Not rebuildable (payload dropped by retention)${counts.payloadDropped > lost.length ? `, the first ${lost.length} of ${counts.payloadDropped}` : ""}:`,
+      );
+      print(
+        lost,
+        lost.map((r) => ({ event_id: r.eventId, endpoint: r.endpoint, type: r.eventType, received_at: r.receivedAt })),
+      );
+    }
+  }
+  if (opts["dry-run"]) return (opts.json && print({ ...head, dryRun: true }), 0);
+  if (!run) {
+    if (counts.toRun === 0) return (print(opts.json ? { ...head, status: "nothing" } : "Nothing to rebuild"), 0);
+    run = await startRebuild(db, args, window, counts.toRun);
+  }
+  const stop = new AbortController();
+  onStopSignals(
+    () => stop.abort(),
+    () => process.exit(1),
+  );
+  const progress = progressWriter();
+  const outcome = await runRebuild(db, run, {
+    tables,
+    ratePerSec: rate,
+    owner: `${hostname()}:${process.pid}:${crypto.randomUUID().slice(0, 8)}`,
+    ownerGone: processGone,
+    signal: stop.signal,
+    onProgress: progress.show,
+  });
+  progress.end();
+  const r = outcome.rebuild;
+  if (opts.json) print({ ...head, status: outcome.status, reason: outcome.reason, rebuild: r, failures: outcome.failures });
+  else {
+    console.log(
+      `Rebuild ${r.id} ${outcome.status === "done" ? "finished" : outcome.status}: ${r.done} of ${r.total} event(s) gone through, ${r.failed} failed; ` +
+        `the handlers wrote ${r.inserted} row(s) inserted, ${r.updated} updated, ${r.deleted} deleted` +
+        (outcome.reason ? `\n${outcome.reason}` : ""),
+    );
+    if (outcome.failures.length > 0) {
+      console.log("Failed (rolled back and passed; fix, then replay each, or resolve):");
+      print(
+        outcome.failures,
+        outcome.failures.map((f) => ({ event_id: f.eventId, endpoint: f.endpoint, error: f.error })),
+      );
+    }
+  }
+  return outcome.status === "done" && r.failed === 0 ? 0 : 1;
+}
+
+/** Whether a rebuild lease's owner (`host:pid:…`) is a process of this host that no longer runs (killed, crashed, stopped). */
+function processGone(owner: string): boolean {
+  const [host, pid] = owner.split(":");
+  if (host !== hostname() || !/^\d+$/.test(pid ?? "")) return false;
+  try {
+    process.kill(Number(pid), 0);
+    return false;
+  } catch (err) {
+    return (err as { code?: string }).code === "ESRCH";
+  }
+}
+
+/**
+ * Rebuild progress on stderr: a bar redrawn in place on a terminal (at most 10 times a second), else a
+ * plain line every 1,000 events or 10 s, whichever comes first (none with --json off a terminal).
+ */
+function progressWriter(): { show: (p: RebuildProgress) => void; end: () => void } {
+  const tty = process.stderr.isTTY === true;
+  let shownAt = 0;
+  let shownDone = 0;
+  let drawn = false;
+  const line = (p: RebuildProgress) => {
+    if (p.waitingMs !== undefined)
+      return `waiting up to ${Math.ceil(p.waitingMs / 1000)} s for the lease of a run that stopped without giving it back`;
+    const share = p.total > 0 ? Math.min(1, p.done / p.total) : 1;
+    const eta = p.perSec > 0 ? Math.max(0, Math.round((p.total - p.done) / p.perSec)) : 0;
+    return `${p.done}/${p.total} (${Math.floor(share * 100)} %), ${p.failed} failed, ${p.perSec.toFixed(0)}/s, about ${eta} s left`;
+  };
+  return {
+    show(p) {
+      const now = Date.now();
+      if (tty) {
+        if (now - shownAt < 100 && p.done < p.total) return;
+        const width = 30;
+        const filled = p.total > 0 ? Math.round(Math.min(1, p.done / p.total) * width) : width;
+        process.stderr.write(`\r\x1b[2K[${"#".repeat(filled)}${".".repeat(width - filled)}] ${line(p)}`);
+        drawn = true;
+      } else if (!opts.json && (p.done - shownDone >= 1_000 || now - shownAt >= 10_000 || p.waitingMs !== undefined)) {
+        console.error(`rebuild: ${line(p)}`);
+        shownDone = p.done;
+      } else return;
+      shownAt = now;
+    },
+    end() {
+      if (drawn) process.stderr.write("\n");
+    },
+  };
 }
 
 /** The columns `list` and `show` begin with. */

@@ -3,7 +3,7 @@ import { flushTelemetry, loadTelemetry } from "../runtime/telemetry.ts";
 import { loopLog, openLoopDatabase, parseLoopArgs, readLoopSettings } from "../runtime/loop-settings.ts";
 import { ConfigError, loadEndpointsWithoutSecrets, readApiEndpoints, readDatabaseWaitMs, readPooler } from "../config.ts";
 import { workerHandlerTables } from "../receiver/endpoints.ts";
-import { DEFAULT_BATCH, runWorker } from "../worker/worker.ts";
+import { DEFAULT_BATCH, defaultAccountMax, runWorker } from "../worker/worker.ts";
 import { MAX_BATCH } from "../worker/process-batch.ts";
 import { checkStripeApiKey, readStripeApiSettings, stripeApiClient } from "../stripe-api/client.ts";
 import { stripeFetcher, type Fetcher } from "../worker/stripe-fetch.ts";
@@ -15,6 +15,9 @@ const USAGE = `Usage: bun run worker [options]   (each option also reads WORKER_
   --concurrency N     slots: transactions at once (default 4)
   --batch N           rows per slot's transaction, one savepoint each, 1 to 64 (default 32); rows already
                       tried, thin and refetch rows are each processed alone
+  --account-max N     rows of one connected account held at once, so a noisy account leaves the rest to the
+                      others (default half of concurrency × batch, at least one batch; the platform's own
+                      events are not bounded; concurrency × batch or more: no bound)
   --lease-ms N        lease per claimed row, ms (default 60000)
   --timeout-ms N      bound of a slot's transaction (PostgreSQL statement_timeout; a batch's events share it), ms, < lease;
                       a thin or refetch row's Stripe API read must end within lease − timeout (default 30000)
@@ -36,10 +39,11 @@ function usageError(message: string): never {
   process.exit(2);
 }
 
-const flags = parseLoopArgs(USAGE, { batch: { type: "string" } }, usageError);
+const flags = parseLoopArgs(USAGE, { batch: { type: "string" }, "account-max": { type: "string" } }, usageError);
 const problems: string[] = [];
 const settings = readLoopSettings(flags, process.env, "WORKER", problems);
 const batch = readBatch(flags.batch ?? process.env.WORKER_BATCH, problems);
+const accountMax = readAccountMax(flags["account-max"] ?? process.env.WORKER_ACCOUNT_MAX, problems);
 const waitMs = readDatabaseWaitMs(process.env, problems);
 const apiEndpoints = readApiEndpoints(process.env, problems);
 const api = readFetcher(problems);
@@ -64,6 +68,14 @@ function readBatch(raw: string | boolean | undefined, problems: string[]): numbe
   if (/^\d+$/.test(String(raw)) && n >= 1 && n <= MAX_BATCH) return n;
   problems.push(`--batch (WORKER_BATCH) must be a whole number from 1 to ${MAX_BATCH}, got "${String(raw)}"`);
   return DEFAULT_BATCH;
+}
+
+/** `--account-max` (WORKER_ACCOUNT_MAX): a whole number ≥ 1, default {@link defaultAccountMax}. Appends a problem otherwise. */
+function readAccountMax(raw: string | boolean | undefined, problems: string[]): number {
+  if (raw === undefined) return defaultAccountMax(settings.concurrency, batch);
+  if (/^\d+$/.test(String(raw)) && Number(raw) >= 1) return Number(raw);
+  problems.push(`--account-max (WORKER_ACCOUNT_MAX) must be a whole number ≥ 1, got "${String(raw)}"`);
+  return 1;
 }
 
 /**
@@ -123,6 +135,7 @@ log({
   listen,
   ...settings,
   batch,
+  "account-max": accountMax,
   "stripe-api": api ? "configured" : "none (thin rows are left to a worker that has it)",
 });
 // Event backfill after downtime and on a schedule (RECONCILE_IDLE_AFTER, RECONCILE_EVERY), when turned on.
@@ -149,6 +162,7 @@ await runWorker({
   signal: controller.signal,
   concurrency: settings.concurrency,
   batch,
+  accountMax,
   leaseMs: settings["lease-ms"],
   timeoutMs: settings["timeout-ms"],
   maxAttempts: settings["max-attempts"],

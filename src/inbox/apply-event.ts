@@ -2,7 +2,8 @@ import { beginWithin, boundTransaction, settleWithin, sqlState, SQLSTATE, STUCK_
 import type { VerifiedEvent } from "../providers/provider.ts";
 import { PermanentError } from "../errors.ts";
 import { retry } from "../retry.ts";
-import { inboxRow, insertInbox, keyIs, type InboxKey, type InboxRow } from "./inbox.ts";
+import { inboxRow, insertInbox, keyIs, keyText, type InboxKey, type InboxRow } from "./inbox.ts";
+import { EndpointPaused, lockPauses, pausedWhere } from "./pauses.ts";
 import { keepPartitionsAfterSpill } from "./partitions.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
 
@@ -59,7 +60,8 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
 /**
  * How the transaction holds the event's inbox row before its handler may run:
  * - `insert`: records `event` under the key (`insert … on conflict do nothing`), settled, and its handler
- *   runs when this transaction inserted it; with `queue`, it is recorded for a worker and nothing runs (a
+ *   runs when this transaction inserted it; with `queue`, or when its endpoint (or account) is paused
+ *   (`endpoint_pauses`, checked in the insert), it is recorded for a worker and nothing runs (`queued`; a
  *   type without a handler is recorded `ignored` either way).
  * - `record`: inserts `row` as it is, for a worker or an operator (`settled` null: an attempt that
  *   already failed, or an event kept as its raw body: inbox.ts `rawOnlyRow`); nothing runs.
@@ -70,7 +72,11 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  * - `replay`: a settled row (not resolved by an operator, not `ignored_mode` unless `modeFixed`: the
  *   endpoint's mode now is the event's) runs through its handler again, locked `FOR UPDATE`; it stays
  *   settled, and a row recorded `ignored` (or `ignored_mode`) whose type has a handler now is marked
- *   `processed` (ops/replay.ts).
+ *   `processed` (ops/replay.ts); a row of a paused endpoint or account throws {@link EndpointPaused}.
+ * Every hold that may run a handler (`insert` without `queue`, `claimed`, `replay`) first takes its
+ * endpoint's pause lock SHARED (pauses.ts `lockPauses`, in the transaction's first round trip), so a
+ * pause commits only once no transaction is applying an event of that endpoint, and the hold's own
+ * statement sees a pause committed before it.
  */
 export type Hold =
   { insert: VerifiedEvent; queue?: boolean } | { record: InboxRow } | { claimed: true } | { replay: true; modeFixed?: boolean };
@@ -110,6 +116,15 @@ export interface ApplyInput {
   after?: (tx: Tx, applied: Applied) => Promise<void>;
 }
 
+/**
+ * Thrown by a `replay` hold (and by ops/replay.ts before it) for a row that cannot be replayed as it is
+ * now: gone, not settled yet (the worker owns it), needs-review, resolved by an operator, recorded
+ * `ignored_mode` while its mode still differs, or its payload dropped by retention. Nothing ran.
+ */
+export class ReplayRefused extends Error {
+  override name = "ReplayRefused";
+}
+
 /** Tries of a transaction PostgreSQL rolled back as a deadlock or serialization failure. */
 export const APPLY_TRIES = 3;
 
@@ -127,7 +142,8 @@ export const APPLY_TRIES = 3;
  * woken for a `processed` event (its handler may have written outbox rows) and workers for a
  * `queued` one (a coalesced NOTIFY sent after the commit: notifier.ts).
  * @throws whatever the handler or the database threw, after the rollback: nothing of the attempt
- *   remains; Error for a `replay` of a row that is not settled, was resolved by an operator, or is gone.
+ *   remains; {@link ReplayRefused} for a `replay` of a row that is not settled, was resolved by an operator, or is gone;
+ *   {@link EndpointPaused} for a `claimed` or `replay` row whose endpoint or account is paused.
  */
 export async function applyEvent(db: Db, input: ApplyInput): Promise<Applied> {
   const [applied] = await applyEvents(db, [input], input.timeoutMs);
@@ -155,7 +171,10 @@ export async function applyEvents(
     retry(
       () =>
         beginWithin(db, deadline, "The inbox transaction", async (tx) => {
-          await boundTransaction(tx, deadline - Date.now(), inputs[0]?.traceparent);
+          await Promise.all([
+            boundTransaction(tx, deadline - Date.now(), inputs[0]?.traceparent),
+            lockPauses(tx, applyingEndpoints(inputs)),
+          ]);
           const out: Applied[] = [];
           for (const [i, input] of inputs.entries()) {
             try {
@@ -219,7 +238,7 @@ export async function applyEach(
   const spill = { spilled: false };
   const outcomes = await settleWithin(
     beginWithin(db, deadline, "The batch's transaction", async (tx) => {
-      await boundTransaction(tx, timeoutMs);
+      await Promise.all([boundTransaction(tx, timeoutMs), lockPauses(tx, applyingEndpoints(inputs))]);
       const out: EachOutcome[] = [];
       for (const input of inputs) {
         for (let tries = 1; ; tries++) {
@@ -260,6 +279,11 @@ export async function applyEach(
   return outcomes;
 }
 
+/** The endpoints whose pause lock a transaction holding `inputs` takes: those of every hold that may run a handler. */
+function applyingEndpoints(inputs: readonly ApplyInput[]): string[] {
+  return inputs.filter(({ hold }) => !("record" in hold) && !("insert" in hold && hold.queue)).map((input) => input.key.endpoint);
+}
+
 async function applyIn(tx: Tx, input: ApplyInput, spill: { spilled: boolean }): Promise<Applied> {
   const handler = Object.hasOwn(input.handlers, input.type) ? input.handlers[input.type] : undefined;
   const held = await holdRow(tx, input, handler !== undefined, spill);
@@ -291,42 +315,61 @@ async function applyIn(tx: Tx, input: ApplyInput, spill: { spilled: boolean }): 
 async function holdRow(tx: Tx, input: ApplyInput, handled: boolean, spill: { spilled: boolean }): Promise<"held" | Applied> {
   const { key, hold } = input;
   if ("insert" in hold || "record" in hold) {
-    const row = "record" in hold ? hold.record : inboxRow(key, hold.insert, !handled ? "ignored" : hold.queue ? null : "processed");
+    const applying = !("record" in hold) && handled && !hold.queue;
+    const row =
+      "record" in hold
+        ? hold.record
+        : { ...inboxRow(key, hold.insert, !handled ? "ignored" : hold.queue ? null : "processed"), unlessPaused: applying };
     const inserted = await insertInbox(tx, [row]);
     spill.spilled ||= inserted.spilled;
     if (inserted.size === 0) return "duplicate";
-    return row.settled === null ? "queued" : "held";
+    return row.settled === null || inserted.paused.has(keyText(key)) ? "queued" : "held";
   }
+  const account = input.account ?? "";
   if ("claimed" in hold) {
     // The re-check and the settle in one statement: the row is locked and marked settled here, and the
     // handler's writes follow in the same transaction, so a handler that throws rolls the settle back too.
-    const settled = await tx`
-      update webhook_inbox
-         set processed_at = now(),
-             outcome = ${handled ? "processed" : "ignored"},
-             last_error = null
-       where ${keyIs(tx, key)}
-         and processed_at is null
-         and needs_review_at is null
+    // A pause committed since the claim (this transaction holds its lock) leaves the row as it is.
+    const [done] = await tx<{ paused: boolean; settled: number }[]>`
+      with pause as (
+        select ${pausedWhere(tx, key.endpoint, account)} as paused
+      ), settled as (
+        update webhook_inbox
+           set processed_at = now(),
+               outcome = ${handled ? "processed" : "ignored"},
+               last_error = null
+         where ${keyIs(tx, key)}
+           and processed_at is null
+           and needs_review_at is null
+           and not (select paused from pause)
+        returning 1
+      )
+      select (select paused from pause) as paused, (select count(*) from settled)::int as settled
     `;
-    return settled.count === 1 ? "held" : "duplicate";
+    if (done?.paused) throw new EndpointPaused(key.endpoint, account);
+    return done?.settled === 1 ? "held" : "duplicate";
   }
-  const [row] = await tx<{ settled: boolean; parked: boolean; outcome: string | null; note: string | null }[]>`
-    select processed_at is not null as settled, needs_review_at is not null as parked, outcome, resolution_note as note
+  const [row] = await tx<{ settled: boolean; parked: boolean; outcome: string | null; note: string | null; paused: boolean }[]>`
+    select processed_at is not null as settled, needs_review_at is not null as parked, outcome, resolution_note as note,
+           ${pausedWhere(tx, key.endpoint, account)} as paused
       from webhook_inbox
      where ${keyIs(tx, key)}
        for update
   `;
   const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
-  if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
-  if (row.parked) throw new Error(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
-  if (!row.settled) throw new Error(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
+  if (!row) throw new ReplayRefused(`Cannot replay ${name}: no such inbox row`);
+  if (row.paused) throw new EndpointPaused(key.endpoint, account);
+  if (row.parked)
+    throw new ReplayRefused(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
+  if (!row.settled) throw new ReplayRefused(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);
   if (row.outcome === "ignored_mode" && !hold.modeFixed)
-    throw new Error(
+    throw new ReplayRefused(
       `Cannot replay ${name}: it was recorded ignored_mode (its livemode is not its endpoint's mode); if the endpoint's STRIPE_MODE was wrong, set it to the event's mode and replay it again`,
     );
   if (row.outcome === "resolved")
-    throw new Error(`Cannot replay ${name}: an operator resolved it by hand ("${row.note}"); running its handler would override that`);
+    throw new ReplayRefused(
+      `Cannot replay ${name}: an operator resolved it by hand ("${row.note}"); running its handler would override that`,
+    );
   return "held";
 }
 

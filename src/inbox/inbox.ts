@@ -3,6 +3,7 @@ import { isDataError, type Db, type Tx } from "../db/db.ts";
 import type { EventSource, VerifiedEvent } from "../providers/provider.ts";
 import { INBOX_CHANNEL } from "./notifier.ts";
 import { keepPartitionsAfterSpill } from "./partitions.ts";
+import { pausedWhere } from "./pauses.ts";
 
 /**
  * The inbox's idempotency key: the primary key of `webhook_inbox`, (provider, endpoint, event_id)
@@ -81,6 +82,12 @@ export interface InboxRow {
   failed?: { error: string; parked: boolean; backoff: Backoff };
   /** W3C traceparent of the span that recorded it (`traceparent` column), or null. */
   traceparent: string | null;
+  /**
+   * A row written `processed` (its handler runs in this transaction) that is to be left unprocessed for
+   * a worker instead when its endpoint or account is paused (`endpoint_pauses`, sql/0029): decided in the
+   * insert statement itself, and reported in {@link InsertedKeys.paused}.
+   */
+  unlessPaused?: boolean;
 }
 
 /**
@@ -111,6 +118,8 @@ export function inboxRow(key: InboxKey, event: VerifiedEvent, settled: InboxRow[
  */
 export class InsertedKeys extends Set<string> {
   spilled = false;
+  /** Keys of rows written `unlessPaused` that a pause left unprocessed (nothing may be applied for them). */
+  paused = new Set<string>();
 }
 
 /**
@@ -146,27 +155,30 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
     r.account,
     r.livemode,
     r.traceparent,
+    r.unlessPaused === true,
   ]);
-  const inserted = await sql<{ provider: string; endpoint: string; event_id: string; spilled: boolean | null }[]>`
+  const inserted = await sql<{ provider: string; endpoint: string; event_id: string; spilled: boolean | null; unsettled: boolean }[]>`
     with r as (
       select provider::text, endpoint::text, event_id::text, event_type::text, payload::text::jsonb as payload, raw_body::text,
              payload_sanitized::text, source::text, to_timestamp(created::float8) as created, outcome::text, last_error::text,
-             parked::boolean, base_ms::int, cap_ms::int, account::text, livemode::boolean, traceparent::text
+             parked::boolean, base_ms::int, cap_ms::int, account::text, livemode::boolean, traceparent::text, unless_paused::boolean
         from (values ${sql(values as unknown as EscapableArray[])})
           as r (provider, endpoint, event_id, event_type, payload, raw_body, payload_sanitized, source, created, outcome, last_error, parked,
-                base_ms, cap_ms, account, livemode, traceparent)
+                base_ms, cap_ms, account, livemode, traceparent, unless_paused)
     ), state as (
       insert into webhook_inbox (provider, endpoint, event_id, event_type, source, event_created_at, processed_at, outcome, attempts,
                                  last_error, needs_review_at, available_at, account, livemode, traceparent)
       select provider, endpoint, event_id, event_type, source, created,
-             case when outcome is not null then now() end, outcome,
+             case when outcome is not null and not h.paused then now() end, case when not h.paused then outcome end,
              case when last_error is not null then 1 else 0 end, last_error,
              case when parked then now() end,
              case when last_error is not null then now() + webhook_inbox_backoff(1, base_ms, cap_ms) else now() end,
              account, livemode, traceparent
         from r
+        -- A row to be applied now whose endpoint or account is paused is recorded for a worker instead.
+        cross join lateral (select r.unless_paused and ${pausedWhere(sql, sql`r.endpoint`, sql`r.account`)} as paused) h
       on conflict (provider, endpoint, event_id) do nothing
-      returning provider, endpoint, event_id, received_at
+      returning provider, endpoint, event_id, received_at, processed_at is null as unsettled
     ), payload as (
       insert into webhook_inbox_payloads (provider, endpoint, event_id, received_at, payload, raw_body, payload_sanitized)
       select s.provider, s.endpoint, s.event_id, s.received_at, r.payload, r.raw_body, r.payload_sanitized
@@ -174,12 +186,16 @@ export async function insertInbox(sql: Db | Tx, rows: readonly InboxRow[]): Prom
         join r using (provider, endpoint, event_id)
       returning provider, endpoint, event_id, tableoid = 'webhook_inbox_payloads_default'::regclass as spilled
     )
-    select s.provider, s.endpoint, s.event_id, p.spilled
+    select s.provider, s.endpoint, s.event_id, p.spilled, s.unsettled
       from state s
       left join payload p using (provider, endpoint, event_id)
   `;
-  const keys = new InsertedKeys(inserted.map((row) => keyText({ provider: row.provider, endpoint: row.endpoint, eventId: row.event_id })));
+  const keyOf = (row: (typeof inserted)[number]) => keyText({ provider: row.provider, endpoint: row.endpoint, eventId: row.event_id });
+  const keys = new InsertedKeys(inserted.map(keyOf));
   keys.spilled = inserted.some((row) => row.spilled === true);
+  // A row written `unlessPaused` is settled unless a pause held it.
+  const held = new Set(rows.filter((r) => r.unlessPaused).map((r) => keyText(r.key)));
+  for (const row of inserted) if (row.unsettled && held.has(keyOf(row))) keys.paused.add(keyOf(row));
   return keys;
 }
 

@@ -63,6 +63,7 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
   let more = true; // the last claim took all it could
   let due = false; // a unit's work left more due at once
   let lastClaimAt = 0;
+  let dueNow: (() => void) | undefined; // ends the NOTIFY gap's pause when a unit leaves more due
   while (!signal.aborted) {
     const free = concurrency - inFlight.size;
     if (free === 0) {
@@ -74,8 +75,14 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
     if (!more && !due) {
       await sleep(pollMs); // at once when a NOTIFY came since the last claim
       // NOTIFYs from every sender reach every loop: claim on them at most once per NOTIFY_CLAIM_GAP_MS.
+      // Work that leaves more due (a released row, an account under its bound again) ends the pause.
       const gap = lastClaimAt + NOTIFY_CLAIM_GAP_MS - Date.now();
-      if (!due && gap > 0) await pause(gap, signal);
+      if (!due && gap > 0) {
+        const ended = new AbortController();
+        dueNow = () => ended.abort();
+        await pause(gap, AbortSignal.any([signal, ended.signal]));
+        dueNow = undefined;
+      }
       if (signal.aborted) break;
     }
     due = false;
@@ -96,7 +103,7 @@ export async function runClaimLoop<T>(loop: ClaimLoop<T>): Promise<void> {
       const p: Promise<unknown> = loop.work(unit, claimedAt).then(
         (again) => {
           inFlight.delete(p);
-          if (again) ((due = true), nudge());
+          if (again) ((due = true), nudge(), dueNow?.());
         },
         () => inFlight.delete(p),
       );

@@ -1,6 +1,6 @@
 import type { Db, Tx } from "../db/db.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
-import { applyEvent } from "../inbox/apply-event.ts";
+import { applyEvent, ReplayRefused } from "../inbox/apply-event.ts";
 import { subjectOf } from "../providers/registry.ts";
 import { keyIs, type InboxKey } from "../inbox/inbox.ts";
 import { storedEvent } from "../inbox/stored-event.ts";
@@ -30,15 +30,19 @@ const REPLAY_TIMEOUT_MS = 30_000;
  * the handler, inside the transaction, and reported as the difference. An `ignored_mode` row (a Stripe
  * event of the other mode) is applied only when `endpointLivemode`, the endpoint's mode as configured
  * now (`STRIPE_MODE[_<NAME>]`), is the event's `livemode`: the recovery after a wrong mode setting.
- * @throws Error when the row does not exist, is not settled yet (the worker owns it), was resolved by
+ * `inTransaction`, when given, runs last in the replay's transaction with what the handler wrote, so
+ * whatever it records commits with the replay or not at all (inbox rebuild moves its checkpoint there).
+ * @throws ReplayRefused when the row does not exist, is not settled yet (the worker owns it), was resolved by
  *   an operator, is `ignored_mode` and its mode still differs, or its payload was dropped by retention;
- *   the handler's own error after rolling back.
+ *   EndpointPaused when its endpoint or account is paused (inbox pause); the handler's own error after
+ *   rolling back; what `inTransaction` threw.
  */
 export async function replayEvent(
   db: Db,
   key: InboxKey,
   handlers: HandlerTable | undefined,
   endpointLivemode?: boolean,
+  inTransaction?: (tx: Tx, wrote: Omit<ReplayResult, "eventType" | "handled">) => Promise<void>,
 ): Promise<ReplayResult> {
   const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
   const [row] = await db<
@@ -56,8 +60,8 @@ export async function replayEvent(
       left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
      where ${keyIs(db, key, "w")}
   `;
-  if (!row) throw new Error(`Cannot replay ${name}: no such inbox row`);
-  if (row.processed && !row.kept) throw new Error(`Cannot replay ${name}: its payload was dropped by retention`);
+  if (!row) throw new ReplayRefused(`Cannot replay ${name}: no such inbox row`);
+  if (row.processed && !row.kept) throw new ReplayRefused(`Cannot replay ${name}: its payload was dropped by retention`);
   // A row kept only as its raw body (jsonb refused it before 0010) is replayed from its storable copy.
   // Only a settled row's payload is read: applyEvent refuses any other before the object is used.
   const payload = row.processed && row.kept ? storedEvent(row.payload, row.raw_body).payload : undefined;
@@ -76,7 +80,14 @@ export async function replayEvent(
     // Pending statistics of earlier transactions on this connection may not be flushed yet
     // (PostgreSQL ≥ 15 flushes them at most once a second), so count the difference.
     before: async (tx) => void (before = await writesSoFar(tx)),
-    after: async (tx) => void (after = await writesSoFar(tx)),
+    after: async (tx) => {
+      after = await writesSoFar(tx);
+      await inTransaction?.(tx, {
+        inserted: after.inserted - before.inserted,
+        updated: after.updated - before.updated,
+        deleted: after.deleted - before.deleted,
+      });
+    },
   });
   return {
     eventType: row.event_type,

@@ -1,6 +1,7 @@
 import type { Db } from "../db/db.ts";
 import { readHeartbeats, type LoopProcess } from "../loop/heartbeat.ts";
 import { readBackfillAges, readBacklog, readOutboxBacklog, type BackfillAges, type Backlog, type OutboxBacklog } from "../inbox/backlog.ts";
+import { readPauses, type Pause } from "../inbox/pauses.ts";
 
 /** Arrivals of one event type at one endpoint within the status window. */
 export interface Arrivals {
@@ -31,12 +32,14 @@ export interface InboxStatus {
   backfillRequests: BackfillAges["requests"];
   /** Workers and dispatchers of the last day, from their heartbeats: alive, dead or stopped (loop/heartbeat.ts). */
   processes: LoopProcess[];
+  /** Pauses in force (`inbox pause`), oldest first, with the unprocessed rows each holds back. */
+  pauses: Pause[];
 }
 
 /**
  * The inbox and outbox backlogs, event backfill's checkpoints and unfinished requests, the workers' and
- * dispatchers' heartbeats, plus arrivals per endpoint and event type over the last `windowSec` seconds
- * (default 3600).
+ * dispatchers' heartbeats, the pauses in force, plus arrivals per endpoint and event type over the last
+ * `windowSec` seconds (default 3600).
  */
 export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus> {
   const arrivals = await db<Arrivals[]>`
@@ -62,5 +65,6 @@ export async function inboxStatus(db: Db, windowSec = 3600): Promise<InboxStatus
     windowSec,
     arrivals: [...arrivals],
     processes: await readHeartbeats(db),
+    pauses: await readPauses(db),
   };
 }

@@ -1,6 +1,7 @@
 import type { BackfillAges, Backlog, OutboxBacklog, ReconcileDrift } from "../inbox/backlog.ts";
 import type { ArrivalGap } from "../inbox/hours.ts";
 import type { LoopProcess } from "../loop/heartbeat.ts";
+import type { Pause } from "../inbox/pauses.ts";
 
 /** Label pair of the backlog of endpoints that are not configured (see `render`). */
 const UNCONFIGURED = { provider: "_unconfigured", endpoint: "_unconfigured" };
@@ -31,6 +32,8 @@ export interface BacklogSnapshot {
   arrivals?: ArrivalGap[];
   /** The latest object reconciliation per kind (absent: not read). */
   reconcile?: ReconcileDrift[];
+  /** Pauses in force (`inbox pause`; absent: not read). */
+  pauses?: Pause[];
 }
 
 /** One counter of {@link Metrics.deliveryCounts}. */
@@ -67,7 +70,10 @@ interface Histogram {
  * `webhook_outbox_pending`, `webhook_outbox_oldest_pending_age_seconds`, `webhook_outbox_needs_review`
  * (unlabelled), `webhook_backfill_checkpoint_age_seconds` (per configured endpoint),
  * `webhook_backfill_requests_unfinished` and `webhook_backfill_request_oldest_age_seconds` (unlabelled:
- * requests of any endpoint), plus `webhook_inbox_backlog_up` (0 when the database could not be read; the other
+ * requests of any endpoint), `webhook_inbox_paused` (pauses in force: the whole endpoint or one account each),
+ * `webhook_inbox_pause_age_seconds` (its oldest pause's age, 0 when none) and `webhook_inbox_held`
+ * (unprocessed rows its pauses hold back), per configured endpoint as the backlog gauges (a pause names
+ * an endpoint, so both providers of a name shared get it), plus `webhook_inbox_backlog_up` (0 when the database could not be read; the other
  * gauges are then left out rather than reported as 0). Written here rather than with prom-client
  * because the core must stay on Web APIs.
  */
@@ -174,6 +180,27 @@ export function createMetrics(): Metrics {
       single("webhook_backfill_requests_unfinished", "Event backfill requests no run has finished (docs/failover.md).", unfinished);
       const oldest = Math.max(0, ...requests.map((r) => r.oldestAgeSec));
       single("webhook_backfill_request_oldest_age_seconds", "Age of the oldest unfinished backfill request, seconds; 0: none.", oldest);
+      const pauses = backlog.pauses ?? [];
+      const paused = new Map<string, { count: number; ageSec: number; held: number }>();
+      for (const key of rows.keys()) paused.set(key, { count: 0, ageSec: 0, held: 0 });
+      for (const p of pauses) {
+        const named = endpoints.filter((e) => e.endpoint === p.endpoint);
+        for (const key of named.length > 0 ? named.map((e) => labels(e)) : [labels(UNCONFIGURED)]) {
+          const sum = paused.get(key) ?? { count: 0, ageSec: 0, held: 0 };
+          paused.set(key, { count: sum.count + 1, ageSec: Math.max(sum.ageSec, p.ageSec), held: sum.held + p.held });
+        }
+      }
+      const pauseGauge = (name: string, help: string, pick: (p: { count: number; ageSec: number; held: number }) => number) => {
+        out.push(`# HELP ${name} ${help}`, `# TYPE ${name} gauge`);
+        for (const [key, p] of paused) out.push(`${name}{${key}} ${pick(p)}`);
+      };
+      pauseGauge(
+        "webhook_inbox_paused",
+        "Pauses in force (inbox pause): the whole endpoint, or one connected account each.",
+        (p) => p.count,
+      );
+      pauseGauge("webhook_inbox_pause_age_seconds", "Age of the endpoint's oldest pause, seconds; 0: not paused.", (p) => p.ageSec);
+      pauseGauge("webhook_inbox_held", "Unprocessed rows the endpoint's pauses hold back.", (p) => p.held);
       renderHealth(out, backlog, endpoints);
     }
     return `${out.join("\n")}\n`;

@@ -6,6 +6,7 @@ import type { Metrics } from "./metrics.ts";
 import { readBackfillAges, readBacklog, readOutboxBacklog, readReconcileDrift } from "../inbox/backlog.ts";
 import { arrivalGaps, fillInboxHours, readInboxHours } from "../inbox/hours.ts";
 import { readHeartbeats } from "../loop/heartbeat.ts";
+import { readPauses } from "../inbox/pauses.ts";
 
 /** Dependencies of {@link createProbes}. */
 export interface ProbeDeps {
@@ -80,6 +81,7 @@ export function createProbes(deps: ProbeDeps) {
             processes: await readHeartbeats(tx),
             arrivals: arrivalGaps(await readInboxHours(tx, 7)),
             reconcile: await readReconcileDrift(tx),
+            pauses: await readPauses(tx),
           };
         }),
       );

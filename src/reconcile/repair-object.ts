@@ -23,13 +23,14 @@ export interface RepairTarget {
  * What a repair did: `repaired` (handler applied, inbox row processed), `duplicate` (this key was
  * already recorded: an earlier run did it), `needs_review` (recorded parked: the handler refused
  * Stripe's object, or the drift is not repairable by handlers), `ignored_mode` (the object is of the
- * other mode than the endpoint's: recorded, never applied), with how many needs-review rows about the
- * object it resolved and, when parked, why.
+ * other mode than the endpoint's: recorded, never applied), `held` (the endpoint or account is paused:
+ * recorded for the worker, which applies it after `inbox resume`; no needs-review row is resolved), with
+ * how many needs-review rows about the object it resolved and, when parked, why.
  */
 export interface RepairResult {
   key: string;
   eventType: string;
-  outcome: "repaired" | "duplicate" | "needs_review" | "ignored_mode";
+  outcome: "repaired" | "duplicate" | "needs_review" | "ignored_mode" | "held";
   resolved: number;
   error?: string;
 }
@@ -46,7 +47,8 @@ const REPAIR_TIMEOUT_MS = 30_000;
  * (`kind.reviewTypes`, `data.object.id`) with a note naming the key. The handlers' forward-only moves
  * and the ledger's business keys keep a repair racing a webhook (or another run) to one booking.
  * Drift the handlers cannot repair, and objects they refuse (PermanentError, SQLSTATE class 22), are
- * recorded parked as needs-review under the same key with `last_error` saying why. First of all, the
+ * recorded parked as needs-review under the same key with `last_error` saying why. A paused endpoint
+ * (`inbox pause`) gets the repair recorded for the worker, like a webhook (`held`). First of all, the
  * endpoint's mode rule (receive.ts `refusalOf`, as for a webhook): an object whose mode is not
  * `target.livemode` is recorded `ignored_mode` and nothing is applied or parked.
  * `account` is the account `object` was read for (`""`: the platform): the repair is recorded under it
@@ -123,7 +125,7 @@ async function repairUntraced(
         resolved = (await resolveAbout(tx, target.provider, account, [object.id], note, kind.reviewTypes)).length;
       },
     });
-    return { key, eventType: type, outcome: applied === "duplicate" ? "duplicate" : "repaired", resolved };
+    return { key, eventType: type, outcome: applied === "duplicate" ? "duplicate" : applied === "queued" ? "held" : "repaired", resolved };
   } catch (err) {
     if (!isPermanent(err)) throw err;
     return park(describeError(err));

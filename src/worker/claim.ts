@@ -32,6 +32,26 @@ export interface Claim extends InboxKey {
 const TYPE_CHANGED =
   "Event type holds characters PostgreSQL cannot store: recorded with them replaced, not applied (requeueing cannot fix it: handle it by hand, then bun run inbox resolve)";
 
+/** A group of due rows as the claim walks them: one endpoint and one account (`""`: the platform's own events). */
+export interface ClaimGroup {
+  provider: string;
+  endpoint: string;
+  account: string;
+}
+
+/** What a claim saw beyond the rows it took, for the worker's loop ({@link ClaimOptions.onWalk}). */
+export interface ClaimWalk {
+  /**
+   * Due rows may be left that this worker may take now (a group had more than its share, the walk stopped
+   * at its bound, or it began after a group and so did not see the ones before): claim again at once.
+   */
+  more: boolean;
+  /** Due rows were left only because their connected account holds `accounts.max` rows of this worker: claim again when some finish. */
+  capped: boolean;
+  /** The walk stopped at its bound of groups: the group to start after next time (`after`), so every group gets its turn. */
+  stoppedAt?: ClaimGroup;
+}
+
 /** Options of {@link claimBatch}. */
 export interface ClaimOptions {
   /** Rows to claim at most. */
@@ -59,35 +79,142 @@ export interface ClaimOptions {
    * they need one); other rows are left for workers that can. Undefined: every provider.
    */
   providers?: readonly string[];
+  /**
+   * The bound on one connected account (worker.ts `accountMax`): `held` says how many rows of each
+   * account this worker holds now (claimed, not finished), and no account other than the platform's
+   * (`""`) is given rows past `max` held. Undefined: no bound.
+   */
+  accounts?: { max: number; held: ReadonlyMap<string, number> };
+  /** Start the walk after this group (the last claim's {@link ClaimWalk.stoppedAt}); default the first. */
+  after?: ClaimGroup;
   /** Told about rows this claim parked (so the worker can log them). */
   onParked?: (rows: (InboxKey & { eventType: string; attempts: number })[]) => void;
+  /** Told what the claim saw beyond the rows it took ({@link ClaimWalk}). */
+  onWalk?: (walk: ClaimWalk) => void;
 }
 
 /**
- * Claims up to `limit` due rows in one short transaction (seed §6 `claim_next`, several at once):
- * picks unprocessed, unparked rows with `available_at <= now()` oldest first with
- * `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"), counts the attempt and
- * pushes `available_at` out by the lease before any work is done, so a process that dies mid-work
- * has still used up an attempt. Of rows already tried at most `retried` are claimed, and of rows that
- * need an API read at most `reads.limit`. A picked row that has used all attempts (its last worker died
- * without reporting) is parked as needs-review in the same statement rather than claimed. Only rows of
- * `providers` are picked: a worker never takes a row it cannot process.
+ * Claims up to `limit` due rows in ONE statement (seed §6 `claim_next`, several at once, fairly between
+ * connected accounts): counts the attempt and pushes `available_at` out by the lease before any work is
+ * done, so a process that dies mid-work has still used up an attempt. Rows are picked with
+ * `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"):
+ * - Group by group: the claim walks the due index (sql/0029: provider, endpoint, account, due time) from
+ *   one (provider, endpoint, account) group to the next, one index probe each (PostgreSQL wiki, "Loose
+ *   indexscan"), up to `max(limit ÷ 4, 16)` groups (each step costs about what claiming a few rows
+ *   does: bench:claim), starting after `after`. A group of a provider the worker cannot process, or of
+ *   a paused endpoint (`endpoint_pauses`), is stepped over whole; a group of a paused account, or of an
+ *   account at its bound (`accounts`), is passed. Each group offers its
+ *   oldest due rows, at most its share of `limit` (and of what its account may still hold), and the
+ *   claim takes them round robin: every account's oldest row first, then every account's second, each
+ *   round oldest first. So a connected account with 10,000 rows queued does not stand in front of
+ *   another's one row, and within an account rows go oldest first.
+ * - Of rows already tried at most `retried` are claimed, and of rows that need an API read at most
+ *   `reads.limit`; a picked row that has used all its attempts (its last worker died without reporting)
+ *   is parked as needs-review in the same statement rather than claimed.
+ * `onWalk` is told whether due rows were left, and why ({@link ClaimWalk}).
  */
 export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]> {
   const leaseEndsAt = Date.now() + options.leaseMs;
   const reads = options.reads ?? { providers: [], endpoints: [], limit: 0 };
-  type Row = Omit<Claim, "attempt" | "leaseEndsAt" | "refusal"> & { claimed: boolean; attempts: number; typeChanged: boolean | null };
+  const groups = Math.max(Math.ceil(options.limit / 4), 16);
+  const after = options.after;
+  const held = [...(options.accounts?.held ?? [])].filter(([account]) => account !== "");
+  type Row = Omit<Claim, "attempt" | "leaseEndsAt" | "refusal"> & {
+    kind: "claimed" | "parked" | "walk";
+    attempts: number;
+    typeChanged: boolean | null;
+    more: boolean | null;
+    capped: boolean | null;
+  };
+  // A group is stepped over whole (`jump`) when the worker does not serve its provider or its endpoint is paused.
+  const jump = (g: string) => db`
+    not (${options.providers === undefined} or ${db(g)}.provider = any(${(options.providers ?? []) as string[]}::text[]))
+    or exists (select 1 from endpoint_pauses p where p.endpoint = ${db(g)}.endpoint and p.account = '')
+  `;
+  const due = (alias: string) => db`
+    ${db(alias)}.processed_at is null and ${db(alias)}.needs_review_at is null and ${db(alias)}.available_at <= now()
+  `;
   const rows = await db<Row[]>`
-    with picked as (
-      select provider, endpoint, event_id, attempts, available_at
-        from webhook_inbox
-       where processed_at is null
-         and needs_review_at is null
-         and available_at <= now()
-         and (${options.providers === undefined} or provider = any(${(options.providers ?? []) as string[]}::text[]))
-       order by available_at
+    with recursive walk (provider, endpoint, account, jump, n) as (
+        select f.provider, f.endpoint, f.account, j.jump, 1
+          from (select provider, endpoint, account
+                  from webhook_inbox i
+                 where ${due("i")}
+                   and (${after === undefined} or (provider, endpoint, account) > (${after?.provider ?? ""}::text, ${after?.endpoint ?? ""}::text, ${after?.account ?? ""}::text))
+                 order by provider, endpoint, account
+                 limit 1) f
+         cross join lateral (select ${jump("f")} as jump) j
+      union all
+        -- The next group: past the whole endpoint when this one is jumped, else past this account.
+        select f.provider, f.endpoint, f.account, j.jump, w.n + 1
+          from walk w
+         cross join lateral (
+           (select provider, endpoint, account
+              from webhook_inbox i
+             where w.jump
+               and (provider, endpoint) > (w.provider, w.endpoint)
+               and ${due("i")}
+             order by provider, endpoint, account
+             limit 1)
+           union all
+           (select provider, endpoint, account
+              from webhook_inbox i
+             where not w.jump
+               and (provider, endpoint, account) > (w.provider, w.endpoint, w.account)
+               and ${due("i")}
+             order by provider, endpoint, account
+             limit 1)
+         ) f
+         cross join lateral (select ${jump("f")} as jump) j
+         where w.n < ${groups}
+    ), open as (
+      -- Groups that may give rows, and how many each may still hold: a connected account its bound less
+      -- what this worker holds of it; the platform's own events (account '') are not bounded.
+      select w.provider, w.endpoint, w.account,
+             case when w.account <> '' and ${options.accounts !== undefined} then ${options.accounts?.max ?? 0}::int - coalesce(h.held, 0) end as allowance
+        from walk w
+        left join unnest(${held.map(([a]) => a)}::text[], ${held.map(([, n]) => n)}::int[]) as h (account, held) on h.account = w.account
+       where not w.jump
+         and not exists (select 1 from endpoint_pauses p where p.endpoint = w.endpoint and p.account = w.account)
+    ), offered as (
+      select o.*, least(o.allowance, ceil(${options.limit}::numeric / count(*) over ()))::int as share
+        from open o
+       where coalesce(o.allowance, 1) > 0
+    ), fetched as (
+      -- Each group's oldest due rows, one more than its share (to know whether it has more).
+      select r.*, o.allowance, o.share
+        from offered o
+       cross join lateral (
+         select x.*, row_number() over (order by x.available_at) as in_group
+           from (select i.provider, i.endpoint, i.event_id, i.attempts, i.available_at, i.account
+                   from webhook_inbox i
+                  where (i.provider, i.endpoint, i.account) = (o.provider, o.endpoint, o.account)
+                    and ${due("i")}
+                  order by i.available_at
+                  limit o.share + 1
+                    for update skip locked) x
+       ) r
+    ), ranked as (
+      select f.*, row_number() over (partition by f.account order by f.available_at) as in_account
+        from fetched f
+       where f.in_group <= f.share
+    ), picked as (
+      -- Round robin: every account's oldest row, then every account's second, …; each round oldest first.
+      select provider, endpoint, event_id, attempts, available_at, account
+        from ranked
+       where allowance is null or in_account <= allowance
+       order by in_account, available_at
        limit ${options.limit}
-         for update skip locked
+    ), walked as (
+      -- Rows fetched and not taken: left for the next claim, or left because their account is at its bound.
+      -- A walk that began after a group and ended before its bound did not see the groups before that one.
+      select coalesce(bool_or(f.allowance is null or t.taken < f.allowance), false) or (select max(n) from walk) >= ${groups}
+               or ${after !== undefined} as more,
+             coalesce(bool_or(f.allowance is not null and t.taken >= f.allowance), false)
+               or exists (select 1 from open where allowance <= 0) as capped
+        from fetched f
+        cross join lateral (select count(*) as taken from picked p where p.account = f.account) t
+       where not exists (select 1 from picked p where (p.provider, p.endpoint, p.event_id) = (f.provider, f.endpoint, f.event_id))
     ), kinds as (
       select p.*, p.provider = any(${reads.providers as string[]}::text[])
                   or p.provider || '/' || p.endpoint = any(${reads.endpoints as string[]}::text[]) as reads
@@ -124,24 +251,35 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
       returning w.provider, w.endpoint, w.event_id, w.event_type, w.attempts, w.received_at, w.account, w.traceparent
     )
     -- Each claimed row's payload: its key and received_at name one payload row in one partition.
-    select true as claimed, c.provider, c.endpoint, c.event_id as "eventId", c.event_type as "eventType", c.attempts, p.payload,
+    select 'claimed' as kind, c.provider, c.endpoint, c.event_id as "eventId", c.event_type as "eventType", c.attempts, p.payload,
            case when p.payload is null then p.raw_body end as "rawBody",
            -- Sanitizing writes U+FFFD (chr(65533)); a row kept from its raw body may have had it done.
            (p.payload_sanitized is not null or p.payload is null) and strpos(c.event_type, chr(65533)) > 0 as "typeChanged",
-           c.account, c.traceparent
+           c.account, c.traceparent, null::boolean as more, null::boolean as capped
       from claimed c
       left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
     union all
-    select false, provider, endpoint, event_id, event_type, attempts, null, null, null, null, null from parked
+    select 'parked', provider, endpoint, event_id, event_type, attempts, null, null, null, null, null, null, null from parked
+    union all
+    -- The walk's last group, when it stopped at its bound, and what was left.
+    select 'walk', l.provider, l.endpoint, null, null, null, null, null, null, l.account, null, k.more, k.capped
+      from walked k
+      left join (select provider, endpoint, account from walk where n >= ${groups}) l on true
   `;
-  const parked = rows.filter((r) => !r.claimed);
+  const parked = rows.filter((r) => r.kind === "parked");
   if (parked.length > 0)
     options.onParked?.(
       parked.map(({ provider, endpoint, eventId, eventType, attempts }) => ({ provider, endpoint, eventId, eventType, attempts })),
     );
+  const walk = rows.find((r) => r.kind === "walk");
+  options.onWalk?.({
+    more: walk?.more === true,
+    capped: walk?.capped === true,
+    ...(walk?.provider != null ? { stoppedAt: { provider: walk.provider, endpoint: walk.endpoint, account: walk.account } } : {}),
+  });
   return rows
-    .filter((r) => r.claimed)
-    .map(({ claimed: _, attempts, typeChanged, ...r }) => ({
+    .filter((r) => r.kind === "claimed")
+    .map(({ kind: _, more: _m, capped: _c, attempts, typeChanged, ...r }) => ({
       ...r,
       attempt: attempts,
       leaseEndsAt,

@@ -2,6 +2,7 @@ import { isPermanent, settleWithin, STUCK_SLACK_MS, type Db } from "../db/db.ts"
 import { describeError } from "../errors.ts";
 import { applyEach, type ApplyInput, type EachOutcome } from "../inbox/apply-event.ts";
 import { storedEvent } from "../inbox/stored-event.ts";
+import { EndpointPaused } from "../inbox/pauses.ts";
 import { subjectOf } from "../providers/registry.ts";
 import { traceparentOf } from "../telemetry.ts";
 import type { Claim } from "./claim.ts";
@@ -74,9 +75,9 @@ function objectKey(claim: Claim): string {
  *    provider has a table, in ONE transaction with a savepoint each ({@link applyEach}: each row's
  *    `claimed` hold and handler exactly as applyEvent runs them; one row's failure rolls back that row
  *    only). Failures are recorded in the same transaction ({@link recordFailures}: backoff, needs-review
- *    at the limit or at once when permanent), and rows the batch's `timeoutMs` did not reach are
- *    released (attempt given back, due at once). Their attempts were counted by the claim, committed
- *    before this work (seed §6).
+ *    at the limit or at once when permanent), and rows the batch's `timeoutMs` did not reach, or whose
+ *    endpoint was paused since the claim (`held`), are released (attempt given back, due at once).
+ *    Their attempts were counted by the claim, committed before this work (seed §6).
  * 2. Then the other rows (claimBatch takes few: at most one already tried per worker, one that needs an
  *    API read per free slot), each alone in its own transaction, at once, with
  *    {@link processClaim}: a row already tried (never in a batch, so an event whose handler kills the
@@ -138,6 +139,7 @@ async function applyBatch(db: Db, batch: { claim: Claim; input: ApplyInput }[], 
   const records = (outcomes: readonly EachOutcome[]): AttemptRecord[] =>
     outcomes.flatMap((o, i): AttemptRecord[] => {
       const claim = batch[i]!.claim;
+      if ("error" in o && o.error instanceof EndpointPaused) return [{ claim, release: true }];
       if ("error" in o) return [{ claim, error: describeError(o.error), permanent: isPermanent(o.error) }];
       return "notStarted" in o ? [{ claim, release: true }] : [];
     });
@@ -154,6 +156,9 @@ async function applyBatch(db: Db, batch: { claim: Claim; input: ApplyInput }[], 
       } else if ("notStarted" in o) {
         r++;
         results.set(claim, { outcome: "released" });
+      } else if (o.error instanceof EndpointPaused) {
+        r++;
+        results.set(claim, { outcome: "held", error: o.error.message });
       } else {
         results.set(claim, { outcome: parked[r++] ? "needs_review" : "failed", error: describeError(o.error) });
       }

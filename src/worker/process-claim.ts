@@ -4,6 +4,7 @@ import { describeError, PermanentError } from "../errors.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { applyEvent } from "../inbox/apply-event.ts";
 import { keyIs, type Backoff } from "../inbox/inbox.ts";
+import { EndpointPaused } from "../inbox/pauses.ts";
 import { storedEvent } from "../inbox/stored-event.ts";
 import { subjectOf } from "../providers/registry.ts";
 import { retryableStripeError } from "../stripe-api/retry.ts";
@@ -16,9 +17,12 @@ import type { Fetcher, Resolution } from "./stripe-fetch.ts";
  * What one claimed row came to: `skipped` (another worker or a redelivery had settled it meanwhile),
  * `deferred` (the Stripe API did not answer in time: due again later, no attempt used),
  * `object_missing` (Stripe no longer has the object it points to: settled), `released` (not started:
- * its batch's time, or its lease, ran out first; its attempt given back, due again at once).
+ * its batch's time, or its lease, ran out first; its attempt given back, due again at once), `held` (its
+ * endpoint or account was paused after the claim: nothing applied, its attempt given back; claimed
+ * again after `resume`).
  */
-export type WorkOutcome = "processed" | "ignored" | "skipped" | "failed" | "needs_review" | "deferred" | "object_missing" | "released";
+export type WorkOutcome =
+  "processed" | "ignored" | "skipped" | "failed" | "needs_review" | "deferred" | "object_missing" | "released" | "held";
 
 /** Deferrals in a row after which a thin or refetch row is parked as needs-review (about 2 h with the default backoff). */
 export const MAX_DEFERS = 24;
@@ -158,6 +162,10 @@ async function processUntraced(
     // A claimed row is processed, ignored, or found settled by someone else (never queued).
     return { outcome: applied === "duplicate" ? "skipped" : (applied as "processed" | "ignored"), ...(note ? { note } : {}) };
   } catch (err) {
+    if (err instanceof EndpointPaused) {
+      await recordFailures(db, [{ claim, release: true }], options);
+      return { outcome: "held", error: err.message };
+    }
     return failed(db, claim, err, options, false);
   }
 }
@@ -175,8 +183,8 @@ class ReadTooSlow extends Error {
 
 /**
  * One claimed row for {@link recordFailures}: a failed attempt (`error`, parked at once when
- * `permanent`), or with `release` an attempt not made (the batch's time ran out before it, or too
- * little of its lease was left to start it): given back and due again now.
+ * `permanent`), or with `release` an attempt not made (the batch's time ran out before it, too little
+ * of its lease was left to start it, or its endpoint was paused meanwhile): given back and due again now.
  */
 export interface AttemptRecord {
   claim: Pick<Claim, "provider" | "endpoint" | "eventId" | "attempt">;

@@ -1,4 +1,4 @@
-import { claimBatch, type Claim } from "./claim.ts";
+import { claimBatch, type Claim, type ClaimGroup } from "./claim.ts";
 import type { HandlerTable } from "../handlers/handler-table.ts";
 import { NOTIFY_CHANNEL } from "../inbox/inbox.ts";
 import { resolveLoopOptions, type LoopOptions } from "../loop/loop-options.ts";
@@ -27,10 +27,25 @@ export interface WorkerOptions extends LoopOptions {
    * 1 to {@link MAX_BATCH}. Default {@link DEFAULT_BATCH}.
    */
   batch?: number;
+  /**
+   * Rows of one connected account this worker holds at most at once (claimed, not finished), so a
+   * noisy account leaves the rest of the worker to the others (claim.ts); the platform's own events
+   * (account `""`) are not bounded. Default {@link defaultAccountMax}; `concurrency × batch` or more
+   * turns the bound off. Each worker process bounds its own rows.
+   */
+  accountMax?: number;
 }
 
 /** Rows per slot's transaction unless told otherwise (docs/performance.md, "Batch size"). */
 export const DEFAULT_BATCH = 32;
+
+/**
+ * The default bound on one connected account's rows held at once: half of what the worker holds at
+ * most (`concurrency × batch`, rounded up), and never less than one batch.
+ */
+export function defaultAccountMax(concurrency: number, batch: number): number {
+  return Math.max(batch, Math.ceil((concurrency * batch) / 2));
+}
 
 /**
  * The async-mode worker loop (seed §6, {@link runClaimLoop} on `NOTIFY_CHANNEL`): for the free slots,
@@ -52,10 +67,28 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
   const batch = options.batch ?? DEFAULT_BATCH;
   if (!Number.isInteger(batch) || batch < 1 || batch > MAX_BATCH)
     throw new Error(`Worker batch must be a whole number from 1 to ${MAX_BATCH}, got ${batch}`);
+  const accountMax = options.accountMax ?? defaultAccountMax(resolved.concurrency, batch);
+  if (!Number.isInteger(accountMax) || accountMax < 1)
+    throw new Error(`Worker account bound must be a whole number ≥ 1, got ${accountMax}`);
   const providers = Object.keys(options.tables).filter((p) => options.fetcher !== undefined || p !== stripeThinProvider.name);
   const processOptions = { ...options, timeoutMs, maxAttempts, backoff }; // tables, fetcher, telemetry; the defaults filled
+  const held = new Map<string, number>(); // rows of each account claimed and not finished (claim.ts `accounts`)
+  const hold = (unit: readonly Claim[], by: 1 | -1) => {
+    for (const { account } of unit) {
+      const n = (held.get(account) ?? 0) + by;
+      if (n > 0) held.set(account, n);
+      else held.delete(account);
+    }
+  };
+  let capped = false; // the last claim left rows of an account at its bound: claim again as rows finish
+  let after: ClaimGroup | undefined; // where the last claim's walk stopped at its bound
   const work = async (unit: Claim[], claimedAt: number) => {
-    const results = await processClaims(db, unit, processOptions);
+    let results: Awaited<ReturnType<typeof processClaims>>;
+    try {
+      results = await processClaims(db, unit, processOptions);
+    } finally {
+      hold(unit, -1); // however the unit ended, its rows are no longer held here
+    }
     for (const [i, result] of results.entries()) {
       const claim = unit[i]!;
       log({
@@ -80,7 +113,7 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     // Released rows are due again now, and after a retried row the next may be claimed: claim without waiting.
     const retriedDone = unit.filter((c) => c.attempt > 1).length;
     retriedInFlight -= retriedDone;
-    return retriedDone > 0 || results.some((r) => r.outcome === "released");
+    return retriedDone > 0 || capped || results.some((r) => r.outcome === "released" || r.outcome === "held");
   };
   const parked = (rows: { eventId: string; endpoint: string; eventType: string; attempts: number }[]) => {
     for (const r of rows)
@@ -102,7 +135,7 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
     label: "worker",
     channel: NOTIFY_CHANNEL,
     claim: async (free) => {
-      let parkedNow = 0;
+      let more = false;
       const retried = retriedInFlight > 0 ? 0 : 1;
       const rows = await settleWithin(
         claimBatch(db, {
@@ -112,18 +145,23 @@ export async function runWorker(options: WorkerOptions): Promise<void> {
           leaseMs,
           maxAttempts,
           providers,
-          onParked: (r) => ((parkedNow += r.length), parked(r)),
+          accounts: { max: accountMax, held },
+          after,
+          onParked: parked,
+          onWalk: (walk) => ((more = walk.more), (capped = walk.capped), (after = walk.stoppedAt)),
         }),
         timeoutMs + STUCK_SLACK_MS,
         "The worker's claim",
       );
       const retriedNow = rows.filter((c) => c.attempt > 1).length;
       retriedInFlight += retriedNow;
-      // More may be due when the claim took its limit, or as many retried or API-read rows as it may take.
-      const more =
-        rows.length + parkedNow === free * batch ||
-        (retried > 0 && retriedNow === retried) ||
-        (scope !== undefined && rows.filter((c) => c.attempt <= 1 && alone(c)).length === free);
+      hold(rows, 1);
+      // More may be due when the claim's walk left due rows this worker may take (it reads one row past
+      // each group's share, so it knows), or the claim took as many retried or API-read rows as it may.
+      // Not merely because it took `free * batch` rows: an account at its bound would then be claimed
+      // again at once for nothing.
+      more ||=
+        (retried > 0 && retriedNow === retried) || (scope !== undefined && rows.filter((c) => c.attempt <= 1 && alone(c)).length === free);
       return { units: chunkClaims(rows, free, batch, alone), more };
     },
     work,

@@ -635,6 +635,7 @@ describe("inbox CLI", () => {
           windowSec: 3_600,
           arrivals: [],
           processes: [],
+          pauses: [],
         });
       } finally {
         await behind.drop();

@@ -364,7 +364,7 @@ describe("runWorker()", () => {
         await waitFor("the worker listening and idle", async () => {
           const [row] = await db<{ listening: number; claimed: number }[]>`
           select count(*) filter (where query ilike 'listen%')::int as listening,
-                 count(*) filter (where query ilike '%with picked as%' and state = 'idle')::int as claimed
+                 count(*) filter (where query ilike '%with recursive walk%' and state = 'idle')::int as claimed
             from pg_stat_activity
            where application_name = ${application}
              and datname = current_database()

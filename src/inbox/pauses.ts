@@ -1,0 +1,90 @@
+// Paused endpoints (sql/0029 `endpoint_pauses`) as the paths that apply events see them: the lock that
+// keeps a pause from committing while an event of its endpoint is being applied, the condition each
+// path checks after taking it, and what the backlog readers report.
+import type postgres from "postgres";
+import type { Db, Tx } from "../db/db.ts";
+
+/**
+ * The first key of the pause locks (`pg_advisory_xact_lock[_shared](PAUSE_LOCK, hashtext(endpoint))`),
+ * an int4 pair apart from the product's single-bigint advisory locks (migrate, partitions, money-out).
+ */
+export const PAUSE_LOCK = 0x70617573; // "paus"
+
+/**
+ * Thrown by applyEvent when a row it was to apply under a `claimed` or `replay` hold belongs to a paused
+ * endpoint (or account): nothing was applied and the transaction (or the row's savepoint) rolled back.
+ * Not permanent: the worker gives the claim's attempt back and leaves the row for after `resume`;
+ * replay and rebuild report it.
+ */
+export class EndpointPaused extends Error {
+  override name = "EndpointPaused";
+  constructor(
+    readonly endpoint: string,
+    readonly account: string,
+  ) {
+    super(
+      `Endpoint ${endpoint}${account === "" ? "" : ` (account ${account})`} is paused: nothing of it is applied until ` +
+        `\`bun run inbox resume --endpoint ${endpoint}\``,
+    );
+  }
+}
+
+/**
+ * Takes, in the transaction `tx`, a SHARED transaction-level advisory lock per endpoint of `endpoints`
+ * (sorted, once each), so a pause of one of them (ops/pause.ts, which takes the lock EXCLUSIVE) waits
+ * until this transaction ends, and this one waits for a pause being committed. Send it before the
+ * statement that checks `endpoint_pauses` (the hold): in READ COMMITTED each statement sees what was
+ * committed when it began (PostgreSQL manual, 13.2.1), so that statement sees a pause that committed
+ * while this lock waited. One statement; nothing is sent when `endpoints` is empty.
+ * Must be called inside the transaction that applies the events.
+ */
+export async function lockPauses(tx: Tx, endpoints: readonly string[]): Promise<void> {
+  const names = [...new Set(endpoints)].sort();
+  if (names.length === 0) return;
+  await tx`
+    select pg_advisory_xact_lock_shared(${PAUSE_LOCK}::int, hashtext(e))
+      from unnest(${names}::text[]) as n (e)
+  `;
+}
+
+/**
+ * The condition "events of `endpoint` and `account` are paused" as a postgres.js fragment: a pause of
+ * the whole endpoint (`account` '') or of that account. `endpoint` and `account` are values or fragments
+ * naming a column (qualified: `endpoint_pauses` has columns of the same names).
+ */
+export function pausedWhere(sql: Db | Tx, endpoint: string | postgres.Fragment, account: string | postgres.Fragment) {
+  return sql`exists (select 1 from endpoint_pauses p where p.endpoint = ${endpoint} and p.account in ('', ${account}))`;
+}
+
+/** One pause as `inbox status`, /metrics and the operator's page show it. */
+export interface Pause {
+  endpoint: string;
+  /** `""`: every event of the endpoint; else one connected account (`acct_…`). */
+  account: string;
+  /** ISO time the pause committed. */
+  pausedAt: string;
+  /** Seconds since then. */
+  ageSec: number;
+  note: string | null;
+  /** Unprocessed rows it holds back now (queued or recorded while paused, not needs-review). */
+  held: number;
+}
+
+/**
+ * Every pause, oldest first, with the unprocessed rows each holds back (a count over the open-rows
+ * index, `webhook_inbox_open`, per pause: pauses are few, and an empty table costs one index probe).
+ */
+export async function readPauses(db: Db | Tx): Promise<Pause[]> {
+  const rows = await db<{ endpoint: string; account: string; pausedAt: Date; ageSec: number; note: string | null; held: number }[]>`
+    select p.endpoint, p.account, p.paused_at as "pausedAt", extract(epoch from now() - p.paused_at)::float8 as "ageSec", p.note,
+           (select count(*)::int
+              from webhook_inbox w
+             where w.processed_at is null
+               and w.needs_review_at is null
+               and w.endpoint = p.endpoint
+               and (p.account = '' or w.account = p.account)) as held
+      from endpoint_pauses p
+     order by p.paused_at, p.endpoint, p.account
+  `;
+  return rows.map((r) => ({ ...r, pausedAt: r.pausedAt.toISOString() }));
+}
