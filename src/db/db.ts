@@ -394,14 +394,27 @@ const MIN_IDLE_BOUND_MS = 1_000;
  * a statement a transaction pooler's server connection does not know, and a re-prepared statement
  * pipelined ahead of another left the connection waiting forever (test/runtimes/pgbouncer.test.ts).
  * The same statement sets `webhook_inbox.traceparent` to `traceparent` (or '' when tracing is off),
- * which outbox rows written in the transaction take as their `traceparent` (sql/0023_traceparent.sql).
- * Call first in the transaction. PostgreSQL manual, "Client Connection Defaults" and "Customized Options".
+ * which outbox rows written in the transaction take as their `traceparent` (sql/0023_traceparent.sql),
+ * and takes `shared.key`'s transaction-level advisory lock SHARED for each of `shared.names`
+ * (`pg_advisory_xact_lock_shared(key, hashtext(name))`, sorted, once each; none when the list is empty):
+ * the inbox's pause locks (inbox/pauses.ts). In the same statement, not a second one pipelined behind it
+ * (see above); the bounds set here apply from the next statement, so this one's lock wait is bounded by
+ * the holder of the exclusive lock, which bounds its own transaction.
+ * Call first in the transaction. PostgreSQL manual, "Client Connection Defaults", "Customized Options"
+ * and "Advisory Lock Functions".
  */
-export async function boundTransaction(tx: Tx, timeoutMs: number, traceparent = ""): Promise<void> {
+export async function boundTransaction(
+  tx: Tx,
+  timeoutMs: number,
+  traceparent = "",
+  shared: { key: number; names: readonly string[] } = { key: 0, names: [] },
+): Promise<void> {
   const ms = Math.max(1, Math.ceil(timeoutMs));
   const idle = String(Math.max(ms, MIN_IDLE_BOUND_MS));
+  const names = [...new Set(shared.names)].sort();
   await tx`
     select set_config('statement_timeout', ${String(ms)}, true), set_config('idle_in_transaction_session_timeout', ${idle}, true),
-           set_config('webhook_inbox.traceparent', ${traceparent}, true)
+           set_config('webhook_inbox.traceparent', ${traceparent}, true),
+           (select count(pg_advisory_xact_lock_shared(${shared.key}::int, hashtext(n.e))) from unnest(${names}::text[]) as n (e)) as locked
   `;
 }

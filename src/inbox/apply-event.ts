@@ -3,7 +3,7 @@ import type { VerifiedEvent } from "../providers/provider.ts";
 import { PermanentError } from "../errors.ts";
 import { retry } from "../retry.ts";
 import { inboxRow, insertInbox, keyIs, keyText, type InboxKey, type InboxRow } from "./inbox.ts";
-import { EndpointPaused, lockPauses, pausedWhere } from "./pauses.ts";
+import { EndpointPaused, PAUSE_LOCK, pausedWhere } from "./pauses.ts";
 import { keepPartitionsAfterSpill } from "./partitions.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
 
@@ -74,7 +74,7 @@ export type Applied = "processed" | "ignored" | "queued" | "duplicate";
  *   settled, and a row recorded `ignored` (or `ignored_mode`) whose type has a handler now is marked
  *   `processed` (ops/replay.ts); a row of a paused endpoint or account throws {@link EndpointPaused}.
  * Every hold that may run a handler (`insert` without `queue`, `claimed`, `replay`) first takes its
- * endpoint's pause lock SHARED (pauses.ts `lockPauses`, in the transaction's first round trip), so a
+ * endpoint's pause lock SHARED (pauses.ts `PAUSE_LOCK`, taken by boundTransaction in the transaction's first statement), so a
  * pause commits only once no transaction is applying an event of that endpoint, and the hold's own
  * statement sees a pause committed before it.
  */
@@ -171,10 +171,7 @@ export async function applyEvents(
     retry(
       () =>
         beginWithin(db, deadline, "The inbox transaction", async (tx) => {
-          await Promise.all([
-            boundTransaction(tx, deadline - Date.now(), inputs[0]?.traceparent),
-            lockPauses(tx, applyingEndpoints(inputs)),
-          ]);
+          await boundTransaction(tx, deadline - Date.now(), inputs[0]?.traceparent, { key: PAUSE_LOCK, names: applyingEndpoints(inputs) });
           const out: Applied[] = [];
           for (const [i, input] of inputs.entries()) {
             try {
@@ -238,7 +235,7 @@ export async function applyEach(
   const spill = { spilled: false };
   const outcomes = await settleWithin(
     beginWithin(db, deadline, "The batch's transaction", async (tx) => {
-      await Promise.all([boundTransaction(tx, timeoutMs), lockPauses(tx, applyingEndpoints(inputs))]);
+      await boundTransaction(tx, timeoutMs, "", { key: PAUSE_LOCK, names: applyingEndpoints(inputs) });
       const out: EachOutcome[] = [];
       for (const input of inputs) {
         for (let tries = 1; ; tries++) {

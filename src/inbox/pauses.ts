@@ -7,6 +7,11 @@ import type { Db, Tx } from "../db/db.ts";
 /**
  * The first key of the pause locks (`pg_advisory_xact_lock[_shared](PAUSE_LOCK, hashtext(endpoint))`),
  * an int4 pair apart from the product's single-bigint advisory locks (migrate, partitions, money-out).
+ * Every transaction that may apply an event of an endpoint takes it SHARED in its first statement
+ * (db.ts `boundTransaction`), so a pause (ops/pause.ts, EXCLUSIVE) waits until the applications in flight
+ * end, and an application waits for a pause being committed; the statement that checks
+ * `endpoint_pauses` (the hold) comes after, so in READ COMMITTED it sees a pause that committed while the
+ * lock waited (PostgreSQL manual, 13.2.1).
  */
 export const PAUSE_LOCK = 0x70617573; // "paus"
 
@@ -27,24 +32,6 @@ export class EndpointPaused extends Error {
         `\`bun run inbox resume --endpoint ${endpoint}\``,
     );
   }
-}
-
-/**
- * Takes, in the transaction `tx`, a SHARED transaction-level advisory lock per endpoint of `endpoints`
- * (sorted, once each), so a pause of one of them (ops/pause.ts, which takes the lock EXCLUSIVE) waits
- * until this transaction ends, and this one waits for a pause being committed. Send it before the
- * statement that checks `endpoint_pauses` (the hold): in READ COMMITTED each statement sees what was
- * committed when it began (PostgreSQL manual, 13.2.1), so that statement sees a pause that committed
- * while this lock waited. One statement; nothing is sent when `endpoints` is empty.
- * Must be called inside the transaction that applies the events.
- */
-export async function lockPauses(tx: Tx, endpoints: readonly string[]): Promise<void> {
-  const names = [...new Set(endpoints)].sort();
-  if (names.length === 0) return;
-  await tx`
-    select pg_advisory_xact_lock_shared(${PAUSE_LOCK}::int, hashtext(e))
-      from unnest(${names}::text[]) as n (e)
-  `;
 }
 
 /**

@@ -38,7 +38,8 @@ export async function pauseEndpoint(db: Db, scope: PauseScope, note?: string, wa
   const account = scope.account ?? "";
   try {
     return await db.begin(async (tx) => {
-      await tx`select set_config('lock_timeout', ${String(waitMs)}, true)`;
+      // A pause stalled while it holds the lock (a stopped terminal) must not hold the deliveries waiting on it: its session ends.
+      await tx`select set_config('lock_timeout', ${String(waitMs)}, true), set_config('idle_in_transaction_session_timeout', ${String(Math.max(waitMs, 1_000))}, true)`;
       await tx`select pg_advisory_xact_lock(${PAUSE_LOCK}::int, hashtext(${scope.endpoint}))`;
       const [row] = await tx<{ paused: boolean; pausedAt: Date; note: string | null }[]>`
         with added as (
