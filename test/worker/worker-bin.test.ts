@@ -155,7 +155,7 @@ test("`bun run worker` whose database stops answering mid-query gives up on the 
         (
           await database.db`
             select 1 from pg_stat_activity
-             where application_name = 'webhook-inbox worker' and query like '%with picked as%'
+             where datname = current_database() and application_name = 'webhook-inbox worker' and query like '%with recursive walk%'
           `
         ).length > 0,
       { timeoutMs: 15_000 },
