@@ -9,7 +9,7 @@
 // accounts", gives the figures.
 import { rmSync } from "node:fs";
 import { dirname, join } from "node:path";
-import { parseArgs } from "node:util";
+import { benchArgs } from "../bench/bench-args.ts";
 import { connect, type Db } from "../../db/db.ts";
 import { migrate } from "../../db/migrate.ts";
 import type { claimBatch as ClaimBatch } from "../../worker/claim.ts";
@@ -31,31 +31,14 @@ const USAGE = `Usage: bun run bench:claim [--runs N] [--drains N] [--before-ref 
   --drains N        drains of each (default 3; 0: none)
   --before-ref REF  the code to compare with (default: the parent of the commit that added the fair claim)`;
 
-const { values: o } = (() => {
-  try {
-    return parseArgs({
-      options: {
-        runs: { type: "string" },
-        drains: { type: "string" },
-        "before-ref": { type: "string" },
-        help: { type: "boolean", default: false },
-      },
-    });
-  } catch (err) {
-    console.error(`bench:claim: ${err instanceof Error ? err.message : String(err)}\n\n${USAGE}`);
-    process.exit(2);
-  }
-})();
-if (o.help) {
-  console.log(USAGE);
-  process.exit(0);
-}
-const runs = Number(o.runs ?? 200);
-const drains = Number(o.drains ?? 3);
-if (!Number.isInteger(runs) || runs < 1 || !Number.isInteger(drains) || drains < 0) {
-  console.error(`bench:claim: --runs must be a positive integer and --drains a whole number, got ${JSON.stringify(o)}\n\n${USAGE}`);
-  process.exit(2);
-}
+const args = benchArgs("bench:claim", USAGE, {
+  runs: { type: "string" },
+  drains: { type: "string" },
+  "before-ref": { type: "string" },
+});
+const o = args.values;
+const runs = args.whole("runs", o.runs, 200);
+const drains = args.whole("drains", o.drains, 3, 0);
 const ROOT = join(import.meta.dir, "..", "..", "..");
 const LIMIT = 128;
 

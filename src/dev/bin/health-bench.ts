@@ -9,7 +9,7 @@
 import { rmSync } from "node:fs";
 import { dirname } from "node:path";
 import { loadavg } from "node:os";
-import { parseArgs } from "node:util";
+import { benchArgs } from "../bench/bench-args.ts";
 import { connect, type Db } from "../../db/db.ts";
 import { migrate } from "../../db/migrate.ts";
 import { arrivalGaps, fillInboxHours, readInboxHours } from "../../inbox/hours.ts";
@@ -25,38 +25,17 @@ const USAGE = `Usage: bun run bench:health [--rows N] [--runs N] [--clients N] [
   --clients N     concurrent clients of the delivery-path comparison (default 8)
   --deliveries N  inserts per client in that comparison (default 500)`;
 
-function usage(problem: string): never {
-  console.error(`bench:health: ${problem}\n\n${USAGE}`);
-  process.exit(2);
-}
-const { values: o } = (() => {
-  try {
-    return parseArgs({
-      options: {
-        rows: { type: "string" },
-        runs: { type: "string" },
-        clients: { type: "string" },
-        deliveries: { type: "string" },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    });
-  } catch (err) {
-    usage(err instanceof Error ? err.message : String(err));
-  }
-})();
-if (o.help) {
-  console.log(USAGE);
-  process.exit(0);
-}
-function count(name: string, value: string | undefined, fallback: number): number {
-  const n = Number(value ?? fallback);
-  if (Number.isInteger(n) && n > 0) return n;
-  usage(`--${name} must be a positive integer, got ${JSON.stringify(value)}`);
-}
-const rows = count("rows", o.rows, 2_000_000);
-const runs = count("runs", o.runs, 3);
-const clients = count("clients", o.clients, 8);
-const deliveries = count("deliveries", o.deliveries, 500);
+const args = benchArgs("bench:health", USAGE, {
+  rows: { type: "string" },
+  runs: { type: "string" },
+  clients: { type: "string" },
+  deliveries: { type: "string" },
+});
+const o = args.values;
+const rows = args.whole("rows", o.rows, 2_000_000);
+const runs = args.whole("runs", o.runs, 3);
+const clients = args.whole("clients", o.clients, 8);
+const deliveries = args.whole("deliveries", o.deliveries, 500);
 const say = (line: string) => console.log(`${new Date().toISOString().slice(11, 19)} ${line}`);
 
 let embedded: EmbeddedServer | undefined;

@@ -10,7 +10,7 @@
 // PostgreSQL 18, or with DATABASE_URL on scratch databases of that server (never its own database).
 import { rmSync } from "node:fs";
 import { dirname } from "node:path";
-import { parseArgs } from "node:util";
+import { benchArgs } from "../bench/bench-args.ts";
 import postgres from "postgres";
 import { benchEventBody } from "../bench/payload.ts";
 import { migrate } from "../../db/migrate.ts";
@@ -26,35 +26,15 @@ const USAGE = `Usage: bun run bench:migration [--rows N] [--from 25,26] [--chunk
   --from LIST  starting schemas, comma-separated, from 25 and 26 (default 25,26)
   --chunk N    rows per insert … select from generate_series statement (default 100000)`;
 
-function usage(problem: string): never {
-  console.error(`bench:migration: ${problem}\n\n${USAGE}`);
-  process.exit(2);
-}
-const { values: o } = (() => {
-  try {
-    return parseArgs({
-      options: {
-        rows: { type: "string" },
-        from: { type: "string" },
-        chunk: { type: "string" },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    });
-  } catch (err) {
-    usage(err instanceof Error ? err.message : String(err));
-  }
-})();
-if (o.help) {
-  console.log(USAGE);
-  process.exit(0);
-}
-function positive(name: string, value: string | undefined, fallback: number): number {
-  const n = Number(value ?? fallback);
-  if (Number.isInteger(n) && n > 0) return n;
-  usage(`--${name} must be a positive integer, got ${JSON.stringify(value)}`);
-}
-const rows = positive("rows", o.rows, 1_000_000);
-const chunk = positive("chunk", o.chunk, 100_000);
+const args = benchArgs("bench:migration", USAGE, {
+  rows: { type: "string" },
+  from: { type: "string" },
+  chunk: { type: "string" },
+});
+const o = args.values;
+const usage = args.usage;
+const rows = args.whole("rows", o.rows, 1_000_000);
+const chunk = args.whole("chunk", o.chunk, 100_000);
 const starts = (o.from ?? "25,26").split(",").map((v) => {
   if (v !== "25" && v !== "26") usage(`--from takes 25 and 26, got "${v}"`);
   return Number(v) as 25 | 26;

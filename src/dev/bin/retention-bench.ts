@@ -7,7 +7,7 @@
 // a table of wall time, WAL bytes, sizes and dead tuples; docs/scale.md "Measurements" gives the figures.
 import { rmSync } from "node:fs";
 import { dirname } from "node:path";
-import { parseArgs } from "node:util";
+import { benchArgs } from "../bench/bench-args.ts";
 import { benchEventBody } from "../bench/payload.ts";
 import { checkpoint, walBytesSince, walPosition } from "../bench/wal.ts";
 import { connect, type Db } from "../../db/db.ts";
@@ -29,37 +29,14 @@ const USAGE = `Usage: bun run bench:retention [--rows N] [--chunk N] [--plain-de
   --plain-delete  first, for comparison, one plain DELETE of the same keys, rolled back (its WAL is
                   written all the same); the purge then deletes them for real`;
 
-/** Prints `problem` and the usage to stderr and exits 2 (before any database exists). */
-function usage(problem: string): never {
-  console.error(`bench:retention: ${problem}\n\n${USAGE}`);
-  process.exit(2);
-}
-const { values: o } = (() => {
-  try {
-    return parseArgs({
-      options: {
-        rows: { type: "string" },
-        chunk: { type: "string" },
-        "plain-delete": { type: "boolean", default: false },
-        help: { type: "boolean", short: "h", default: false },
-      },
-    });
-  } catch (err) {
-    usage(err instanceof Error ? err.message : String(err));
-  }
-})();
-if (o.help) {
-  console.log(USAGE);
-  process.exit(0);
-}
-/** `--name`'s value as a positive integer; exits 2 with the reason otherwise. */
-function count(name: string, value: string | undefined, fallback: number): number {
-  const n = Number(value ?? fallback);
-  if (Number.isInteger(n) && n > 0) return n;
-  usage(`--${name} must be a positive integer, got ${JSON.stringify(value)}`);
-}
-const rows = count("rows", o.rows, 10_000_000);
-const chunk = count("chunk", o.chunk, 100_000);
+const args = benchArgs("bench:retention", USAGE, {
+  rows: { type: "string" },
+  chunk: { type: "string" },
+  "plain-delete": { type: "boolean", default: false },
+});
+const o = args.values;
+const rows = args.whole("rows", o.rows, 10_000_000);
+const chunk = args.whole("chunk", o.chunk, 100_000);
 const WEEKS = 52; // the year of rows
 const PURGED_WEEKS = 4; // "one month": the oldest 4 whole weeks, the unit a weekly partition drop removes
 /** A retention no row reaches (100 years, ms): the half of purge() not being measured removes nothing. */
