@@ -31,6 +31,9 @@ create table inbox_rebuilds (
   total            integer     not null,
   done             integer     not null default 0,
   failed           integer     not null default 0,
+  -- The failed events (their handler refused them: rolled back and passed), the first 1,000 of them,
+  -- each {"provider", "endpoint", "eventId", "error"}: kept with the run, whichever process ran them.
+  failures         jsonb       not null default '[]',
   -- Rows the replays wrote, over all user tables (pg_stat_xact_user_tables, as `inbox replay` reports).
   inserted         bigint      not null default 0,
   updated          bigint      not null default 0,

@@ -17,7 +17,7 @@ import { replayEvent } from "../ops/replay.ts";
 import { requeue } from "../ops/requeue.ts";
 import { resolveReviewed } from "../ops/resolve.ts";
 import { inboxStatus } from "../ops/status.ts";
-import { pauseEndpoint, resumeEndpoint, type PauseScope } from "../ops/pause.ts";
+import { PAUSE_WAIT_MS, pauseEndpoint, resumeEndpoint, type PauseScope } from "../ops/pause.ts";
 import type { Pause } from "../inbox/pauses.ts";
 import {
   abandonRebuild,
@@ -48,7 +48,7 @@ const USAGE = `Usage: bun run inbox <command> [options]      (--json on any comm
   resolve (--id evt_… | --type T | --error TEXT) [--endpoint E] [--account A] --note TEXT [--dry-run]
                                           close needs-review rows settled by hand (no handler runs)
   replay --id evt_… [--endpoint E]        run a processed event through its handler again (idempotent)
-  pause --endpoint E [--account acct_…] [--note TEXT]
+  pause --endpoint E [--account acct_… [--force]] [--note TEXT]
                                           hold the endpoint's (or one account's) events: recorded and answered 2xx,
                                           nothing applied; waits for events being applied to finish first
   resume --endpoint E [--account acct_…]  lift that pause: the worker applies what was held, oldest first
@@ -124,7 +124,7 @@ const ACCEPTS: Record<string, { options: string[]; positionals: [min: number, ma
   requeue: { options: [...FILTER, "dry-run"], positionals: [0, 0] },
   resolve: { options: [...FILTER, "note", "dry-run"], positionals: [0, 0] },
   replay: { options: ["id", "endpoint", "provider"], positionals: [0, 1] },
-  pause: { options: ["endpoint", "account", "note"], positionals: [0, 0] },
+  pause: { options: ["endpoint", "account", "note", "force"], positionals: [0, 0] },
   resume: { options: ["endpoint", "account"], positionals: [0, 0] },
   rebuild: { options: ["since", "until", "endpoint", "type", "account", "rate", "dry-run", "restart"], positionals: [0, 0] },
   purge: { options: ["older-than", "payloads-older-than", "force", "dry-run", "batch"], positionals: [0, 0] },
@@ -392,13 +392,20 @@ async function run(db: Db): Promise<number> {
     case "pause": {
       const scope = await pauseScope(db, true);
       const result = await pauseEndpoint(db, scope, opts.note);
-      if (opts.json) return (print(result), 0);
+      // Paused, but what had begun applying before it may still commit: the operator must not start the maintenance yet.
+      const quiet = result.stillApplying === 0;
+      if (opts.json) return (print(result), quiet ? 0 : 1);
       console.log(
         result.paused
           ? `Paused ${describeScope(result)}: its events are recorded and answered 2xx, nothing is applied until \`bun run inbox resume ${scopeArgs(result)}\``
           : `${describeScope(result)} was paused already, since ${result.pausedAt}${result.note ? ` ("${printable(result.note)}")` : ""}: nothing changed`,
       );
-      return 0;
+      if (!quiet)
+        console.error(
+          `${result.stillApplying} transaction(s) that began applying events of ${printable(scope.endpoint)} before the pause were still running ` +
+            `after ${PAUSE_WAIT_MS / 1000} s: they may still commit (each ends at its own bound); run the same pause again to wait for them`,
+        );
+      return quiet ? 0 : 1;
     }
     case "resume": {
       const scope = await pauseScope(db, false);
@@ -507,6 +514,16 @@ async function pauseScope(db: Db, pausing: boolean): Promise<PauseScope> {
     throw new UsageError(
       `--account must be a connected account's id (acct_…), got "${account}"; without it the whole endpoint is ${command}d`,
     );
+  if (pausing && account !== undefined && !opts.force) {
+    const [seen] = await db<{ seen: boolean }[]>`
+      select exists (select 1 from webhook_inbox where endpoint = ${endpoint} and account = ${account}) as seen
+    `;
+    if (!seen?.seen)
+      throw new UsageError(
+        `No event of account ${printable(account)} has reached endpoint ${printable(endpoint)}: a typo would hold nothing of the account you meant ` +
+          "(--force pauses it anyway, before its first event)",
+      );
+  }
   if (pausing) {
     const configured = configuredEndpointNames();
     const [seen] = configured.includes(endpoint)
@@ -640,7 +657,9 @@ async function rebuild(db: Db): Promise<number> {
         (outcome.reason ? `\n${outcome.reason}` : ""),
     );
     if (outcome.failures.length > 0) {
-      console.log("Failed (rolled back and passed; fix, then replay each, or resolve):");
+      console.log(
+        `Failed (each rolled back and passed, its row left as it was: fix the handler or the data, then \`bun run inbox replay --id …\` each${outcome.rebuild.failed > outcome.failures.length ? `; the first ${outcome.failures.length} of ${outcome.rebuild.failed} shown` : ""}):`,
+      );
       print(
         outcome.failures,
         outcome.failures.map((f) => ({ event_id: f.eventId, endpoint: f.endpoint, error: f.error })),

@@ -3,7 +3,7 @@ import type { VerifiedEvent } from "../providers/provider.ts";
 import { PermanentError } from "../errors.ts";
 import { retry } from "../retry.ts";
 import { inboxRow, insertInbox, keyIs, keyText, type InboxKey, type InboxRow } from "./inbox.ts";
-import { EndpointPaused, PAUSE_LOCK, pausedWhere } from "./pauses.ts";
+import { EndpointPaused, PAUSE_LOCK, pausedBy } from "./pauses.ts";
 import { keepPartitionsAfterSpill } from "./partitions.ts";
 import { notifierFor, OUTBOX_CHANNEL } from "./notifier.ts";
 
@@ -327,9 +327,9 @@ async function holdRow(tx: Tx, input: ApplyInput, handled: boolean, spill: { spi
     // The re-check and the settle in one statement: the row is locked and marked settled here, and the
     // handler's writes follow in the same transaction, so a handler that throws rolls the settle back too.
     // A pause committed since the claim (this transaction holds its lock) leaves the row as it is.
-    const [done] = await tx<{ paused: boolean; settled: number }[]>`
+    const [done] = await tx<{ pausedBy: string | null; settled: number }[]>`
       with pause as (
-        select ${pausedWhere(tx, key.endpoint, account)} as paused
+        select ${pausedBy(tx, key.endpoint, account)} as by
       ), settled as (
         update webhook_inbox
            set processed_at = now(),
@@ -338,24 +338,24 @@ async function holdRow(tx: Tx, input: ApplyInput, handled: boolean, spill: { spi
          where ${keyIs(tx, key)}
            and processed_at is null
            and needs_review_at is null
-           and not (select paused from pause)
+           and (select by from pause) is null
         returning 1
       )
-      select (select paused from pause) as paused, (select count(*) from settled)::int as settled
+      select (select by from pause) as "pausedBy", (select count(*) from settled)::int as settled
     `;
-    if (done?.paused) throw new EndpointPaused(key.endpoint, account);
+    if (done && done.pausedBy !== null) throw new EndpointPaused(key.endpoint, done.pausedBy);
     return done?.settled === 1 ? "held" : "duplicate";
   }
-  const [row] = await tx<{ settled: boolean; parked: boolean; outcome: string | null; note: string | null; paused: boolean }[]>`
+  const [row] = await tx<{ settled: boolean; parked: boolean; outcome: string | null; note: string | null; pausedBy: string | null }[]>`
     select processed_at is not null as settled, needs_review_at is not null as parked, outcome, resolution_note as note,
-           ${pausedWhere(tx, key.endpoint, account)} as paused
+           ${pausedBy(tx, key.endpoint, account)} as "pausedBy"
       from webhook_inbox
      where ${keyIs(tx, key)}
        for update
   `;
   const name = `${key.eventId} at ${key.provider}/${key.endpoint}`;
   if (!row) throw new ReplayRefused(`Cannot replay ${name}: no such inbox row`);
-  if (row.paused) throw new EndpointPaused(key.endpoint, account);
+  if (row.pausedBy !== null) throw new EndpointPaused(key.endpoint, row.pausedBy);
   if (row.parked)
     throw new ReplayRefused(`Cannot replay ${name}: it is needs-review, not processed (requeue it for the worker, or resolve it)`);
   if (!row.settled) throw new ReplayRefused(`Cannot replay ${name}: it is not processed yet (let the worker finish it)`);

@@ -84,7 +84,7 @@ export interface InboxRow {
   traceparent: string | null;
   /**
    * A row written `processed` (its handler runs in this transaction) that is to be left unprocessed for
-   * a worker instead when its endpoint or account is paused (`endpoint_pauses`, sql/0029): decided in the
+   * a worker instead when its endpoint or account is paused (`endpoint_pauses`, sql/0030): decided in the
    * insert statement itself, and reported in {@link InsertedKeys.paused}.
    */
   unlessPaused?: boolean;

@@ -1,4 +1,4 @@
-// Paused endpoints (sql/0029 `endpoint_pauses`) as the paths that apply events see them: the lock that
+// Paused endpoints (sql/0030 `endpoint_pauses`) as the paths that apply events see them: the lock that
 // keeps a pause from committing while an event of its endpoint is being applied, the condition each
 // path checks after taking it, and what the backlog readers report.
 import type postgres from "postgres";
@@ -29,7 +29,7 @@ export class EndpointPaused extends Error {
   ) {
     super(
       `Endpoint ${endpoint}${account === "" ? "" : ` (account ${account})`} is paused: nothing of it is applied until ` +
-        `\`bun run inbox resume --endpoint ${endpoint}\``,
+        `\`bun run inbox resume --endpoint ${endpoint}${account === "" ? "" : ` --account ${account}`}\``,
     );
   }
 }
@@ -41,6 +41,15 @@ export class EndpointPaused extends Error {
  */
 export function pausedWhere(sql: Db | Tx, endpoint: string | postgres.Fragment, account: string | postgres.Fragment) {
   return sql`exists (select 1 from endpoint_pauses p where p.endpoint = ${endpoint} and p.account in ('', ${account}))`;
+}
+
+/**
+ * The pause that holds events of `endpoint` and `account`, as a postgres.js fragment whose value is that
+ * pause's account: `''` when the whole endpoint is paused (it wins over an account's own pause), the
+ * account when only it is, null when neither. Arguments as {@link pausedWhere}'s.
+ */
+export function pausedBy(sql: Db | Tx, endpoint: string | postgres.Fragment, account: string | postgres.Fragment) {
+  return sql`(select min(p.account) from endpoint_pauses p where p.endpoint = ${endpoint} and p.account in ('', ${account}))`;
 }
 
 /** One pause as `inbox status`, /metrics and the operator's page show it. */

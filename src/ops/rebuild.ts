@@ -94,7 +94,7 @@ export async function notRebuildable(db: Db, window: RebuildWindow, limit: numbe
   return rows.map((r) => ({ ...r, receivedAt: r.receivedAt.toISOString() }));
 }
 
-/** A rebuild's checkpoint row (sql/0029 `inbox_rebuilds`). */
+/** A rebuild's checkpoint row (sql/0030 `inbox_rebuilds`). */
 export interface Rebuild {
   id: string;
   /** The scope as the command line gave it: what identifies the run to resume. */
@@ -105,6 +105,8 @@ export interface Rebuild {
   total: number;
   done: number;
   failed: number;
+  /** The run's failed events, the first {@link MAX_FAILURES_KEPT} of them, whichever process ran them. */
+  failures: RebuildFailure[];
   inserted: number;
   updated: number;
   deleted: number;
@@ -123,6 +125,7 @@ function rebuildOf(r: Record<string, unknown>): Rebuild {
     total: Number(r.total),
     done: Number(r.done),
     failed: Number(r.failed),
+    failures: (r.failures ?? []) as RebuildFailure[],
     inserted: Number(r.inserted),
     updated: Number(r.updated),
     deleted: Number(r.deleted),
@@ -212,7 +215,7 @@ export interface RebuildFailure {
 export interface RebuildOutcome {
   status: "done" | "interrupted" | "paused" | "busy";
   rebuild: Rebuild;
-  /** Up to 50 failed events of this process's part of the run. */
+  /** The run's failed events, the first {@link MAX_FAILURES_KEPT} (kept with the run: a run continued after a crash lists those before it too). */
   failures: RebuildFailure[];
   /** Why the run stopped before the end. */
   reason?: string;
@@ -220,7 +223,8 @@ export interface RebuildOutcome {
 
 /** Default lease of a run, ms. */
 export const REBUILD_LEASE_MS = 15_000;
-const MAX_FAILURES_KEPT = 50;
+/** Failed events a run keeps by name (its `failed` counts them all). */
+export const MAX_FAILURES_KEPT = 1_000;
 
 /**
  * Runs `rebuild` from its checkpoint to the end of its window: every settled row (processed, or
@@ -241,7 +245,6 @@ const MAX_FAILURES_KEPT = 50;
  */
 export async function runRebuild(db: Db, rebuild: Rebuild, options: RunRebuildOptions): Promise<RebuildOutcome> {
   const leaseMs = options.leaseMs ?? REBUILD_LEASE_MS;
-  const failures: RebuildFailure[] = [];
   let current = rebuild;
   const report = (extra: Partial<RebuildProgress> = {}) =>
     options.onProgress?.({
@@ -256,7 +259,7 @@ export async function runRebuild(db: Db, rebuild: Rebuild, options: RunRebuildOp
   const end = (status: RebuildOutcome["status"], reason?: string): RebuildOutcome => ({
     status,
     rebuild: current,
-    failures,
+    failures: current.failures,
     ...(reason ? { reason } : {}),
   });
 
@@ -299,10 +302,10 @@ export async function runRebuild(db: Db, rebuild: Rebuild, options: RunRebuildOp
           await releaseRun(db, rebuild.id, options.owner).catch(() => {});
           return end("interrupted", `${describeError(err)}: run the same command again to continue`);
         }
-        if (!passed && failures.length < MAX_FAILURES_KEPT) failures.push({ ...key, error: describeError(err) });
         const counts = { done: 1, failed: passed ? 0 : 1, inserted: 0, updated: 0, deleted: 0 };
+        const failure = passed ? undefined : { ...key, error: describeError(err) };
         const moved = await db
-          .begin((tx) => moveRun(tx, rebuild.id, options.owner, leaseMs, key, counts))
+          .begin((tx) => moveRun(tx, rebuild.id, options.owner, leaseMs, key, counts, failure))
           .catch((e: unknown) => (e instanceof LeaseLost ? e : Promise.reject(e)));
         if (moved instanceof LeaseLost) return end("busy", moved.message);
         current = moved;
@@ -412,6 +415,7 @@ async function moveRun(
   leaseMs: number,
   key: { provider: string; endpoint: string; eventId: string },
   add: { done: number; failed: number; inserted: number; updated: number; deleted: number },
+  failure?: RebuildFailure,
 ): Promise<Rebuild> {
   // A row gone meanwhile (purged) leaves the cursor where it was: no later page can list it again.
   const [row] = await tx`
@@ -426,6 +430,8 @@ async function moveRun(
            cursor_endpoint = coalesce((select endpoint from w), r.cursor_endpoint),
            cursor_event_id = coalesce((select event_id from w), r.cursor_event_id),
            done = r.done + ${add.done}, failed = r.failed + ${add.failed},
+           failures = case when ${failure === undefined} or jsonb_array_length(r.failures) >= ${MAX_FAILURES_KEPT} then r.failures
+                           else r.failures || jsonb_build_array(${tx.json({ ...(failure ?? {}) })}::jsonb) end,
            inserted = r.inserted + ${add.inserted}, updated = r.updated + ${add.updated}, deleted = r.deleted + ${add.deleted},
            lease_until = now() + ${leaseMs} * interval '1 millisecond', updated_at = now()
      where r.id = ${id}

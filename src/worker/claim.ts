@@ -98,7 +98,7 @@ export interface ClaimOptions {
  * connected accounts): counts the attempt and pushes `available_at` out by the lease before any work is
  * done, so a process that dies mid-work has still used up an attempt. Rows are picked with
  * `FOR UPDATE SKIP LOCKED` (PostgreSQL manual, SELECT, "The Locking Clause"):
- * - Group by group: the claim walks the due index (sql/0029: provider, endpoint, account, due time) from
+ * - Group by group: the claim walks the due index (sql/0030: provider, endpoint, account, due time) from
  *   one (provider, endpoint, account) group to the next, one index probe each (PostgreSQL wiki, "Loose
  *   indexscan"), up to `max(limit ÷ 4, 16)` groups (each step costs about what claiming a few rows
  *   does: bench:claim), starting after `after`. A group of a provider the worker cannot process, or of
@@ -125,6 +125,7 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
     typeChanged: boolean | null;
     more: boolean | null;
     capped: boolean | null;
+    receivedAt: Date | null;
   };
   // A group is stepped over whole (`jump`) when the worker does not serve its provider or its endpoint is paused.
   const jump = (g: string) => db`
@@ -255,14 +256,14 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
            case when p.payload is null then p.raw_body end as "rawBody",
            -- Sanitizing writes U+FFFD (chr(65533)); a row kept from its raw body may have had it done.
            (p.payload_sanitized is not null or p.payload is null) and strpos(c.event_type, chr(65533)) > 0 as "typeChanged",
-           c.account, c.traceparent, null::boolean as more, null::boolean as capped
+           c.account, c.traceparent, null::boolean as more, null::boolean as capped, c.received_at as "receivedAt"
       from claimed c
       left join webhook_inbox_payloads p using (provider, endpoint, event_id, received_at)
     union all
-    select 'parked', provider, endpoint, event_id, event_type, attempts, null, null, null, null, null, null, null from parked
+    select 'parked', provider, endpoint, event_id, event_type, attempts, null, null, null, null, null, null, null, null from parked
     union all
     -- The walk's last group, when it stopped at its bound, and what was left.
-    select 'walk', l.provider, l.endpoint, null, null, null, null, null, null, l.account, null, k.more, k.capped
+    select 'walk', l.provider, l.endpoint, null, null, null, null, null, null, l.account, null, k.more, k.capped, null
       from walked k
       left join (select provider, endpoint, account from walk where n >= ${groups}) l on true
   `;
@@ -277,9 +278,11 @@ export async function claimBatch(db: Db, options: ClaimOptions): Promise<Claim[]
     capped: walk?.capped === true,
     ...(walk?.provider != null ? { stoppedAt: { provider: walk.provider, endpoint: walk.endpoint, account: walk.account } } : {}),
   });
+  // Oldest first, as received (UPDATE … RETURNING has no order): a unit applies its rows in this order.
   return rows
     .filter((r) => r.kind === "claimed")
-    .map(({ kind: _, more: _m, capped: _c, attempts, typeChanged, ...r }) => ({
+    .sort((a, b) => a.receivedAt!.getTime() - b.receivedAt!.getTime() || (a.eventId < b.eventId ? -1 : a.eventId > b.eventId ? 1 : 0))
+    .map(({ kind: _, more: _m, capped: _c, receivedAt: _r, attempts, typeChanged, ...r }) => ({
       ...r,
       attempt: attempts,
       leaseEndsAt,

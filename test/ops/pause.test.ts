@@ -159,21 +159,23 @@ describe("pause and resume", () => {
         await inHandler;
         let pausedAt: number | undefined;
         const pausing = pauseEndpoint(pauseDb, { endpoint: "billing" }).then((r) => ((pausedAt = Date.now()), r));
-        // The pause waits on the endpoint's pause lock, held SHARED by the delivery's transaction.
-        await waitUntil("the pause waiting on its lock", async () => {
-          const [w] = await db<{ n: number }[]>`
-            select count(*)::int as n from pg_locks l join pg_stat_activity a using (pid)
-             where a.application_name = 'pause-waits' and l.locktype = 'advisory' and not l.granted and l.classid = ${PAUSE_LOCK}
-          `;
-          return w!.n === 1;
-        });
+        // The pause is committed at once, then waits for the delivery that holds the endpoint's pause lock SHARED.
+        await waitUntil("the pause committed", async () => (await count(db, "endpoint_pauses")) === 1);
+        await Bun.sleep(300);
+        expect(pausedAt).toBeUndefined();
+        // Deliveries that began after it hold their events, answered at once while the pause still waits.
+        expect(await receiveSync(db, BILLING, paid().event)).toBe("queued");
         expect(pausedAt).toBeUndefined();
         release();
         expect(await delivery).toBe("processed");
-        expect((await pausing).paused).toBe(true);
+        expect(await pausing).toMatchObject({ paused: true, stillApplying: 0 });
         expect(await count(db, "ledger_entries")).toBe(1);
         expect(await receiveSync(db, BILLING, paid().event)).toBe("queued");
         expect(await count(db, "ledger_entries")).toBe(1);
+        // Nothing of ours waits on the pause lock: the pause never takes it.
+        const [waiting] = await db<{ n: number }[]>`
+          select count(*)::int as n from pg_locks where locktype = 'advisory' and not granted and classid = ${PAUSE_LOCK}`;
+        expect(waiting!.n).toBe(0);
       } finally {
         release();
         await Promise.all([deliveryDb.end({ timeout: 5 }), pauseDb.end({ timeout: 5 })]);
@@ -183,38 +185,34 @@ describe("pause and resume", () => {
   );
 
   test(
-    "a delivery that waits on a pause being committed sees it: recorded for the worker, nothing applied",
+    "a pause whose wait runs out says how many applications are still running, stays in force, and a second pause waits for them again",
     async () => {
-      const [pauser, deliveryDb] = [connect(fresh.url, { max: 1 }), connect(fresh.url, { max: 1, applicationName: "delivery-waits" })];
+      let release!: () => void;
+      const gate = new Promise<void>((resolve) => (release = resolve));
+      let entered!: () => void;
+      const inHandler = new Promise<void>((resolve) => (entered = resolve));
+      const slow: HandlerTable = {
+        "invoice.paid": async (tx, object, ctx) => {
+          entered();
+          await gate;
+          await billingHandlers["invoice.paid"]!(tx, object, ctx);
+        },
+      };
+      const deliveryDb = connect(fresh.url, { max: 1 });
       try {
-        let commit!: () => void;
-        const committed = new Promise<void>((resolve) => (commit = resolve));
-        let locked!: () => void;
-        const lockTaken = new Promise<void>((resolve) => (locked = resolve));
-        // A pause caught between its lock and its commit (what pauseEndpoint runs, held open here).
-        const pausing = pauser.begin(async (tx) => {
-          await tx`select pg_advisory_xact_lock(${PAUSE_LOCK}::int, hashtext('billing'))`;
-          await tx`insert into endpoint_pauses (endpoint) values ('billing')`;
-          locked();
-          await committed;
-        });
-        await lockTaken;
-        const e = paid();
-        const delivery = receiveSync(deliveryDb, BILLING, e.event);
-        await waitUntil("the delivery waiting on the pause lock", async () => {
-          const [w] = await db<{ n: number }[]>`
-            select count(*)::int as n from pg_locks l join pg_stat_activity a using (pid)
-             where a.application_name = 'delivery-waits' and l.locktype = 'advisory' and not l.granted
-          `;
-          return w!.n === 1;
-        });
-        commit();
-        await pausing;
-        expect(await delivery).toBe("queued");
-        expect(await count(db, "ledger_entries")).toBe(0);
-        expect(await row(e.eventId)).toMatchObject({ processed: false, attempts: 0 });
+        const delivery = receiveSync(deliveryDb, { ...BILLING, handlers: slow }, paid().event);
+        await inHandler;
+        expect(await pauseEndpoint(db, { endpoint: "billing" }, "maintenance", 300)).toMatchObject({ paused: true, stillApplying: 1 });
+        // In force meanwhile: a delivery that begins now is held.
+        expect(await receiveSync(db, BILLING, paid().event)).toBe("queued");
+        const again = pauseEndpoint(db, { endpoint: "billing" }, undefined, 10_000);
+        release();
+        expect(await delivery).toBe("processed");
+        expect(await again).toMatchObject({ paused: false, stillApplying: 0, note: "maintenance" });
+        expect(await count(db, "ledger_entries")).toBe(1);
       } finally {
-        await Promise.all([pauser.end({ timeout: 5 }), deliveryDb.end({ timeout: 5 })]);
+        release();
+        await deliveryDb.end({ timeout: 5 });
       }
     },
     WAITS,
@@ -359,6 +357,14 @@ describe("bun run inbox pause / resume", () => {
       expect(unknown.stderr).toContain('No endpoint named "biling"');
       const badAccount = await inbox(["pause", "--endpoint", "billing", "--account", "cus_1"]);
       expect(badAccount.code).toBe(2);
+      // An account no event of the endpoint came from (a typo) is refused, unless --force.
+      const unseen = await inbox(["pause", "--endpoint", "billing", "--account", "acct_TYPO0000"]);
+      expect(unseen.code).toBe(2);
+      expect(unseen.stderr).toContain("No event of account acct_TYPO0000 has reached endpoint billing");
+      expect(await count(db, "endpoint_pauses", "account = 'acct_TYPO0000'")).toBe(0);
+      const forced = await inbox(["pause", "--endpoint", "billing", "--account", "acct_TYPO0000", "--force"]);
+      expect(forced.code).toBe(0);
+      expect((await inbox(["resume", "--endpoint", "billing", "--account", "acct_TYPO0000"])).code).toBe(0);
       expect((await inbox(["pause"])).code).toBe(2);
 
       const resumed = await inbox(["resume", "--endpoint", "billing"]);

@@ -127,6 +127,9 @@ describe("runRebuild()", () => {
     ]);
     expect(await count(db, "ledger_entries")).toBe(3);
     expect(await count(db, "webhook_inbox", "event_id = 'evt_rf_1' and outcome = 'ignored'")).toBe(1);
+    // Kept with the run, not only in this process's memory: a run continued by another process lists it too.
+    const [kept] = await db<{ failures: { eventId: string }[] }[]>`select failures from inbox_rebuilds where id = ${outcome.rebuild.id}`;
+    expect(kept!.failures.map((f) => f.eventId)).toEqual(["evt_rf_1"]);
   });
 
   test("a paused endpoint stops the run where it was; after resume the same run continues to the end", async () => {

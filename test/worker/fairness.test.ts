@@ -1,5 +1,5 @@
 // Fairness between connected accounts (issue 37): the claim walks due rows group by group (endpoint and
-// account, sql/0029's due index), interleaves the accounts, steps over paused endpoints and accounts at
+// account, sql/0030's due index), interleaves the accounts, steps over paused endpoints and accounts at
 // their bound; the worker holds at most `accountMax` rows of one connected account. The flood test
 // prints the trickle's latency (docs/operations.md, "A bad day", states it); its only timed check is a
 // sanity bound relative to the flood's own drain time.
